@@ -1,0 +1,4 @@
+"""Distributed encoded-data handles, usable on ipyparallel engines or under plain torchrun."""
+from .handle import EncodedDataHandle
+
+__all__ = ["EncodedDataHandle"]
