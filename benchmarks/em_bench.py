@@ -1,0 +1,135 @@
+"""Per-iteration EM time: mixle_nb against scikit-learn and a hand-written torch iteration.
+
+Same data, same start, measured side by side in one run (this machine is shared and noisy:
+compare the ratios, not the absolute numbers). Run: .venv/bin/python benchmarks/em_bench.py
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+import warnings
+
+import numpy as np
+import torch
+
+from mixle_nb.stats import (
+    GaussianDistribution,
+    GaussianEstimator,
+    MixtureDistribution,
+    MixtureEstimator,
+    MultivariateGaussianDistribution,
+    MultivariateGaussianEstimator,
+    seq_encode,
+    seq_estimate,
+)
+
+
+def start_model(dim: int, k: int, rng: np.random.Generator):
+    means = rng.normal(0, 3, size=(k, dim))
+    if dim == 1:
+        comps = [GaussianDistribution(m[0], 1.0) for m in means]
+    else:
+        comps = [MultivariateGaussianDistribution(m, np.eye(dim)) for m in means]
+    return MixtureDistribution(comps, np.full(k, 1.0 / k)), means
+
+
+def make_data(n: int, dim: int, k: int):
+    """Data from a K-component mixture, and a start whose means are the true ones, perturbed."""
+    truth, means = start_model(dim, k, np.random.default_rng(0))
+    x = truth.sampler(1).sample(n)
+    start, _ = start_model(dim, k, np.random.default_rng(1))
+    start_means = means + np.random.default_rng(2).normal(0, 0.5, size=means.shape)
+    if dim == 1:
+        comps = [GaussianDistribution(m[0], 1.0) for m in start_means]
+    else:
+        comps = [MultivariateGaussianDistribution(m, np.eye(dim)) for m in start_means]
+    return (x if dim > 1 else x.reshape(-1)), MixtureDistribution(comps, np.full(k, 1.0 / k)), start_means
+
+
+def torch_iteration(x: torch.Tensor, w, mu, cov):
+    """A minimal vectorized EM iteration in float64: log-sum-exp responsibilities, weighted sums."""
+    n, d = x.shape
+    chol = torch.linalg.cholesky(cov)  # (K, D, D)
+    diff = x[None] - mu[:, None, :]  # (K, N, D)
+    z = torch.linalg.solve_triangular(chol, diff.transpose(1, 2), upper=False)  # (K, D, N)
+    log_det = torch.log(torch.diagonal(chol, dim1=1, dim2=2)).sum(1)
+    lp = (-0.5 * z.square().sum(1) - log_det[:, None] - 0.5 * d * math.log(2 * math.pi)).T + torch.log(w)
+    lse = torch.logsumexp(lp, dim=1, keepdim=True)
+    resp = torch.exp(lp - lse)
+    nk = resp.sum(0)
+    mu_new = (resp.T @ x) / nk[:, None]
+    cov_new = torch.einsum("nk,nd,ne->kde", resp, x, x) / nk[:, None, None] - mu_new[:, :, None] * mu_new[:, None, :]
+    return nk / n, mu_new, cov_new, lse.sum()
+
+
+def torch_iteration_1d(x: torch.Tensor, w, mu, var):
+    lp = -0.5 * ((x[:, None] - mu) ** 2 / var + torch.log(2 * math.pi * var)) + torch.log(w)
+    lse = torch.logsumexp(lp, dim=1, keepdim=True)
+    resp = torch.exp(lp - lse)
+    nk = resp.sum(0)
+    mu_new = (resp.T @ x) / nk
+    var_new = (resp.T @ (x * x)) / nk - mu_new**2
+    return nk / len(x), mu_new, var_new, lse.sum()
+
+
+def best_of(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def run(n: int, dim: int, k: int, repeats: int) -> dict:
+    from sklearn.mixture import GaussianMixture
+
+    x, start, means = make_data(n, dim, k)
+    estimator = MixtureEstimator(
+        [GaussianEstimator() if dim == 1 else MultivariateGaussianEstimator(dim) for _ in range(k)]
+    )
+    enc = seq_encode(x, model=start)
+    mixle = best_of(lambda: seq_estimate(enc, estimator, start), repeats)
+
+    xt = torch.from_numpy(x.reshape(n, dim))
+    w0 = torch.full((k,), 1.0 / k, dtype=torch.float64)
+    mu0 = torch.from_numpy(means)
+    if dim == 1:
+        xt1 = xt[:, 0].contiguous()
+        hand = best_of(lambda: torch_iteration_1d(xt1, w0, mu0[:, 0], torch.ones(k, dtype=torch.float64)), repeats)
+    else:
+        cov0 = torch.eye(dim, dtype=torch.float64).expand(k, dim, dim).contiguous()
+        hand = best_of(lambda: torch_iteration(xt, w0, mu0, cov0), repeats)
+
+    x2 = x.reshape(n, dim)
+    gm_kwargs = dict(n_components=k, covariance_type="full", weights_init=np.full(k, 1.0 / k),
+                     means_init=means, precisions_init=np.tile(np.eye(dim), (k, 1, 1)), reg_covar=0.0)
+    iters = 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = best_of(lambda: GaussianMixture(max_iter=1, tol=0, **gm_kwargs).fit(x2), repeats)
+        more = best_of(lambda: GaussianMixture(max_iter=1 + iters, tol=0, **gm_kwargs).fit(x2), repeats)
+    sklearn = (more - one) / iters  # per-iteration cost, without fit()'s set-up and final E-step
+    return {"mixle": mixle, "torch": hand, "sklearn": sklearn}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the N of each workload")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch threads: {torch.get_num_threads()}")
+    print(f"{'workload':<24}{'mixle ms':>10}{'torch ms':>10}{'sklearn ms':>12}{'mixle/torch':>13}{'mixle/sklearn':>15}")
+    for n, dim, k in [(1_000_000, 1, 8), (200_000, 8, 8)]:
+        n = int(n * args.scale)
+        r = run(n, dim, k, args.repeats)
+        name = f"N={n} D={dim} K={k}"
+        print(f"{name:<24}{r['mixle']*1e3:>10.1f}{r['torch']*1e3:>10.1f}{r['sklearn']*1e3:>12.1f}"
+              f"{r['mixle']/r['torch']:>13.2f}{r['mixle']/r['sklearn']:>15.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""The EM core: distribution families in the pysp protocol, and the ``seq_*`` dispatch."""
+from .base import Accumulator, Distribution, Encoder, Estimator
+from .categorical import CategoricalDistribution, CategoricalEstimator
+from .diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEstimator
+from .estimation import (
+    EMStep,
+    accumulate,
+    em_step,
+    m_step,
+    seq_encode,
+    seq_estimate,
+    seq_initialize,
+    seq_log_density_sum,
+    tie_keys,
+)
+from .gaussian import GaussianDistribution, GaussianEstimator
+from .mixture import MixtureDistribution, MixtureEstimator
+from .multivariate_gaussian import MultivariateGaussianDistribution, MultivariateGaussianEstimator
+from .poisson import PoissonDistribution, PoissonEstimator
+
+__all__ = [
+    "Accumulator", "Distribution", "Encoder", "Estimator", "EMStep",
+    "CategoricalDistribution", "CategoricalEstimator",
+    "DiagonalGaussianDistribution", "DiagonalGaussianEstimator",
+    "GaussianDistribution", "GaussianEstimator",
+    "MixtureDistribution", "MixtureEstimator",
+    "MultivariateGaussianDistribution", "MultivariateGaussianEstimator",
+    "PoissonDistribution", "PoissonEstimator",
+    "accumulate", "em_step", "m_step", "seq_encode", "seq_estimate", "seq_initialize",
+    "seq_log_density_sum", "tie_keys",
+]

@@ -1,0 +1,139 @@
+"""The pysp-style protocol shared by every family: Distribution, Estimator, Accumulator.
+
+Values returned by ``Accumulator.value()`` are sums, so combining per-chunk or per-rank
+values in any order equals one pass over all the data. Numeric values are flat float64
+arrays (the distributed fold can add them as one tensor); anything else is folded by gather.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+
+def as_generator(rng: Any) -> np.random.Generator:
+    """Accept a seed, a ``Generator`` or a legacy ``RandomState``; return a ``Generator``."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, np.random.RandomState):
+        return np.random.default_rng(rng.randint(0, 2**31 - 1))
+    if rng is None or isinstance(rng, (int, np.integer)):
+        return np.random.default_rng(rng)
+    raise TypeError(f"rng must be a seed, numpy Generator or RandomState; got {type(rng).__name__}")
+
+
+def check_finite(x: np.ndarray, what: str) -> np.ndarray:
+    """Reject NaN/inf. Empty input is allowed here: a rank's shard may be empty."""
+    if not np.all(np.isfinite(x)):
+        bad = int(np.flatnonzero(~np.isfinite(x).reshape(len(x), -1).all(axis=1))[0])
+        raise ValueError(f"{what}: observation {bad} is NaN or infinite; drop or impute it first")
+    return x
+
+
+class AccumulatorFactory:
+    """``estimator.accumulator_factory().make()`` builds a fresh, empty accumulator."""
+
+    def __init__(self, make: Callable[[], "Accumulator"]):
+        self.make = make
+
+
+class Distribution:
+    """A fitted model: densities, sampling, and how to encode data for it."""
+
+    def seq_log_density(self, enc: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def dist_to_encoder(self) -> "Encoder":
+        raise NotImplementedError
+
+    def log_density(self, x: Any) -> float:
+        return float(self.seq_log_density(self.dist_to_encoder().seq_encode([x]))[0])
+
+
+class Encoder:
+    """Turns raw observations into the resident arrays the ``seq_*`` kernels read."""
+
+    def seq_encode(self, data: Any) -> Any:
+        raise NotImplementedError
+
+
+class Estimator:
+    """Builds accumulators and runs the M-step. ``keys`` ties statistics across estimators."""
+
+    keys: Optional[str] = None
+
+    def accumulator_factory(self) -> AccumulatorFactory:
+        return AccumulatorFactory(self.make_accumulator)
+
+    def make_accumulator(self) -> "Accumulator":
+        raise NotImplementedError
+
+    def estimate(self, nobs: Optional[float], value: Any) -> Distribution:
+        raise NotImplementedError
+
+
+class Accumulator:
+    """Sufficient statistics. Subclasses implement the ``seq_*`` kernels and the value codec.
+
+    ``seq_update`` may return the per-observation log-density of ``model`` when it computes it
+    anyway (a mixture does, in its E-step); otherwise it returns ``None``.
+    """
+
+    keys: Optional[str] = None
+
+    def seq_update(self, enc: Any, weights: Optional[np.ndarray], model: Any):
+        raise NotImplementedError
+
+    def seq_initialize(self, enc: Any, weights: Optional[np.ndarray], rng: np.random.Generator):
+        self.seq_update(enc, weights, None)
+
+    def acc_to_encoder(self) -> Encoder:
+        raise NotImplementedError
+
+    def value(self) -> Any:
+        raise NotImplementedError
+
+    def from_value(self, value: Any) -> "Accumulator":
+        raise NotImplementedError
+
+    def combine(self, value: Any) -> "Accumulator":
+        raise NotImplementedError
+
+    def update(self, x: Any, weight: float, estimate: Any) -> None:
+        self.seq_update(self.acc_to_encoder().seq_encode([x]), np.array([float(weight)]), estimate)
+
+    def initialize(self, x: Any, weight: float, rng: Any) -> None:
+        enc = self.acc_to_encoder().seq_encode([x])
+        self.seq_initialize(enc, np.array([float(weight)]), as_generator(rng))
+
+    def key_merge(self, stats: dict) -> None:
+        """Add this accumulator's statistics into ``stats[keys]`` (first one in is the sum)."""
+        if self.keys is not None:
+            if self.keys in stats:
+                stats[self.keys].combine(self.value())
+            else:
+                stats[self.keys] = self
+
+    def key_replace(self, stats: dict) -> None:
+        """Overwrite this accumulator with the merged statistics of its key."""
+        if self.keys is not None:
+            self.from_value(stats[self.keys].value())
+
+
+class ArrayAccumulator(Accumulator):
+    """An accumulator whose whole value is one flat float64 array of sums."""
+
+    def __init__(self, size: int, keys: Optional[str]):
+        self.stats = np.zeros(size)
+        self.keys = keys
+
+    def value(self) -> np.ndarray:
+        return self.stats.copy()
+
+    def from_value(self, value: np.ndarray) -> "ArrayAccumulator":
+        self.stats = np.array(value, dtype=np.float64)
+        return self
+
+    def combine(self, value: np.ndarray) -> "ArrayAccumulator":
+        self.stats += value
+        return self

@@ -1,0 +1,113 @@
+"""Categorical over arbitrary hashable, mutually comparable labels."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .base import Accumulator, Distribution, Encoder, Estimator
+from .sampler import Sampler
+
+
+@dataclass(frozen=True)
+class LabelEncoding:
+    """Distinct ``labels`` of a shard and each observation's ``index`` into them."""
+
+    labels: np.ndarray
+    index: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+class CategoricalEncoder(Encoder):
+    def seq_encode(self, data) -> LabelEncoding:
+        values = np.asarray(data)
+        if values.ndim != 1:
+            raise ValueError(f"Categorical expects a 1-D sequence of labels; got shape {values.shape}")
+        if values.dtype.kind == "f" and np.any(np.isnan(values)):
+            raise ValueError("Categorical labels contain NaN; drop or relabel those observations")
+        try:
+            labels, index = np.unique(values, return_inverse=True)
+        except TypeError:
+            raise ValueError("Categorical labels must be mutually comparable (e.g. all str or all int)") from None
+        return LabelEncoding(labels, index.reshape(-1))
+
+
+class CategoricalDistribution(Distribution):
+    """``pmap`` maps each label to its probability; the probabilities sum to 1."""
+
+    def __init__(self, pmap: dict):
+        if not pmap:
+            raise ValueError("CategoricalDistribution needs at least one label in pmap")
+        probs = np.array(list(pmap.values()), dtype=np.float64)
+        if np.any(probs < 0) or not np.isclose(probs.sum(), 1.0, rtol=0, atol=1e-9):
+            raise ValueError(f"pmap probabilities must be >= 0 and sum to 1; they sum to {probs.sum()!r}")
+        self.pmap = dict(pmap)
+
+    def __repr__(self) -> str:
+        return f"CategoricalDistribution({self.pmap!r})"
+
+    def seq_log_density(self, enc: LabelEncoding) -> np.ndarray:
+        probs = np.array([self.pmap.get(label, 0.0) for label in enc.labels.tolist()], dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            return np.log(probs)[enc.index]
+
+    def dist_to_encoder(self) -> Encoder:
+        return CategoricalEncoder()
+
+    def estimator(self, **kwargs) -> "CategoricalEstimator":
+        return CategoricalEstimator(**kwargs)
+
+    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        labels = np.array(list(self.pmap.keys()))
+        return labels[rng.choice(len(labels), size=n, p=np.array(list(self.pmap.values())))]
+
+    def sampler(self, seed=None) -> Sampler:
+        return Sampler(self._draw, seed)
+
+
+class CategoricalAccumulator(Accumulator):
+    """Weighted count per label. The value is a dict, so the distributed fold gathers it."""
+
+    def __init__(self, keys: Optional[str]):
+        self.counts: dict = {}
+        self.keys = keys
+
+    def seq_update(self, enc: LabelEncoding, weights, model):
+        sums = np.bincount(enc.index, weights=weights, minlength=len(enc.labels))
+        self.combine(dict(zip(enc.labels.tolist(), sums.tolist())))
+
+    def value(self) -> dict:
+        return dict(self.counts)
+
+    def from_value(self, value: dict) -> "CategoricalAccumulator":
+        self.counts = dict(value)
+        return self
+
+    def combine(self, value: dict) -> "CategoricalAccumulator":
+        for label, count in value.items():
+            self.counts[label] = self.counts.get(label, 0.0) + count
+        return self
+
+    def acc_to_encoder(self) -> Encoder:
+        return CategoricalEncoder()
+
+
+class CategoricalEstimator(Estimator):
+    """M-step ``p(label) ∝ count + pseudo_count``; with no weight at all, uniform over seen labels."""
+
+    def __init__(self, pseudo_count: float = 0.0, keys: Optional[str] = None):
+        self.pseudo_count, self.keys = float(pseudo_count), keys
+
+    def make_accumulator(self) -> CategoricalAccumulator:
+        return CategoricalAccumulator(self.keys)
+
+    def estimate(self, nobs, value: dict) -> CategoricalDistribution:
+        if not value:
+            raise ValueError("CategoricalEstimator saw no labels; fit it on at least one observation")
+        counts = np.array(list(value.values()), dtype=np.float64) + self.pseudo_count
+        total = counts.sum()
+        probs = counts / total if total > 0 else np.full(len(counts), 1.0 / len(counts))
+        return CategoricalDistribution(dict(zip(value.keys(), probs.tolist())))

@@ -1,0 +1,165 @@
+"""Gaussian with diagonal covariance in D dimensions; statistics are the moments [1, x, x²]."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .base import ArrayAccumulator, Distribution, Encoder, Estimator, check_finite
+from .sampler import Sampler
+
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+@dataclass(frozen=True)
+class MomentEncoding:
+    """Rows ``[1, x_1..x_D, x_1²..x_D²]``: one matrix product gives every weighted moment."""
+
+    features: np.ndarray
+
+    @property
+    def dim(self) -> int:
+        return (self.features.shape[1] - 1) // 2
+
+    @property
+    def x(self) -> np.ndarray:
+        return self.features[:, 1 : 1 + self.dim]
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+
+def moment_encoding(x: np.ndarray) -> MomentEncoding:
+    return MomentEncoding(np.concatenate([np.ones((len(x), 1)), x, x * x], axis=1))
+
+
+def moments_log_density(enc: MomentEncoding, mu: np.ndarray, sigma2: np.ndarray) -> torch.Tensor:
+    """``(N, K)`` log-densities of K diagonal Gaussians with means/variances of shape ``(K, D)``."""
+    x = torch.from_numpy(enc.features)[:, 1 : 1 + enc.dim]
+    mu_t = torch.from_numpy(mu)
+    const = torch.from_numpy(-0.5 * (mu.shape[1] * LOG_2PI + np.log(sigma2).sum(axis=1)))
+    scale = torch.from_numpy(np.sqrt(0.5 / sigma2))
+    if enc.dim == 1:  # the common 1-D case: stay on (N, K) without a reduction pass
+        z = (x - mu_t.T).mul_(scale.T)
+        return torch.addcmul(const, z, z, value=-1.0)
+    z = (x[:, None, :] - mu_t).mul_(scale)
+    return const - z.square_().sum(dim=-1)
+
+
+def weighted_moments(enc: MomentEncoding, weights) -> np.ndarray:
+    """``(K, 1+2D)`` sums of weights, weighted x and weighted x²; ``weights`` is (N,) or (N, K)."""
+    features = torch.from_numpy(enc.features)
+    if weights is None:
+        return features.sum(dim=0).numpy()
+    w = weights if isinstance(weights, torch.Tensor) else torch.from_numpy(np.asarray(weights, float))
+    return (w @ features if w.ndim == 1 else w.T @ features).numpy()
+
+
+def check_vectors(data, dim: Optional[int], name: str) -> np.ndarray:
+    x = np.asarray(data, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(
+            f"{name} expects an (N, D) array of vectors; got shape {x.shape}. "
+            "Reshape 1-D data with x[:, None] or use GaussianEstimator for scalars"
+        )
+    if dim is not None and x.shape[1] != dim:
+        raise ValueError(f"{name} has dimension {dim} but the data has {x.shape[1]} columns")
+    return check_finite(x, name)
+
+
+class DiagonalGaussianEncoder(Encoder):
+    def __init__(self, dim: Optional[int] = None):
+        self.dim = dim
+
+    def seq_encode(self, data) -> MomentEncoding:
+        return moment_encoding(check_vectors(data, self.dim, "DiagonalGaussian"))
+
+
+class DiagonalGaussianDistribution(Distribution):
+    """Independent Gaussians per coordinate: means ``mu`` (D,), variances ``sigma2`` (D,)."""
+
+    def __init__(self, mu, sigma2):
+        self.mu = np.atleast_1d(np.asarray(mu, dtype=np.float64))
+        self.sigma2 = np.atleast_1d(np.asarray(sigma2, dtype=np.float64))
+        if self.mu.shape != self.sigma2.shape or self.mu.ndim != 1:
+            raise ValueError(f"mu {self.mu.shape} and sigma2 {self.sigma2.shape} must both be (D,)")
+        if not (np.all(np.isfinite(self.mu)) and np.all(self.sigma2 > 0) and np.all(np.isfinite(self.sigma2))):
+            raise ValueError("mu must be finite and every sigma2 finite and > 0")
+
+    def __repr__(self) -> str:
+        return f"DiagonalGaussianDistribution(mu={self.mu.tolist()}, sigma2={self.sigma2.tolist()})"
+
+    @staticmethod
+    def stacked_log_density(enc: MomentEncoding, dists) -> torch.Tensor:
+        mu = np.stack([np.atleast_1d(d.mu) for d in dists])
+        return moments_log_density(enc, mu, np.stack([np.atleast_1d(d.sigma2) for d in dists]))
+
+    def seq_log_density(self, enc: MomentEncoding) -> np.ndarray:
+        return self.stacked_log_density(enc, [self])[:, 0].numpy()
+
+    def dist_to_encoder(self) -> Encoder:
+        return DiagonalGaussianEncoder(len(self.mu))
+
+    def estimator(self, **kwargs) -> "DiagonalGaussianEstimator":
+        return DiagonalGaussianEstimator(dim=len(self.mu), **kwargs)
+
+    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return self.mu + np.sqrt(self.sigma2) * rng.standard_normal((n, len(self.mu)))
+
+    def sampler(self, seed=None) -> Sampler:
+        return Sampler(self._draw, seed)
+
+
+class MomentAccumulator(ArrayAccumulator):
+    """Weighted ``[n, Σx, Σx²]`` for the diagonal and 1-D Gaussians."""
+
+    def __init__(self, dim: Optional[int], keys: Optional[str], encoder: Encoder):
+        super().__init__(0 if dim is None else 1 + 2 * dim, keys)
+        self.encoder = encoder
+
+    def _add(self, moments: np.ndarray) -> None:
+        self.stats = moments.copy() if self.stats.size == 0 else self.stats + moments
+
+    def seq_update(self, enc: MomentEncoding, weights, model):
+        self._add(weighted_moments(enc, weights))
+
+    @staticmethod
+    def stacked_seq_update(accumulators, enc: MomentEncoding, resp: torch.Tensor) -> None:
+        for acc, moments in zip(accumulators, weighted_moments(enc, resp)):
+            acc._add(moments)
+
+    def combine(self, value: np.ndarray) -> "MomentAccumulator":
+        self._add(np.asarray(value, dtype=np.float64))
+        return self
+
+    def acc_to_encoder(self) -> Encoder:
+        return self.encoder
+
+
+def moment_estimate(nobs_value: np.ndarray, min_var: float):
+    """Means and floored variances from ``[n, Σx, Σx²]``; an empty component gets N(0, 1)."""
+    dim = (len(nobs_value) - 1) // 2
+    n = nobs_value[0]
+    if n <= 0:
+        return np.zeros(dim), np.ones(dim)
+    mu = nobs_value[1 : 1 + dim] / n
+    sigma2 = nobs_value[1 + dim :] / n - mu * mu
+    return mu, np.maximum(sigma2, min_var)
+
+
+class DiagonalGaussianEstimator(Estimator):
+    """M-step for a diagonal Gaussian; variances are floored at ``min_var``."""
+
+    def __init__(self, dim: Optional[int] = None, min_var: float = 1e-6, keys: Optional[str] = None):
+        self.dim, self.min_var, self.keys = dim, float(min_var), keys
+
+    def make_accumulator(self) -> MomentAccumulator:
+        return MomentAccumulator(self.dim, self.keys, DiagonalGaussianEncoder(self.dim))
+
+    def estimate(self, nobs, value: np.ndarray) -> DiagonalGaussianDistribution:
+        if np.size(value) == 0:
+            raise ValueError("DiagonalGaussianEstimator saw no data and has no dim; pass dim=D")
+        return DiagonalGaussianDistribution(*moment_estimate(value, self.min_var))

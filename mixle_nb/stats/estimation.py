@@ -1,0 +1,112 @@
+"""Dispatch: each function takes locally encoded data or a handle with the matching
+``pysp_*`` method (recognised by the method, never by type)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from .base import Accumulator, Distribution, Estimator, as_generator
+
+
+@dataclass
+class Accumulated:
+    """Statistics of some data for the next model, and the log-density of the current one."""
+
+    count: float
+    accumulator: Accumulator
+    log_density: float  # NaN when no model was given
+
+
+@dataclass
+class EMStep:
+    """One EM iteration: the new ``model``, and ``log_density`` of the data under the model
+    the step started from (a by-product of the same E-step pass)."""
+
+    model: Distribution
+    count: float
+    log_density: float
+
+
+def seq_encode(data: Any, model: Distribution = None, estimator: Estimator = None) -> Any:
+    """Encode ``data`` once for repeated ``seq_*`` calls, with the model's or estimator's encoder."""
+    if model is not None:
+        encoder = model.dist_to_encoder()
+    elif estimator is not None:
+        encoder = estimator.accumulator_factory().make().acc_to_encoder()
+    else:
+        raise ValueError("seq_encode needs model= or estimator= to choose an encoder")
+    enc = encoder.seq_encode(data)
+    if len(enc) == 0:
+        raise ValueError("no observations: pass at least one data point")
+    return enc
+
+
+def accumulate(chunks: Sequence[Any], estimator: Estimator, model: Distribution = None) -> Accumulated:
+    """E-step over encoded ``chunks`` into one accumulator; also sums the log-density of ``model``."""
+    acc = estimator.accumulator_factory().make()
+    total = 0.0
+    for enc in chunks:
+        log_density = acc.seq_update(enc, None, model)
+        if model is not None:
+            if log_density is None:
+                log_density = model.seq_log_density(enc)
+            total += float(np.sum(log_density))
+    return Accumulated(float(sum(len(c) for c in chunks)), acc, total if model is not None else float("nan"))
+
+
+def tie_keys(acc: Accumulator) -> Accumulator:
+    """Merge then replace keyed statistics once, on fully combined statistics."""
+    stats: dict = {}
+    acc.key_merge(stats)
+    acc.key_replace(stats)
+    return acc
+
+
+def m_step(estimator: Estimator, count: float, acc: Accumulator) -> Distribution:
+    """Key-tie the folded statistics and estimate the new model."""
+    return estimator.estimate(count, tie_keys(acc).value())
+
+
+def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:
+    """One EM iteration on local data or a handle, reporting the objective of ``model``."""
+    if hasattr(enc, "pysp_em_step"):
+        return enc.pysp_em_step(estimator, model)
+    if hasattr(enc, "pysp_seq_estimate"):  # a handle without the one-pass extension
+        count, total = enc.pysp_seq_log_density_sum(model)
+        return EMStep(enc.pysp_seq_estimate(estimator, model), count, total)
+    acc = accumulate([enc], estimator, model)
+    return EMStep(m_step(estimator, acc.count, acc.accumulator), acc.count, acc.log_density)
+
+
+def seq_estimate(enc: Any, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
+    """One EM step: E-step under ``prev_estimate``, then the M-step."""
+    if hasattr(enc, "pysp_seq_estimate"):
+        return enc.pysp_seq_estimate(estimator, prev_estimate)
+    return em_step(enc, estimator, prev_estimate).model
+
+
+def initial_weights(n: int, rng: np.random.Generator, p: float) -> np.ndarray:
+    """Each observation takes part with probability ``p`` (weight 1, else 0)."""
+    if not 0.0 < p <= 1.0:
+        raise ValueError(f"initialisation fraction p must be in (0, 1]; got {p!r}")
+    return (rng.random(n) < p).astype(np.float64)
+
+
+def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distribution:
+    """Random initial model: a random subset of the data with random mixture responsibilities."""
+    if hasattr(enc, "pysp_seq_initialize"):
+        return enc.pysp_seq_initialize(estimator, rng, p)
+    rng = as_generator(rng)
+    weights = initial_weights(len(enc), rng, p)
+    acc = estimator.accumulator_factory().make()
+    acc.seq_initialize(enc, weights, rng)
+    return m_step(estimator, float(weights.sum()), acc)
+
+
+def seq_log_density_sum(enc: Any, model: Distribution) -> tuple[float, float]:
+    """``(count, total log-density)`` of the data under ``model``."""
+    if hasattr(enc, "pysp_seq_log_density_sum"):
+        return enc.pysp_seq_log_density_sum(model)
+    return float(len(enc)), float(np.sum(model.seq_log_density(enc)))

@@ -1,0 +1,64 @@
+"""The 1-D Gaussian: the diagonal Gaussian's kernels with D = 1 and scalar parameters."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from .base import Encoder, check_finite
+from .diagonal_gaussian import (
+    DiagonalGaussianDistribution,
+    DiagonalGaussianEstimator,
+    MomentAccumulator,
+    MomentEncoding,
+    moment_encoding,
+    moment_estimate,
+)
+
+
+class GaussianEncoder(Encoder):
+    def seq_encode(self, data) -> MomentEncoding:
+        x = np.asarray(data, dtype=np.float64)
+        if x.ndim == 2 and x.shape[1] == 1:
+            x = x[:, 0]
+        if x.ndim != 1:
+            raise ValueError(
+                f"GaussianDistribution expects a 1-D sequence of numbers; got shape {x.shape}. "
+                "For vectors use DiagonalGaussianEstimator or MultivariateGaussianEstimator"
+            )
+        return moment_encoding(check_finite(x, "Gaussian")[:, None])
+
+
+class GaussianDistribution(DiagonalGaussianDistribution):
+    """Univariate normal with mean ``mu`` and variance ``sigma2``."""
+
+    def __init__(self, mu: float, sigma2: float):
+        super().__init__([mu], [sigma2])
+        self.mu, self.sigma2 = float(mu), float(sigma2)
+
+    def __repr__(self) -> str:
+        return f"GaussianDistribution(mu={self.mu!r}, sigma2={self.sigma2!r})"
+
+    def dist_to_encoder(self) -> Encoder:
+        return GaussianEncoder()
+
+    def estimator(self, **kwargs) -> "GaussianEstimator":
+        return GaussianEstimator(**kwargs)
+
+    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return self.mu + math.sqrt(self.sigma2) * rng.standard_normal(n)
+
+
+class GaussianEstimator(DiagonalGaussianEstimator):
+    """M-step for a 1-D Gaussian; the variance is floored at ``min_var``."""
+
+    def __init__(self, min_var: float = 1e-6, keys: Optional[str] = None):
+        super().__init__(dim=1, min_var=min_var, keys=keys)
+
+    def make_accumulator(self) -> MomentAccumulator:
+        return MomentAccumulator(1, self.keys, GaussianEncoder())
+
+    def estimate(self, nobs, value: np.ndarray) -> GaussianDistribution:
+        mu, sigma2 = moment_estimate(value, self.min_var)
+        return GaussianDistribution(mu[0], sigma2[0])

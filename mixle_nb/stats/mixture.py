@@ -1,0 +1,181 @@
+"""Finite mixtures over any component family; EM is the mixture passing responsibilities
+to its components as observation weights."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from .base import Accumulator, ArrayAccumulator, Distribution, Encoder, Estimator
+from .sampler import Sampler
+
+
+def _stacked_kernel(objects: Sequence, name: str):
+    """The family's batched kernel when every object is of one class that provides it."""
+    kinds = {type(o) for o in objects}
+    return getattr(kinds.pop(), name, None) if len(kinds) == 1 else None
+
+
+def posterior(log_joint: torch.Tensor, weights) -> tuple[torch.Tensor, torch.Tensor]:
+    """Turn ``(N, K)`` log p(x, z=k) into weighted responsibilities, in place.
+
+    Returns ``(responsibilities, log p(x))``. The log-density of the model is a by-product of
+    normalising, which is why one E-step pass also reports the objective.
+    """
+    peak = log_joint.amax(dim=1, keepdim=True)
+    peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+    resp = log_joint.sub_(peak).exp_()
+    total = resp.sum(dim=1, keepdim=True)
+    log_density = (peak + total.log()).squeeze(1)
+    scale = torch.where(total > 0, 1.0 / total, torch.zeros_like(total))
+    if weights is not None:
+        scale.mul_(torch.from_numpy(np.asarray(weights, dtype=np.float64))[:, None])
+    return resp.mul_(scale), log_density
+
+
+class MixtureDistribution(Distribution):
+    """``components`` (any family, one shared encoding) with weights ``w`` summing to 1."""
+
+    def __init__(self, components: Sequence[Distribution], w):
+        self.components = list(components)
+        if not self.components:
+            raise ValueError("a mixture needs at least one component")
+        self.w = np.asarray(w, dtype=np.float64).reshape(-1)
+        if len(self.w) != len(self.components):
+            raise ValueError(f"{len(self.components)} components but {len(self.w)} weights")
+        if np.any(~np.isfinite(self.w)) or np.any(self.w < 0) or abs(self.w.sum() - 1.0) > 1e-8:
+            raise ValueError(
+                f"mixture weights must be finite, >= 0 and sum to 1; they sum to {self.w.sum()!r}. "
+                "Normalise them with w / w.sum()"
+            )
+        with np.errstate(divide="ignore"):
+            self._log_w = np.log(self.w)
+
+    def __repr__(self) -> str:
+        return f"MixtureDistribution({self.components!r}, w={self.w.tolist()})"
+
+    def log_joint(self, enc) -> torch.Tensor:
+        """``(N, K)`` log w_k + log p_k(x): one batched kernel when the family has one."""
+        stacked = _stacked_kernel(self.components, "stacked_log_density")
+        if stacked is not None:
+            lp = stacked(enc, self.components)
+        else:
+            lp = torch.stack([torch.from_numpy(np.asarray(c.seq_log_density(enc), np.float64))
+                              for c in self.components], dim=1)
+        return lp.add_(torch.from_numpy(self._log_w))
+
+    def seq_log_density(self, enc) -> np.ndarray:
+        return torch.logsumexp(self.log_joint(enc), dim=1).numpy()
+
+    def seq_posterior(self, enc) -> np.ndarray:
+        """``(N, K)`` component responsibilities."""
+        return posterior(self.log_joint(enc), None)[0].numpy()
+
+    def dist_to_encoder(self) -> Encoder:
+        return self.components[0].dist_to_encoder()
+
+    def estimator(self, **kwargs) -> "MixtureEstimator":
+        return MixtureEstimator([c.estimator() for c in self.components], **kwargs)
+
+    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        z = rng.choice(len(self.w), size=n, p=self.w)
+        counts = np.bincount(z, minlength=len(self.w))
+        drawn = np.concatenate([c._draw(rng, int(m)) for c, m in zip(self.components, counts)])
+        out = np.empty_like(drawn)
+        out[np.argsort(z, kind="stable")] = drawn
+        return out
+
+    def sampler(self, seed=None) -> Sampler:
+        return Sampler(self._draw, seed)
+
+
+class MixtureAccumulator(Accumulator):
+    """Component counts plus one accumulator per component. ``keys`` ties the weights."""
+
+    def __init__(self, accumulators: list, keys: Optional[str]):
+        self.accumulators = accumulators
+        self.counts = np.zeros(len(accumulators))
+        self.keys = keys
+
+    def _update_components(self, enc, resp: torch.Tensor, models=None, initialize_rng=None) -> None:
+        """Responsibilities become component weights: an update under ``models``, or a random
+        initialisation when ``initialize_rng`` is given."""
+        self.counts += resp.sum(dim=0).numpy()
+        stacked = _stacked_kernel(self.accumulators, "stacked_seq_update")
+        if stacked is not None:
+            stacked(self.accumulators, enc, resp)
+            return
+        columns = resp.numpy()
+        for k, acc in enumerate(self.accumulators):
+            if initialize_rng is None:
+                acc.seq_update(enc, columns[:, k], models[k])
+            else:
+                acc.seq_initialize(enc, columns[:, k], initialize_rng)
+
+    def seq_update(self, enc, weights, model: MixtureDistribution) -> np.ndarray:
+        resp, log_density = posterior(model.log_joint(enc), weights)
+        self._update_components(enc, resp, models=model.components)
+        return log_density.numpy()
+
+    def seq_initialize(self, enc, weights, rng: np.random.Generator) -> None:
+        # A sparse Dirichlet makes each observation mostly one component's, so components start apart.
+        k = len(self.accumulators)
+        resp = rng.dirichlet(np.full(k, 1.0 / (k * k)), size=len(enc))
+        if weights is not None:
+            resp *= np.asarray(weights, dtype=np.float64)[:, None]
+        self._update_components(enc, torch.from_numpy(resp), initialize_rng=rng)
+
+    def value(self):
+        return self.counts.copy(), [acc.value() for acc in self.accumulators]
+
+    def from_value(self, value) -> "MixtureAccumulator":
+        self.counts = np.array(value[0], dtype=np.float64)
+        for acc, v in zip(self.accumulators, value[1]):
+            acc.from_value(v)
+        return self
+
+    def combine(self, value) -> "MixtureAccumulator":
+        self.counts += value[0]
+        for acc, v in zip(self.accumulators, value[1]):
+            acc.combine(v)
+        return self
+
+    def key_merge(self, stats: dict) -> None:
+        if self.keys is not None:
+            if self.keys in stats:
+                stats[self.keys].combine(self.counts)
+            else:
+                stats[self.keys] = ArrayAccumulator(len(self.counts), None).from_value(self.counts)
+        for acc in self.accumulators:
+            acc.key_merge(stats)
+
+    def key_replace(self, stats: dict) -> None:
+        if self.keys is not None:
+            self.counts = stats[self.keys].value()
+        for acc in self.accumulators:
+            acc.key_replace(stats)
+
+    def acc_to_encoder(self) -> Encoder:
+        return self.accumulators[0].acc_to_encoder()
+
+
+class MixtureEstimator(Estimator):
+    """M-step for a mixture: weights ∝ counts + ``pseudo_count``, components from their estimators."""
+
+    def __init__(self, estimators: Sequence[Estimator], pseudo_count: float = 0.0, keys: Optional[str] = None):
+        self.estimators = list(estimators)
+        if not self.estimators:
+            raise ValueError("MixtureEstimator needs at least one component estimator")
+        self.pseudo_count, self.keys = float(pseudo_count), keys
+
+    def make_accumulator(self) -> MixtureAccumulator:
+        return MixtureAccumulator([e.make_accumulator() for e in self.estimators], self.keys)
+
+    def estimate(self, nobs, value) -> MixtureDistribution:
+        counts, component_values = value
+        components = [e.estimate(c, v) for e, c, v in zip(self.estimators, counts, component_values)]
+        weights = np.asarray(counts, dtype=np.float64) + self.pseudo_count
+        total = weights.sum()
+        w = weights / total if total > 0 else np.full(len(weights), 1.0 / len(weights))
+        return MixtureDistribution(components, w)

@@ -1,0 +1,145 @@
+"""Gaussian with full covariance; statistics are ``[n, Σx, Σxxᵀ]`` flattened."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .base import ArrayAccumulator, Distribution, Encoder, Estimator
+from .diagonal_gaussian import LOG_2PI, check_vectors
+from .sampler import Sampler
+
+
+@dataclass(frozen=True)
+class VectorEncoding:
+    x: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+class MultivariateGaussianEncoder(Encoder):
+    def __init__(self, dim: Optional[int] = None):
+        self.dim = dim
+
+    def seq_encode(self, data) -> VectorEncoding:
+        return VectorEncoding(np.ascontiguousarray(check_vectors(data, self.dim, "MultivariateGaussian")))
+
+
+class MultivariateGaussianDistribution(Distribution):
+    """Mean ``mu`` (D,) and symmetric positive-definite covariance ``covar`` (D, D)."""
+
+    def __init__(self, mu, covar):
+        self.mu = np.asarray(mu, dtype=np.float64).reshape(-1)
+        self.covar = np.asarray(covar, dtype=np.float64)
+        d = len(self.mu)
+        if self.covar.shape != (d, d):
+            raise ValueError(f"covar must be ({d}, {d}) to match mu; got {self.covar.shape}")
+        if not (np.all(np.isfinite(self.mu)) and np.all(np.isfinite(self.covar))):
+            raise ValueError("mu and covar must be finite")
+        if not np.allclose(self.covar, self.covar.T, rtol=1e-10, atol=0):
+            raise ValueError("covar must be symmetric")
+        try:
+            chol = np.linalg.cholesky(self.covar)
+        except np.linalg.LinAlgError:
+            raise ValueError("covar is not positive definite; add a small multiple of the identity") from None
+        # Σ⁻¹ = U Uᵀ with U = L⁻ᵀ, so the Mahalanobis term is ‖(x - μ)ᵀ U‖².
+        self._prec_chol = np.linalg.inv(chol).T
+        self._log_norm = -0.5 * d * LOG_2PI - np.log(np.diag(chol)).sum()
+
+    def __repr__(self) -> str:
+        return f"MultivariateGaussianDistribution(mu={self.mu.tolist()}, covar={self.covar.tolist()})"
+
+    @staticmethod
+    def stacked_log_density(enc: VectorEncoding, dists) -> torch.Tensor:
+        """``(N, K)`` log-densities through one ``(N, D) @ (D, K·D)`` product."""
+        n, d, k = len(enc), enc.x.shape[1], len(dists)
+        prec = np.stack([m._prec_chol for m in dists])  # (K, D, D)
+        shift = np.einsum("kd,kde->ke", np.stack([m.mu for m in dists]), prec)
+        y = torch.from_numpy(enc.x) @ torch.from_numpy(prec.transpose(1, 0, 2).reshape(d, k * d))
+        y = y.sub_(torch.from_numpy(shift.reshape(-1))).square_().view(n * k, d)
+        # Summing D squares as a product with a ones vector beats a reduction over a short axis.
+        maha = (y @ torch.full((d, 1), -0.5, dtype=torch.float64)).view(n, k)
+        return maha.add_(torch.tensor([m._log_norm for m in dists], dtype=torch.float64))
+
+    def seq_log_density(self, enc: VectorEncoding) -> np.ndarray:
+        return self.stacked_log_density(enc, [self])[:, 0].numpy()
+
+    def dist_to_encoder(self) -> Encoder:
+        return MultivariateGaussianEncoder(len(self.mu))
+
+    def estimator(self, **kwargs) -> "MultivariateGaussianEstimator":
+        return MultivariateGaussianEstimator(dim=len(self.mu), **kwargs)
+
+    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.multivariate_normal(self.mu, self.covar, size=n, method="cholesky")
+
+    def sampler(self, seed=None) -> Sampler:
+        return Sampler(self._draw, seed)
+
+
+def _second_moments(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``(K, 1 + D + D²)`` rows ``[Σw, Σw·x, Σw·xxᵀ]`` for weights of shape (N, K)."""
+    wt, xt = weights.T, x.T.contiguous()
+    # One (D, N) @ (N, D) product per component: no (K, D, N) temporary.
+    outer = torch.stack([(xt * w) @ x for w in wt])
+    return torch.cat([wt.sum(dim=1, keepdim=True), wt @ x, outer.flatten(1)], dim=1)
+
+
+class MultivariateGaussianAccumulator(ArrayAccumulator):
+    def __init__(self, dim: Optional[int], keys: Optional[str]):
+        super().__init__(0 if dim is None else 1 + dim + dim * dim, keys)
+        self.dim = dim
+
+    def _add(self, stats: np.ndarray) -> None:
+        self.stats = stats.copy() if self.stats.size == 0 else self.stats + stats
+
+    def seq_update(self, enc: VectorEncoding, weights, model):
+        x = torch.from_numpy(enc.x)
+        w = torch.ones(len(enc), 1, dtype=torch.float64) if weights is None else torch.from_numpy(
+            np.asarray(weights, dtype=np.float64)
+        )[:, None]
+        self._add(_second_moments(x, w)[0].numpy())
+
+    @staticmethod
+    def stacked_seq_update(accumulators, enc: VectorEncoding, resp: torch.Tensor) -> None:
+        for acc, stats in zip(accumulators, _second_moments(torch.from_numpy(enc.x), resp).numpy()):
+            acc._add(stats)
+
+    def combine(self, value: np.ndarray) -> "MultivariateGaussianAccumulator":
+        self._add(np.asarray(value, dtype=np.float64))
+        return self
+
+    def acc_to_encoder(self) -> Encoder:
+        return MultivariateGaussianEncoder(self.dim)
+
+
+class MultivariateGaussianEstimator(Estimator):
+    """M-step for a full-covariance Gaussian.
+
+    Eigenvalues of the covariance are kept at or above ``min_covar`` (a ridge is added only
+    when needed), so an emptied or collapsed component never yields a singular covariance.
+    """
+
+    def __init__(self, dim: Optional[int] = None, min_covar: float = 1e-6, keys: Optional[str] = None):
+        self.dim, self.min_covar, self.keys = dim, float(min_covar), keys
+
+    def make_accumulator(self) -> MultivariateGaussianAccumulator:
+        return MultivariateGaussianAccumulator(self.dim, self.keys)
+
+    def estimate(self, nobs, value: np.ndarray) -> MultivariateGaussianDistribution:
+        if np.size(value) == 0:
+            raise ValueError("MultivariateGaussianEstimator saw no data and has no dim; pass dim=D")
+        d = int(round((np.sqrt(4 * len(value) - 3) - 1) / 2))
+        n = value[0]
+        if n <= 0:
+            return MultivariateGaussianDistribution(np.zeros(d), np.eye(d))
+        mu = value[1 : 1 + d] / n
+        covar = value[1 + d :].reshape(d, d) / n - np.outer(mu, mu)
+        covar = 0.5 * (covar + covar.T)
+        smallest = np.linalg.eigvalsh(covar)[0]
+        if smallest < self.min_covar:
+            covar[np.diag_indices(d)] += self.min_covar - smallest
+        return MultivariateGaussianDistribution(mu, covar)

@@ -1,0 +1,90 @@
+"""Poisson over non-negative integer counts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .base import ArrayAccumulator, Distribution, Encoder, Estimator, check_finite
+from .sampler import Sampler
+
+
+@dataclass(frozen=True)
+class CountEncoding:
+    """Counts as float64 and their ``log(x!)``, computed once per shard."""
+
+    x: np.ndarray
+    log_factorial: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+class PoissonEncoder(Encoder):
+    def seq_encode(self, data) -> CountEncoding:
+        x = check_finite(np.asarray(data, dtype=np.float64), "Poisson")
+        if x.ndim != 1:
+            raise ValueError(f"Poisson expects a 1-D sequence of counts; got shape {x.shape}")
+        if np.any(x < 0) or np.any(x != np.floor(x)):
+            bad = int(np.flatnonzero((x < 0) | (x != np.floor(x)))[0])
+            raise ValueError(f"Poisson counts must be non-negative integers; observation {bad} is {x[bad]!r}")
+        return CountEncoding(x, torch.lgamma(torch.from_numpy(x) + 1.0).numpy())
+
+
+class PoissonDistribution(Distribution):
+    """Rate ``lam`` > 0."""
+
+    def __init__(self, lam: float):
+        if not (np.isfinite(lam) and lam > 0):
+            raise ValueError(f"Poisson rate lam must be finite and > 0; got {lam!r}")
+        self.lam = float(lam)
+
+    def __repr__(self) -> str:
+        return f"PoissonDistribution(lam={self.lam!r})"
+
+    def seq_log_density(self, enc: CountEncoding) -> np.ndarray:
+        return enc.x * np.log(self.lam) - self.lam - enc.log_factorial
+
+    def dist_to_encoder(self) -> Encoder:
+        return PoissonEncoder()
+
+    def estimator(self, **kwargs) -> "PoissonEstimator":
+        return PoissonEstimator(**kwargs)
+
+    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.poisson(self.lam, size=n)
+
+    def sampler(self, seed=None) -> Sampler:
+        return Sampler(self._draw, seed)
+
+
+class PoissonAccumulator(ArrayAccumulator):
+    """Weighted ``[n, Σx]``."""
+
+    def __init__(self, keys: Optional[str]):
+        super().__init__(2, keys)
+
+    def seq_update(self, enc: CountEncoding, weights, model):
+        if weights is None:
+            self.stats += (len(enc), enc.x.sum())
+        else:
+            self.stats += (weights.sum(), weights @ enc.x)
+
+    def acc_to_encoder(self) -> Encoder:
+        return PoissonEncoder()
+
+
+class PoissonEstimator(Estimator):
+    """M-step ``lam = Σx / n``, floored at ``min_lam`` so an all-zero shard stays finite."""
+
+    def __init__(self, min_lam: float = 1e-10, keys: Optional[str] = None):
+        self.min_lam, self.keys = float(min_lam), keys
+
+    def make_accumulator(self) -> PoissonAccumulator:
+        return PoissonAccumulator(self.keys)
+
+    def estimate(self, nobs, value: np.ndarray) -> PoissonDistribution:
+        n, total = value
+        return PoissonDistribution(max(total / n, self.min_lam) if n > 0 else 1.0)
