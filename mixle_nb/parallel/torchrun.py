@@ -1,0 +1,271 @@
+"""torchrun SPMD backend for distributed estimation.
+
+Each rank encodes its shard once and keeps it resident; every EM step accumulates sufficient
+statistics locally, folds them across ranks, key-ties them and runs the M-step, so every rank
+ends with the identical model. Runs under ``torchrun``, any launcher that sets ``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``, or inside a group created beforehand
+(as ``MixleCluster`` does on ipyparallel engines).
+"""
+from __future__ import annotations
+
+import io
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..stats.base import Distribution, Estimator, as_generator
+from ..stats.estimation import EMStep, accumulate, initial_weights, m_step
+from ..stats.values import flatten_value, unflatten_value, value_layout
+from .handle import EncodedDataHandle
+
+FOLDS = ("auto", "gather", "allreduce")
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass
+class StepTimings:
+    """What one rank spent on the last step."""
+
+    shard: int
+    e_step_s: float
+    fold_s: float
+    m_step_s: float
+
+
+class _Discard(io.TextIOBase):
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def torchrun_out(root: int = 0):
+    """``sys.stdout`` on the root rank, a discarded buffer elsewhere."""
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", 0))
+    return sys.stdout if rank == root else _Discard()
+
+
+def _choose_encoder(estimator, model, encoder):
+    if encoder is not None:
+        return encoder
+    if model is not None:
+        return model.dist_to_encoder()
+    if estimator is not None:
+        return estimator.accumulator_factory().make().acc_to_encoder()
+    raise ValueError("TorchRunEncodedData needs encoder=, model= or estimator= to encode the data")
+
+
+def _split(shard: Any, parts: int) -> list:
+    bounds = np.linspace(0, len(shard), parts + 1).astype(int)
+    return [shard[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+class TorchRunEncodedData(EncodedDataHandle):
+    """Encoded-data handle sharded across torch.distributed ranks.
+
+    ``data``: with ``root_only=False`` every rank passes the same full dataset and keeps
+    ``data[rank::world]``; with ``root_only=True`` only the root needs real data and scatters
+    the shards. ``sub_chunks`` encoded sub-chunks are kept per rank. ``root`` is the group rank
+    that folds statistics on the gather path.
+
+    Extensions: ``fold`` picks how statistics cross ranks. ``"allreduce"`` flattens every
+    numeric statistic, the count and the log-density into one float64 tensor, all-reduces it
+    once, and lets every rank run the deterministic M-step (no broadcast). ``"gather"`` is the
+    reference path: pickle statistics to the root, fold there, broadcast the folded statistics
+    (two object collectives, like the reference's gather + model broadcast). ``"auto"``
+    takes the all-reduce whenever the statistics flatten identically on every rank (checked
+    once per estimator). ``last_timings`` holds this rank's :class:`StepTimings`.
+    """
+
+    def __init__(
+        self,
+        data: Optional[Sequence],
+        estimator: Optional[Estimator] = None,
+        model: Optional[Distribution] = None,
+        encoder: Any = None,
+        sub_chunks: int = 1,
+        group: Any = None,
+        root: int = 0,
+        root_only: bool = False,
+        init_process_group: bool = True,
+        backend: Optional[str] = None,
+        *,
+        fold: str = "auto",
+    ):
+        if fold not in FOLDS:
+            raise ValueError(f"fold must be one of {FOLDS}; got {fold!r}")
+        if int(sub_chunks) != sub_chunks or sub_chunks < 1:
+            raise ValueError(f"sub_chunks must be a positive integer; got {sub_chunks!r}")
+        encoder = _choose_encoder(estimator, model, encoder)
+        self._owns_group = False
+        if group is None and not dist.is_initialized():
+            self._init_group(init_process_group, backend)
+        self.group, self.fold = group, fold
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        if not 0 <= root < self.world:
+            raise ValueError(f"root must be a rank in [0, {self.world}); got {root}")
+        self.root = root
+        self._global_root = dist.get_global_rank(group, root) if group is not None else root
+        on_gpu = dist.get_backend(group) == "nccl"
+        self.device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+
+        shard = self._scatter(data) if root_only else self._own_slice(data)
+        self.chunks = [encoder.seq_encode(part) for part in _split(shard, int(sub_chunks))]
+        self.local_count = sum(len(c) for c in self.chunks)
+        self._count = int(self._all_reduce([float(self.local_count)])[0])
+        if self._count == 0:
+            self.close()
+            raise ValueError("TorchRunEncodedData got no observations on any rank")
+        self._fold_choice: dict[int, tuple[Estimator, str, Any]] = {}
+        self.last_timings: Optional[StepTimings] = None
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def _init_group(self, init_process_group: bool, backend: Optional[str]) -> None:
+        missing = [v for v in LAUNCHER_VARIABLES if v not in os.environ]
+        if not init_process_group or missing:
+            raise RuntimeError(
+                "no torch.distributed process group exists"
+                + (f" and the launcher variables {missing} are not set" if missing else "")
+                + ": run under `torchrun --nproc_per_node N script.py`, set RANK, WORLD_SIZE, "
+                "MASTER_ADDR and MASTER_PORT, or call torch.distributed.init_process_group first"
+            )
+        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend=backend)
+        self._owns_group = True
+
+    @staticmethod
+    def _as_sliceable(data):
+        if data is None:
+            raise ValueError("data is None on a rank that needs it: pass the full data on every "
+                             "rank, or use root_only=True and pass it on the root")
+        return data if isinstance(data, np.ndarray) else np.asarray(data)
+
+    def _own_slice(self, data):
+        return self._as_sliceable(data)[self.rank :: self.world]
+
+    def _scatter(self, data):
+        shards = None
+        if self.rank == self.root:
+            full = self._as_sliceable(data)
+            shards = [full[r :: self.world] for r in range(self.world)]
+        received = [None]
+        dist.scatter_object_list(received, shards, src=self._global_root, group=self.group)
+        return received[0]
+
+    # -- collectives -------------------------------------------------------------------------
+
+    def _all_reduce(self, numbers) -> np.ndarray:
+        tensor = torch.as_tensor(np.asarray(numbers, dtype=np.float64), device=self.device)
+        dist.all_reduce(tensor, group=self.group)
+        return tensor.cpu().numpy()
+
+    def _fold_path(self, estimator: Estimator, value: Any) -> tuple[str, Any]:
+        """Per estimator, once: all-reduce when every rank's statistics share one flat layout."""
+        if self.fold == "gather":
+            return "gather", None
+        cached = self._fold_choice.get(id(estimator))
+        if cached is not None and cached[0] is estimator:
+            return cached[1], cached[2]
+        layout = value_layout(value)
+        layouts = [None] * self.world
+        dist.all_gather_object(layouts, layout, group=self.group)
+        agreed = layout is not None and all(other == layout for other in layouts)
+        if self.fold == "allreduce" and not agreed:
+            raise ValueError("fold='allreduce' needs numeric statistics with the same layout on every "
+                             f"rank; got {sorted(set(map(str, layouts)))}. Use fold='gather' or 'auto'")
+        path = "allreduce" if agreed else "gather"
+        self._fold_choice[id(estimator)] = (estimator, path, layout)
+        return path, layout
+
+    def _fold(self, estimator: Estimator, count: float, acc, log_density: float):
+        """Combine every rank's statistics into ``acc`` on every rank; returns the global
+        ``(count, log_density)``. Either path leaves bit-identical statistics on all ranks, so
+        the M-step that follows is deterministic and needs no broadcast of the model."""
+        path, layout = self._fold_path(estimator, acc.value())
+        if path == "allreduce":
+            flat = self._all_reduce(np.concatenate([[count, log_density], flatten_value(acc.value())]))
+            acc.from_value(unflatten_value(flat[2:], layout))
+            return float(flat[0]), float(flat[1])
+        parts = [None] * self.world if self.rank == self.root else None
+        dist.gather_object((count, log_density, acc.value()), parts, dst=self._global_root, group=self.group)
+        message = [None]
+        if self.rank == self.root:
+            total = estimator.accumulator_factory().make()
+            for _, _, value in parts:
+                total.combine(value)
+            message = [(sum(p[0] for p in parts), sum(p[1] for p in parts), total.value())]
+        dist.broadcast_object_list(message, src=self._global_root, group=self.group)
+        count, log_density, value = message[0]
+        acc.from_value(value)
+        return float(count), float(log_density)
+
+    # -- the handle protocol -----------------------------------------------------------------
+
+    def pysp_em_step(self, estimator: Estimator, prev_estimate: Distribution) -> EMStep:
+        """One distributed EM step and the all-reduced log-density of ``prev_estimate``:
+        one pass over the shard, one collective."""
+        t0 = time.perf_counter()
+        local = accumulate(self.chunks, estimator, prev_estimate)
+        t1 = time.perf_counter()
+        count, log_density = self._fold(estimator, local.count, local.accumulator, local.log_density)
+        t2 = time.perf_counter()
+        model = m_step(estimator, count, local.accumulator)
+        self.last_timings = StepTimings(self.local_count, t1 - t0, t2 - t1, time.perf_counter() - t2)
+        return EMStep(model, count, log_density)
+
+    def pysp_seq_estimate(self, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
+        """One distributed EM step; every rank returns the identical model."""
+        return self.pysp_em_step(estimator, prev_estimate).model
+
+    def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
+        """Distributed randomized initialization; identical model on all ranks.
+
+        The root draws one seed per rank from ``rng`` and scatters them, so the result is
+        reproducible for a given seed and world size, but differs from a one-process
+        ``seq_initialize`` with the same seed (each rank draws its own subset).
+        """
+        if not 0.0 < p <= 1.0:
+            raise ValueError(f"initialisation fraction p must be in (0, 1]; got {p!r}")
+        seeds = None
+        if self.rank == self.root:
+            seeds = [[int(s)] for s in as_generator(rng).integers(0, 2**63 - 1, size=self.world)]
+        received = [None]
+        dist.scatter_object_list(received, seeds, src=self._global_root, group=self.group)
+        local_rng = np.random.default_rng(received[0][0])
+        acc, included = estimator.accumulator_factory().make(), 0.0
+        for enc in self.chunks:
+            weights = initial_weights(len(enc), local_rng, p)
+            acc.seq_initialize(enc, weights, local_rng)
+            included += float(weights.sum())
+        count, _ = self._fold(estimator, included, acc, float("nan"))
+        return m_step(estimator, count, acc)
+
+    def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
+        """Allreduced count and summed log density."""
+        total = sum(float(np.sum(estimate.seq_log_density(c))) for c in self.chunks)
+        count, total = self._all_reduce([float(self.local_count), total])
+        return float(count), float(total)
+
+    def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
+        """Globally folded batch sufficient statistics for streaming EM (not yet key-tied)."""
+        local = accumulate(self.chunks, estimator, model)
+        count, _ = self._fold(estimator, local.count, local.accumulator, local.log_density)
+        return count, local.accumulator
+
+    def close(self) -> None:
+        """Release the resident shard; destroy the process group only if this handle made it."""
+        self.chunks = []
+        if self._owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+        self._owns_group = False
+
+    def __len__(self) -> int:
+        return self._count
+

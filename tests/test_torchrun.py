@@ -1,0 +1,206 @@
+"""TorchRunEncodedData on real gloo process groups against single-process EM."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mixle_nb.inference import streaming_accumulate
+from mixle_nb.parallel.local_launch import run_local
+from mixle_nb.stats import (
+    CategoricalDistribution,
+    GaussianDistribution,
+    GaussianEstimator,
+    MixtureDistribution,
+    MixtureEstimator,
+    MultivariateGaussianDistribution,
+    MultivariateGaussianEstimator,
+    seq_encode,
+)
+
+STEPS = 5
+
+
+def gaussian_problem():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(-2, 1, 300), rng.normal(3, 0.7, 301)])
+    start = MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(0.5, 1),
+                                 GaussianDistribution(2, 1)], [0.3, 0.3, 0.4])
+    return x, start
+
+
+def tied_problem():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(200, 2))
+    start = MixtureDistribution([MultivariateGaussianDistribution([0, 0], np.eye(2)),
+                                 MultivariateGaussianDistribution([1, 1], np.eye(2))], [0.5, 0.5])
+    estimator = MixtureEstimator([MultivariateGaussianEstimator(2, keys="tied"),
+                                  MultivariateGaussianEstimator(2, keys="tied")], keys="w")
+    return x, start, estimator
+
+
+def label_problem():
+    labels = np.random.default_rng(2).choice(list("abcd"), size=150, p=[0.4, 0.3, 0.2, 0.1])
+    start = MixtureDistribution([CategoricalDistribution({"a": 0.7, "b": 0.1, "c": 0.1, "d": 0.1}),
+                                 CategoricalDistribution({"a": 0.1, "b": 0.3, "c": 0.3, "d": 0.3})], [0.5, 0.5])
+    return labels, start
+
+
+def params(model) -> np.ndarray:
+    """Every number of a model, flattened, for exact or toleranced comparison."""
+    if isinstance(model, MixtureDistribution):
+        return np.concatenate([model.w] + [params(c) for c in model.components])
+    if isinstance(model, CategoricalDistribution):
+        return np.array([model.pmap[k] for k in sorted(model.pmap)])
+    if isinstance(model, MultivariateGaussianDistribution):
+        return np.concatenate([model.mu, model.covar.ravel()])
+    return np.atleast_1d(np.concatenate([np.atleast_1d(model.mu), np.atleast_1d(model.sigma2)]))
+
+
+def fit(handle, estimator, model, steps=STEPS):
+    from mixle_nb.stats import em_step
+
+    log_densities = []
+    for _ in range(steps):
+        step = em_step(handle, estimator, model)
+        model = step.model
+        log_densities.append(step.log_density)
+    return params(model), log_densities
+
+
+def _rank_checks(rank, world):
+    """Everything one world size is asked, in one process group to keep the suite fast."""
+    import torch.distributed as dist
+
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    x, start = gaussian_problem()
+    estimator = start.estimator()
+    out = {}
+    with TorchRunEncodedData(x, estimator=estimator, fold="allreduce") as h:
+        assert dist.is_initialized() and len(h) == len(x)
+        out["allreduce"] = fit(h, estimator, start)
+        out["timings"] = h.last_timings
+        out["init"] = params(h.pysp_seq_initialize(estimator, np.random.default_rng(9), 0.5))
+        out["density_sum"] = h.pysp_seq_log_density_sum(start)
+        count, acc = h.pysp_stream_accumulate(estimator, start)
+        out["stream"] = (count, acc.value())
+        gather = TorchRunEncodedData(x, estimator=estimator, fold="gather")
+        out["gather"] = fit(gather, estimator, start)
+        root_only = TorchRunEncodedData(x if rank == 0 else None, model=start, root_only=True, sub_chunks=3)
+        out["root_only"] = fit(root_only, estimator, start)
+        out["root_only_shard"] = root_only.local_count
+        xt, tstart, testimator = tied_problem()
+        out["tied"] = fit(TorchRunEncodedData(xt, estimator=testimator), testimator, tstart)
+        labels, lstart = label_problem()
+        lhandle = TorchRunEncodedData(labels, model=lstart)
+        out["labels"] = fit(lhandle, lstart.estimator(), lstart)
+        out["labels_fold"] = lhandle._fold_path(lstart.estimator(), {})[0]
+        tiny = TorchRunEncodedData(x[:3], estimator=estimator)  # fewer points than ranks
+        out["tiny"] = fit(tiny, estimator, start, steps=2)
+        out["tiny_shard"] = tiny.local_count
+    out["destroyed_own_group"] = not dist.is_initialized()
+    dist.init_process_group("gloo")
+    TorchRunEncodedData(x, estimator=estimator).close()
+    out["kept_existing_group"] = dist.is_initialized()
+    dist.destroy_process_group()
+    return out
+
+
+@pytest.fixture(scope="module", params=[1, 2, 4])
+def world_results(request):
+    return request.param, run_local(_rank_checks, request.param)
+
+
+def single_process(x, start, estimator, steps=STEPS):
+    return fit(seq_encode(x, model=start), estimator, start, steps)
+
+
+def assert_identical_on_all_ranks(results, key):
+    first = results[0][key][0]
+    for r in results[1:]:
+        assert np.array_equal(r[key][0], first), f"{key}: ranks disagree"
+
+
+def assert_matches(result, reference, rtol=1e-10):
+    np.testing.assert_allclose(result[0], reference[0], rtol=rtol, atol=1e-12)
+    np.testing.assert_allclose(result[1], reference[1], rtol=rtol)
+
+
+def test_em_steps_match_single_process_and_agree_across_ranks(world_results):
+    world, results = world_results
+    x, start = gaussian_problem()
+    reference = single_process(x, start, start.estimator())
+    for key in ("allreduce", "gather", "root_only"):
+        assert_identical_on_all_ranks(results, key)
+        assert_matches(results[0][key], reference)
+    # Both fold paths give the same model to 1e-12.
+    np.testing.assert_allclose(results[0]["allreduce"][0], results[0]["gather"][0], rtol=1e-12)
+    assert sum(r["root_only_shard"] for r in results) == len(x)
+
+
+def test_key_tied_and_categorical_mixtures(world_results):
+    world, results = world_results
+    xt, tstart, testimator = tied_problem()
+    assert_identical_on_all_ranks(results, "tied")
+    assert_matches(results[0]["tied"], single_process(xt, tstart, testimator))
+    tied = results[0]["tied"][0]
+    np.testing.assert_array_equal(tied[2:8], tied[8:14])  # the two components are one estimate
+    labels, lstart = label_problem()
+    assert_identical_on_all_ranks(results, "labels")
+    assert_matches(results[0]["labels"], single_process(labels, lstart, lstart.estimator()))
+    assert results[0]["labels_fold"] == "gather"  # dict statistics cannot be flattened
+
+
+def test_more_ranks_than_points(world_results):
+    world, results = world_results
+    x, start = gaussian_problem()
+    assert [r["tiny_shard"] for r in results] == [len(range(r, 3, world)) for r in range(world)]
+    assert_identical_on_all_ranks(results, "tiny")
+    assert_matches(results[0]["tiny"], single_process(x[:3], start, start.estimator(), steps=2))
+
+
+def test_density_sum_stream_accumulate_and_initialize(world_results):
+    world, results = world_results
+    x, start = gaussian_problem()
+    enc = seq_encode(x, model=start)
+    for r in results:
+        count, total = r["density_sum"]
+        assert count == len(x)
+        assert total == pytest.approx(float(np.sum(start.seq_log_density(enc))), rel=1e-12)
+        local_count, local_acc = streaming_accumulate(enc, start.estimator(), start)
+        assert r["stream"][0] == local_count
+        np.testing.assert_allclose(r["stream"][1][0], local_acc.value()[0], rtol=1e-12)
+    assert_identical_on_all_ranks(results, "init")
+    timings = results[0]["timings"]
+    assert timings.shard == len(range(0, len(x), world)) and timings.e_step_s > 0
+
+
+def test_close_destroys_only_its_own_group(world_results):
+    _, results = world_results
+    assert all(r["destroyed_own_group"] and r["kept_existing_group"] for r in results)
+
+
+def _initial_model(rank, world):
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    x, start = gaussian_problem()
+    with TorchRunEncodedData(x, estimator=start.estimator()) as h:
+        return params(h.pysp_seq_initialize(start.estimator(), 4, 0.5))
+
+
+def test_initialize_is_reproducible_for_a_seed_and_world():
+    first, second = run_local(_initial_model, 2), run_local(_initial_model, 2)
+    assert np.array_equal(first[0], second[0]) and np.array_equal(first[0], first[1])
+
+
+def test_constructor_errors_name_the_fix(monkeypatch):
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    with pytest.raises(ValueError, match="encoder=, model= or estimator="):
+        TorchRunEncodedData([1.0, 2.0])
+    with pytest.raises(ValueError, match="fold must be one of"):
+        TorchRunEncodedData([1.0], estimator=GaussianEstimator(), fold="tree")
+    for variable in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(RuntimeError, match="torchrun --nproc_per_node"):
+        TorchRunEncodedData([1.0], estimator=GaussianEstimator())
