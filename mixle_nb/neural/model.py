@@ -1,0 +1,93 @@
+"""A small decoder-only transformer that maps a token context to next-token logits."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention through ``scaled_dot_product_attention``."""
+
+    def __init__(self, d_model: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        # No bias: a key bias has zero gradient (softmax ignores a per-query shift), so Adam
+        # would amplify rounding noise in it into updates of size lr.
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm residual block: attention then a 4x GELU MLP."""
+
+    def __init__(self, d_model: int, n_head: int):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_head)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class CausalLM(nn.Module):
+    """Token + position embeddings, ``blocks``, final LayerNorm, and a next-token head.
+
+    ``forward(contexts)`` takes ``(batch, t)`` token ids with ``t <= block`` and returns the
+    ``(batch, vocab)`` logits of the token that follows each context. Only the last position
+    goes through the head, since training pairs are ``(context, next token)``.
+    Setting ``activation_checkpointing`` recomputes each block in backward instead of storing
+    its activations.
+    """
+
+    def __init__(self, vocab: int, d_model: int, n_layer: int, n_head: int, block: int):
+        super().__init__()
+        self.vocab, self.block = vocab, block
+        self.tok_emb = nn.Embedding(vocab, d_model)
+        self.pos_emb = nn.Embedding(block, d_model)
+        self.blocks = nn.ModuleList(TransformerBlock(d_model, n_head) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab, bias=False)
+        self.activation_checkpointing = False
+
+    def forward(self, contexts: torch.Tensor) -> torch.Tensor:
+        t = contexts.shape[1]
+        if t > self.block:
+            raise ValueError(f"context length {t} exceeds the model's block {self.block}; "
+                             "crop contexts to the last `block` tokens")
+        x = self.tok_emb(contexts) + self.pos_emb.weight[:t]
+        recompute = self.activation_checkpointing and torch.is_grad_enabled()
+        for blk in self.blocks:
+            x = checkpoint(blk, x, use_reentrant=False) if recompute else blk(x)
+        return self.head(self.ln_f(x[:, -1]))
+
+
+def build_causal_lm(vocab: int, d_model: int = 128, n_layer: int = 4, n_head: int = 4,
+                    block: int = 64, *, seed: int = 0) -> CausalLM:
+    """Build a :class:`CausalLM` whose initial parameters depend only on ``seed``.
+
+    The global torch RNG is left untouched, so every rank that calls this with the same
+    arguments holds an identical model without a broadcast.
+    """
+    for name, value in (("vocab", vocab), ("d_model", d_model), ("n_layer", n_layer),
+                        ("n_head", n_head), ("block", block)):
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if d_model % n_head:
+        raise ValueError(f"d_model={d_model} must be divisible by n_head={n_head}; "
+                         "pick n_head among the divisors of d_model")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return CausalLM(vocab, d_model, n_layer, n_head, block)

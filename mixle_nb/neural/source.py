@@ -1,0 +1,129 @@
+"""Next-token training windows streamed straight from a token array.
+
+Window ``i`` is ``(tokens[i:i+block], tokens[i+block])``. A batch is one gather of
+``(batch, block + 1)`` rows from a strided view, so resident memory is the token array, one batch,
+and one chunk of at most 16k window offsets. The shuffled order is a keyed bijection of the window
+indices (add / xor-shift / odd-multiply rounds with cycle walking) evaluated a chunk at a time, so
+no permutation of length N is ever stored.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+_SCRAMBLE_ROUNDS = 4
+_CHUNK_WINDOWS = 16_384
+
+
+def as_token_array(token_ids) -> np.ndarray:
+    """Validate ``token_ids`` as a 1-D array of non-negative integers (no copy if already one)."""
+    tokens = np.asarray(token_ids)
+    if tokens.ndim != 1:
+        raise ValueError(f"token_ids must be 1-D, got shape {tokens.shape}; flatten the token stream")
+    if tokens.dtype == bool or not np.issubdtype(tokens.dtype, np.integer):
+        raise TypeError(f"token_ids must hold integers, got dtype {tokens.dtype}; "
+                        "encode text to ids first (e.g. CharTokenizer.encode)")
+    if tokens.size and np.issubdtype(tokens.dtype, np.signedinteger) and tokens.min() < 0:
+        raise ValueError("token_ids contain negative ids; ids must lie in [0, vocab)")
+    return tokens
+
+
+def permuted_indices(positions: np.ndarray, n: int, keys: np.ndarray) -> np.ndarray:
+    """Image of ``positions`` (in ``[0, n)``) under a bijection of ``[0, n)`` keyed by ``keys``."""
+    bits = max(1, (n - 1).bit_length())
+    mask, shift = np.uint64((1 << bits) - 1), np.uint64(max(1, bits // 2))
+
+    def scramble(x):
+        # Each step is a bijection of [0, 2**bits): add a key, xor-shift right, multiply by an
+        # odd number (all mod 2**bits). Rounds of them spread every input bit over the output.
+        for key in keys:
+            x += key
+            x &= mask
+            x ^= x >> shift
+            x *= key | np.uint64(1)
+            x &= mask
+            x ^= x >> shift
+        return x
+
+    # 2**bits < 2n, so re-scrambling the values that land outside [0, n) (cycle walking)
+    # restricts the bijection to [0, n) in under two passes on average.
+    out = scramble(positions.astype(np.uint64))
+    outside = out >= n
+    while outside.any():
+        out[outside] = scramble(out[outside])
+        outside = out >= n
+    return out.astype(np.int64)
+
+
+def epoch_keys(seed: int, epoch: int) -> np.ndarray:
+    return np.random.SeedSequence([seed, epoch]).generate_state(_SCRAMBLE_ROUNDS, dtype=np.uint64)
+
+
+class WindowOrder:
+    """Window start offsets of each batch, in an epoch's (shuffled) order.
+
+    Offsets are computed a fixed-size chunk of batches at a time: large enough to amortise
+    numpy's per-call overhead, small enough that memory stays independent of the token count.
+    """
+
+    def __init__(self, n_windows: int, batch_size: int, *, shuffle: bool, seed: int):
+        self.n_windows, self.batch_size, self.shuffle, self.seed = n_windows, batch_size, shuffle, seed
+        self.chunk = batch_size * max(1, _CHUNK_WINDOWS // batch_size)  # whole batches per chunk
+        self._key: tuple[int, int] | None = None
+        self._starts = np.empty(0, dtype=np.int64)
+
+    def batch(self, epoch: int, index: int) -> np.ndarray:
+        """Start offsets of batch ``index`` of ``epoch`` (the epoch's last batch may be short)."""
+        chunk, offset = divmod(index * self.batch_size, self.chunk)
+        if self._key != (epoch, chunk):
+            positions = np.arange(chunk * self.chunk, min((chunk + 1) * self.chunk, self.n_windows))
+            self._starts = (permuted_indices(positions, self.n_windows, epoch_keys(self.seed, epoch))
+                            if self.shuffle else positions)
+            self._key = (epoch, chunk)
+        return self._starts[offset:offset + self.batch_size]
+
+
+def window_view(tokens: np.ndarray, block: int) -> np.ndarray:
+    """Every ``block + 1``-token window as a zero-copy ``(N, block + 1)`` strided view."""
+    return sliding_window_view(tokens, block + 1)
+
+
+def gather_windows(windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(contexts (b, block), next_tokens (b,))`` as int64 from a :func:`window_view`."""
+    batch = windows[starts].astype(np.int64, copy=False)  # copies only the b selected rows
+    return batch[:, :-1], batch[:, -1]
+
+
+def batches_per_epoch(n_tokens: int, block: int, batch_size: int, drop_last: bool) -> int:
+    n_windows = max(n_tokens - block, 0)
+    return n_windows // batch_size if drop_last else -(-n_windows // batch_size)
+
+
+def stream_token_source(token_ids, block: int, batch_size: int, *, epochs: int = 1,
+                        shuffle: bool = True, seed: int = 0,
+                        drop_last: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield ``(contexts (b, block), next_tokens (b,))`` micro-batches over every window.
+
+    Each epoch visits all ``len(token_ids) - block`` windows once, in an order keyed by
+    ``(seed, epoch)`` when ``shuffle``. ``drop_last`` (extension) skips each epoch's short last
+    batch, so every batch holds exactly ``batch_size`` windows.
+    """
+    tokens = as_token_array(token_ids)
+    check_window_args(len(tokens), block, batch_size, epochs)
+    order = WindowOrder(len(tokens) - block, batch_size, shuffle=shuffle, seed=seed)
+    windows = window_view(tokens, block)
+    for epoch in range(epochs):
+        for index in range(batches_per_epoch(len(tokens), block, batch_size, drop_last)):
+            yield gather_windows(windows, order.batch(epoch, index))
+
+
+def check_window_args(n_tokens: int, block: int, batch_size: int, epochs: int) -> None:
+    """Raise a clear error for window arguments that cannot produce a batch."""
+    for name, value in (("block", block), ("batch_size", batch_size), ("epochs", epochs)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if block >= n_tokens:
+        raise ValueError(f"block={block} must be smaller than the token count {n_tokens} "
+                         "(each window needs block + 1 tokens); use a smaller block or more tokens")
