@@ -206,6 +206,11 @@ class RankCall:
     def data(self) -> dict[int, dict]:
         return {r: d for r, d in zip(self.ranks, self._ar["data"]) if d}
 
+    @property
+    def stdout(self) -> dict[int, str]:
+        """rank -> everything the rank has printed in this call so far."""
+        return dict(zip(self.ranks, self._ar["stdout"]))
+
     def cancelled(self) -> bool:
         return self._cancelled
 
@@ -639,6 +644,13 @@ class MixleCluster:
         ranks = self._targets(targets)
         self._require_usable(ranks)
         return RankCall(self, ranks, self._view_on(ranks).apply_async(fn, *args, **kwargs))
+
+    def execute_async(self, code: str, targets=None) -> RankCall:
+        """Start running ``code`` in every rank's namespace (or ``targets``'); its output is in
+        ``RankCall.stdout`` while it runs."""
+        ranks = self._targets(targets)
+        self._require_usable(ranks)
+        return RankCall(self, ranks, self._view_on(ranks).execute(code, silent=False, block=False))
 
     def run(self, fn: Callable, *args, targets=None, **kwargs) -> list:
         """``fn(*args, **kwargs)`` on every rank (or on ``targets``); per-rank results."""

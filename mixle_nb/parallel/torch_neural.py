@@ -309,13 +309,23 @@ class StreamingTokenEncodedData(EncodedDataHandle):
         tr.replica.load_state_dict(full)
         return tr.replica
 
+    @property
+    def steps_done(self) -> int:
+        """Optimizer steps taken so far with the current module (0 before training)."""
+        return 0 if self._training is None else self._training.step
+
+    @property
+    def total_steps(self) -> int:
+        """Optimizer steps in ``epochs`` epochs."""
+        return self.epochs * self.steps_per_epoch
+
     def pysp_seq_estimate(self, estimator: Any, prev_estimate: Any) -> Any:
         """Train this rank's shard for ``epochs`` epochs (or ``max_steps``), continuing any
         earlier call with the same estimator (same module: optimizer state and data cursor
         kept). Returns a leaf on the live module; ``prev_estimate`` is not needed because the
         module carries the state."""
         tr = self._training_for(estimator)
-        n_steps = self.epochs * self.steps_per_epoch
+        n_steps = self.total_steps
         if self.max_steps is not None:
             n_steps = min(n_steps, self.max_steps)
         self._train(tr, n_steps)

@@ -1,0 +1,223 @@
+"""IPython magics: thin shells over :class:`~mixle_nb.cluster.MixleCluster` and the panels.
+
+``%load_ext mixle_nb`` registers ``%mixle_cluster``, ``%mixle_push``, ``%mixle_scatter``,
+``%mixle_pull`` and ``%%mixle``. Each has ``--help``; misuse raises IPython's ``UsageError``,
+which the notebook shows as one line with the fix.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Optional
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from . import cluster as cluster_module
+from .cluster import BACKENDS, MixleCluster, RankDiedError, RankError
+
+STREAM_POLL_S = 0.1
+
+
+def running_cluster() -> MixleCluster:
+    """The current cluster, or a ``UsageError`` that says how to start one."""
+    cluster = cluster_module.current()
+    if cluster is None or cluster.state not in ("running", "broken"):
+        raise UsageError("no mixle cluster is running: start one with %mixle_cluster start N")
+    return cluster
+
+
+def parse_targets(text: Optional[str]) -> Optional[list[int]]:
+    """``"0,2"`` or ``"1-3"`` → rank list (parsed, never evaluated)."""
+    if text is None:
+        return None
+    ranks: list[int] = []
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            ranks.extend(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise UsageError(f"--targets takes ranks like 0,2 or 1-3; got {text!r}") from None
+    return ranks
+
+
+def run_cell(cluster: MixleCluster, code: str, targets=None, all_ranks: bool = False, out=None) -> None:
+    """Execute ``code`` on the ranks, streaming output while it runs: rank 0's (or the first
+    target's) by default, every rank's labelled ``[rank r]`` with ``all_ranks``. Errors come
+    back as :class:`RankError` naming the rank, with its traceback."""
+    out = out or sys.stdout
+    call = cluster.execute_async(code, targets=targets)
+    shown = call.ranks if all_ranks else call.ranks[:1]
+    printed = {r: 0 for r in shown}
+
+    def flush() -> None:
+        for rank, text in call.stdout.items():
+            if rank in printed and len(text) > printed[rank]:
+                new = text[printed[rank]:]
+                printed[rank] = len(text)
+                if all_ranks:
+                    new = "".join(f"[rank {rank}] {line}" for line in new.splitlines(keepends=True))
+                out.write(new)
+        out.flush()
+
+    while True:
+        try:
+            call.result(timeout=STREAM_POLL_S)
+            return
+        except TimeoutError:
+            pass  # still running: show what arrived and wait again
+        finally:
+            flush()
+
+
+def parse(magic, line: str):
+    """Parsed arguments, or ``None`` after printing the magic's usage for ``-h``/``--help``."""
+    if line.split()[:1] in (["-h"], ["--help"]):
+        print(magic.__doc__)
+        return None
+    return parse_argstring(magic, line)
+
+
+@magics_class
+class MixleMagics(Magics):
+    """The mixle magics; each delegates to a function you can call without IPython."""
+
+    @line_magic
+    @magic_arguments()
+    @argument("action", choices=["start", "stop", "status", "restart"], help="what to do with the cluster")
+    @argument("n", nargs="?", type=int, help="number of engines (ranks), for start")
+    @argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend")
+    @argument("--timeout", type=float, default=60.0, help="collective timeout in seconds")
+    @argument("--launcher", default="local", help="ipyparallel engine launcher: local, mpi, ssh, slurm")
+    @argument("--name", default="mixle", help="notebook variable the cluster is bound to")
+    def mixle_cluster(self, line):
+        """Start, stop, restart or show the mixle cluster.
+
+        Example::
+
+            %mixle_cluster start 4          # 4 engines, one gloo group; binds `mixle`
+            %mixle_cluster status
+            %mixle_cluster stop
+        """
+        args = parse(self.mixle_cluster, line)
+        if args is None:
+            return
+        if args.action == "start":
+            if args.n is None:
+                raise UsageError("say how many engines: %mixle_cluster start N (e.g. 4)")
+            current = cluster_module.current()
+            if current is not None and current.state in ("running", "broken"):
+                raise UsageError("a mixle cluster is already running: %mixle_cluster stop (or restart) first")
+            try:
+                cluster = MixleCluster(args.n, backend=args.backend, timeout=args.timeout, launcher=args.launcher)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            cluster.start(progress=lambda message: print(message, flush=True))
+            cluster.view.activate()  # ipyparallel's own %px targets these engines too
+            self.shell.user_ns[args.name] = cluster
+            display(cluster.status())
+        elif args.action == "stop":
+            running_cluster().stop()
+            print("mixle cluster stopped")
+        elif args.action == "restart":
+            cluster = running_cluster()
+            cluster.restart(progress=lambda message: print(message, flush=True))
+            cluster.view.activate()
+            display(cluster.status())
+        else:
+            display(running_cluster().status())
+
+    def _user_value(self, name: str):
+        if name not in self.shell.user_ns:
+            raise UsageError(f"{name!r} is not defined in this notebook; define it before pushing it")
+        return self.shell.user_ns[name]
+
+    @line_magic
+    @magic_arguments()
+    @argument("names", nargs="+", help="notebook variables to push")
+    def mixle_push(self, line):
+        """Push notebook variables to every rank under the same names.
+
+        Example::
+
+            %mixle_push estimator start
+        """
+        args = parse(self.mixle_push, line)
+        if args is None:
+            return
+        running_cluster().push(**{name: self._user_value(name) for name in args.names})
+
+    @line_magic
+    @magic_arguments()
+    @argument("name", help="a notebook sequence; rank r gets name[r::n] under the same name")
+    def mixle_scatter(self, line):
+        """Shard a sequence by rank.
+
+        Example::
+
+            %mixle_scatter data             # rank r gets data[r::n] as `data`
+        """
+        args = parse(self.mixle_scatter, line)
+        if args is None:
+            return
+        running_cluster().scatter(args.name, self._user_value(args.name))
+
+    @line_magic
+    @magic_arguments()
+    @argument("name", help="variable on the ranks")
+    @argument("--all", action="store_true", help="return a list with every rank's value")
+    @argument("--rank", type=int, default=0, help="rank to pull from (default 0)")
+    def mixle_pull(self, line):
+        """Pull a variable from rank 0 (or ``--rank R``, or ``--all`` ranks).
+
+        Example::
+
+            model = %mixle_pull model
+            shards = %mixle_pull shard_size --all
+        """
+        args = parse(self.mixle_pull, line)
+        if args is None:
+            return
+        cluster = running_cluster()
+        try:
+            return cluster.pull(args.name, rank="all" if args.all else args.rank)
+        except RankError as exc:
+            if exc.ename == "NameError":
+                raise UsageError(f"{args.name!r} is not defined on rank {exc.rank}; push it with "
+                                 f"%mixle_push {args.name}") from None
+            raise
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
+    @cell_magic
+    @magic_arguments()
+    @argument("--all", action="store_true", help="show every rank's output, labelled by rank")
+    @argument("--targets", help="ranks to run on, e.g. 0,2 or 1-3 (default: all)")
+    def mixle(self, line, cell):
+        """Run the cell on every rank; rank 0's output streams back (``--all``: every rank's).
+
+        Example::
+
+            %%mixle
+            import torch.distributed as dist
+            print(dist.get_rank(), dist.get_world_size())
+        """
+        args = parse(self.mixle, line)
+        if args is None:
+            return
+        cluster = running_cluster()
+        try:
+            run_cell(cluster, cell, targets=parse_targets(args.targets), all_ranks=args.all)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        except RankError as exc:
+            print(f"--- rank {exc.rank} raised {exc.ename}: {exc.evalue} ---\n{exc.traceback_text}", file=sys.stderr)
+            raise UsageError(f"the cell failed on rank {exc.rank} ({exc.ename}: {exc.evalue})") from None
+        except RankDiedError as exc:
+            raise UsageError(str(exc)) from None
+
+
+def load_ipython_extension(ipython) -> None:
+    ipython.register_magics(MixleMagics)

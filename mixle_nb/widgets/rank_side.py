@@ -1,0 +1,84 @@
+"""Functions the panels run on every rank. They find the handle, estimator and model by the
+names they have in the rank's namespace (where ``push``/``%mixle_push`` put them)."""
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import numpy as np
+
+
+def rank_namespace() -> dict:
+    """The engine's user namespace (``__main__`` outside IPython)."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    if shell is not None:
+        return shell.user_ns
+    import __main__
+
+    return __main__.__dict__
+
+
+def lookup(name: str) -> Any:
+    namespace = rank_namespace()
+    if name not in namespace:
+        raise NameError(f"{name!r} is not defined on this rank: push it first, e.g. %mixle_push {name}")
+    return namespace[name]
+
+
+def em_step_on_rank(handle: str, estimator: str, model: str) -> dict:
+    """One EM step on this rank's resident shard; the new model replaces ``model`` here."""
+    from ..stats.estimation import em_step
+
+    t0 = time.perf_counter()
+    h = lookup(handle)
+    step = em_step(h, lookup(estimator), lookup(model))
+    rank_namespace()[model] = step.model
+    timings = getattr(h, "last_timings", None)
+    return {
+        "model": step.model,
+        "log_density": step.log_density,
+        "e_step_s": timings.e_step_s if timings is not None else time.perf_counter() - t0,
+        "fold_s": timings.fold_s if timings is not None else float("nan"),
+    }
+
+
+def data_sample_on_rank(handle: str, n: int) -> Optional[np.ndarray]:
+    """Up to ``n`` raw observations from this rank's encoded shard, for drawing; ``None`` if
+    the encoding does not keep them."""
+    chunks = getattr(lookup(handle), "chunks", None) or []
+    xs = [np.asarray(c.x) for c in chunks if hasattr(c, "x")]
+    if not xs:
+        return None
+    x = np.concatenate(xs)
+    x = x[np.linspace(0, len(x) - 1, min(n, len(x))).astype(int)] if len(x) else x
+    return x[:, 0] if x.ndim == 2 and x.shape[1] == 1 else x
+
+
+def train_on_rank(handle: str, estimator: str, model: str, steps: int, every: int) -> dict:
+    """Train up to ``steps`` more optimizer steps, publishing ``{step, loss, tokens,
+    tokens_per_s, rank}`` every ``every`` steps through ipyparallel's data channel (no
+    collective). The trained leaf is bound to ``model`` on the rank."""
+    from ipyparallel.datapub import publish_data
+
+    h = lookup(handle)
+    saved = h.max_steps, h.progress, h.progress_every
+    h.max_steps, h.progress, h.progress_every = steps, publish_data, every
+    try:
+        rank_namespace()[model] = h.pysp_seq_estimate(lookup(estimator), None)
+    finally:
+        h.max_steps, h.progress, h.progress_every = saved
+    return {"steps_done": h.steps_done, "total_steps": h.total_steps}
+
+
+def training_progress_on_rank(handle: str) -> dict:
+    h = lookup(handle)
+    return {"steps_done": h.steps_done, "total_steps": h.total_steps}
+
+
+def generate_on_rank(model: str, prompt_ids, n: int, temperature: float, seed: int):
+    return lookup(model).generate(prompt_ids, n, temperature=temperature, seed=seed)
