@@ -20,6 +20,9 @@ class LabelEncoding:
     def __len__(self) -> int:
         return len(self.index)
 
+    def rows(self, start: int, stop: int) -> "LabelEncoding":
+        return LabelEncoding(self.labels, self.index[start:stop])
+
 
 class CategoricalEncoder(Encoder):
     def seq_encode(self, data) -> LabelEncoding:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Optional
 
 import numpy as np
@@ -31,21 +32,22 @@ class MomentEncoding:
     def __len__(self) -> int:
         return len(self.features)
 
+    def rows(self, start: int, stop: int) -> "MomentEncoding":
+        return MomentEncoding(self.features[start:stop])
+
 
 def moment_encoding(x: np.ndarray) -> MomentEncoding:
     return MomentEncoding(np.concatenate([np.ones((len(x), 1)), x, x * x], axis=1))
 
 
-def moments_log_density(enc: MomentEncoding, mu: np.ndarray, sigma2: np.ndarray) -> torch.Tensor:
-    """``(N, K)`` log-densities of K diagonal Gaussians with means/variances of shape ``(K, D)``."""
+def moments_log_density(enc: MomentEncoding, mu: torch.Tensor, scale: torch.Tensor,
+                        const: torch.Tensor) -> torch.Tensor:
+    """``(N, K)`` values ``const_k - Σ_d ((x_d - mu_kd) · scale_kd)²`` (``mu``, ``scale``: (K, D))."""
     x = torch.from_numpy(enc.features)[:, 1 : 1 + enc.dim]
-    mu_t = torch.from_numpy(mu)
-    const = torch.from_numpy(-0.5 * (mu.shape[1] * LOG_2PI + np.log(sigma2).sum(axis=1)))
-    scale = torch.from_numpy(np.sqrt(0.5 / sigma2))
     if enc.dim == 1:  # the common 1-D case: stay on (N, K) without a reduction pass
-        z = (x - mu_t.T).mul_(scale.T)
+        z = (x - mu.T).mul_(scale.T)
         return torch.addcmul(const, z, z, value=-1.0)
-    z = (x[:, None, :] - mu_t).mul_(scale)
+    z = (x[:, None, :] - mu).mul_(scale)
     return const - z.square_().sum(dim=-1)
 
 
@@ -93,12 +95,18 @@ class DiagonalGaussianDistribution(Distribution):
         return f"DiagonalGaussianDistribution(mu={self.mu.tolist()}, sigma2={self.sigma2.tolist()})"
 
     @staticmethod
-    def stacked_log_density(enc: MomentEncoding, dists) -> torch.Tensor:
+    def stacked_kernel(dists, log_weights=None):
+        """``enc -> (N, K)`` log-densities of ``dists`` (+ ``log_weights``), parameters prepared once."""
         mu = np.stack([np.atleast_1d(d.mu) for d in dists])
-        return moments_log_density(enc, mu, np.stack([np.atleast_1d(d.sigma2) for d in dists]))
+        sigma2 = np.stack([np.atleast_1d(d.sigma2) for d in dists])
+        const = -0.5 * (mu.shape[1] * LOG_2PI + np.log(sigma2).sum(axis=1))
+        if log_weights is not None:
+            const = const + log_weights
+        return partial(moments_log_density, mu=torch.from_numpy(mu),
+                       scale=torch.from_numpy(np.sqrt(0.5 / sigma2)), const=torch.from_numpy(const))
 
     def seq_log_density(self, enc: MomentEncoding) -> np.ndarray:
-        return self.stacked_log_density(enc, [self])[:, 0].numpy()
+        return self.stacked_kernel([self])(enc)[:, 0].numpy()
 
     def dist_to_encoder(self) -> Encoder:
         return DiagonalGaussianEncoder(len(self.mu))

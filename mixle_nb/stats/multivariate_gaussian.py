@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Optional
 
 import numpy as np
@@ -18,6 +19,9 @@ class VectorEncoding:
 
     def __len__(self) -> int:
         return len(self.x)
+
+    def rows(self, start: int, stop: int) -> "VectorEncoding":
+        return VectorEncoding(self.x[start:stop])
 
 
 class MultivariateGaussianEncoder(Encoder):
@@ -53,19 +57,20 @@ class MultivariateGaussianDistribution(Distribution):
         return f"MultivariateGaussianDistribution(mu={self.mu.tolist()}, covar={self.covar.tolist()})"
 
     @staticmethod
-    def stacked_log_density(enc: VectorEncoding, dists) -> torch.Tensor:
-        """``(N, K)`` log-densities through one ``(N, D) @ (D, K·D)`` product."""
-        n, d, k = len(enc), enc.x.shape[1], len(dists)
+    def stacked_kernel(dists, log_weights=None):
+        """``enc -> (N, K)`` log-densities (+ ``log_weights``) through one ``(N, D) @ (D, K·D)``
+        product; parameters prepared once."""
+        k, d = len(dists), len(dists[0].mu)
         prec = np.stack([m._prec_chol for m in dists])  # (K, D, D)
-        shift = np.einsum("kd,kde->ke", np.stack([m.mu for m in dists]), prec)
-        y = torch.from_numpy(enc.x) @ torch.from_numpy(prec.transpose(1, 0, 2).reshape(d, k * d))
-        y = y.sub_(torch.from_numpy(shift.reshape(-1))).square_().view(n * k, d)
-        # Summing D squares as a product with a ones vector beats a reduction over a short axis.
-        maha = (y @ torch.full((d, 1), -0.5, dtype=torch.float64)).view(n, k)
-        return maha.add_(torch.tensor([m._log_norm for m in dists], dtype=torch.float64))
+        shift = np.einsum("kd,kde->ke", np.stack([m.mu for m in dists]), prec).reshape(-1)
+        log_norm = np.array([m._log_norm for m in dists])
+        if log_weights is not None:
+            log_norm = log_norm + log_weights
+        return partial(_mahalanobis_log_density, projection=torch.from_numpy(prec.transpose(1, 0, 2).reshape(d, k * d)),
+                       shift=torch.from_numpy(shift), log_norm=torch.from_numpy(log_norm))
 
     def seq_log_density(self, enc: VectorEncoding) -> np.ndarray:
-        return self.stacked_log_density(enc, [self])[:, 0].numpy()
+        return self.stacked_kernel([self])(enc)[:, 0].numpy()
 
     def dist_to_encoder(self) -> Encoder:
         return MultivariateGaussianEncoder(len(self.mu))
@@ -78,6 +83,15 @@ class MultivariateGaussianDistribution(Distribution):
 
     def sampler(self, seed=None) -> Sampler:
         return Sampler(self._draw, seed)
+
+
+def _mahalanobis_log_density(enc: VectorEncoding, projection: torch.Tensor, shift: torch.Tensor,
+                             log_norm: torch.Tensor) -> torch.Tensor:
+    n, (d, kd) = len(enc), projection.shape
+    y = (torch.from_numpy(enc.x) @ projection).sub_(shift).square_().view(n * kd // d, d)
+    # Summing D squares as a product with a ones vector beats a reduction over a short axis.
+    maha = (y @ torch.full((d, 1), -0.5, dtype=torch.float64)).view(n, kd // d)
+    return maha.add_(log_norm)
 
 
 def _second_moments(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,9 @@ class CountEncoding:
     def __len__(self) -> int:
         return len(self.x)
 
+    def rows(self, start: int, stop: int) -> "CountEncoding":
+        return CountEncoding(self.x[start:stop], self.log_factorial[start:stop])
+
 
 class PoissonEncoder(Encoder):
     def seq_encode(self, data) -> CountEncoding:

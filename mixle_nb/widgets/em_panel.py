@@ -221,5 +221,11 @@ class EMPanel:
             self._show_status(f"step {len(history)}{last}")
         self._last_draw = time.monotonic()
 
+    def snapshot(self):
+        """The current plot as a static image, for reports and exported HTML."""
+        from IPython.display import Image
+
+        return Image(data=self.image.value, format="png")
+
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)

@@ -169,5 +169,11 @@ class TrainPanel:
             self.status.value = f"step {step}/{self.progress.max}{loss} · {rate:,.0f} tokens/s · {left:.0f} s left"
         self._last_draw = time.monotonic()
 
+    def snapshot(self):
+        """The current plot as a static image, for reports and exported HTML."""
+        from IPython.display import Image
+
+        return Image(data=self.image.value, format="png")
+
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
