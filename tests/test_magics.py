@@ -69,6 +69,8 @@ def test_start_push_scatter_cell_pull_status_stop(shell, capsys):
     shell.run_cell_magic("mixle", "--targets 1", "print('only', dist.get_rank())")
     assert capsys.readouterr().out == "only 1\n"
 
+    shell.run_line_magic("px", "px_rank = dist.get_rank()")  # ipyparallel's %px targets the cluster
+    assert cluster.pull("px_rank", rank="all") == [0, 1]
     assert shell.run_line_magic("mixle_pull", "total") == sum(range(0, 7, 2)) + 10
     assert shell.run_line_magic("mixle_pull", "total --all") == [22, sum(range(1, 7, 2)) + 10]
     assert "'nothing' is not defined on rank 0" in usage_error(shell, "mixle_pull", "nothing")

@@ -173,3 +173,15 @@ def test_panel_notebook_stores_widget_state_and_stays_small(tmp_path):
     assert len(images) == 1  # one final image per plot, not one per step
     assert nb.cells[1].outputs[0]["data"]["text/plain"] == "25"
     assert "iVBORw0KGgo" in json.dumps(images[0])  # the PNG itself, base64-encoded
+
+
+def test_cluster_panel_shows_one_row_per_rank(cluster2):
+    from mixle_nb.widgets import ClusterPanel
+
+    panel = ClusterPanel(cluster2)
+    for row in cluster2.status():
+        assert f">{row.pid}<" in panel.table.value
+    before = panel.table.value
+    cluster2.run(sum, [1, 2])
+    panel.refresh_button.click()
+    assert panel.table.value != before  # the last call's duration is new
