@@ -9,9 +9,7 @@ Usage: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/streaming_bench.py [--steps
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
-import socket
 import statistics
 import time
 
@@ -20,6 +18,7 @@ import torch
 
 from mixle_nb.neural import StreamingTransformerLeafEstimator, build_causal_lm, stream_token_source
 from mixle_nb.parallel import StreamingTokenEncodedData
+from mixle_nb.parallel.local_launch import run_local
 
 VOCAB, BLOCK, BATCH = 64, 32, 32
 MODEL = dict(d_model=64, n_layer=2, n_head=4, block=BLOCK)
@@ -43,29 +42,12 @@ def train_tokens_per_s(steps: int, progress=None, n_tokens: int = 200_000) -> fl
     return steps * BATCH / elapsed
 
 
-def _rank(rank: int, port: int, steps: int, queue) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
-    torch.set_num_threads(1)
-    queue.put(train_tokens_per_s(steps))  # the handle inits the group from the env and owns it
+def _rank(rank: int, world: int, steps: int) -> float:
+    return train_tokens_per_s(steps)  # the handle inits the group from the env and owns it
 
 
 def two_rank_tokens_per_s(steps: int) -> float:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, port, steps, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        rates = [queue.get(timeout=300) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.terminate()
-    return sum(rates)
+    return sum(run_local(_rank, 2, timeout=300, steps=steps))
 
 
 def naive_source(token_ids, block, batch_size, seed=0):

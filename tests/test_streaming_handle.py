@@ -1,7 +1,4 @@
 """StreamingTokenEncodedData: single-process behaviour, and 2 real gloo ranks on loopback."""
-import multiprocessing
-import os
-import socket
 import traceback
 from datetime import timedelta
 
@@ -14,6 +11,7 @@ import torch.nn.functional as F
 from mixle_nb.neural import (StreamingTransformerLeaf, StreamingTransformerLeafEstimator,
                              build_causal_lm, stream_token_source)
 from mixle_nb.parallel import StreamingTokenEncodedData
+from mixle_nb.parallel.local_launch import run_local
 
 torch.set_num_threads(1)
 
@@ -180,48 +178,17 @@ def _rank_runs(rank):
     return out
 
 
-def _rank_main(rank, world, port, out_dir):
-    os.environ.update(OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                      RANK=str(rank), WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
+def _rank_main(rank, world):
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     try:
-        result = _rank_runs(rank)
-    except BaseException:
-        result = {"error": traceback.format_exc()}
-    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return _rank_runs(rank)
+    finally:
+        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
-    out_dir = str(tmp_path_factory.mktemp("ranks"))
-    ctx = multiprocessing.get_context("spawn")
-    port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, 2, port, out_dir)) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        for p in procs:
-            p.join(timeout=240)
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=10)
-    results = []
-    for r in range(2):
-        path = os.path.join(out_dir, f"rank{r}.pt")
-        assert os.path.exists(path), f"rank {r} wrote no result (exit code {procs[r].exitcode})"
-        results.append(torch.load(path, weights_only=False))
-        assert "error" not in results[r], results[r].get("error")
-    return results
+def ranks():
+    return run_local(_rank_main, 2, timeout=240)
 
 
 def _assert_replicas_identical(results, key):
