@@ -3,7 +3,6 @@
 Every rank generates the same data (same seed) and keeps its ``data[rank::world]`` shard;
 only the root prints the all-reduced log-density per step.
 """
-import numpy as np
 import torch
 
 from mixle_nb.parallel import TorchRunEncodedData, torchrun_out

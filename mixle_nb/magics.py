@@ -7,7 +7,6 @@ which the notebook shows as one line with the fix.
 from __future__ import annotations
 
 import sys
-import time
 from typing import Optional
 
 from IPython.core.error import UsageError

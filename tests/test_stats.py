@@ -12,7 +12,6 @@ from sklearn.mixture import GaussianMixture
 from mixle_nb.inference import FitError, optimize, streaming_accumulate
 from mixle_nb.stats import (
     CategoricalDistribution,
-    CategoricalEstimator,
     DiagonalGaussianDistribution,
     DiagonalGaussianEstimator,
     GaussianDistribution,

@@ -18,5 +18,5 @@ class ClusterPanel:
     def refresh(self) -> None:
         self.table.value = self.cluster.status()._repr_html_()
 
-    def _repr_mimebundle_(self, **kwargs):
+    def _repr_mimebundle_(self, **kwargs):  # displays as its widget
         return self.widget._repr_mimebundle_(**kwargs)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import ipywidgets as w
 import numpy as np
 
-from .. import cluster as cluster_module
 from ..stats.estimation import em_step
 from . import rank_side
+from .panel import Panel, resolve_cluster
 from .render import em_figure
 
 REDRAW_INTERVAL_S = 0.2  # at most ~5 redraws per second during runs
@@ -30,7 +30,7 @@ class StepRecord:
     rank_seconds: list
 
 
-class EMPanel:
+class EMPanel(Panel):
     """Interactive EM. With a cluster, ``handle``/``estimator``/``model`` are the names those
     objects have on the ranks: ``model`` names the current model there, and each step replaces
     it (a model object is pushed under a private name instead). Without a cluster (none given
@@ -42,14 +42,10 @@ class EMPanel:
     """
 
     def __init__(self, cluster=None, *, handle, estimator, model, data_sample=None):
-        self.cluster = cluster if cluster is not None else (cluster_module.current() if isinstance(handle, str) else None)
-        if self.cluster is None and isinstance(handle, str):
-            raise ValueError(f"handle {handle!r} is a name on the ranks, but no cluster is running: "
-                             "start one with %mixle_cluster start N, or pass the objects themselves")
+        super().__init__()
+        self.cluster = resolve_cluster(cluster, handle, estimator)
         self.handle, self.estimator = handle, estimator
         if self.cluster is not None:
-            if not (isinstance(handle, str) and isinstance(estimator, str)):
-                raise TypeError("with a cluster, pass handle= and estimator= as the names they have on the ranks")
             if isinstance(model, str):
                 self.model_name, self.start_model = model, self.cluster.pull(model)
             else:
@@ -61,10 +57,8 @@ class EMPanel:
             self.model_name, self.start_model = None, model
         self.data_sample = None if data_sample is None else np.asarray(data_sample)
         self.history: list[StepRecord] = []
-        self.error: Optional[BaseException] = None
         self._lock = threading.Lock()
         self._pause = threading.Event()
-        self._worker: Optional[threading.Thread] = None
         self._last_draw = 0.0
         self._build()
         self.redraw()
@@ -75,10 +69,6 @@ class EMPanel:
     def model(self):
         """The current model: the last step's, or the start."""
         return self.history[-1].model if self.history else self.start_model
-
-    @property
-    def running(self) -> bool:
-        return self._worker is not None and self._worker.is_alive()
 
     # -- the programmatic twins of the buttons ----------------------------------------------
 
@@ -97,19 +87,13 @@ class EMPanel:
         if self.running:
             raise RuntimeError("a run is already going: pause() it or wait() for it first")
         self._pause.clear()
-        self._worker = threading.Thread(target=self._run_loop, args=(int(n),), daemon=True)
-        self._worker.start()
+        self._start_worker(self._run_loop, int(n))
         if block:
             self.wait()
 
     def pause(self) -> None:
         """Stop a run before its next step."""
         self._pause.set()
-
-    def wait(self, timeout: Optional[float] = None) -> None:
-        """Block until a background run ends."""
-        if self._worker is not None:
-            self._worker.join(timeout)
 
     def back(self, k: int = 1) -> None:
         """Rewind ``k`` steps (dropping them from ``history``) and push that model to the ranks."""
@@ -198,18 +182,13 @@ class EMPanel:
 
     def _in_background(self, action) -> None:
         if not self.running:
-            self._worker = threading.Thread(target=self._guarded, args=(action,), daemon=True)
-            self._worker.start()
+            self._start_worker(self._guarded, action)
 
     def _guarded(self, action) -> None:
         try:
             action()
         except BaseException as exc:  # a click must never raise into the kernel's comm handler
             self._show_status(f"{type(exc).__name__}: {exc}", error=True)
-
-    def _show_status(self, text: str, error: bool = False) -> None:
-        colour = "#c0392b" if error else "#2c3e50"
-        self.status.value = f"<span style='color:{colour}'>{text}</span>"
 
     def redraw(self) -> None:
         """Render the figure once and show the step counter."""
@@ -220,12 +199,3 @@ class EMPanel:
             last = f" · log-density {history[-1].log_density:.6g}" if history else ""
             self._show_status(f"step {len(history)}{last}")
         self._last_draw = time.monotonic()
-
-    def snapshot(self):
-        """The current plot as a static image, for reports and exported HTML."""
-        from IPython.display import Image
-
-        return Image(data=self.image.value, format="png")
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)

@@ -67,7 +67,9 @@ def train_on_rank(handle: str, estimator: str, model: str, steps: int, every: in
 
     h = lookup(handle)
     saved = h.max_steps, h.progress, h.progress_every
-    h.max_steps, h.progress, h.progress_every = steps, publish_data, every
+    # the last chunk stops at the end of the handle's epochs instead of running past it
+    h.max_steps = max(0, min(steps, h.total_steps - h.steps_done))
+    h.progress, h.progress_every = publish_data, every
     try:
         rank_namespace()[model] = h.pysp_seq_estimate(lookup(estimator), None)
     finally:

@@ -7,14 +7,13 @@ import io
 import math
 from typing import Optional, Sequence
 
-import matplotlib
+# Figure.savefig renders PNG with Agg by itself. No pyplot backend is selected here, so importing
+# the panels leaves the notebook's own backend (inline plots) alone.
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Ellipse
 
-matplotlib.use("Agg", force=False)
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Ellipse  # noqa: E402
-
-from ..stats import (  # noqa: E402
+from ..stats import (
     DiagonalGaussianDistribution,
     MixtureDistribution,
     MultivariateGaussianDistribution,

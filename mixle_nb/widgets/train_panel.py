@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Optional
 
 import ipywidgets as w
 
-from .. import cluster as cluster_module
 from . import rank_side
+from .panel import Panel, resolve_cluster
 from .render import loss_figure, mean_curve
 
 POLL_S = 0.2  # also the redraw throttle: at most 5 redraws per second
 PANEL_LEAF_NAME = "_mixle_panel_leaf"
 
 
-class TrainPanel:
+class TrainPanel(Panel):
     """Train / Stop a ``StreamingTokenEncodedData`` handle.
 
     With a cluster, ``handle`` and ``estimator`` are names on the ranks; training runs in
@@ -30,12 +29,8 @@ class TrainPanel:
     def __init__(self, cluster=None, *, handle, estimator, tokenizer=None, prompt: str = "",
                  sample_chars: int = 200, chunk_steps: int = 20, report_every: int = 5,
                  temperature: float = 0.8):
-        self.cluster = cluster if cluster is not None else (cluster_module.current() if isinstance(handle, str) else None)
-        if self.cluster is None and isinstance(handle, str):
-            raise ValueError(f"handle {handle!r} is a name on the ranks, but no cluster is running: "
-                             "start one with %mixle_cluster start N, or pass the objects themselves")
-        if self.cluster is not None and not (isinstance(handle, str) and isinstance(estimator, str)):
-            raise TypeError("with a cluster, pass handle= and estimator= as the names they have on the ranks")
+        super().__init__()
+        self.cluster = resolve_cluster(cluster, handle, estimator)
         if chunk_steps < 1 or report_every < 1:
             raise ValueError("chunk_steps and report_every must be positive")
         self.handle, self.estimator, self.tokenizer, self.prompt = handle, estimator, tokenizer, prompt
@@ -44,17 +39,11 @@ class TrainPanel:
         self.curves: dict[int, list] = {}
         self.updates = 0  # progress reports received, all ranks together
         self.sample_text = ""
-        self.error: Optional[BaseException] = None
         self._stop = threading.Event()
-        self._worker: Optional[threading.Thread] = None
         self._leaf = None
         self._started = 0.0
         self._build()
         self._redraw()
-
-    @property
-    def running(self) -> bool:
-        return self._worker is not None and self._worker.is_alive()
 
     def train(self, block: bool = True) -> None:
         """Train to the end of the handle's epochs (or until ``stop()``); ``block=False``
@@ -62,18 +51,13 @@ class TrainPanel:
         if self.running:
             raise RuntimeError("training is already running: stop() it or wait() for it first")
         self._stop.clear()
-        self._worker = threading.Thread(target=self._guarded_train, daemon=True)
-        self._worker.start()
+        self._start_worker(self._guarded_train)
         if block:
             self.wait()
 
     def stop(self) -> None:
         """Stop after the current step (locally) or chunk (on a cluster)."""
         self._stop.set()
-
-    def wait(self, timeout: Optional[float] = None) -> None:
-        if self._worker is not None:
-            self._worker.join(timeout)
 
     # -- work --------------------------------------------------------------------------------
 
@@ -88,7 +72,7 @@ class TrainPanel:
             self._show_sample()
         except BaseException as exc:
             self.error = exc
-            self.status.value = f"<span style='color:#c0392b'>{type(exc).__name__}: {exc}</span>"
+            self._show_status(f"{type(exc).__name__}: {exc}", error=True)
         self._redraw()
 
     def _train_on_cluster(self) -> None:
@@ -166,14 +150,5 @@ class TrainPanel:
             elapsed = time.monotonic() - self._started
             left = elapsed / step * max(self.progress.max - step, 0) if self.running else 0.0
             loss = f" · mean loss {mean[-1][1]:.3f}" if mean else ""
-            self.status.value = f"step {step}/{self.progress.max}{loss} · {rate:,.0f} tokens/s · {left:.0f} s left"
+            self._show_status(f"step {step}/{self.progress.max}{loss} · {rate:,.0f} tokens/s · {left:.0f} s left")
         self._last_draw = time.monotonic()
-
-    def snapshot(self):
-        """The current plot as a static image, for reports and exported HTML."""
-        from IPython.display import Image
-
-        return Image(data=self.image.value, format="png")
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
