@@ -277,3 +277,37 @@ def test_single_observation_protocol_matches_sequence_protocol():
 def test_bad_input_raises_before_any_work(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_covariance_key_matches_sklearn_tied_covariance():
+    k, dim, iterations = 4, 3, 20
+    x, start_means = mixture_problem(3000, dim, k, seed=4)
+    estimator = MixtureEstimator([MultivariateGaussianEstimator(dim, covariance_key="shared") for _ in range(k)])
+    model = MixtureDistribution([MultivariateGaussianDistribution(m, np.eye(dim)) for m in start_means],
+                                np.full(k, 1.0 / k))
+    enc = seq_encode(x, model=model)
+    for _ in range(iterations):
+        model = seq_estimate(enc, estimator, model)
+    gm = GaussianMixture(n_components=k, covariance_type="tied", max_iter=iterations, tol=0.0, reg_covar=0.0,
+                         weights_init=np.full(k, 1.0 / k), means_init=start_means, precisions_init=np.eye(dim))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gm.fit(x)
+    np.testing.assert_allclose(model.seq_log_density(enc), gm.score_samples(x), rtol=1e-8)
+    for component in model.components:
+        np.testing.assert_allclose(component.covar, gm.covariances_, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose([c.mu for c in model.components], gm.means_, rtol=1e-6, atol=1e-9)
+
+
+def test_variance_key_pools_the_within_component_variance():
+    x = np.random.default_rng(6).normal(size=500) * 2
+    start = MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(2, 3)], [0.5, 0.5])
+    estimator = MixtureEstimator([GaussianEstimator(variance_key="v"), GaussianEstimator(variance_key="v")])
+    model = seq_estimate(seq_encode(x, model=start), estimator, start)
+    resp = start.seq_posterior(seq_encode(x, model=start))
+    n = resp.sum(axis=0)
+    means = resp.T @ x / n
+    pooled = sum((resp[:, j] * (x - means[j]) ** 2).sum() for j in range(2)) / len(x)  # closed form
+    np.testing.assert_allclose([c.mu for c in model.components], means, rtol=1e-12)
+    for component in model.components:
+        assert component.sigma2 == pytest.approx(pooled, rel=1e-10)

@@ -120,6 +120,14 @@ class Accumulator:
             self.from_value(stats[self.keys].value())
 
 
+def merge_into(stats: dict, key: str, value: np.ndarray) -> None:
+    """Add the flat array ``value`` into ``stats[key]`` (the first one in starts the sum)."""
+    if key in stats:
+        stats[key].combine(value)
+    else:
+        stats[key] = ArrayAccumulator(len(value), None).from_value(value)
+
+
 class ArrayAccumulator(Accumulator):
     """An accumulator whose whole value is one flat float64 array of sums."""
 

@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .base import ArrayAccumulator, Distribution, Encoder, Estimator, check_finite
+from .base import ArrayAccumulator, Distribution, Encoder, Estimator, check_finite, merge_into
 from .sampler import Sampler
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -122,11 +122,34 @@ class DiagonalGaussianDistribution(Distribution):
 
 
 class MomentAccumulator(ArrayAccumulator):
-    """Weighted ``[n, Σx, Σx²]`` for the diagonal and 1-D Gaussians."""
+    """Weighted ``[n, Σx, Σx²]`` for the diagonal and 1-D Gaussians.
 
-    def __init__(self, dim: Optional[int], keys: Optional[str], encoder: Encoder):
+    ``variance_key`` pools the within-component scatter ``Σx² - (Σx)²/n`` of every accumulator
+    with that key, so they estimate one shared variance but keep their own means.
+    """
+
+    def __init__(self, dim: Optional[int], keys: Optional[str], encoder: Encoder,
+                 variance_key: Optional[str] = None):
         super().__init__(0 if dim is None else 1 + 2 * dim, keys)
-        self.encoder = encoder
+        self.encoder, self.variance_key = encoder, variance_key
+
+    def _split(self):
+        d = (len(self.stats) - 1) // 2
+        return self.stats[0], self.stats[1 : 1 + d], self.stats[1 + d :]
+
+    def key_merge(self, stats: dict) -> None:
+        super().key_merge(stats)
+        if self.variance_key is not None and self.stats.size:
+            n, s1, s2 = self._split()
+            merge_into(stats, self.variance_key, np.concatenate([[n], s2 - s1 * s1 / n if n > 0 else 0 * s2]))
+
+    def key_replace(self, stats: dict) -> None:
+        super().key_replace(stats)
+        if self.variance_key is not None and self.stats.size:
+            pooled = stats[self.variance_key].stats
+            n, s1, s2 = self._split()
+            if n > 0 and pooled[0] > 0:  # rewrite Σx² so this component's M-step yields the pooled variance
+                s2[:] = n * pooled[1:] / pooled[0] + s1 * s1 / n
 
     def _add(self, moments: np.ndarray) -> None:
         self.stats = moments.copy() if self.stats.size == 0 else self.stats + moments
@@ -159,13 +182,15 @@ def moment_estimate(nobs_value: np.ndarray, min_var: float):
 
 
 class DiagonalGaussianEstimator(Estimator):
-    """M-step for a diagonal Gaussian; variances are floored at ``min_var``."""
+    """M-step for a diagonal Gaussian; variances are floored at ``min_var``. ``keys`` ties all
+    statistics; ``variance_key`` ties only the variances (components sharing one variance)."""
 
-    def __init__(self, dim: Optional[int] = None, min_var: float = 1e-6, keys: Optional[str] = None):
-        self.dim, self.min_var, self.keys = dim, float(min_var), keys
+    def __init__(self, dim: Optional[int] = None, min_var: float = 1e-6, keys: Optional[str] = None,
+                 variance_key: Optional[str] = None):
+        self.dim, self.min_var, self.keys, self.variance_key = dim, float(min_var), keys, variance_key
 
     def make_accumulator(self) -> MomentAccumulator:
-        return MomentAccumulator(self.dim, self.keys, DiagonalGaussianEncoder(self.dim))
+        return MomentAccumulator(self.dim, self.keys, DiagonalGaussianEncoder(self.dim), self.variance_key)
 
     def estimate(self, nobs, value: np.ndarray) -> DiagonalGaussianDistribution:
         if np.size(value) == 0:

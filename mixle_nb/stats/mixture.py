@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from .base import Accumulator, ArrayAccumulator, Distribution, Encoder, Estimator
+from .base import Accumulator, Distribution, Encoder, Estimator, merge_into
 from .sampler import Sampler
 
 
@@ -170,10 +170,7 @@ class MixtureAccumulator(Accumulator):
 
     def key_merge(self, stats: dict) -> None:
         if self.keys is not None:
-            if self.keys in stats:
-                stats[self.keys].combine(self.counts)
-            else:
-                stats[self.keys] = ArrayAccumulator(len(self.counts), None).from_value(self.counts)
+            merge_into(stats, self.keys, self.counts)
         for acc in self.accumulators:
             acc.key_merge(stats)
 

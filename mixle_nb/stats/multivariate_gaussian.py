@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .base import ArrayAccumulator, Distribution, Encoder, Estimator
+from .base import ArrayAccumulator, Distribution, Encoder, Estimator, merge_into
 from .diagonal_gaussian import LOG_2PI, check_vectors
 from .sampler import Sampler
 
@@ -103,9 +103,31 @@ def _second_moments(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 
 
 class MultivariateGaussianAccumulator(ArrayAccumulator):
-    def __init__(self, dim: Optional[int], keys: Optional[str]):
+    """Weighted ``[n, Σx, Σxxᵀ]``. ``covariance_key`` pools the within-component scatter
+    ``Σxxᵀ - ΣxΣxᵀ/n`` across accumulators: one shared ("tied") covariance, own means."""
+
+    def __init__(self, dim: Optional[int], keys: Optional[str], covariance_key: Optional[str] = None):
         super().__init__(0 if dim is None else 1 + dim + dim * dim, keys)
-        self.dim = dim
+        self.dim, self.covariance_key = dim, covariance_key
+
+    def _split(self):
+        d = int(round((np.sqrt(4 * len(self.stats) - 3) - 1) / 2))
+        return self.stats[0], self.stats[1 : 1 + d], self.stats[1 + d :].reshape(d, d)
+
+    def key_merge(self, stats: dict) -> None:
+        super().key_merge(stats)
+        if self.covariance_key is not None and self.stats.size:
+            n, s1, s2 = self._split()
+            within = s2 - np.outer(s1, s1) / n if n > 0 else 0 * s2
+            merge_into(stats, self.covariance_key, np.concatenate([[n], within.ravel()]))
+
+    def key_replace(self, stats: dict) -> None:
+        super().key_replace(stats)
+        if self.covariance_key is not None and self.stats.size:
+            pooled = stats[self.covariance_key].stats
+            n, s1, s2 = self._split()
+            if n > 0 and pooled[0] > 0:  # rewrite Σxxᵀ so this M-step yields the pooled covariance
+                s2[:] = n * pooled[1:].reshape(s2.shape) / pooled[0] + np.outer(s1, s1) / n
 
     def _add(self, stats: np.ndarray) -> None:
         self.stats = stats.copy() if self.stats.size == 0 else self.stats + stats
@@ -135,13 +157,15 @@ class MultivariateGaussianEstimator(Estimator):
 
     Eigenvalues of the covariance are kept at or above ``min_covar`` (a ridge is added only
     when needed), so an emptied or collapsed component never yields a singular covariance.
+    ``keys`` ties all statistics; ``covariance_key`` ties only the covariance.
     """
 
-    def __init__(self, dim: Optional[int] = None, min_covar: float = 1e-6, keys: Optional[str] = None):
-        self.dim, self.min_covar, self.keys = dim, float(min_covar), keys
+    def __init__(self, dim: Optional[int] = None, min_covar: float = 1e-6, keys: Optional[str] = None,
+                 covariance_key: Optional[str] = None):
+        self.dim, self.min_covar, self.keys, self.covariance_key = dim, float(min_covar), keys, covariance_key
 
     def make_accumulator(self) -> MultivariateGaussianAccumulator:
-        return MultivariateGaussianAccumulator(self.dim, self.keys)
+        return MultivariateGaussianAccumulator(self.dim, self.keys, self.covariance_key)
 
     def estimate(self, nobs, value: np.ndarray) -> MultivariateGaussianDistribution:
         if np.size(value) == 0:
