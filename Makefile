@@ -3,23 +3,35 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# The browser tests drive Debian's Chromium through Playwright (never `playwright install`,
+# which downloads a browser). Installed here when missing; fonts-dejavu-core so that text does
+# not render as boxes (chromium only recommends a font).
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv test demo lab
+.PHONY: venv browser test demo lab
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,browser]'
 	rm -f $(VENV)/.installed-*; touch $@
 
-test: venv
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+browser: $(CHROMIUM)
+
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core
+
+test: venv browser
+	OMP_NUM_THREADS=1 MIXLE_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q
 
 demo: venv
 	$(PY) -m mixle_nb.demo
 
 lab: venv
-	$(PY) -m jupyterlab notebooks/
+	$(PY) -m jupyterlab $(ALLOW_ROOT) notebooks/

@@ -1,0 +1,120 @@
+"""The teaching notebooks: committed stripped and explained, reproducible from their build
+script, and each runs top to bottom in a fresh kernel, in time, leaving no process behind."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NAMES = ["01_em_by_hand.ipynb", "02_distributed_em.ipynb", "03_streaming_transformer.ipynb",
+         "04_from_notebook_to_torchrun.ipynb"]
+STARTS_A_CLUSTER = {"02_distributed_em.ipynb", "03_streaming_transformer.ipynb"}
+SUMMARY_CELLS = {"02_distributed_em.ipynb": 2, "03_streaming_transformer.ipynb": 1}
+TIME_LIMIT_S = 180  # the issue's "under 3 minutes on this 2-core machine"
+RUN_TAG = "MIXLE_NB_NOTEBOOK_RUN"
+
+
+def read(name: str) -> nbformat.NotebookNode:
+    return nbformat.read(NOTEBOOKS / name, as_version=4)
+
+
+def words(text: str) -> int:
+    return len(re.findall(r"[A-Za-z]{2,}", text))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_notebook_is_valid_stripped_and_explained(name):
+    nb = read(name)
+    nbformat.validate(nb)
+    assert "widgets" not in nb.metadata, "the committed notebook carries widget state: rebuild it"
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        assert cell.outputs == [] and cell.execution_count is None, f"{name} cell {i} has outputs"
+        before = nb.cells[i - 1] if i else None
+        assert before is not None and before.cell_type == "markdown" and words(before.source) >= 3, (
+            f"{name} cell {i} is not preceded by a markdown sentence saying what it shows:\n{cell.source}")
+    tagged = [c for c in nb.cells if "summary" in c.metadata.get("tags", [])]
+    assert len(tagged) == SUMMARY_CELLS.get(name, 0)
+    assert all(c.cell_type == "code" and "print(" in c.source for c in tagged)
+
+
+def without_attachment_bytes(nb: nbformat.NotebookNode) -> dict:
+    """The notebook as a dict, each attachment reduced to its name (PNG bytes may differ across
+    matplotlib versions; the script that draws them is what is reviewed)."""
+    data = nbformat.from_dict(nb)
+    for cell in data.cells:
+        if "attachments" in cell:
+            cell.attachments = sorted(cell.attachments)
+    return data
+
+
+def test_committed_notebooks_match_their_build_script(tmp_path):
+    spec = importlib.util.spec_from_file_location("build_notebooks", NOTEBOOKS / "build_notebooks.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    build.main(["--out", str(tmp_path)])
+    assert sorted(build.NOTEBOOKS) == NAMES
+    for name in NAMES:
+        fresh = nbformat.read(tmp_path / name, as_version=4)
+        assert without_attachment_bytes(fresh) == without_attachment_bytes(read(name)), (
+            f"{name} differs from what notebooks/build_notebooks.py writes: run it and commit both")
+
+
+def tagged_processes(tag: str) -> list[psutil.Process]:
+    """Live processes whose environment carries ``tag``: the kernel and everything it started
+    (engines, controller, torchrun workers), even after they are orphaned. Processes of other
+    runs (a concurrent test session, a notebook server) never carry it."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get(RUN_TAG) == tag and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+def describe(procs: list[psutil.Process]) -> str:
+    lines = []
+    for proc in procs:
+        try:
+            lines.append(f"{proc.pid}: {' '.join(proc.cmdline())[:160]}")
+        except psutil.Error:
+            pass
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.cluster) if n in STARTS_A_CLUSTER
+                                  else n for n in NAMES])
+def test_notebook_runs_top_to_bottom_in_a_fresh_kernel(name, monkeypatch):
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv(RUN_TAG, tag)  # inherited by the kernel and every process it starts
+    nb = read(name)
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
+                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+    started = time.monotonic()
+    client.execute()  # raises CellExecutionError, naming the cell, on any error
+    elapsed = time.monotonic() - started
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
+    assert elapsed < TIME_LIMIT_S, f"{name} took {elapsed:.0f} s; the limit is {TIME_LIMIT_S} s"
+
+    deadline = time.monotonic() + 20  # the kernel is shutting down; give stragglers a moment
+    while (left := tagged_processes(tag)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"{name} left processes running:\n{describe(left)}"
+    for cell in nb.cells:
+        if "summary" in cell.metadata.get("tags", []):
+            assert any(o.output_type == "stream" and o.name == "stdout" for o in cell.outputs)
