@@ -516,6 +516,9 @@ class MixleCluster:
             self._kill_engines()
         if self.client is not None:
             self.client.close()
+        # ipyparallel 9 engines exit with status 1 when stopped, and Cluster then logs every
+        # engine's whole output at WARNING into the notebook; that is noise at a normal stop.
+        self._ipp.log.setLevel(logging.ERROR)
         self._ipp.stop_cluster_sync()
 
     def _leave_group(self) -> None:
