@@ -155,7 +155,12 @@ def test_run_async_publishes_data_and_is_awaitable(cluster2):
         time.sleep(0.05)
     assert call.data == {0: {"step": 1, "rank": 0}, 1: {"step": 1, "rank": 1}}
     assert not call.done()
-    assert asyncio.run(_await(call)) == [0, 1]
+    # A thread of its own: the session's Playwright browser keeps an event loop running here.
+    awaited = []
+    waiter = threading.Thread(target=lambda: awaited.append(asyncio.run(_await(call))))
+    waiter.start()
+    waiter.join(60)
+    assert awaited == [[0, 1]]
     assert call.done() and call.ranks_done() == [0, 1]
     assert cluster2.status()[0].last_call_s >= 1.0
 
