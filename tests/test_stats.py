@@ -23,6 +23,7 @@ from mixle_nb.stats import (
     PoissonDistribution,
     PoissonEstimator,
     accumulate,
+    mixture,
     seq_encode,
     seq_estimate,
     seq_initialize,
@@ -251,6 +252,37 @@ def test_single_observation_protocol_matches_sequence_protocol():
     acc.update(0.3, 2.0, model)
     counts, _ = acc.value()
     assert counts.sum() == pytest.approx(2.0)
+
+
+def _closed_form_log_density(x, mu, covar):
+    diff = x - mu
+    _, log_det = np.linalg.slogdet(covar)
+    maha = np.einsum("nd,nd->n", diff, np.linalg.solve(covar, diff.T).T)
+    return -0.5 * (len(mu) * np.log(2 * np.pi) + log_det + maha)
+
+
+@pytest.mark.parametrize("dim", [3, 20])  # 20: above STORED_FEATURES_MAX_DIM, features built per block
+def test_multivariate_log_density_and_em_step_match_closed_form(dim, monkeypatch):
+    rng = np.random.default_rng(5)
+    x = rng.normal(2.0, 1.5, size=(3000, dim))
+    factors = rng.normal(size=(2, dim, dim))
+    covars = factors @ factors.transpose(0, 2, 1) / dim + np.eye(dim)
+    means = rng.normal(size=(2, dim))
+    model = MixtureDistribution([MultivariateGaussianDistribution(m, c) for m, c in zip(means, covars)], [0.3, 0.7])
+    monkeypatch.setattr(mixture, "BLOCK_ELEMENTS", 1024)  # several E-step blocks
+    enc = seq_encode(x, model=model)
+
+    log_joint = np.stack([np.log(w) + _closed_form_log_density(x, m, c) for w, m, c in zip(model.w, means, covars)], 1)
+    expected = np.logaddexp(log_joint[:, 0], log_joint[:, 1])
+    np.testing.assert_allclose(model.seq_log_density(enc), expected, rtol=1e-10)
+
+    resp = np.exp(log_joint - expected[:, None])  # closed-form M-step from exact responsibilities
+    fitted = seq_estimate(enc, model.estimator(), model)
+    for k, component in enumerate(fitted.components):
+        mu = resp[:, k] @ x / resp[:, k].sum()
+        covar = (resp[:, k, None] * (x - mu)).T @ (x - mu) / resp[:, k].sum()
+        np.testing.assert_allclose(component.mu, mu, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(component.covar, covar, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize(

@@ -158,9 +158,12 @@ class MomentAccumulator(ArrayAccumulator):
         self._add(weighted_moments(enc, weights))
 
     @staticmethod
-    def stacked_seq_update(accumulators, enc: MomentEncoding, resp: torch.Tensor) -> None:
-        for acc, moments in zip(accumulators, weighted_moments(enc, resp)):
-            acc._add(moments)
+    def stacked_seq_update(accumulators, enc: MomentEncoding, resp: torch.Tensor) -> np.ndarray:
+        """Add column k of ``resp`` as the weights of accumulator k; returns each one's weight total."""
+        moments = weighted_moments(enc, resp)
+        for acc, row in zip(accumulators, moments):
+            acc._add(row)
+        return moments[:, 0]
 
     def combine(self, value: np.ndarray) -> "MomentAccumulator":
         self._add(np.asarray(value, dtype=np.float64))

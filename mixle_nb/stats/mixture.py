@@ -10,10 +10,10 @@ import torch
 from .base import Accumulator, Distribution, Encoder, Estimator, merge_into
 from .sampler import Sampler
 
-
 # Rows x components per E-step block: the block's temporaries stay in cache, so the E-step
 # reads the encoded data once instead of streaming (N, K) arrays through memory ~10 times.
 BLOCK_ELEMENTS = 1 << 18
+LOWEST = torch.finfo(torch.float64).min
 
 
 def blocks(enc, k: int):
@@ -40,12 +40,11 @@ def posterior(log_joint: torch.Tensor, weights) -> tuple[torch.Tensor, torch.Ten
     Returns ``(responsibilities, log p(x))``. The log-density of the model is a by-product of
     normalising, which is why one E-step pass also reports the objective.
     """
-    peak = log_joint.amax(dim=1, keepdim=True)
-    peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+    peak = log_joint.amax(dim=1, keepdim=True).clamp_(min=LOWEST)  # a row of -inf stays -inf
     resp = log_joint.sub_(peak).exp_()
-    total = resp.sum(dim=1, keepdim=True)
-    log_density = (peak + total.log()).squeeze(1)
-    scale = torch.where(total > 0, 1.0 / total, torch.zeros_like(total))
+    total = resp.sum(dim=1, keepdim=True)  # >= 1 (the peak's own term) unless the row is all -inf
+    log_density = total.log().add_(peak).squeeze(1)
+    scale = total.clamp_(min=1.0).reciprocal_()
     if weights is not None:
         scale.mul_(torch.from_numpy(np.asarray(weights, dtype=np.float64))[:, None])
     return resp.mul_(scale), log_density
@@ -124,11 +123,11 @@ class MixtureAccumulator(Accumulator):
     def _update_components(self, enc, resp: torch.Tensor, models=None, initialize_rng=None) -> None:
         """Responsibilities become component weights: an update under ``models``, or a random
         initialisation when ``initialize_rng`` is given."""
-        self.counts += resp.sum(dim=0).numpy()
         stacked = _stacked_kernel(self.accumulators, "stacked_seq_update")
         if stacked is not None:
-            stacked(self.accumulators, enc, resp)
+            self.counts += stacked(self.accumulators, enc, resp)
             return
+        self.counts += resp.sum(dim=0).numpy()
         columns = resp.numpy()
         for k, acc in enumerate(self.accumulators):
             if initialize_rng is None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import Optional
 
 import numpy as np
@@ -12,24 +12,56 @@ from .base import ArrayAccumulator, Distribution, Encoder, Estimator, merge_into
 from .diagonal_gaussian import LOG_2PI, check_vectors
 from .sampler import Sampler
 
+# Up to this dimension the encoding keeps each row's quadratic features, (D+1)(D+2)/2 floats;
+# above it they are built per E-step block, so memory stays O(N·D) at some cost in speed.
+STORED_FEATURES_MAX_DIM = 16
+
+
+@lru_cache(maxsize=None)
+def _layout(d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Upper-triangle row/column indices, and for each of the D² cells of xxᵀ its triangle slot."""
+    upper = torch.triu_indices(d, d)
+    slot = torch.empty(d, d, dtype=torch.long)
+    slot[upper[0], upper[1]] = torch.arange(upper.shape[1])
+    slot[upper[1], upper[0]] = torch.arange(upper.shape[1])
+    return upper[0], upper[1], slot.reshape(-1)
+
+
+def quadratic_features(x: np.ndarray) -> torch.Tensor:
+    """Rows ``[1, x, x_i·x_j for i <= j]``."""
+    xt = torch.from_numpy(x)
+    row, col, _ = _layout(x.shape[1])
+    return torch.cat([torch.ones(len(x), 1, dtype=torch.float64), xt, xt[:, row] * xt[:, col]], dim=1)
+
 
 @dataclass(frozen=True)
-class VectorEncoding:
+class QuadraticEncoding:
+    """Vectors ``x`` (N, D) and, for small D, their stored quadratic features: one product
+    with the features gives every component's log-density, another every weighted moment."""
+
     x: np.ndarray
+    stored: Optional[torch.Tensor] = None
+
+    @property
+    def features(self) -> torch.Tensor:
+        return self.stored if self.stored is not None else quadratic_features(self.x)
 
     def __len__(self) -> int:
         return len(self.x)
 
-    def rows(self, start: int, stop: int) -> "VectorEncoding":
-        return VectorEncoding(self.x[start:stop])
+    def rows(self, start: int, stop: int) -> "QuadraticEncoding":
+        """A block of rows, its features built once here when they are not stored."""
+        x = self.x[start:stop]
+        return QuadraticEncoding(x, self.stored[start:stop] if self.stored is not None else quadratic_features(x))
 
 
 class MultivariateGaussianEncoder(Encoder):
     def __init__(self, dim: Optional[int] = None):
         self.dim = dim
 
-    def seq_encode(self, data) -> VectorEncoding:
-        return VectorEncoding(np.ascontiguousarray(check_vectors(data, self.dim, "MultivariateGaussian")))
+    def seq_encode(self, data) -> QuadraticEncoding:
+        x = np.ascontiguousarray(check_vectors(data, self.dim, "MultivariateGaussian"))
+        return QuadraticEncoding(x, quadratic_features(x) if x.shape[1] <= STORED_FEATURES_MAX_DIM else None)
 
 
 class MultivariateGaussianDistribution(Distribution):
@@ -58,18 +90,23 @@ class MultivariateGaussianDistribution(Distribution):
 
     @staticmethod
     def stacked_kernel(dists, log_weights=None):
-        """``enc -> (N, K)`` log-densities (+ ``log_weights``) through one ``(N, D) @ (D, K·D)``
-        product; parameters prepared once."""
-        k, d = len(dists), len(dists[0].mu)
-        prec = np.stack([m._prec_chol for m in dists])  # (K, D, D)
-        shift = np.einsum("kd,kde->ke", np.stack([m.mu for m in dists]), prec).reshape(-1)
-        log_norm = np.array([m._log_norm for m in dists])
+        """``enc -> (N, K)`` log-densities (+ ``log_weights``) as one product of the quadratic
+        features with a (features, K) coefficient matrix prepared here, once per model."""
+        d = len(dists[0].mu)
+        row, col, _ = _layout(d)
+        coefficients = []
+        for m in dists:
+            precision = m._prec_chol @ m._prec_chol.T
+            linear = precision @ m.mu
+            # -½ (x - μ)ᵀ Σ⁻¹ (x - μ): off-diagonal products appear twice in the quadratic form.
+            quadratic = np.where(row == col, -0.5, -1.0) * precision[row.numpy(), col.numpy()]
+            coefficients.append(np.concatenate([[m._log_norm - 0.5 * m.mu @ linear], linear, quadratic]))
+        coefficients = np.stack(coefficients, axis=1)
         if log_weights is not None:
-            log_norm = log_norm + log_weights
-        return partial(_mahalanobis_log_density, projection=torch.from_numpy(prec.transpose(1, 0, 2).reshape(d, k * d)),
-                       shift=torch.from_numpy(shift), log_norm=torch.from_numpy(log_norm))
+            coefficients[0] += log_weights
+        return partial(_quadratic_log_density, coefficients=torch.from_numpy(coefficients))
 
-    def seq_log_density(self, enc: VectorEncoding) -> np.ndarray:
+    def seq_log_density(self, enc: QuadraticEncoding) -> np.ndarray:
         return self.stacked_kernel([self])(enc)[:, 0].numpy()
 
     def dist_to_encoder(self) -> Encoder:
@@ -85,21 +122,15 @@ class MultivariateGaussianDistribution(Distribution):
         return Sampler(self._draw, seed)
 
 
-def _mahalanobis_log_density(enc: VectorEncoding, projection: torch.Tensor, shift: torch.Tensor,
-                             log_norm: torch.Tensor) -> torch.Tensor:
-    n, (d, kd) = len(enc), projection.shape
-    y = (torch.from_numpy(enc.x) @ projection).sub_(shift).square_().view(n * kd // d, d)
-    # Summing D squares as a product with a ones vector beats a reduction over a short axis.
-    maha = (y @ torch.full((d, 1), -0.5, dtype=torch.float64)).view(n, kd // d)
-    return maha.add_(log_norm)
+def _quadratic_log_density(enc: QuadraticEncoding, coefficients: torch.Tensor) -> torch.Tensor:
+    return enc.features @ coefficients
 
 
-def _second_moments(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+def _second_moments(enc: QuadraticEncoding, weights: torch.Tensor) -> torch.Tensor:
     """``(K, 1 + D + D²)`` rows ``[Σw, Σw·x, Σw·xxᵀ]`` for weights of shape (N, K)."""
-    wt, xt = weights.T, x.T.contiguous()
-    # One (D, N) @ (N, D) product per component: no (K, D, N) temporary.
-    outer = torch.stack([(xt * w) @ x for w in wt])
-    return torch.cat([wt.sum(dim=1, keepdim=True), wt @ x, outer.flatten(1)], dim=1)
+    d = enc.x.shape[1]
+    sums = weights.T @ enc.features
+    return torch.cat([sums[:, : 1 + d], sums[:, 1 + d :][:, _layout(d)[2]]], dim=1)
 
 
 class MultivariateGaussianAccumulator(ArrayAccumulator):
@@ -132,17 +163,19 @@ class MultivariateGaussianAccumulator(ArrayAccumulator):
     def _add(self, stats: np.ndarray) -> None:
         self.stats = stats.copy() if self.stats.size == 0 else self.stats + stats
 
-    def seq_update(self, enc: VectorEncoding, weights, model):
-        x = torch.from_numpy(enc.x)
+    def seq_update(self, enc: QuadraticEncoding, weights, model):
         w = torch.ones(len(enc), 1, dtype=torch.float64) if weights is None else torch.from_numpy(
             np.asarray(weights, dtype=np.float64)
         )[:, None]
-        self._add(_second_moments(x, w)[0].numpy())
+        self._add(_second_moments(enc, w)[0].numpy())
 
     @staticmethod
-    def stacked_seq_update(accumulators, enc: VectorEncoding, resp: torch.Tensor) -> None:
-        for acc, stats in zip(accumulators, _second_moments(torch.from_numpy(enc.x), resp).numpy()):
-            acc._add(stats)
+    def stacked_seq_update(accumulators, enc: QuadraticEncoding, resp: torch.Tensor) -> np.ndarray:
+        """Add column k of ``resp`` as the weights of accumulator k; returns each one's weight total."""
+        stats = _second_moments(enc, resp).numpy()
+        for acc, row in zip(accumulators, stats):
+            acc._add(row)
+        return stats[:, 0]
 
     def combine(self, value: np.ndarray) -> "MultivariateGaussianAccumulator":
         self._add(np.asarray(value, dtype=np.float64))
