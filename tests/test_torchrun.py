@@ -80,6 +80,11 @@ def _rank_checks(rank, world):
         assert dist.is_initialized() and len(h) == len(x)
         out["allreduce"] = fit(h, estimator, start)
         out["timings"] = h.last_timings
+        from mixle_nb.parallel import torchrun
+
+        small_fold_limit, torchrun.EXCHANGE_MAX_FLOATS = torchrun.EXCHANGE_MAX_FLOATS, 0
+        out["allreduce_ring"] = fit(TorchRunEncodedData(x, estimator=estimator), estimator, start)  # large-fold path
+        torchrun.EXCHANGE_MAX_FLOATS = small_fold_limit
         out["init"] = params(h.pysp_seq_initialize(estimator, np.random.default_rng(9), 0.5))
         out["density_sum"] = h.pysp_seq_log_density_sum(start)
         count, acc = h.pysp_stream_accumulate(estimator, start)
@@ -130,7 +135,7 @@ def test_em_steps_match_single_process_and_agree_across_ranks(world_results):
     world, results = world_results
     x, start = gaussian_problem()
     reference = single_process(x, start, start.estimator())
-    for key in ("allreduce", "gather", "root_only"):
+    for key in ("allreduce", "allreduce_ring", "gather", "root_only"):
         assert_identical_on_all_ranks(results, key)
         assert_matches(results[0][key], reference)
     # Both fold paths give the same model to 1e-12.

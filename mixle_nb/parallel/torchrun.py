@@ -26,6 +26,8 @@ from .handle import EncodedDataHandle
 
 FOLDS = ("auto", "gather", "allreduce")
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+EXCHANGE_MAX_FLOATS = 1 << 18  # world × vector length; above it the fold uses all_reduce
+POLL_S = 0.005  # how long a small fold polls before it blocks
 
 
 @dataclass
@@ -36,6 +38,16 @@ class StepTimings:
     e_step_s: float
     fold_s: float
     m_step_s: float
+
+
+def _finish(work) -> None:
+    """Wait for an async collective: poll for up to ``POLL_S``, yielding the core, then block.
+    Waking a thread blocked in gloo costs about a millisecond on a busy machine, more than a
+    small fold itself; the poll is bounded so a long wait for a slower rank burns no CPU."""
+    deadline = time.perf_counter() + POLL_S
+    while not work.is_completed() and time.perf_counter() < deadline:
+        os.sched_yield()
+    work.wait()
 
 
 class _Discard(io.TextIOBase):
@@ -116,7 +128,7 @@ class TorchRunEncodedData(EncodedDataHandle):
         shard = self._scatter(data) if root_only else self._own_slice(data)
         self.chunks = [encoder.seq_encode(part) for part in _split(shard, int(sub_chunks))]
         self.local_count = sum(len(c) for c in self.chunks)
-        self._count = int(self._all_reduce([float(self.local_count)])[0])
+        self._count = int(self._sum_across_ranks([float(self.local_count)])[0])
         if self._count == 0:
             self.close()
             raise ValueError("TorchRunEncodedData got no observations on any rank")
@@ -161,10 +173,25 @@ class TorchRunEncodedData(EncodedDataHandle):
 
     # -- collectives -------------------------------------------------------------------------
 
-    def _all_reduce(self, numbers) -> np.ndarray:
-        tensor = torch.as_tensor(np.asarray(numbers, dtype=np.float64), device=self.device)
-        dist.all_reduce(tensor, group=self.group)
-        return tensor.cpu().numpy()
+    def _sum_across_ranks(self, numbers) -> np.ndarray:
+        """Element-wise sum of a float64 vector over the ranks, bit-identical on every rank.
+
+        Small vectors take one ``all_to_all`` exchange, after which each rank adds the
+        world's vectors in rank order: one round of messages against the ring all-reduce's
+        2·(world - 1), which is what a per-step fold of a few statistics waits on. Vectors
+        whose exchange would move over ``EXCHANGE_MAX_FLOATS`` take ``all_reduce``."""
+        local = torch.as_tensor(np.asarray(numbers, dtype=np.float64), device=self.device)
+        if self.world == 1:
+            return local.cpu().numpy().copy()
+        if local.numel() * self.world > EXCHANGE_MAX_FLOATS:
+            dist.all_reduce(local, group=self.group)
+            return local.cpu().numpy()
+        received = torch.empty(self.world, local.numel(), dtype=local.dtype, device=self.device)
+        _finish(dist.all_to_all_single(received, local.repeat(self.world), group=self.group, async_op=True))
+        total = received[0].clone()
+        for row in received[1:]:
+            total += row
+        return total.cpu().numpy()
 
     def _fold_path(self, estimator: Estimator, value: Any) -> tuple[str, Any]:
         """Per estimator, once: all-reduce when every rank's statistics share one flat layout."""
@@ -190,7 +217,7 @@ class TorchRunEncodedData(EncodedDataHandle):
         the M-step that follows is deterministic and needs no broadcast of the model."""
         path, layout = self._fold_path(estimator, acc.value())
         if path == "allreduce":
-            flat = self._all_reduce(np.concatenate([[count, log_density], flatten_value(acc.value())]))
+            flat = self._sum_across_ranks(np.concatenate([[count, log_density], flatten_value(acc.value())]))
             acc.from_value(unflatten_value(flat[2:], layout))
             return float(flat[0]), float(flat[1])
         parts = [None] * self.world if self.rank == self.root else None
@@ -250,7 +277,7 @@ class TorchRunEncodedData(EncodedDataHandle):
     def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
         """Allreduced count and summed log density."""
         total = sum(float(np.sum(estimate.seq_log_density(c))) for c in self.chunks)
-        count, total = self._all_reduce([float(self.local_count), total])
+        count, total = self._sum_across_ranks([float(self.local_count), total])
         return float(count), float(total)
 
     def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:

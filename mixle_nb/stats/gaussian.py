@@ -33,9 +33,10 @@ class GaussianEncoder(Encoder):
 class GaussianDistribution(DiagonalGaussianDistribution):
     """Univariate normal with mean ``mu`` and variance ``sigma2``."""
 
-    def __init__(self, mu: float, sigma2: float):
-        super().__init__([mu], [sigma2])
+    def __init__(self, mu: float, sigma2: float):  # scalar checks: an M-step builds K of these
         self.mu, self.sigma2 = float(mu), float(sigma2)
+        if not (math.isfinite(self.mu) and math.isfinite(self.sigma2) and self.sigma2 > 0):
+            raise ValueError(f"mu must be finite and sigma2 finite and > 0; got mu={mu!r}, sigma2={sigma2!r}")
 
     def __repr__(self) -> str:
         return f"GaussianDistribution(mu={self.mu!r}, sigma2={self.sigma2!r})"

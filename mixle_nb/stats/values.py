@@ -6,6 +6,7 @@ differ by shard, so those values are folded by gathering instead.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import numpy as np
@@ -32,7 +33,8 @@ def flatten_value(value: Any) -> np.ndarray:
 
 
 def unflatten_value(flat: np.ndarray, layout: Any) -> Any:
-    """Inverse of :func:`flatten_value` for a value with structure ``layout``."""
+    """Inverse of :func:`flatten_value` for a value with structure ``layout``; its arrays are
+    views into ``flat``."""
     value, used = _take(np.asarray(flat, dtype=np.float64), 0, layout)
     if used != len(flat):
         raise ValueError(f"flat value has {len(flat)} numbers but the layout uses {used}")
@@ -42,8 +44,8 @@ def unflatten_value(flat: np.ndarray, layout: Any) -> Any:
 def _take(flat: np.ndarray, start: int, layout: Any):
     kind = layout[0]
     if kind == "array":
-        size = int(np.prod(layout[1]))
-        return flat[start : start + size].reshape(layout[1]).copy(), start + size
+        size = math.prod(layout[1])
+        return flat[start : start + size].reshape(layout[1]), start + size
     if kind == "scalar":
         return float(flat[start]), start + 1
     items = []
