@@ -1,6 +1,8 @@
 """TorchRunEncodedData on real gloo process groups against single-process EM."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -209,3 +211,22 @@ def test_constructor_errors_name_the_fix(monkeypatch):
         monkeypatch.delenv(variable, raising=False)
     with pytest.raises(RuntimeError, match="torchrun --nproc_per_node"):
         TorchRunEncodedData([1.0], estimator=GaussianEstimator())
+
+
+def _fail_on_rank_one(rank, world):
+    if rank == 1:
+        raise ValueError("shard 1 is corrupt")
+    return rank
+
+
+def _hang_on_rank_zero(rank, world):
+    if rank == 0:
+        time.sleep(60)
+    return rank
+
+
+def test_run_local_reports_every_failed_or_killed_rank():
+    with pytest.raises(RuntimeError, match=r"(?s)rank 1 failed:.*ValueError: shard 1 is corrupt"):
+        run_local(_fail_on_rank_one, 2)
+    with pytest.raises(RuntimeError, match=r"rank 0 produced no result \(killed after the 5 s timeout\)"):
+        run_local(_hang_on_rank_zero, 2, timeout=5)

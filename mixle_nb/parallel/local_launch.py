@@ -7,6 +7,7 @@ import os
 import pickle
 import socket
 import tempfile
+import time
 import traceback
 
 
@@ -35,8 +36,8 @@ def run_local(fn, world: int, timeout: float = 180.0, **kwargs) -> list:
 
     ``fn`` must be importable (defined at module level). The launcher variables are set as
     torchrun sets them, so ``fn`` may let a handle create the group. Every child is joined,
-    or killed after ``timeout`` seconds, before this returns; a rank's exception is re-raised
-    here with its traceback.
+    or killed once ``timeout`` seconds have passed, before this returns; if any rank failed or
+    was killed, the error names every such rank, with the tracebacks.
     """
     ctx = multiprocessing.get_context("spawn")
     port = free_port()
@@ -45,21 +46,26 @@ def run_local(fn, world: int, timeout: float = 180.0, **kwargs) -> list:
         procs = [ctx.Process(target=_child, args=(fn, r, world, port, paths[r], kwargs)) for r in range(world)]
         for p in procs:
             p.start()
+        deadline = time.monotonic() + timeout
         try:
             for p in procs:
-                p.join(timeout)
+                p.join(max(0.0, deadline - time.monotonic()))
         finally:
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
-                    p.join()
-        results = []
+            killed = [rank for rank, p in enumerate(procs) if p.is_alive()]
+            for rank in killed:
+                procs[rank].kill()
+                procs[rank].join()
+        results, problems = [], []
         for rank, path in enumerate(paths):
             if not os.path.exists(path):
-                raise RuntimeError(f"rank {rank} produced no result (exit code {procs[rank].exitcode})")
+                why = f"killed after the {timeout:g} s timeout" if rank in killed else f"exit code {procs[rank].exitcode}"
+                problems.append(f"rank {rank} produced no result ({why})")
+                continue
             with open(path, "rb") as f:
                 status, value = pickle.load(f)
             if status == "error":
-                raise RuntimeError(f"rank {rank} failed:\n{value}")
+                problems.append(f"rank {rank} failed:\n{value}")
             results.append(value)
+        if problems:  # every rank's story: a hang on one rank is usually an error on another
+            raise RuntimeError("\n".join(problems))
         return results

@@ -13,6 +13,7 @@ class ClusterPanel:
         self.refresh_button = w.Button(description="Refresh")
         self.refresh_button.on_click(lambda _: self.refresh())
         self.widget = w.VBox([self.refresh_button, self.table])
+        self.widget.add_class("mixle-cluster-panel")
         self.refresh()
 
     def refresh(self) -> None:

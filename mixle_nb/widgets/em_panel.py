@@ -1,5 +1,5 @@
 """EMPanel: step EM interactively on a handle living on the ranks (or locally), plotting the
-all-reduced log-density per step, the model against the data and per-rank E-step times."""
+log-density per step (all-reduced across ranks), the model against the data and per-rank E-step times."""
 from __future__ import annotations
 
 import threading
@@ -12,7 +12,7 @@ import numpy as np
 
 from ..stats.estimation import em_step
 from . import rank_side
-from .panel import Panel, resolve_cluster
+from .panel import Panel, plot_image, resolve_cluster
 from .render import em_figure
 
 REDRAW_INTERVAL_S = 0.2  # at most ~5 redraws per second during runs
@@ -163,10 +163,11 @@ class EMPanel(Panel):
 
     def _build(self) -> None:
         self.buttons = {name: w.Button(description=name) for name in ("Step", "Run N", "Pause", "Back", "Reset")}
-        self.n_steps = w.BoundedIntText(value=10, min=1, max=100_000, description="N", layout=w.Layout(width="130px"))
+        self.n_steps = w.BoundedIntText(value=10, min=1, max=100_000, description="N",
+                                        style={"description_width": "initial"}, layout=w.Layout(width="110px"))
         self.progress = w.IntProgress(value=0, min=0, max=1, description="run")
         self.status = w.HTML()
-        self.image = w.Image(format="png")
+        self.image = plot_image()
         actions = {
             "Step": lambda: self._in_background(self.step),
             "Run N": lambda: self.run(self.n_steps.value, block=False),
@@ -179,6 +180,7 @@ class EMPanel(Panel):
         controls = w.HBox([self.buttons["Step"], self.n_steps, self.buttons["Run N"], self.buttons["Pause"],
                            self.buttons["Back"], self.buttons["Reset"]])
         self.widget = w.VBox([controls, w.HBox([self.progress, self.status]), self.image])
+        self.widget.add_class("mixle-em-panel")
 
     def _in_background(self, action) -> None:
         if not self.running:
@@ -194,7 +196,8 @@ class EMPanel(Panel):
         """Render the figure once and show the step counter."""
         history = list(self.history)
         seconds = history[-1].rank_seconds if history else []
-        self.image.value = em_figure([r.log_density for r in history], self.model, self.data_sample, seconds)
+        self.image.value = em_figure([r.log_density for r in history], self.model, self.data_sample, seconds,
+                                     distributed=self.cluster is not None)
         if self.error is None:
             last = f" · log-density {history[-1].log_density:.6g}" if history else ""
             self._show_status(f"step {len(history)}{last}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import threading
 from typing import Callable, Optional
 
+import ipywidgets as w
+
 from .. import cluster as cluster_module
 
 
@@ -18,6 +20,11 @@ def resolve_cluster(cluster, handle, estimator):
     if cluster is not None and not (isinstance(handle, str) and isinstance(estimator, str)):
         raise TypeError("with a cluster, pass handle= and estimator= as the names they have on the ranks")
     return cluster
+
+
+def plot_image():
+    """An image shown at its rendered size (never stretched soft), shrinking to fit narrow views."""
+    return w.Image(format="png", layout=w.Layout(align_self="flex-start", max_width="100%", height="auto"))
 
 
 class Panel:

@@ -64,16 +64,17 @@ def draw_model(ax, model, data: Optional[np.ndarray]) -> None:
         ax.text(0.5, 0.5, "no picture for this model", ha="center", va="center", transform=ax.transAxes)
 
 
-def em_figure(log_densities: Sequence[float], model, data, rank_seconds: Sequence[float]) -> bytes:
+def em_figure(log_densities: Sequence[float], model, data, rank_seconds: Sequence[float],
+              distributed: bool = True) -> bytes:
     """The EM panel's three plots in one figure: objective per step, model vs data, E-step time per rank."""
     fig = Figure(figsize=(12, 3.2))
     objective, picture, ranks = fig.subplots(1, 3)
-    objective.set_title("all-reduced log-density per EM step", fontsize=10)
+    objective.set_title(f"{'all-reduced ' if distributed else ''}log-density per EM step", fontsize=10)
     if log_densities:
         objective.plot(range(1, len(log_densities) + 1), log_densities, "o-", color="#2c3e50", ms=3)
     objective.set_xlabel("EM step")
     draw_model(picture, model, data)
-    ranks.set_title("E-step seconds per rank (last step)", fontsize=10)
+    ranks.set_title(f"E-step seconds {'per rank' if distributed else '(this process)'}, last step", fontsize=10)
     if rank_seconds:
         ranks.bar([str(r) for r in range(len(rank_seconds))], rank_seconds, color="#2980b9")
     ranks.set_xlabel("rank")

@@ -8,7 +8,7 @@ import time
 import ipywidgets as w
 
 from . import rank_side
-from .panel import Panel, resolve_cluster
+from .panel import Panel, plot_image, resolve_cluster
 from .render import loss_figure, mean_curve
 
 POLL_S = 0.2  # also the redraw throttle: at most 5 redraws per second
@@ -134,11 +134,12 @@ class TrainPanel(Panel):
         self.stop_button.on_click(lambda _: self.stop())
         self.progress = w.IntProgress(value=0, min=0, max=1, description="steps")
         self.status = w.HTML()
-        self.image = w.Image(format="png")
+        self.image = plot_image()
         self.sample = w.Textarea(value="", placeholder="generated text appears here after training",
                                  layout=w.Layout(width="95%", height="90px"))
         self.widget = w.VBox([w.HBox([self.train_button, self.stop_button, self.progress, self.status]),
                               self.image, self.sample])
+        self.widget.add_class("mixle-train-panel")
 
     def _redraw(self) -> None:
         self.image.value = loss_figure(self.curves)
