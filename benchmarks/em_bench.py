@@ -73,13 +73,16 @@ def torch_iteration_1d(x: torch.Tensor, w, mu, var):
     return nk / len(x), mu_new, var_new, lse.sum()
 
 
-def best_of(fn, repeats: int) -> float:
-    times = []
+def interleaved_best(fns: dict, repeats: int) -> dict:
+    """Best time of each function over ``repeats`` rounds, one call of each per round, so a
+    noisy stretch of the shared machine hits every contender alike."""
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: min(t) for name, t in times.items()}
 
 
 def run(n: int, dim: int, k: int, repeats: int) -> dict:
@@ -90,17 +93,17 @@ def run(n: int, dim: int, k: int, repeats: int) -> dict:
         [GaussianEstimator() if dim == 1 else MultivariateGaussianEstimator(dim) for _ in range(k)]
     )
     enc = seq_encode(x, model=start)
-    mixle = best_of(lambda: seq_estimate(enc, estimator, start), repeats)
 
     xt = torch.from_numpy(x.reshape(n, dim))
     w0 = torch.full((k,), 1.0 / k, dtype=torch.float64)
     mu0 = torch.from_numpy(means)
     if dim == 1:
         xt1 = xt[:, 0].contiguous()
-        hand = best_of(lambda: torch_iteration_1d(xt1, w0, mu0[:, 0], torch.ones(k, dtype=torch.float64)), repeats)
+        var0 = torch.ones(k, dtype=torch.float64)
+        hand = lambda: torch_iteration_1d(xt1, w0, mu0[:, 0], var0)  # noqa: E731
     else:
         cov0 = torch.eye(dim, dtype=torch.float64).expand(k, dim, dim).contiguous()
-        hand = best_of(lambda: torch_iteration(xt, w0, mu0, cov0), repeats)
+        hand = lambda: torch_iteration(xt, w0, mu0, cov0)  # noqa: E731
 
     x2 = x.reshape(n, dim)
     gm_kwargs = dict(n_components=k, covariance_type="full", weights_init=np.full(k, 1.0 / k),
@@ -108,10 +111,15 @@ def run(n: int, dim: int, k: int, repeats: int) -> dict:
     iters = 3
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        one = best_of(lambda: GaussianMixture(max_iter=1, tol=0, **gm_kwargs).fit(x2), repeats)
-        more = best_of(lambda: GaussianMixture(max_iter=1 + iters, tol=0, **gm_kwargs).fit(x2), repeats)
-    sklearn = (more - one) / iters  # per-iteration cost, without fit()'s set-up and final E-step
-    return {"mixle": mixle, "torch": hand, "sklearn": sklearn}
+        best = interleaved_best({
+            "mixle": lambda: seq_estimate(enc, estimator, start),
+            "torch": hand,
+            "sklearn_one": lambda: GaussianMixture(max_iter=1, tol=0, **gm_kwargs).fit(x2),
+            "sklearn_more": lambda: GaussianMixture(max_iter=1 + iters, tol=0, **gm_kwargs).fit(x2),
+        }, repeats)
+    # per-iteration cost, without fit()'s set-up and final E-step
+    sklearn = (best["sklearn_more"] - best["sklearn_one"]) / iters
+    return {"mixle": best["mixle"], "torch": best["torch"], "sklearn": sklearn}
 
 
 def main() -> None:
