@@ -1,4 +1,9 @@
-"""Gaussian with full covariance; statistics are ``[n, Σx, Σxxᵀ]`` flattened."""
+"""Gaussian with full covariance; statistics are ``[n, Σx, Σxxᵀ]`` flattened.
+
+Log-densities and statistics are both products with the raw moments ``[1, x, xxᵀ]``, which
+lose precision when the data sit far from the origin relative to their spread (|x| / σ above
+about 1e4): centre such data before fitting.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
