@@ -85,10 +85,11 @@ class TorchRunEncodedData(EncodedDataHandle):
     that folds statistics on the gather path.
 
     Extensions: ``fold`` picks how statistics cross ranks. ``"allreduce"`` flattens every
-    numeric statistic, the count and the log-density into one float64 tensor, all-reduces it
-    once, and lets every rank run the deterministic M-step (no broadcast). ``"gather"`` is the
-    reference path: pickle statistics to the root, fold there, broadcast the folded statistics
-    (two object collectives, like the reference's gather + model broadcast). ``"auto"``
+    numeric statistic, the count and the log-density into one float64 tensor, sums it across
+    ranks in one collective, and lets every rank run the deterministic M-step (no broadcast).
+    ``"gather"`` is the reference path: pickle statistics to the root, fold there, broadcast
+    the folded statistics (two object collectives, like the reference's gather + model
+    broadcast). ``"auto"``
     takes the all-reduce whenever the statistics flatten identically on every rank (checked
     once per estimator). ``last_timings`` holds this rank's :class:`StepTimings`.
     """
@@ -180,9 +181,9 @@ class TorchRunEncodedData(EncodedDataHandle):
         world's vectors in rank order: one round of messages against the ring all-reduce's
         2·(world - 1), which is what a per-step fold of a few statistics waits on. Vectors
         whose exchange would move over ``EXCHANGE_MAX_FLOATS`` take ``all_reduce``."""
-        local = torch.as_tensor(np.asarray(numbers, dtype=np.float64), device=self.device)
         if self.world == 1:
-            return local.cpu().numpy().copy()
+            return np.array(numbers, dtype=np.float64)
+        local = torch.as_tensor(np.asarray(numbers, dtype=np.float64), device=self.device)
         if local.numel() * self.world > EXCHANGE_MAX_FLOATS:
             dist.all_reduce(local, group=self.group)
             return local.cpu().numpy()
@@ -215,13 +216,14 @@ class TorchRunEncodedData(EncodedDataHandle):
         """Combine every rank's statistics into ``acc`` on every rank; returns the global
         ``(count, log_density)``. Either path leaves bit-identical statistics on all ranks, so
         the M-step that follows is deterministic and needs no broadcast of the model."""
-        path, layout = self._fold_path(estimator, acc.value())
+        value = acc.value()
+        path, layout = self._fold_path(estimator, value)
         if path == "allreduce":
-            flat = self._sum_across_ranks(np.concatenate([[count, log_density], flatten_value(acc.value())]))
+            flat = self._sum_across_ranks(np.concatenate([[count, log_density], flatten_value(value)]))
             acc.from_value(unflatten_value(flat[2:], layout))
             return float(flat[0]), float(flat[1])
         parts = [None] * self.world if self.rank == self.root else None
-        dist.gather_object((count, log_density, acc.value()), parts, dst=self._global_root, group=self.group)
+        dist.gather_object((count, log_density, value), parts, dst=self._global_root, group=self.group)
         message = [None]
         if self.rank == self.root:
             total = estimator.accumulator_factory().make()

@@ -17,13 +17,14 @@ LOWEST = torch.finfo(torch.float64).min
 
 
 def blocks(enc, k: int):
-    """``(start, stop, rows)`` blocks of an encoding; one block if it cannot be sliced."""
+    """``(start, stop, rows)`` blocks of an encoding (at least one, maybe empty); the whole
+    encoding if it cannot be sliced. Slicing lets an encoding build per-block data once."""
     n = len(enc)
-    step = max(512, BLOCK_ELEMENTS // k)
-    if n <= step or not hasattr(enc, "rows"):
+    if not hasattr(enc, "rows"):
         yield 0, n, enc
         return
-    for start in range(0, n, step):
+    step = max(512, BLOCK_ELEMENTS // k)
+    for start in range(0, max(n, 1), step):
         stop = min(start + step, n)
         yield start, stop, enc.rows(start, stop)
 
