@@ -10,9 +10,9 @@ import torch
 from .base import Accumulator, Distribution, Encoder, Estimator, merge_into
 from .sampler import Sampler
 
-# Rows x components per E-step block: the block's temporaries stay in cache, so the E-step
-# reads the encoded data once instead of streaming (N, K) arrays through memory ~10 times.
-BLOCK_ELEMENTS = 1 << 18
+# Components x rows per E-step block: the block's (K, rows) temporaries stay in the L2 cache,
+# so the E-step reads the encoded data once instead of streaming (K, N) arrays through memory.
+BLOCK_ELEMENTS = 1 << 17
 LOWEST = torch.finfo(torch.float64).min
 
 
@@ -35,20 +35,26 @@ def _stacked_kernel(objects: Sequence, name: str):
     return getattr(kinds.pop(), name, None) if len(kinds) == 1 else None
 
 
-def posterior(log_joint: torch.Tensor, weights) -> tuple[torch.Tensor, torch.Tensor]:
-    """Turn ``(N, K)`` log p(x, z=k) into weighted responsibilities, in place.
+def posterior(log_joint: torch.Tensor, weights, peak: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+    """Turn ``(K, N)`` log p(x, z=k) into weighted responsibilities, in place.
 
-    Returns ``(responsibilities, log p(x))``. The log-density of the model is a by-product of
-    normalising, which is why one E-step pass also reports the objective.
+    Component-major, so the reductions over K are elementwise passes over contiguous rows.
+    Writes each observation's largest term to ``peak`` and its sum of ``exp(term - peak)`` to
+    ``total``; ``log_density(peak, total)`` is then log p(x), which is why one E-step pass
+    also reports the objective.
     """
-    peak = log_joint.amax(dim=1, keepdim=True).clamp_(min=LOWEST)  # a row of -inf stays -inf
+    torch.amax(log_joint, dim=0, out=peak)
+    peak.clamp_(min=LOWEST)  # an observation impossible under every component stays -inf
     resp = log_joint.sub_(peak).exp_()
-    total = resp.sum(dim=1, keepdim=True)  # >= 1 (the peak's own term) unless the row is all -inf
-    log_density = total.log().add_(peak).squeeze(1)
-    scale = total.clamp_(min=1.0).reciprocal_()
+    torch.sum(resp, dim=0, out=total)  # >= 1 (the peak's own term) unless impossible
+    scale = total.clamp(min=1.0).reciprocal_()
     if weights is not None:
-        scale.mul_(torch.from_numpy(np.asarray(weights, dtype=np.float64))[:, None])
-    return resp.mul_(scale), log_density
+        scale.mul_(torch.from_numpy(np.asarray(weights, dtype=np.float64)))
+    return resp.mul_(scale)
+
+
+def log_density(peak: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+    return total.log().add_(peak)
 
 
 class MixtureDistribution(Distribution):
@@ -77,7 +83,7 @@ class MixtureDistribution(Distribution):
         return f"MixtureDistribution({self.components!r}, w={self.w.tolist()})"
 
     def log_joint(self, enc) -> torch.Tensor:
-        """``(N, K)`` log w_k + log p_k(x): one batched kernel when the family has one."""
+        """``(K, N)`` log w_k + log p_k(x): one batched kernel when the family has one."""
         if self._kernel is None:
             stacked = _stacked_kernel(self.components, "stacked_kernel")
             self._kernel = stacked(self.components, self._log_w) if stacked else self._per_component
@@ -85,15 +91,16 @@ class MixtureDistribution(Distribution):
 
     def _per_component(self, enc) -> torch.Tensor:
         lp = torch.stack([torch.from_numpy(np.asarray(c.seq_log_density(enc), np.float64))
-                          for c in self.components], dim=1)
-        return lp.add_(torch.from_numpy(self._log_w))
+                          for c in self.components])
+        return lp.add_(torch.from_numpy(self._log_w)[:, None])
 
     def seq_log_density(self, enc) -> np.ndarray:
-        return torch.logsumexp(self.log_joint(enc), dim=1).numpy()
+        return torch.logsumexp(self.log_joint(enc), dim=0).numpy()
 
     def seq_posterior(self, enc) -> np.ndarray:
         """``(N, K)`` component responsibilities."""
-        return posterior(self.log_joint(enc), None)[0].numpy()
+        peak, total = torch.empty(2, len(enc), dtype=torch.float64)
+        return posterior(self.log_joint(enc), None, peak, total).T.numpy()
 
     def dist_to_encoder(self) -> Encoder:
         return self.components[0].dist_to_encoder()
@@ -122,28 +129,28 @@ class MixtureAccumulator(Accumulator):
         self.keys = keys
 
     def _update_components(self, enc, resp: torch.Tensor, models=None, initialize_rng=None) -> None:
-        """Responsibilities become component weights: an update under ``models``, or a random
-        initialisation when ``initialize_rng`` is given."""
+        """Responsibilities ``(K, N)`` become component weights: an update under ``models``, or a
+        random initialisation when ``initialize_rng`` is given."""
         stacked = _stacked_kernel(self.accumulators, "stacked_seq_update")
         if stacked is not None:
             self.counts += stacked(self.accumulators, enc, resp)
             return
-        self.counts += resp.sum(dim=0).numpy()
-        columns = resp.numpy()
-        for k, acc in enumerate(self.accumulators):
-            if initialize_rng is None:
-                acc.seq_update(enc, columns[:, k], models[k])
-            else:
-                acc.seq_initialize(enc, columns[:, k], initialize_rng)
+        self.counts += resp.sum(dim=1).numpy()
+        rows = resp.numpy()
+        if initialize_rng is not None:
+            for acc, weights in zip(self.accumulators, rows):
+                acc.seq_initialize(enc, weights, initialize_rng)
+        else:
+            for acc, weights, model in zip(self.accumulators, rows, models):
+                acc.seq_update(enc, weights, model)
 
     def seq_update(self, enc, weights, model: MixtureDistribution) -> np.ndarray:
-        log_density = np.empty(len(enc))
+        peak, total = torch.empty(2, len(enc), dtype=torch.float64)
         for start, stop, block in blocks(enc, len(self.accumulators)):
             w = None if weights is None else weights[start:stop]
-            resp, block_density = posterior(model.log_joint(block), w)
-            log_density[start:stop] = block_density.numpy()
+            resp = posterior(model.log_joint(block), w, peak[start:stop], total[start:stop])
             self._update_components(block, resp, models=model.components)
-        return log_density
+        return log_density(peak, total).numpy()
 
     def seq_initialize(self, enc, weights, rng: np.random.Generator) -> None:
         # A sparse Dirichlet makes each observation mostly one component's, so components start apart.
@@ -151,7 +158,7 @@ class MixtureAccumulator(Accumulator):
         resp = rng.dirichlet(np.full(k, 1.0 / (k * k)), size=len(enc))
         if weights is not None:
             resp *= np.asarray(weights, dtype=np.float64)[:, None]
-        self._update_components(enc, torch.from_numpy(resp), initialize_rng=rng)
+        self._update_components(enc, torch.from_numpy(np.ascontiguousarray(resp.T)), initialize_rng=rng)
 
     def value(self):
         return self.counts.copy(), [acc.value() for acc in self.accumulators]

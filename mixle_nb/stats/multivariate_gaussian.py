@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .base import ArrayAccumulator, Distribution, Encoder, Estimator, merge_into
-from .diagonal_gaussian import LOG_2PI, check_vectors
+from .diagonal_gaussian import LOG_2PI, check_vectors, feature_log_density
 from .sampler import Sampler
 
 # Up to this dimension the encoding keeps each row's quadratic features, (D+1)(D+2)/2 floats;
@@ -33,16 +33,16 @@ def _layout(d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def quadratic_features(x: np.ndarray) -> torch.Tensor:
-    """Rows ``[1, x, x_i·x_j for i <= j]``."""
-    xt = torch.from_numpy(x)
+    """Features ``[1; x; x_i·x_j for i <= j]``, one column per row of ``x``."""
+    xt = torch.from_numpy(x).T
     row, col, _ = _layout(x.shape[1])
-    return torch.cat([torch.ones(len(x), 1, dtype=torch.float64), xt, xt[:, row] * xt[:, col]], dim=1)
+    return torch.cat([torch.ones(1, len(x), dtype=torch.float64), xt, xt[row] * xt[col]])
 
 
 @dataclass(frozen=True)
 class QuadraticEncoding:
-    """Vectors ``x`` (N, D) and, for small D, their stored quadratic features: one product
-    with the features gives every component's log-density, another every weighted moment."""
+    """Vectors ``x`` (N, D) and, for small D, their stored quadratic features (F, N): one
+    product with the features gives every component's log-density, another every weighted moment."""
 
     x: np.ndarray
     stored: Optional[torch.Tensor] = None
@@ -57,7 +57,7 @@ class QuadraticEncoding:
     def rows(self, start: int, stop: int) -> "QuadraticEncoding":
         """A block of rows, its features built once here when they are not stored."""
         x = self.x[start:stop]
-        return QuadraticEncoding(x, self.stored[start:stop] if self.stored is not None else quadratic_features(x))
+        return QuadraticEncoding(x, self.stored[:, start:stop] if self.stored is not None else quadratic_features(x))
 
 
 class MultivariateGaussianEncoder(Encoder):
@@ -95,8 +95,8 @@ class MultivariateGaussianDistribution(Distribution):
 
     @staticmethod
     def stacked_kernel(dists, log_weights=None):
-        """``enc -> (N, K)`` log-densities (+ ``log_weights``) as one product of the quadratic
-        features with a (features, K) coefficient matrix prepared here, once per model."""
+        """``enc -> (K, N)`` log-densities (+ ``log_weights``) as one product of the quadratic
+        features with a (K, features) coefficient matrix prepared here, once per model."""
         d = len(dists[0].mu)
         row, col, _ = _layout(d)
         coefficients = []
@@ -106,13 +106,13 @@ class MultivariateGaussianDistribution(Distribution):
             # -½ (x - μ)ᵀ Σ⁻¹ (x - μ): off-diagonal products appear twice in the quadratic form.
             quadratic = np.where(row == col, -0.5, -1.0) * precision[row.numpy(), col.numpy()]
             coefficients.append(np.concatenate([[m._log_norm - 0.5 * m.mu @ linear], linear, quadratic]))
-        coefficients = np.stack(coefficients, axis=1)
+        coefficients = np.stack(coefficients)
         if log_weights is not None:
-            coefficients[0] += log_weights
-        return partial(_quadratic_log_density, coefficients=torch.from_numpy(coefficients))
+            coefficients[:, 0] += log_weights
+        return partial(feature_log_density, coefficients=torch.from_numpy(coefficients))
 
     def seq_log_density(self, enc: QuadraticEncoding) -> np.ndarray:
-        return self.stacked_kernel([self])(enc)[:, 0].numpy()
+        return self.stacked_kernel([self])(enc)[0].numpy()
 
     def dist_to_encoder(self) -> Encoder:
         return MultivariateGaussianEncoder(len(self.mu))
@@ -127,14 +127,10 @@ class MultivariateGaussianDistribution(Distribution):
         return Sampler(self._draw, seed)
 
 
-def _quadratic_log_density(enc: QuadraticEncoding, coefficients: torch.Tensor) -> torch.Tensor:
-    return enc.features @ coefficients
-
-
 def _second_moments(enc: QuadraticEncoding, weights: torch.Tensor) -> torch.Tensor:
-    """``(K, 1 + D + D²)`` rows ``[Σw, Σw·x, Σw·xxᵀ]`` for weights of shape (N, K)."""
+    """``(K, 1 + D + D²)`` rows ``[Σw, Σw·x, Σw·xxᵀ]`` for weights of shape (K, N)."""
     d = enc.x.shape[1]
-    sums = weights.T @ enc.features
+    sums = weights @ enc.features.T
     return torch.cat([sums[:, : 1 + d], sums[:, 1 + d :][:, _layout(d)[2]]], dim=1)
 
 
@@ -169,9 +165,9 @@ class MultivariateGaussianAccumulator(ArrayAccumulator):
         self.stats = stats.copy() if self.stats.size == 0 else self.stats + stats
 
     def seq_update(self, enc: QuadraticEncoding, weights, model):
-        w = torch.ones(len(enc), 1, dtype=torch.float64) if weights is None else torch.from_numpy(
+        w = torch.ones(1, len(enc), dtype=torch.float64) if weights is None else torch.from_numpy(
             np.asarray(weights, dtype=np.float64)
-        )[:, None]
+        )[None]
         self._add(_second_moments(enc, w)[0].numpy())
 
     @staticmethod
