@@ -285,6 +285,19 @@ def test_multivariate_log_density_and_em_step_match_closed_form(dim, monkeypatch
         np.testing.assert_allclose(component.covar, covar, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("offset,rtol", [(0.0, 1e-12), (1e4, 1e-7)])  # raw moments: see the module docstring
+def test_diagonal_log_density_matches_closed_form(offset, rtol, monkeypatch):
+    rng = np.random.default_rng(6)
+    x = offset + rng.normal(size=(3000, 3))
+    means, sigma2 = offset + rng.normal(size=(2, 3)), rng.uniform(0.5, 2.0, size=(2, 3))
+    model = MixtureDistribution([DiagonalGaussianDistribution(m, v) for m, v in zip(means, sigma2)], [0.4, 0.6])
+    monkeypatch.setattr(mixture, "BLOCK_ELEMENTS", 1024)  # several E-step blocks
+    log_joint = np.stack([np.log(w) - 0.5 * (np.log(2 * np.pi * v) + (x - m) ** 2 / v).sum(1)
+                          for w, m, v in zip(model.w, means, sigma2)], 1)
+    np.testing.assert_allclose(model.seq_log_density(seq_encode(x, model=model)),
+                               np.logaddexp(log_joint[:, 0], log_joint[:, 1]), rtol=rtol)
+
+
 @pytest.mark.parametrize(
     "call,message",
     [

@@ -1,7 +1,7 @@
 """Gaussian with diagonal covariance in D dimensions; statistics are the moments [1, x, x²].
 
 Log-densities and statistics are both products with the raw moments, which lose precision
-when the data sit far from the origin relative to their spread (log-densities to about 1e-9
+when the data sit far from the origin relative to their spread (log-densities to about 1e-8
 relative at |x| / σ = 1e4): centre such data before fitting.
 """
 from __future__ import annotations
