@@ -124,7 +124,7 @@ def run(n: int, dim: int, k: int, repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=10, help="rounds; each contender keeps its best")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the N of each workload")
     args = parser.parse_args()
