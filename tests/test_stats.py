@@ -356,3 +356,18 @@ def test_variance_key_pools_the_within_component_variance():
     np.testing.assert_allclose([c.mu for c in model.components], means, rtol=1e-12)
     for component in model.components:
         assert component.sigma2 == pytest.approx(pooled, rel=1e-10)
+
+
+def test_read_only_data_and_weights_are_accepted_without_warnings():
+    rng = np.random.default_rng(7)
+    x, w, counts = rng.normal(size=(200, 3)), rng.random(200), rng.poisson(3.0, size=200).astype(float)
+    for array in (x, w, counts):
+        array.flags.writeable = False
+    cases = [(x, MultivariateGaussianEstimator(3)), (x, DiagonalGaussianEstimator(3)),
+             (x[:, 0], MixtureEstimator([GaussianEstimator(), GaussianEstimator()])), (counts, PoissonEstimator())]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns on a tensor over a read-only array
+        for data, estimator in cases:
+            enc = seq_encode(data, estimator=estimator)
+            model = seq_initialize(enc, estimator, rng=1, p=1.0)
+            estimator.accumulator_factory().make().seq_update(enc, w, model)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import numpy as np
+import torch
 
 
 def as_generator(rng: Any) -> np.random.Generator:
@@ -28,6 +29,13 @@ def check_finite(x: np.ndarray, what: str) -> np.ndarray:
         bad = int(np.flatnonzero(~np.isfinite(x).reshape(len(x), -1).all(axis=1))[0])
         raise ValueError(f"{what}: observation {bad} is NaN or infinite; drop or impute it first")
     return x
+
+
+def float_tensor(values) -> torch.Tensor:
+    """``values`` as a float64 tensor, sharing memory where torch allows: torch has no
+    read-only tensors, so a read-only array is copied."""
+    array = np.asarray(values, dtype=np.float64)
+    return torch.from_numpy(array if array.flags.writeable else array.copy())
 
 
 class AccumulatorFactory:

@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .base import ArrayAccumulator, Distribution, Encoder, Estimator, check_finite, merge_into
+from .base import ArrayAccumulator, Distribution, Encoder, Estimator, check_finite, float_tensor, merge_into
 from .sampler import Sampler
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -35,7 +35,7 @@ class MomentEncoding:
 
 
 def moment_encoding(x: np.ndarray) -> MomentEncoding:
-    xt = torch.from_numpy(x).T
+    xt = float_tensor(x).T
     return MomentEncoding(torch.cat([torch.ones(1, len(x), dtype=torch.float64), xt, xt * xt]))
 
 
@@ -50,7 +50,7 @@ def weighted_moments(enc: MomentEncoding, weights) -> np.ndarray:
     shape (N,), ``(K, 1+2D)`` for weights of shape (K, N)."""
     if weights is None:
         return enc.features.sum(dim=1).numpy()
-    w = weights if isinstance(weights, torch.Tensor) else torch.from_numpy(np.asarray(weights, float))
+    w = weights if isinstance(weights, torch.Tensor) else float_tensor(weights)
     return (enc.features @ w if w.ndim == 1 else w @ enc.features.T).numpy()
 
 

@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from .base import Accumulator, Distribution, Encoder, Estimator, merge_into
+from .base import Accumulator, Distribution, Encoder, Estimator, float_tensor, merge_into
 from .sampler import Sampler
 
 # Components x rows per E-step block: the block's (K, rows) temporaries stay in the L2 cache,
@@ -49,7 +49,7 @@ def posterior(log_joint: torch.Tensor, weights, peak: torch.Tensor, total: torch
     torch.sum(resp, dim=0, out=total)  # >= 1 (the peak's own term) unless impossible
     scale = total.clamp(min=1.0).reciprocal_()
     if weights is not None:
-        scale.mul_(torch.from_numpy(np.asarray(weights, dtype=np.float64)))
+        scale.mul_(float_tensor(weights))
     return resp.mul_(scale)
 
 

@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .base import ArrayAccumulator, Distribution, Encoder, Estimator, merge_into
+from .base import ArrayAccumulator, Distribution, Encoder, Estimator, float_tensor, merge_into
 from .diagonal_gaussian import LOG_2PI, check_vectors, feature_log_density
 from .sampler import Sampler
 
@@ -34,7 +34,7 @@ def _layout(d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 def quadratic_features(x: np.ndarray) -> torch.Tensor:
     """Features ``[1; x; x_i·x_j for i <= j]``, one column per row of ``x``."""
-    xt = torch.from_numpy(x).T
+    xt = float_tensor(x).T
     row, col, _ = _layout(x.shape[1])
     return torch.cat([torch.ones(1, len(x), dtype=torch.float64), xt, xt[row] * xt[col]])
 
@@ -165,9 +165,7 @@ class MultivariateGaussianAccumulator(ArrayAccumulator):
         self.stats = stats.copy() if self.stats.size == 0 else self.stats + stats
 
     def seq_update(self, enc: QuadraticEncoding, weights, model):
-        w = torch.ones(1, len(enc), dtype=torch.float64) if weights is None else torch.from_numpy(
-            np.asarray(weights, dtype=np.float64)
-        )[None]
+        w = torch.ones(1, len(enc), dtype=torch.float64) if weights is None else float_tensor(weights)[None]
         self._add(_second_moments(enc, w)[0].numpy())
 
     @staticmethod

@@ -7,7 +7,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .base import ArrayAccumulator, Distribution, Encoder, Estimator, check_finite
+from .base import ArrayAccumulator, Distribution, Encoder, Estimator, check_finite, float_tensor
 from .sampler import Sampler
 
 
@@ -33,7 +33,7 @@ class PoissonEncoder(Encoder):
         if np.any(x < 0) or np.any(x != np.floor(x)):
             bad = int(np.flatnonzero((x < 0) | (x != np.floor(x)))[0])
             raise ValueError(f"Poisson counts must be non-negative integers; observation {bad} is {x[bad]!r}")
-        return CountEncoding(x, torch.lgamma(torch.from_numpy(x) + 1.0).numpy())
+        return CountEncoding(x, torch.lgamma(float_tensor(x) + 1.0).numpy())
 
 
 class PoissonDistribution(Distribution):
