@@ -73,12 +73,16 @@ def torch_iteration_1d(x: torch.Tensor, w, mu, var):
     return nk / len(x), mu_new, var_new, lse.sum()
 
 
-def interleaved_best(fns: dict, repeats: int) -> dict:
+def interleaved_best(fns: dict, repeats: int, settle_s: float = 0.25) -> dict:
     """Best time of each function over ``repeats`` rounds, one call of each per round, so a
-    noisy stretch of the shared machine hits every contender alike."""
+    noisy stretch of the shared machine hits every contender alike. Each call waits
+    ``settle_s`` first: the previous contender's thread pool (OpenBLAS under scikit-learn,
+    OpenMP under torch) keeps spinning after it returns, and a call that starts at once
+    shares the cores with it (twice as slow, measured here)."""
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
+            time.sleep(settle_s)
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
