@@ -151,5 +151,18 @@ class ArrayAccumulator(Accumulator):
         return self
 
     def combine(self, value: np.ndarray) -> "ArrayAccumulator":
-        self.stats += value
+        """Add ``value``; an accumulator made without a size (no ``dim``) takes value's."""
+        value = np.asarray(value, dtype=np.float64)
+        if self.stats.size == 0:
+            self.stats = value.copy()
+        else:
+            self.stats += value
         return self
+
+
+def combine_rows(accumulators, stats: np.ndarray) -> np.ndarray:
+    """Combine row k of ``stats`` into accumulator k (a family's batched update over K
+    components); returns column 0 of ``stats``, each row's weight total."""
+    for acc, row in zip(accumulators, stats):
+        acc.combine(row)
+    return stats[:, 0]

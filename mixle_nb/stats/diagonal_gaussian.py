@@ -14,7 +14,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .base import ArrayAccumulator, Distribution, Encoder, Estimator, check_finite, float_tensor, merge_into
+from .base import (ArrayAccumulator, Distribution, Encoder, Estimator, check_finite, combine_rows, float_tensor,
+                   merge_into)
 from .sampler import Sampler
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -148,23 +149,13 @@ class MomentAccumulator(ArrayAccumulator):
             if n > 0 and pooled[0] > 0:  # rewrite Σx² so this component's M-step yields the pooled variance
                 s2[:] = n * pooled[1:] / pooled[0] + s1 * s1 / n
 
-    def _add(self, moments: np.ndarray) -> None:
-        self.stats = moments.copy() if self.stats.size == 0 else self.stats + moments
-
     def seq_update(self, enc: MomentEncoding, weights, model):
-        self._add(weighted_moments(enc, weights))
+        self.combine(weighted_moments(enc, weights))
 
     @staticmethod
     def stacked_seq_update(accumulators, enc: MomentEncoding, resp: torch.Tensor) -> np.ndarray:
         """Add column k of ``resp`` as the weights of accumulator k; returns each one's weight total."""
-        moments = weighted_moments(enc, resp)
-        for acc, row in zip(accumulators, moments):
-            acc._add(row)
-        return moments[:, 0]
-
-    def combine(self, value: np.ndarray) -> "MomentAccumulator":
-        self._add(np.asarray(value, dtype=np.float64))
-        return self
+        return combine_rows(accumulators, weighted_moments(enc, resp))
 
     def acc_to_encoder(self) -> Encoder:
         return self.encoder

@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .base import ArrayAccumulator, Distribution, Encoder, Estimator, float_tensor, merge_into
+from .base import ArrayAccumulator, Distribution, Encoder, Estimator, combine_rows, float_tensor, merge_into
 from .diagonal_gaussian import LOG_2PI, check_vectors, feature_log_density
 from .sampler import Sampler
 
@@ -161,24 +161,14 @@ class MultivariateGaussianAccumulator(ArrayAccumulator):
             if n > 0 and pooled[0] > 0:  # rewrite Σxxᵀ so this M-step yields the pooled covariance
                 s2[:] = n * pooled[1:].reshape(s2.shape) / pooled[0] + np.outer(s1, s1) / n
 
-    def _add(self, stats: np.ndarray) -> None:
-        self.stats = stats.copy() if self.stats.size == 0 else self.stats + stats
-
     def seq_update(self, enc: QuadraticEncoding, weights, model):
         w = torch.ones(1, len(enc), dtype=torch.float64) if weights is None else float_tensor(weights)[None]
-        self._add(_second_moments(enc, w)[0].numpy())
+        self.combine(_second_moments(enc, w)[0].numpy())
 
     @staticmethod
     def stacked_seq_update(accumulators, enc: QuadraticEncoding, resp: torch.Tensor) -> np.ndarray:
         """Add column k of ``resp`` as the weights of accumulator k; returns each one's weight total."""
-        stats = _second_moments(enc, resp).numpy()
-        for acc, row in zip(accumulators, stats):
-            acc._add(row)
-        return stats[:, 0]
-
-    def combine(self, value: np.ndarray) -> "MultivariateGaussianAccumulator":
-        self._add(np.asarray(value, dtype=np.float64))
-        return self
+        return combine_rows(accumulators, _second_moments(enc, resp).numpy())
 
     def acc_to_encoder(self) -> Encoder:
         return MultivariateGaussianEncoder(self.dim)
