@@ -33,6 +33,8 @@ def parity_model():
 
 
 def handle(tokens=TOKENS, **kw):
+    """One process unless a group exists (the ranks of a parity test adopt theirs)."""
+    kw.setdefault("init_process_group", False)
     return StreamingTokenEncodedData(tokens, block=kw.pop("block", BLOCK),
                                      batch_size=kw.pop("batch_size", BATCH), seed=SEED, **kw)
 

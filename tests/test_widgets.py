@@ -126,7 +126,8 @@ def _make_token_handle():
     from mixle_nb.widgets.rank_side import rank_namespace
 
     ns = rank_namespace()
-    ns["th"] = StreamingTokenEncodedData(ns["ids"], block=16, batch_size=8, epochs=1)
+    ns["th"] = StreamingTokenEncodedData(ns["ids"], block=16, batch_size=8, epochs=1,
+                                         init_process_group=False)
     return ns["th"].total_steps
 
 

@@ -1,37 +1,53 @@
-"""The encoded-data handle protocol shared by every distributed backend."""
+"""The encoded-data handle protocol shared by every distributed backend.
+
+Names: the ``seq_*`` functions (``seq_encode``, ``seq_estimate``, ``seq_initialize``,
+``seq_log_density_sum``) are the dispatch the user calls; they act on a *sequence* of
+observations at once, encoded once. A ``pysp_*`` method is what a handle offers that dispatch
+(the prefix comes from pysparkplug, mixle's ancestor, whose handles first carried it). Dispatch
+recognises a handle by its ``pysp_*`` method, never by its type, so the optional methods below
+are simply absent from a handle that lacks them: ``hasattr`` tells the truth.
+"""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 
-class EncodedDataHandle:
-    """Resident encoded data that the ``seq_*`` dispatch recognises by its ``pysp_*`` methods.
+@runtime_checkable
+class EncodedDataHandle(Protocol):
+    """Resident encoded data (on ranks, workers or a device) answering estimation requests.
 
-    A handle owns a shard of encoded data (on a rank, a worker, a device) and answers the
-    four estimation requests against it. Dispatch never checks ``isinstance``: any object
-    with the matching ``pysp_*`` method is a handle. Subclasses override what they support.
+    Required: the four reference methods below, ``close()``, the context manager and
+    ``__len__`` (the global observation count). Optional extensions, looked up with
+    ``hasattr`` by dispatch and so not declared here:
+
+    - ``pysp_em_step(estimator, prev_estimate) -> EMStep``: the new model and the previous
+      model's log-density from one pass (dispatch tries it first).
     """
 
     def pysp_seq_estimate(self, estimator: Any, prev_estimate: Any) -> Any:
         """One estimation step against the resident data; returns the new model."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement pysp_seq_estimate")
 
     def pysp_seq_initialize(self, estimator: Any, rng: Any, p: float) -> Any:
         """Randomised initial model from the resident data."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement pysp_seq_initialize")
 
     def pysp_seq_log_density_sum(self, model: Any) -> tuple[float, float]:
         """``(count, total log-density)`` of the resident data under ``model``."""
-        raise NotImplementedError(
-            f"{type(self).__name__} does not implement pysp_seq_log_density_sum"
-        )
 
     def pysp_stream_accumulate(self, estimator: Any, model: Any) -> tuple[float, Any]:
         """``(count, folded accumulator)`` for streaming EM, without an M-step."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement pysp_stream_accumulate")
 
     def close(self) -> None:
-        """Release worker resources owned by this handle, if any."""
+        """Release what this handle owns."""
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc_info: Any) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+class HandleLifetime:
+    """Mixin giving a handle its context manager: ``with handle: ...`` closes it on exit."""
 
     def __enter__(self):
         return self

@@ -22,7 +22,8 @@ from torch import nn
 from ..neural.leaf import StreamingTransformerLeaf
 from ..neural.source import (WindowOrder, as_token_array, check_window_args, gather_windows,
                              window_view)
-from .handle import EncodedDataHandle
+from .group import join_group
+from .handle import HandleLifetime
 
 _PARALLEL_MODES = ("auto", "ddp", "fsdp", "none")
 _PRECISIONS = ("fp32", "bf16")
@@ -31,21 +32,6 @@ _PRECISIONS = ("fp32", "bf16")
 def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
     """``[lo, hi)`` of rank's contiguous slice; lengths differ by at most one."""
     return n * rank // world, n * (rank + 1) // world
-
-
-def _join_group(init_process_group: bool, backend: str | None) -> tuple[int, int, bool]:
-    """``(rank, world, owned)``: reuse an existing default group, else init one from the env."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size(), False
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if not init_process_group or world == 1:
-        return 0, 1, False
-    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
-    if missing:
-        raise RuntimeError(f"WORLD_SIZE={world} but {', '.join(missing)} unset; launch with "
-                           "torchrun, or pass init_process_group=False to run as one process")
-    dist.init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"))
-    return dist.get_rank(), dist.get_world_size(), True
 
 
 def _stop_requested(stop) -> bool:
@@ -90,7 +76,7 @@ class _Training:
         self.tokens = 0
 
 
-class StreamingTokenEncodedData(EncodedDataHandle):
+class StreamingTokenEncodedData(HandleLifetime):
     """Per-rank streamed token shard; ``pysp_seq_estimate`` trains the module SPMD.
 
     Extension keywords (also settable as attributes between calls):
@@ -130,7 +116,8 @@ class StreamingTokenEncodedData(EncodedDataHandle):
         if stop is not None and not (callable(stop) or hasattr(stop, "is_set")):
             raise TypeError("stop must be None, a zero-argument callable, or have is_set()")
 
-        self.rank, self.world, self._owns_group = _join_group(init_process_group, backend)
+        self._membership = join_group(init_process_group=init_process_group, backend=backend)
+        self.rank, self.world = self._membership.rank, self._membership.world
         shards = self.world if shard_by_rank else 1
         lengths = [hi - lo for lo, hi in (shard_bounds(len(tokens), r, shards) for r in range(shards))]
         if block >= min(lengths):
@@ -356,6 +343,4 @@ class StreamingTokenEncodedData(EncodedDataHandle):
     def close(self) -> None:
         """Drop the training state; destroy the process group only if this handle created it."""
         self._training = None
-        if self._owns_group and dist.is_initialized():
-            dist.destroy_process_group()
-        self._owns_group = False
+        self._membership.release()

@@ -22,10 +22,11 @@ import torch.distributed as dist
 from ..stats.base import Distribution, Estimator, as_generator
 from ..stats.estimation import EMStep, accumulate, initial_weights, m_step
 from ..stats.values import flatten_value, unflatten_value, value_layout
-from .handle import EncodedDataHandle
+from ..validation import choice, fraction, positive_int
+from .group import join_group
+from .handle import HandleLifetime
 
 FOLDS = ("auto", "gather", "allreduce")
-LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 EXCHANGE_MAX_FLOATS = 1 << 18  # world × vector length; above it the fold uses all_reduce
 POLL_S = 0.005  # how long a small fold polls before it blocks
 
@@ -76,7 +77,7 @@ def _split(shard: Any, parts: int) -> list:
     return [shard[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
-class TorchRunEncodedData(EncodedDataHandle):
+class TorchRunEncodedData(HandleLifetime):
     """Encoded-data handle sharded across torch.distributed ranks.
 
     ``data``: with ``root_only=False`` every rank passes the same full dataset and keeps
@@ -109,25 +110,19 @@ class TorchRunEncodedData(EncodedDataHandle):
         *,
         fold: str = "auto",
     ):
-        if fold not in FOLDS:
-            raise ValueError(f"fold must be one of {FOLDS}; got {fold!r}")
-        if int(sub_chunks) != sub_chunks or sub_chunks < 1:
-            raise ValueError(f"sub_chunks must be a positive integer; got {sub_chunks!r}")
+        self.fold = choice("fold", fold, FOLDS)
+        sub_chunks = positive_int("sub_chunks", sub_chunks)
         encoder = _choose_encoder(estimator, model, encoder)
-        self._owns_group = False
-        if group is None and not dist.is_initialized():
-            self._init_group(init_process_group, backend)
-        self.group, self.fold = group, fold
-        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        self._membership = join_group(group, init_process_group=init_process_group, backend=backend)
+        self.group, self.rank, self.world = group, self._membership.rank, self._membership.world
+        self.device = self._membership.device
         if not 0 <= root < self.world:
             raise ValueError(f"root must be a rank in [0, {self.world}); got {root}")
         self.root = root
-        self._global_root = dist.get_global_rank(group, root) if group is not None else root
-        on_gpu = dist.get_backend(group) == "nccl"
-        self.device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+        self._global_root = self._membership.global_rank(root)
 
         shard = self._scatter(data) if root_only else self._own_slice(data)
-        self.chunks = [encoder.seq_encode(part) for part in _split(shard, int(sub_chunks))]
+        self.chunks = [encoder.seq_encode(part) for part in _split(shard, sub_chunks)]
         self.local_count = sum(len(c) for c in self.chunks)
         self._count = int(self._sum_across_ranks([float(self.local_count)])[0])
         if self._count == 0:
@@ -137,21 +132,6 @@ class TorchRunEncodedData(EncodedDataHandle):
         self.last_timings: Optional[StepTimings] = None
 
     # -- set-up ------------------------------------------------------------------------------
-
-    def _init_group(self, init_process_group: bool, backend: Optional[str]) -> None:
-        missing = [v for v in LAUNCHER_VARIABLES if v not in os.environ]
-        if not init_process_group or missing:
-            raise RuntimeError(
-                "no torch.distributed process group exists"
-                + (f" and the launcher variables {missing} are not set" if missing else "")
-                + ": run under `torchrun --nproc_per_node N script.py`, set RANK, WORLD_SIZE, "
-                "MASTER_ADDR and MASTER_PORT, or call torch.distributed.init_process_group first"
-            )
-        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend=backend)
-        self._owns_group = True
 
     @staticmethod
     def _as_sliceable(data):
@@ -164,6 +144,8 @@ class TorchRunEncodedData(EncodedDataHandle):
         return self._as_sliceable(data)[self.rank :: self.world]
 
     def _scatter(self, data):
+        if self.world == 1:
+            return self._own_slice(data)
         shards = None
         if self.rank == self.root:
             full = self._as_sliceable(data)
@@ -202,8 +184,9 @@ class TorchRunEncodedData(EncodedDataHandle):
         if cached is not None and cached[0] is estimator:
             return cached[1], cached[2]
         layout = value_layout(value)
-        layouts = [None] * self.world
-        dist.all_gather_object(layouts, layout, group=self.group)
+        layouts = [layout] * self.world
+        if self.world > 1:
+            dist.all_gather_object(layouts, layout, group=self.group)
         agreed = layout is not None and all(other == layout for other in layouts)
         if self.fold == "allreduce" and not agreed:
             raise ValueError("fold='allreduce' needs numeric statistics with the same layout on every "
@@ -222,6 +205,8 @@ class TorchRunEncodedData(EncodedDataHandle):
             flat = self._sum_across_ranks(np.concatenate([[count, log_density], flatten_value(value)]))
             acc.from_value(unflatten_value(flat[2:], layout))
             return float(flat[0]), float(flat[1])
+        if self.world == 1:
+            return count, log_density
         parts = [None] * self.world if self.rank == self.root else None
         dist.gather_object((count, log_density, value), parts, dst=self._global_root, group=self.group)
         message = [None]
@@ -260,13 +245,13 @@ class TorchRunEncodedData(EncodedDataHandle):
         reproducible for a given seed and world size, but differs from a one-process
         ``seq_initialize`` with the same seed (each rank draws its own subset).
         """
-        if not 0.0 < p <= 1.0:
-            raise ValueError(f"initialisation fraction p must be in (0, 1]; got {p!r}")
+        p = fraction("initialisation fraction p", p)
         seeds = None
         if self.rank == self.root:
             seeds = [[int(s)] for s in as_generator(rng).integers(0, 2**63 - 1, size=self.world)]
-        received = [None]
-        dist.scatter_object_list(received, seeds, src=self._global_root, group=self.group)
+        received = seeds[:1] if self.world == 1 else [None]
+        if self.world > 1:
+            dist.scatter_object_list(received, seeds, src=self._global_root, group=self.group)
         local_rng = np.random.default_rng(received[0][0])
         acc, included = estimator.accumulator_factory().make(), 0.0
         for enc in self.chunks:
@@ -291,9 +276,7 @@ class TorchRunEncodedData(EncodedDataHandle):
     def close(self) -> None:
         """Release the resident shard; destroy the process group only if this handle made it."""
         self.chunks = []
-        if self._owns_group and dist.is_initialized():
-            dist.destroy_process_group()
-        self._owns_group = False
+        self._membership.release()
 
     def __len__(self) -> int:
         return self._count
