@@ -15,7 +15,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from . import cluster as cluster_module
-from .cluster import BACKENDS, MixleCluster, RankDiedError, RankError
+from .cluster import BACKENDS, ClusterState, MixleCluster, RankDiedError, RankError
 
 STREAM_POLL_S = 0.1
 
@@ -23,8 +23,17 @@ STREAM_POLL_S = 0.1
 def running_cluster() -> MixleCluster:
     """The current cluster, or a ``UsageError`` that says how to start one."""
     cluster = cluster_module.current()
-    if cluster is None or cluster.state not in ("running", "broken"):
+    if cluster is None or not cluster.state.has_processes:
         raise UsageError("no mixle cluster is running: start one with %mixle_cluster start N")
+    return cluster
+
+
+def usable_cluster() -> MixleCluster:
+    """The current cluster if it can take work, or a ``UsageError`` that says how to recover."""
+    cluster = running_cluster()
+    if cluster.state is ClusterState.BROKEN:
+        raise UsageError(f"the mixle cluster needs a restart ({cluster.broken_reason}): "
+                         "%mixle_cluster restart")
     return cluster
 
 
@@ -45,7 +54,8 @@ def parse_targets(text: Optional[str]) -> Optional[list[int]]:
 def run_cell(cluster: MixleCluster, code: str, targets=None, all_ranks: bool = False, out=None) -> None:
     """Execute ``code`` on the ranks, streaming output while it runs: rank 0's (or the first
     target's) by default, every rank's labelled ``[rank r]`` with ``all_ranks``. Errors come
-    back as :class:`RankError` naming the rank, with its traceback."""
+    back as :class:`RankError` naming the rank, with its traceback. An interrupt (Ctrl-C)
+    stops every rank before it propagates."""
     out = out or sys.stdout
     call = cluster.execute_async(code, targets=targets)
     shown = call.ranks if all_ranks else call.ranks[:1]
@@ -61,14 +71,19 @@ def run_cell(cluster: MixleCluster, code: str, targets=None, all_ranks: bool = F
                 out.write(new)
         out.flush()
 
-    while True:
-        try:
-            call.result(timeout=STREAM_POLL_S)
-            return
-        except TimeoutError:
-            pass  # still running: show what arrived and wait again
-        finally:
-            flush()
+    try:
+        while True:
+            try:
+                call.result(timeout=STREAM_POLL_S)
+                return
+            except TimeoutError:
+                pass  # still running: show what arrived and wait again
+            finally:
+                flush()
+    except KeyboardInterrupt:
+        if not call.cancelled():  # the interrupt arrived outside result(), e.g. while printing
+            call.cancel()
+        raise
 
 
 def parse(magic, line: str):
@@ -107,7 +122,7 @@ class MixleMagics(Magics):
             if args.n is None:
                 raise UsageError("say how many engines: %mixle_cluster start N (e.g. 4)")
             current = cluster_module.current()
-            if current is not None and current.state in ("running", "broken"):
+            if current is not None and current.state.has_processes:
                 raise UsageError("a mixle cluster is already running: %mixle_cluster stop (or restart) first")
             try:
                 cluster = MixleCluster(args.n, backend=args.backend, timeout=args.timeout, launcher=args.launcher)
@@ -146,7 +161,7 @@ class MixleMagics(Magics):
         args = parse(self.mixle_push, line)
         if args is None:
             return
-        running_cluster().push(**{name: self._user_value(name) for name in args.names})
+        usable_cluster().push(**{name: self._user_value(name) for name in args.names})
 
     @line_magic
     @magic_arguments()
@@ -161,7 +176,7 @@ class MixleMagics(Magics):
         args = parse(self.mixle_scatter, line)
         if args is None:
             return
-        running_cluster().scatter(args.name, self._user_value(args.name))
+        usable_cluster().scatter(args.name, self._user_value(args.name))
 
     @line_magic
     @magic_arguments()
@@ -179,7 +194,7 @@ class MixleMagics(Magics):
         args = parse(self.mixle_pull, line)
         if args is None:
             return
-        cluster = running_cluster()
+        cluster = usable_cluster()
         try:
             return cluster.pull(args.name, rank="all" if args.all else args.rank)
         except RankError as exc:
@@ -206,7 +221,7 @@ class MixleMagics(Magics):
         args = parse(self.mixle, line)
         if args is None:
             return
-        cluster = running_cluster()
+        cluster = usable_cluster()
         try:
             run_cell(cluster, cell, targets=parse_targets(args.targets), all_ranks=args.all)
         except ValueError as exc:

@@ -26,7 +26,7 @@ def em_problem(n=20_000):
 def _make_em_handle():
     """On a rank: shard the pushed data into a resident handle named `h`."""
     from mixle_nb.parallel import TorchRunEncodedData
-    from mixle_nb.widgets.rank_side import rank_namespace
+    from mixle_nb.cluster.rank_side import rank_namespace
 
     ns = rank_namespace()
     ns["h"] = TorchRunEncodedData(ns["x"], estimator=ns["est"])
@@ -123,7 +123,7 @@ def test_names_without_a_running_cluster_say_how_to_start_one(monkeypatch):
 
 def _make_token_handle():
     from mixle_nb.parallel import StreamingTokenEncodedData
-    from mixle_nb.widgets.rank_side import rank_namespace
+    from mixle_nb.cluster.rank_side import rank_namespace
 
     ns = rank_namespace()
     ns["th"] = StreamingTokenEncodedData(ns["ids"], block=16, batch_size=8, epochs=1,

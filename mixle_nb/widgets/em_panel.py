@@ -11,7 +11,7 @@ import ipywidgets as w
 import numpy as np
 
 from ..stats.estimation import em_step
-from . import rank_side
+from ..cluster import rank_side
 from .panel import Panel, plot_image, resolve_cluster
 from .render import em_figure
 

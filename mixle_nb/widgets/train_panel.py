@@ -7,7 +7,7 @@ import time
 
 import ipywidgets as w
 
-from . import rank_side
+from ..cluster import rank_side
 from .panel import Panel, plot_image, resolve_cluster
 from .render import loss_figure, mean_curve
 

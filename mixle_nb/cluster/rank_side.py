@@ -1,5 +1,7 @@
 """Functions the panels run on every rank. They find the handle, estimator and model by the
-names they have in the rank's namespace (where ``push``/``%mixle_push`` put them)."""
+names they have in the rank's namespace (where ``push``/``%mixle_push`` put them).
+
+They run on the engines, so this module imports neither ipywidgets nor matplotlib."""
 from __future__ import annotations
 
 import time

@@ -1,0 +1,206 @@
+"""Calls running on the ranks, and the errors they raise.
+
+A :class:`RankCall` wraps ipyparallel's ``AsyncResult``. It never blocks on the engines: it waits
+in short slices and between them asks its :class:`Supervisor` (the cluster) whether the ranks
+are alive, so a rank killed mid-call surfaces as :class:`RankDiedError` within a slice. When one
+rank has failed and the others are still running (waiting in a collective for it, typically),
+or when the client is interrupted, the supervisor stops the rest, so a call fails together.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Any, Protocol, Sequence
+
+POLL_S = 0.05  # client wait slice: bounds how late a dead rank is noticed
+FAIL_SETTLE_S = 0.5  # after one rank failed, how long the others may take to fail on their own
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# Errors that follow from another rank's failure rather than causing one: a collective that timed
+# out or lost its peer, an interrupt the cluster sent after a failure, and the handles' own
+# peer-failure errors (raised on every rank when another rank reported a failure).
+_CONSEQUENCE_NAMES = {"KeyboardInterrupt", "PeerFailure", "RankFailedElsewhere"}
+_CONSEQUENCE_TEXT = re.compile(r"Timed out waiting|Connection closed by peer|Connection reset by peer"
+                               r"|Broken pipe|failed on rank|process group.*(destroyed|aborted)",
+                               re.IGNORECASE)
+
+
+def is_consequence(ename: str, evalue: str) -> bool:
+    """Whether a rank's error follows from another rank's failure (see ``_CONSEQUENCE_*``)."""
+    return ename in _CONSEQUENCE_NAMES or bool(_CONSEQUENCE_TEXT.search(evalue or ""))
+
+
+class RankError(RuntimeError):
+    """An exception raised on the ranks, named by its root cause.
+
+    ``rank``/``ename``/``evalue``/``traceback_text`` describe the *primary* failure: the first
+    rank whose error is not a consequence of another's (a collective timeout, a lost peer, a
+    peer-failure error). ``errors`` lists ``(rank, ename, evalue)`` for every rank that failed.
+    """
+
+    def __init__(self, rank: int, ename: str, evalue: str, traceback_text: str,
+                 errors: Sequence[tuple[int, str, str]] = ()):
+        self.rank, self.ename, self.evalue = rank, ename, evalue
+        self.traceback_text = traceback_text
+        self.errors = sorted(errors) or [(rank, ename, evalue)]
+        others = [f"\n  rank {r} then raised {n}: {_first_line(v)}" for r, n, v in self.errors if r != rank]
+        super().__init__(f"rank {rank} raised {ename}: {evalue}{''.join(others)}\n"
+                         f"--- remote traceback (rank {rank}) ---\n{traceback_text}")
+
+    @classmethod
+    def from_failures(cls, failures: Sequence[tuple[int, Any]]) -> RankError:
+        """The error for ``(rank, ipyparallel RemoteError)`` pairs, root cause first."""
+        causes = [(r, e) for r, e in failures if not is_consequence(e.ename, e.evalue)]
+        rank, primary = (causes or sorted(failures, key=lambda f: f[0]))[0]
+        return cls(rank, primary.ename, primary.evalue, _plain_traceback(primary.traceback),
+                   [(r, e.ename, e.evalue) for r, e in failures])
+
+
+class RankDiedError(RuntimeError):
+    """One or more ranks' engines died; the group is broken until ``restart()``."""
+
+    def __init__(self, ranks: Sequence[int], detail: str = ""):
+        self.ranks = sorted(ranks)
+        which = ", ".join(str(r) for r in self.ranks)
+        super().__init__(f"rank{'s' if len(self.ranks) > 1 else ''} {which} died{detail}; the "
+                         "torch.distributed group is broken: call cluster.restart()")
+
+
+class Supervisor(Protocol):
+    """What a :class:`RankCall` asks of its cluster; nothing else of the cluster is touched."""
+
+    def check_alive(self, ranks: Sequence[int]) -> None:
+        """Raise :class:`RankDiedError` (and mark the cluster broken) if a rank died."""
+
+    def ranks_died(self, ranks: Sequence[int]) -> RankDiedError:
+        """Mark the cluster broken by the death of ``ranks``; the error to raise."""
+
+    def stop_call(self, call: RankCall) -> None:
+        """Stop every rank still running ``call`` and leave the group usable; where a rank does
+        not stop, mark the cluster broken (``call`` then still has pending ranks)."""
+
+    def call_finished(self, call: RankCall) -> None:
+        """``call`` has every rank's answer (for the status table's timings)."""
+
+
+class RankCall:
+    """A call running on some ranks: awaitable, pollable, interruptible.
+
+    ``data`` maps rank -> the latest dict that rank published with
+    ``ipyparallel.datapub.publish_data`` while the call runs.
+    """
+
+    def __init__(self, supervisor: Supervisor, ranks: list[int], async_result):
+        self.supervisor, self.ranks, self._ar = supervisor, ranks, async_result
+        self._cancelled = False
+        self._first_failure_at: float | None = None
+
+    def done(self) -> bool:
+        """True once every rank has answered."""
+        return self._ar.ready()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for every rank's answer; whether they all answered."""
+        return self._ar.wait(timeout)
+
+    def ranks_done(self) -> list[int]:
+        """Ranks that have answered (successfully or not)."""
+        return [r for r, t in zip(self.ranks, self._ar["completed"]) if t is not None]
+
+    def pending(self) -> list[int]:
+        """Ranks still running the call."""
+        return sorted(set(self.ranks) - set(self.ranks_done()))
+
+    def failed_ranks(self) -> list[int]:
+        """Ranks that have answered with an error so far."""
+        return [r for r, s in zip(self.ranks, self._ar["status"]) if s == "error"]
+
+    def outcomes(self) -> list:
+        """Per-rank results or ipyparallel ``RemoteError``s, in rank order (all must be done)."""
+        results = self._ar.get(0, return_exceptions=True)
+        return results if isinstance(results, list) else [results]
+
+    def rank_seconds(self, rank: int) -> float | None:
+        """How long ``rank`` ran the call, from the engine's timestamps (None until it answered)."""
+        i = self.ranks.index(rank)
+        t0, t1 = self._ar["started"][i], self._ar["completed"][i]
+        return None if t0 is None or t1 is None else (t1 - t0).total_seconds()
+
+    @property
+    def data(self) -> dict[int, dict]:
+        return {r: d for r, d in zip(self.ranks, self._ar["data"]) if d}
+
+    @property
+    def stdout(self) -> dict[int, str]:
+        """rank -> everything the rank has printed in this call so far."""
+        return dict(zip(self.ranks, self._ar["stdout"]))
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        """Stop every rank still running this call (KeyboardInterrupt there); the group stays
+        usable, or the cluster says why it needs ``restart()``."""
+        self._cancelled = True
+        self.supervisor.stop_call(self)
+
+    def result(self, timeout: float | None = None) -> list:
+        """Per-rank results in rank order; raises RankError, RankDiedError or TimeoutError.
+
+        A KeyboardInterrupt while waiting stops every rank of the call, then re-raises.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while not self._ar.wait(POLL_S):
+                self._supervise()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"ranks {self.pending()} still running after {timeout} s")
+        except KeyboardInterrupt:
+            self.cancel()
+            raise
+        return self._collect()
+
+    def __await__(self):
+        return self._wait_async().__await__()
+
+    async def _wait_async(self) -> list:
+        while not self._ar.ready():
+            self._supervise()
+            await asyncio.sleep(POLL_S)
+        return self._collect()
+
+    def _supervise(self) -> None:
+        """Between wait slices: raise if a rank died; stop the rest once a rank has failed."""
+        self.supervisor.check_alive(self.ranks)
+        if self._first_failure_at is None:
+            if self.failed_ranks():
+                self._first_failure_at = time.monotonic()
+        elif time.monotonic() - self._first_failure_at > FAIL_SETTLE_S:
+            self.supervisor.stop_call(self)
+            if not self.done():
+                raise RuntimeError(f"ranks {self.failed_ranks()} failed and ranks {self.pending()} "
+                                   "did not stop; the cluster needs restart()")
+
+    def _collect(self) -> list:
+        from ipyparallel.error import RemoteError
+
+        results = self.outcomes()
+        self.supervisor.call_finished(self)
+        failed = [(r, e) for r, e in zip(self.ranks, results) if isinstance(e, RemoteError)]
+        if not failed:
+            return results
+        dead = [r for r, e in failed if e.ename == "EngineError"]
+        if dead:
+            raise self.supervisor.ranks_died(dead)
+        raise RankError.from_failures(failed)
+
+
+def _first_line(text: str) -> str:
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+
+
+def _plain_traceback(traceback) -> str:
+    """The engine's traceback (a string or a list of lines) without terminal colour codes."""
+    text = traceback if isinstance(traceback, str) else "\n".join(traceback or ())
+    return _ANSI.sub("", text)

@@ -1,0 +1,122 @@
+"""What the cluster runs on its engines: describe the engine, join, leave and sever the group.
+
+These functions are shipped to the engines by reference, so they live at module level and
+import torch inside (the client never needs it). The engine remembers which sockets its gloo
+group opened, so that :func:`sever_group` can close them: a peer blocked in a collective on
+this engine then fails at once ("Connection closed by peer") instead of at the group timeout.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+import psutil
+
+# (fd, "socket:[inode]") of the connections the current group opened on this engine
+_group_sockets: dict[int, str] = {}
+
+
+def describe() -> dict:
+    """Identity of this engine; importing torch here overlaps it with other engines' startup."""
+    import torch
+
+    return {"pid": os.getpid(), "host": socket.gethostname(),
+            "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+
+
+def loopback_interface() -> str:
+    """Name of the interface that carries 127.0.0.1 (``lo`` on Linux)."""
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
+            return name
+    raise RuntimeError("no network interface has 127.0.0.1; cannot pin gloo to loopback")
+
+
+def rendezvous_address(peer_host: str) -> tuple[str, int]:
+    """(address this host uses to reach ``peer_host``, a free TCP port on it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        udp.connect((peer_host, 9))  # UDP connect sends nothing; it only picks the route
+        address = udp.getsockname()[0]
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return address, probe.getsockname()[1]
+
+
+def _open_sockets() -> dict[int, str]:
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed while listing
+            continue
+        if link.startswith("socket:["):
+            found[int(fd)] = link
+    return found
+
+
+def form_group(rank: int, world: int, backend: str, timeout_s: float, threads: int,
+               store_path: str | None = None, master: tuple[str, int] | None = None,
+               device: int | None = None) -> dict:
+    """Join the cluster's process group (leaving any earlier one): a ``FileStore`` at
+    ``store_path`` on one host, else a ``TCPStore`` at ``master`` (engine 0 listens)."""
+    import torch
+    import torch.distributed as dist
+
+    leave_group()
+    torch.set_num_threads(threads)
+    timeout = timedelta(seconds=timeout_s)
+    if store_path is not None:
+        # torch reads GLOO_SOCKET_IFNAME when it creates the gloo device, i.e. just below
+        os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()
+        store = dist.FileStore(store_path, world)
+    else:
+        host, port = master
+        store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=timeout)
+    if device is not None:
+        torch.cuda.set_device(device)
+    before = _open_sockets()
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    _group_sockets.update({fd: link for fd, link in _open_sockets().items() if before.get(fd) != link})
+    return {"rank": dist.get_rank(), "world": dist.get_world_size(), "backend": backend}
+
+
+def leave_group() -> None:
+    """Leave the process group, if this engine is in one."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _group_sockets.clear()
+
+
+def sever_group() -> int:
+    """Shut down this engine's connections to its peers (not the listening socket, whose
+    loss gloo treats as fatal), so a peer waiting on this engine in a collective raises now.
+    The group is unusable afterwards; :func:`form_group` forms a new one. Returns how many
+    connections were shut down."""
+    still_open = _open_sockets()
+    severed = 0
+    for fd, link in _group_sockets.items():
+        if still_open.get(fd) != link:  # gloo closed it, and the number may be reused
+            continue
+        sock = socket.socket(fileno=fd)
+        try:
+            if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                sock.shutdown(socket.SHUT_RDWR)
+                severed += 1
+        except OSError:  # already disconnected
+            pass
+        finally:
+            sock.detach()  # gloo still owns the descriptor
+    return severed
+
+
+def group_state() -> tuple[bool, int]:
+    """(in a group, collectives started in it): equal counts on every rank mean no rank was
+    left inside a collective the others have finished or never entered."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return False, -1
+    return True, dist.distributed_c10d._get_default_group()._get_sequence_number_for_group()

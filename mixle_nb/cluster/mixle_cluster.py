@@ -1,0 +1,482 @@
+"""MixleCluster: ipyparallel engines that form one torch.distributed group, and never hang.
+
+A plain Python API (no IPython, no widgets). Lifecycle, as in ``ipyparallel.Cluster``:
+``start()`` -> running -> ``stop()``; ``restart()`` replaces every process; a dead rank, or a
+rank that an interrupt could not stop, marks the cluster *broken* until ``restart()``.
+
+Rank r is engine r. On one host the rendezvous is a ``FileStore`` in a private temporary
+directory and gloo is pinned to the loopback interface, so the group opens no socket to the
+network. Engines on other hosts rendezvous through a ``TCPStore`` at engine 0's address
+(:meth:`MixleCluster._rendezvous`).
+
+Interrupts and failures never leave a rank waiting: the ranks still running a call are sent
+SIGINT; those that do not return promptly are inside a collective, so the other ranks shut down
+their group connections, which makes it fail at once; then the group is formed again on the
+same engines if any rank may have left it mid-collective.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import time
+import weakref
+from typing import Any, Callable, Sequence
+
+from .. import validation
+from . import engine
+from .calls import POLL_S, RankCall, RankDiedError, is_consequence
+from .processes import OwnedProcesses, RankProcess
+from .state import ClusterState
+from .status import ClusterStatus, RankStatus
+
+MAX_ENGINES = 256
+BACKENDS = ("auto", "gloo", "nccl")
+_HEARTBEAT_MS = 500  # ipyparallel's default 3000 ms makes every engine registration wait ~3-6 s
+INTERRUPT_SETTLE_S = 0.5  # after SIGINT, a rank still running is taken to sit in a collective
+_live: weakref.WeakSet = weakref.WeakSet()
+
+
+def _registry():
+    # the package holds the current-cluster registry (tests and tools patch it there)
+    from .. import cluster
+
+    return cluster
+
+
+class MixleCluster:
+    """``n`` ipyparallel engines forming one torch.distributed group (rank = engine id).
+
+    ``launcher`` names an ipyparallel engine launcher ("local", "mpi", "ssh", "slurm", ...);
+    ``ipyparallel_options`` go to ``ipyparallel.Cluster``. ``%px`` is not activated here:
+    the magics call ``cluster.view.activate()``.
+
+    Example::
+
+        with MixleCluster(2) as c:
+            c.run(lambda: torch.distributed.get_rank())   # [0, 1]
+    """
+
+    def __init__(self, n: int, *, backend: str = "auto", timeout: float = 60.0,
+                 launcher: str = "local", threads: int = 1, **ipyparallel_options):
+        n = validation.positive_int("n", n)
+        if n > MAX_ENGINES:
+            raise ValueError(f"n must be at most {MAX_ENGINES} engines; got {n}")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        timeout = validation.positive_real("timeout", timeout)
+        threads = validation.positive_int("threads", threads)
+        if backend == "nccl" and launcher == "local":
+            import torch  # only this check needs torch in the client
+
+            if not torch.cuda.is_available():
+                raise ValueError("backend='nccl' needs GPUs, and this host has none; "
+                                 "use backend='gloo' or 'auto'")
+        self.n, self.backend, self.timeout, self.threads = n, backend, timeout, threads
+        self.launcher = launcher
+        self._options = ipyparallel_options
+        self.state = ClusterState.NEW
+        self.broken_reason = ""
+        self.client = self.view = None
+        self._ipp = self._store_dir = None
+        self._ranks: dict[int, RankProcess] = {}
+        self._processes = OwnedProcesses()
+        self._views: dict[tuple[int, ...], Any] = {}
+        self._last_call: dict[int, RankCall] = {}
+        self._here = socket.gethostname()
+        self._group_generation = 0
+        self._forming_group = False
+        self.group_backend: str | None = None
+        _live.add(self)
+
+    def __repr__(self) -> str:
+        return f"<MixleCluster n={self.n} {self.state} backend={self.group_backend or self.backend}>"
+
+    # ---- lifecycle
+
+    def start(self, progress: Callable[[str], None] | None = None) -> MixleCluster:
+        """Launch controller and engines, then form the group; ``progress`` gets short messages."""
+        if self.state.has_processes:
+            raise RuntimeError(f"cluster is already {self.state}; call stop() or restart()")
+        report = progress or (lambda message: None)
+        self.state, self.broken_reason = ClusterState.STARTING, ""
+        try:
+            self._launch(report)
+            self._form_group(report)
+        except BaseException:
+            self._teardown()
+            self.state = ClusterState.STOPPED
+            raise
+        self.view = self.client[:]
+        self.view.block = True
+        self.state = ClusterState.RUNNING
+        _registry().set_current(self)
+        return self
+
+    def stop(self) -> None:
+        """Destroy the group, stop engines and controller, and wait until their processes exit."""
+        if self.state in (ClusterState.NEW, ClusterState.STOPPED):
+            return
+        self._teardown()
+        self.state = ClusterState.STOPPED
+
+    def restart(self, progress: Callable[[str], None] | None = None) -> MixleCluster:
+        """Stop every process and start a fresh cluster with the same settings."""
+        self.stop()
+        return self.start(progress)
+
+    def __enter__(self) -> MixleCluster:
+        return self.start() if self.state in (ClusterState.NEW, ClusterState.STOPPED) else self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def __del__(self):
+        try:
+            self.stop()
+        except Exception:  # interpreter shutdown: modules may already be gone
+            pass
+
+    def _launch(self, report) -> None:
+        import ipyparallel as ipp
+
+        options = dict(self._options)
+        # ours first: later command-line flags win, so the caller can still override them
+        controller_args = [f"--HeartMonitor.period={_HEARTBEAT_MS}"]
+        controller_args += list(options.pop("controller_args", []))
+        options.setdefault("log_level", logging.WARNING)
+        self._ipp = ipp.Cluster(engines=self.launcher, controller_args=controller_args, **options)
+        self._ipp.start_controller_sync()
+        self._processes.own(self._ipp.controller.pid)
+        report("controller started")
+        thread_env = {k: str(self.threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        self._ipp.start_engines_sync(self.n, environment=thread_env)
+        for launcher in getattr(self._ipp.engine_set, "launchers", {}).values():
+            self._processes.own(launcher.pid)
+        self.client = self._ipp.connect_client_sync()
+        self._await_engines(report)
+
+    def _await_engines(self, report) -> None:
+        """Wait for all engines, asking each to describe itself as soon as it registers."""
+        deadline = time.monotonic() + self._ipp.engine_timeout
+        asked: dict[int, Any] = {}
+        while len(asked) < self.n:
+            for eid in sorted(set(self.client.ids) - set(asked)):
+                asked[eid] = self.client[eid].apply_async(engine.describe)
+                report(f"{len(asked)}/{self.n} engines registered")
+            self._raise_if_engines_exited()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(asked)} of {self.n} engines registered within "
+                                   f"{self._ipp.engine_timeout} s; see the engine logs in "
+                                   f"{self._ipp.profile_dir}/log")
+            time.sleep(POLL_S)
+        if sorted(asked) != list(range(self.n)):
+            raise RuntimeError(f"engine ids {sorted(asked)} are not 0..{self.n - 1}; "
+                               "the controller must be fresh (do not reuse its profile's engines)")
+        for eid, ar in asked.items():
+            info = ar.get(self._ipp.engine_timeout)
+            rank = RankProcess(info["pid"], info["host"], info["gpus"])
+            if rank.host == self._here:  # a pid from another host means nothing here
+                self._processes.own(rank.pid)
+                rank.process = self._processes.get(rank.pid)
+            self._ranks[eid] = rank
+        self._processes.own_children()  # schedulers and nannies, so stop() waits for them too
+
+    def _raise_if_engines_exited(self) -> None:
+        stopped = getattr(self._ipp.engine_set, "stop_data", None) or {}
+        if stopped.get("engines"):
+            output = self._ipp.engine_set.get_output()
+            raise RuntimeError(f"engines exited during start: {stopped['engines']}\n{output}")
+
+    # ---- the process group
+
+    def _form_group(self, report=lambda message: None) -> None:
+        """Form the group on every engine (again: each leaves the one it was in)."""
+        backend = self.group_backend or self._choose_backend()
+        devices = self._local_devices() if backend == "nccl" else {}
+        self._group_generation += 1
+        setup = {"world": self.n, "backend": backend, "timeout_s": self.timeout,
+                 "threads": self.threads, **self._rendezvous()}
+        self._forming_group = True
+        try:
+            calls = [self._start_call([r], lambda view, r=r: view.apply_async(
+                engine.form_group, rank=r, device=devices.get(r), **setup), check=False)
+                for r in range(self.n)]
+            for call in calls:
+                call.result(timeout=self.timeout + 30)  # + time for engines to finish importing torch
+        finally:
+            self._forming_group = False
+        self.group_backend = backend
+        report(f"torch.distributed group formed ({backend}, world {self.n})")
+
+    def _rendezvous(self) -> dict:
+        """Where the ranks meet: a fresh ``FileStore`` path when every engine runs here, else a
+        ``TCPStore`` address on engine 0 that the other hosts can reach (multi-host launchers)."""
+        if self._single_host():
+            if self._store_dir is None:
+                self._store_dir = tempfile.mkdtemp(prefix="mixle-rendezvous-")  # mode 0700
+            return {"store_path": os.path.join(self._store_dir, f"store-{self._group_generation}")}
+        peer = socket.gethostbyname(socket.gethostname())
+        return {"master": self._view_on([0]).apply_sync(engine.rendezvous_address, peer)[0]}
+
+    def _single_host(self) -> bool:
+        return all(info.host == self._here for info in self._ranks.values())
+
+    def _choose_backend(self) -> str:
+        no_gpu = [r for r, info in self._ranks.items() if info.gpus == 0]
+        if self.backend == "nccl" and no_gpu:
+            raise ValueError(f"backend='nccl' needs a GPU on every engine; ranks {no_gpu} have "
+                             "none: use backend='gloo' or 'auto'")
+        if self.backend == "auto":
+            return "gloo" if no_gpu else "nccl"
+        return self.backend
+
+    def _local_devices(self) -> dict[int, int]:
+        """One GPU per local rank: the i-th rank on a host gets that host's device i."""
+        devices, seen = {}, {}
+        for r in sorted(self._ranks):
+            info = self._ranks[r]
+            devices[r] = local = seen.get(info.host, 0)
+            seen[info.host] = local + 1
+            if local >= info.gpus:
+                raise ValueError(f"host {info.host} runs {local + 1}+ ranks but has {info.gpus} "
+                                 "GPUs; nccl needs one GPU per rank: start fewer engines there")
+        return devices
+
+    # ---- stopping
+
+    def _teardown(self) -> None:
+        registry = _registry()
+        if registry.current() is self:
+            registry.set_current(None)
+        try:
+            if self._ipp is not None:
+                self._stop_ipyparallel()
+        finally:
+            self._processes.reap()  # whatever went wrong above, no process of ours outlives stop()
+            if self._store_dir:
+                shutil.rmtree(self._store_dir, ignore_errors=True)
+            self.client = self.view = self._ipp = self._store_dir = None
+            self._ranks, self._views, self._last_call = {}, {}, {}
+            self.group_backend = None
+
+    def _stop_ipyparallel(self) -> None:
+        self._processes.own_children()
+        if self.state == ClusterState.RUNNING and self.view is not None:
+            self._leave_group()
+        else:
+            self._kill_engines()
+        if self.client is not None:
+            self.client.close()
+        # ipyparallel 9 engines exit with status 1 when stopped, and Cluster then logs every
+        # engine's whole output at WARNING into the notebook; that is noise at a normal stop.
+        self._ipp.log.setLevel(logging.ERROR)
+        self._ipp.stop_cluster_sync()
+
+    def _leave_group(self) -> None:
+        try:
+            self.view.apply_async(engine.leave_group).get(min(self.timeout, 10.0))
+        except Exception:  # a failed goodbye must not keep processes alive
+            self._kill_engines()
+
+    def _kill_engines(self) -> None:
+        """SIGKILL every engine: a rank blocked in a collective ignores SIGTERM until it times out."""
+        import signal
+
+        for engine_set in self._ipp.engines.values():
+            for launcher in list(getattr(engine_set, "launchers", {}).values()) or [engine_set]:
+                try:
+                    launcher.signal(signal.SIGKILL)
+                except Exception:  # already gone
+                    pass
+
+    # ---- liveness and supervision (what a RankCall may ask of its cluster)
+
+    def _dead_ranks(self, ranks) -> list[int]:
+        registered = set(self.client.ids)
+        return [r for r in ranks if r not in registered or not self._ranks[r].alive()]
+
+    def check_alive(self, ranks: Sequence[int]) -> None:
+        """Raise :class:`RankDiedError` (marking the cluster broken) if any of ``ranks`` died."""
+        dead = self._dead_ranks(ranks)
+        if dead:
+            raise self.ranks_died(dead)
+
+    def ranks_died(self, ranks: Sequence[int]) -> RankDiedError:
+        """Mark the cluster broken by the death of ``ranks``; returns the error to raise."""
+        self.mark_broken(f"ranks {sorted(ranks)} died")
+        return RankDiedError(ranks)
+
+    def mark_broken(self, reason: str) -> None:
+        """The group cannot be trusted until ``restart()``; ``reason`` says why."""
+        self.state, self.broken_reason = ClusterState.BROKEN, reason
+
+    def call_finished(self, call: RankCall) -> None:
+        """Remember the call for the status table; re-form the group if a rank's collective
+        failed (timed out, lost its peer), since the ranks may now disagree on its state."""
+        for r in call.ranks:
+            self._last_call[r] = call
+        if self._forming_group or self.state != ClusterState.RUNNING:
+            return
+        errors = [e for e in call.outcomes() if hasattr(e, "ename")]
+        if any(is_consequence(e.ename, e.evalue) and e.ename != "KeyboardInterrupt" for e in errors):
+            self._repair_group()
+
+    def interrupt(self, ranks: Sequence[int]) -> None:
+        """SIGINT to ``ranks`` (KeyboardInterrupt in their running task; an idle engine ignores
+        it): by pid on this host, through the engines' nannies elsewhere."""
+        remote = [r for r in ranks if not self._ranks[r].local]
+        for r in ranks:
+            if self._ranks[r].local:
+                self._ranks[r].interrupt()
+        if remote:
+            self.client.send_signal("SIGINT", targets=remote, block=False)
+
+    def stop_call(self, call: RankCall) -> None:
+        """Stop every rank still running ``call``, within about one step, keeping the engines.
+
+        SIGINT first; a rank still running after :data:`INTERRUPT_SETTLE_S` sits in a
+        collective (or long C code), so the other ranks sever their group connections, which
+        fails that collective at once. Then the group is formed again if it may be
+        inconsistent. A rank that still does not stop marks the cluster broken.
+        """
+        grace = min(self.timeout, 10.0)
+        try:
+            self.interrupt(call.pending())
+            severed = False
+            if not call.wait(INTERRUPT_SETTLE_S):
+                stuck = call.pending()
+                self._sever_group([r for r in range(self.n) if r not in stuck], grace)
+                severed = True
+                self.interrupt(call.pending())  # a rank that had just entered its task
+                if not call.wait(grace):
+                    self.mark_broken(f"ranks {call.pending()} did not stop within {grace:g} s of "
+                                     "the interrupt; call restart()")
+                    return
+            for r in call.ranks:
+                self._last_call[r] = call
+            self._repair_group(severed)
+        except KeyboardInterrupt:
+            self.mark_broken("interrupted again while stopping the ranks; call restart()")
+            raise
+
+    def _sever_group(self, ranks: Sequence[int], grace: float) -> None:
+        if ranks:
+            self._view_on(list(ranks)).apply_async(engine.sever_group).get(grace)
+
+    def _repair_group(self, severed: bool = False) -> None:
+        """Form the group again unless every rank is in it having started the same number of
+        collectives (so none was left inside one)."""
+        try:
+            states = self._view_on(list(range(self.n))).apply_async(engine.group_state).get(self.timeout)
+            if severed or len(set(states)) > 1 or not all(in_group for in_group, _ in states):
+                self._form_group()
+        except Exception as exc:
+            self.mark_broken(f"the group could not be formed again after a failure ({exc}); "
+                             "call restart()")
+
+    def _require_usable(self, ranks) -> None:
+        if self.state == ClusterState.BROKEN:
+            dead = self._dead_ranks(range(self.n))
+            if dead:
+                raise RankDiedError(dead)
+            raise RuntimeError(f"cluster needs restart(): {self.broken_reason}")
+        if self.state != ClusterState.RUNNING:
+            raise RuntimeError(f"cluster is {self.state}; call start() first")
+        self.check_alive(ranks)
+
+    # ---- working with ranks
+
+    def _targets(self, targets) -> list[int]:
+        if targets is None:
+            return list(range(self.n))
+        ranks = [targets] if not isinstance(targets, (list, tuple, range)) else list(targets)
+        if not ranks:
+            raise ValueError(f"targets must be ranks in 0..{self.n - 1}, got {targets!r}")
+        checked = [validation.integer("targets", r, minimum=0) for r in ranks]
+        bad = [r for r in checked if r >= self.n]
+        if bad:
+            raise ValueError(f"targets must be ranks in 0..{self.n - 1}, got {targets!r}")
+        return checked
+
+    def _view_on(self, ranks: list[int]):
+        key = tuple(ranks)
+        if key not in self._views:
+            self._views[key] = self.client[list(ranks)]
+        return self._views[key]
+
+    def _start_call(self, targets, launch: Callable[[Any], Any], check: bool = True) -> RankCall:
+        """The prologue of every call: resolve ``targets``, check the cluster can take the call,
+        then ``launch(view)`` (a non-blocking ipyparallel request) as a :class:`RankCall`."""
+        ranks = self._targets(targets)
+        if check:
+            self._require_usable(ranks)
+        return RankCall(self, ranks, launch(self._view_on(ranks)))
+
+    def run_async(self, fn: Callable, *args, targets=None, **kwargs) -> RankCall:
+        """Start ``fn(*args, **kwargs)`` on every rank (or on ``targets``); returns a RankCall."""
+        return self._start_call(targets, lambda view: view.apply_async(fn, *args, **kwargs))
+
+    def execute_async(self, code: str, targets=None) -> RankCall:
+        """Start running ``code`` in every rank's namespace (or ``targets``'); its output is in
+        ``RankCall.stdout`` while it runs."""
+        return self._start_call(targets, lambda view: view.execute(code, silent=False, block=False))
+
+    def run(self, fn: Callable, *args, targets=None, **kwargs) -> list:
+        """``fn(*args, **kwargs)`` on every rank (or on ``targets``); per-rank results."""
+        return self.run_async(fn, *args, targets=targets, **kwargs).result()
+
+    def push(self, targets=None, **values) -> None:
+        """Bind ``values`` as globals on every rank (or on ``targets``)."""
+        self._start_call(targets, lambda view: view.push(values, block=False)).result()
+
+    def pull(self, name: str, rank: int | str = 0):
+        """The global ``name`` from ``rank``, or a per-rank list for ``rank="all"``."""
+        targets = None if rank == "all" else rank
+        values = self._start_call(targets, lambda view: view.pull(name, block=False)).result()
+        return values if rank == "all" else values[0]
+
+    def scatter(self, name: str, sequence: Sequence) -> None:
+        """Bind ``name`` on rank r to ``sequence[r::n]``."""
+        calls = [self._start_call(r, lambda view, r=r: view.push({name: sequence[r::self.n]}, block=False))
+                 for r in range(self.n)]
+        for call in calls:
+            call.result()
+
+    # ---- status
+
+    def status(self) -> ClusterStatus:
+        """One row per rank: pid, host, liveness, group membership, memory, last call time."""
+        rows = ClusterStatus()
+        if not self._ranks:
+            return rows
+        dead = set(self._dead_ranks(range(self.n)))
+        for r, info in sorted(self._ranks.items()):
+            rss = None
+            if info.local and r not in dead:
+                try:
+                    rss = info.process.memory_info().rss
+                except Exception:  # exited since the liveness check
+                    pass
+            last = self._last_call.get(r)
+            rows.append(RankStatus(r, r, info.pid, info.host, r not in dead,
+                                   self.state == ClusterState.RUNNING and r not in dead, rss,
+                                   None if last is None else last.rank_seconds(r)))
+        return rows
+
+    @property
+    def pids(self) -> set[int]:
+        """Local pids of every process this cluster launched (controller, schedulers, engines)."""
+        return self._processes.pids
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    for cluster in list(_live):
+        try:
+            cluster.stop()
+        except Exception:
+            pass

@@ -1,0 +1,94 @@
+"""Process ownership: every local process a cluster launched, its ranks' liveness, signals, reaping.
+
+Processes are held as ``psutil.Process`` handles, not bare pids: signalling one checks that its
+pid was not recycled by an unrelated process.
+"""
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+
+import psutil
+
+STOP_GRACE_S = 5.0  # SIGTERM -> SIGKILL
+
+
+@dataclass
+class RankProcess:
+    """The engine behind one rank; ``process`` is set only for engines on this host."""
+
+    pid: int
+    host: str
+    gpus: int
+    process: psutil.Process | None = None
+
+    @property
+    def local(self) -> bool:
+        return self.process is not None
+
+    def alive(self) -> bool:
+        """False once the engine exited; an engine on another host counts as alive (the
+        controller's heartbeat decides there)."""
+        if self.process is None:
+            return True
+        try:
+            # is_running() rejects a recycled pid; a killed child lingers as a zombie until reaped
+            with self.process.oneshot():  # one read of /proc/<pid>/stat for both checks
+                return self.process.status() != psutil.STATUS_ZOMBIE and self.process.is_running()
+        except psutil.Error:
+            return False
+
+    def interrupt(self) -> None:
+        """SIGINT (KeyboardInterrupt in the engine's running task); local engines only."""
+        try:
+            self.process.send_signal(signal.SIGINT)
+        except psutil.Error:  # already gone
+            pass
+
+
+class OwnedProcesses:
+    """The local processes one cluster started (controller, schedulers, engines, nannies)."""
+
+    def __init__(self):
+        self._procs: dict[int, psutil.Process] = {}
+
+    @property
+    def pids(self) -> set[int]:
+        return set(self._procs)
+
+    def get(self, pid: int) -> psutil.Process | None:
+        return self._procs.get(pid)
+
+    def own(self, pid: int) -> None:
+        if pid not in self._procs:
+            try:
+                self._procs[pid] = psutil.Process(pid)
+            except psutil.Error:  # already gone: nothing to clean up
+                pass
+
+    def own_children(self) -> None:
+        """Own the owned processes' descendants too (schedulers, nannies)."""
+        for proc in list(self._procs.values()):
+            try:
+                for child in proc.children(recursive=True):
+                    self._procs.setdefault(child.pid, child)
+            except psutil.Error:
+                pass
+
+    def reap(self) -> None:
+        """End every owned process still alive: SIGTERM, then SIGKILL after a grace; forget them.
+
+        Called after ipyparallel stopped what it knows of; what remains are engine nannies,
+        which otherwise poll for their engine's exit for seconds, or leftovers of a failed start.
+        """
+        procs = list(self._procs.values())
+        for signal_name in ("terminate", "kill"):
+            for proc in procs:
+                try:
+                    getattr(proc, signal_name)()
+                except psutil.Error:
+                    pass
+            _, procs = psutil.wait_procs(procs, timeout=STOP_GRACE_S)
+            if not procs:
+                break
+        self._procs = {}

@@ -1,0 +1,42 @@
+"""The status table: one row per rank, as text or HTML."""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RankStatus:
+    """One rank as :meth:`MixleCluster.status` sees it (``rss_bytes`` is None for remote hosts)."""
+
+    engine_id: int
+    rank: int
+    pid: int
+    host: str
+    alive: bool
+    in_group: bool
+    rss_bytes: int | None
+    last_call_s: float | None
+
+
+class ClusterStatus(list):
+    """A list of :class:`RankStatus` rows that renders as a table."""
+
+    _COLUMNS = ("engine_id", "rank", "pid", "host", "alive", "in_group", "rss_MiB", "last_call_s")
+
+    def _cells(self, row: RankStatus) -> list[str]:
+        rss = "-" if row.rss_bytes is None else f"{row.rss_bytes / 2**20:.0f}"
+        last = "-" if row.last_call_s is None else f"{row.last_call_s:.3f}"
+        return [str(row.engine_id), str(row.rank), str(row.pid), row.host, str(row.alive),
+                str(row.in_group), rss, last]
+
+    def __str__(self) -> str:
+        rows = [list(self._COLUMNS)] + [self._cells(r) for r in self]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(self._COLUMNS))]
+        return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{c}</th>" for c in self._COLUMNS)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r))
+                       + "</tr>" for r in self)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
