@@ -11,11 +11,15 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
-from nbconvert import HTMLExporter
-from nbformat.sign import NotebookNotary
+try:
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+    from nbconvert import HTMLExporter
+    from nbformat.sign import NotebookNotary
+except ImportError as missing:  # the demo's tools are an extra, not runtime dependencies
+    raise SystemExit(f"the demo needs {missing.name}, from the demo extra: "
+                     "pip install -e '.[demo]' (or run `make demo`)") from missing
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 DEFAULT = ("02_distributed_em.ipynb", "03_streaming_transformer.ipynb")

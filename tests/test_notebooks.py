@@ -1,14 +1,20 @@
-"""The teaching notebooks: committed stripped and explained, reproducible from their build
-script, and each runs top to bottom in a fresh kernel, in time, leaving no process behind."""
+"""The teaching notebooks: each ``.ipynb`` is paired with a jupytext percent-format ``.py`` (the
+text an editor, a linter and a review read), committed stripped and explained, and each runs top
+to bottom in a fresh kernel, in time, leaving no process behind.
+
+After editing a notebook in JupyterLab (jupytext keeps the ``.py`` in step on save), strip its
+outputs before committing: ``jupyter nbconvert --clear-output --inplace notebooks/NAME.ipynb``
+(or edit the ``.py`` and run ``jupytext --sync notebooks/NAME.py``).
+"""
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import time
 import uuid
 from pathlib import Path
 
+import jupytext
 import nbformat
 import psutil
 import pytest
@@ -19,12 +25,17 @@ NAMES = ["01_em_by_hand.ipynb", "02_distributed_em.ipynb", "03_streaming_transfo
          "04_from_notebook_to_torchrun.ipynb"]
 STARTS_A_CLUSTER = {"02_distributed_em.ipynb", "03_streaming_transformer.ipynb"}
 SUMMARY_CELLS = {"02_distributed_em.ipynb": 2, "03_streaming_transformer.ipynb": 1}
+PAIRING = "ipynb,py:percent"
 TIME_LIMIT_S = 180  # the issue's "under 3 minutes on this 2-core machine"
 RUN_TAG = "MIXLE_NB_NOTEBOOK_RUN"
 
 
 def read(name: str) -> nbformat.NotebookNode:
     return nbformat.read(NOTEBOOKS / name, as_version=4)
+
+
+def text_source(name: str) -> Path:
+    return NOTEBOOKS / name.replace(".ipynb", ".py")
 
 
 def words(text: str) -> int:
@@ -35,11 +46,12 @@ def words(text: str) -> int:
 def test_committed_notebook_is_valid_stripped_and_explained(name):
     nb = read(name)
     nbformat.validate(nb)
-    assert "widgets" not in nb.metadata, "the committed notebook carries widget state: rebuild it"
+    assert "widgets" not in nb.metadata, "the committed notebook carries widget state: strip it"
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        assert cell.outputs == [] and cell.execution_count is None, f"{name} cell {i} has outputs"
+        assert cell.outputs == [] and cell.execution_count is None, (
+            f"{name} cell {i} has outputs: jupyter nbconvert --clear-output --inplace notebooks/{name}")
         before = nb.cells[i - 1] if i else None
         assert before is not None and before.cell_type == "markdown" and words(before.source) >= 3, (
             f"{name} cell {i} is not preceded by a markdown sentence saying what it shows:\n{cell.source}")
@@ -48,26 +60,33 @@ def test_committed_notebook_is_valid_stripped_and_explained(name):
     assert all(c.cell_type == "code" and "print(" in c.source for c in tagged)
 
 
-def without_attachment_bytes(nb: nbformat.NotebookNode) -> dict:
-    """The notebook as a dict, each attachment reduced to its name (PNG bytes may differ across
-    matplotlib versions; the script that draws them is what is reviewed)."""
-    data = nbformat.from_dict(nb)
-    for cell in data.cells:
-        if "attachments" in cell:
-            cell.attachments = sorted(cell.attachments)
-    return data
-
-
-def test_committed_notebooks_match_their_build_script(tmp_path):
-    spec = importlib.util.spec_from_file_location("build_notebooks", NOTEBOOKS / "build_notebooks.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
-    build.main(["--out", str(tmp_path)])
-    assert sorted(build.NOTEBOOKS) == NAMES
+def test_every_notebook_is_listed_and_has_its_text_source():
+    on_disk = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    assert on_disk == sorted(NAMES), "a notebook in notebooks/ is missing from NAMES, or the reverse"
     for name in NAMES:
-        fresh = nbformat.read(tmp_path / name, as_version=4)
-        assert without_attachment_bytes(fresh) == without_attachment_bytes(read(name)), (
-            f"{name} differs from what notebooks/build_notebooks.py writes: run it and commit both")
+        assert text_source(name).is_file(), f"{name} has no paired {text_source(name).name}"
+
+
+def cells(nb: nbformat.NotebookNode) -> list[tuple[str, str, list]]:
+    """What a reader sees: each cell's type, source and tags (ids and outputs aside)."""
+    return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_and_its_text_source_agree(name):
+    nb = read(name)
+    text = jupytext.read(text_source(name), fmt="py:percent")
+    for which, notebook in ((name, nb), (text_source(name).name, text)):
+        formats = notebook.metadata.get("jupytext", {}).get("formats")
+        assert formats == PAIRING, f"{which} is not paired (jupytext formats {formats!r}, want {PAIRING!r})"
+    assert notebook_kernel(text) == notebook_kernel(nb)
+    assert cells(text) == cells(nb), (
+        f"{name} and {text_source(name).name} differ: run jupytext --sync {text_source(name)} "
+        "(the newer file wins), then strip the notebook's outputs")
+
+
+def notebook_kernel(nb: nbformat.NotebookNode) -> str | None:
+    return nb.metadata.get("kernelspec", {}).get("name")
 
 
 def tagged_processes(tag: str) -> list[psutil.Process]:
