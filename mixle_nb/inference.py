@@ -1,13 +1,30 @@
-"""Drivers over the ``seq_*`` dispatch: batch EM (:func:`optimize`) and streaming statistics."""
+"""Drivers over the ``seq_*`` dispatch: batch EM (:func:`fit`, :func:`optimize`) with its
+starts and restarts, model choice (:func:`bic`, :func:`aic`, :func:`choose_k`), labels
+(:func:`predict`, :func:`predict_proba`, :func:`score_samples`) and streaming statistics.
+
+Each takes local data or any handle; on a handle the work runs where the shards live."""
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
-from typing import Any, Callable, Optional, TextIO
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional, TextIO, Union
+
+import numpy as np
 
 from .stats.base import Distribution, Estimator, as_generator
-from .stats.estimation import EMStep, accumulate, em_step, seq_encode, seq_initialize
+from .stats.diagonal_gaussian import DiagonalGaussianEstimator
+from .stats.estimation import EMStep, accumulate, em_step, seq_encode, seq_initialize, seq_log_density_sum
+from .stats.kmeans import SingleProcess, kmeans_init
+from .stats.mixture import MixtureEstimator
+from .stats.multivariate_gaussian import MultivariateGaussianEstimator
+from .stats.parameters import free_parameters
+from .stats.spherical_gaussian import SphericalGaussianEstimator
+from .validation import choice, non_negative_real, optional_int, positive_int, positive_real
+
+INITS = ("kmeans++", "random_from_data", "random")
+GAUSSIAN_FAMILY = (DiagonalGaussianEstimator, SphericalGaussianEstimator, MultivariateGaussianEstimator)
 
 
 class FitError(RuntimeError):
@@ -27,6 +44,7 @@ class IterationRecord:
     model: Distribution
     log_density: float
     gain: float
+    start: int = 0  # which of fit()'s n_init starts
 
 
 def streaming_accumulate(enc: Any, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
@@ -38,59 +56,268 @@ def streaming_accumulate(enc: Any, estimator: Estimator, model: Distribution) ->
     return acc.count, acc.accumulator
 
 
+def default_init(estimator: Estimator) -> str:
+    """``"kmeans++"`` for a mixture of Gaussian-family components, else ``"random"``."""
+    if isinstance(estimator, MixtureEstimator) and all(isinstance(e, GAUSSIAN_FAMILY) for e in estimator.estimators):
+        return "kmeans++"
+    return "random"
+
+
+def initial_model(enc: Any, estimator: Estimator, init: Union[str, Distribution], rng: Any = None,
+                  init_p: float = 0.1) -> Distribution:
+    """The start of EM on local encoded data or a handle.
+
+    ``init``: ``"kmeans++"`` (k-means‖ where the data live, a few Lloyd iterations, then the
+    mixture estimated from hard labels), ``"random_from_data"`` (K observations as centres,
+    then the same), ``"random"`` (``seq_initialize`` with fraction ``init_p``), or a model,
+    returned as it is. A handle without the ``pysp_kmeans_init`` extension falls back to
+    ``"random"`` with a warning."""
+    if not isinstance(init, str):
+        return init
+    init = choice("init", init, INITS)
+    if init == "random":
+        return seq_initialize(enc, estimator, rng, init_p)
+    if hasattr(enc, "pysp_kmeans_init"):
+        return enc.pysp_kmeans_init(estimator, rng, init)
+    if hasattr(enc, "pysp_seq_initialize"):  # a handle without the extension
+        warnings.warn(f"{type(enc).__name__} has no pysp_kmeans_init; init={init!r} falls back to 'random'",
+                      stacklevel=3)
+        return seq_initialize(enc, estimator, rng, init_p)
+    return kmeans_init([enc], estimator, rng, SingleProcess(), init)
+
+
+@dataclass
+class FitResult:
+    """What :func:`fit` found. ``log_density`` is the last iteration's (that of the model that
+    iteration started from; EM never makes it worse), ``history`` that start's iterations,
+    ``converged`` whether ``delta`` or ``tol`` stopped it before ``max_its``, and
+    ``restarts`` every start's final log-density, the best of which this result is."""
+
+    model: Distribution
+    log_density: float
+    history: list
+    converged: bool
+    n_iter: int
+    init: str
+    restarts: list = field(default_factory=list)
+
+
+def fit(
+    data: Any,
+    estimator: Estimator,
+    *,
+    enc_data: Any = None,
+    init: Union[str, Distribution, None] = None,
+    n_init: int = 1,
+    max_its: int = 100,
+    delta: float = 1e-9,
+    tol: Optional[float] = None,
+    init_p: float = 0.1,
+    rng: Any = None,
+    out: Optional[TextIO] = sys.stdout,
+    on_step: Optional[Callable[[IterationRecord], None]] = None,
+) -> FitResult:
+    """EM from ``n_init`` starts, keeping the one with the best final log-density.
+
+    ``init`` is a start name (see :func:`initial_model`; ``None`` picks :func:`default_init`)
+    or a model. Each start runs until the gain in log-density per observation falls below
+    ``delta``, or its magnitude below ``tol`` (scikit-learn's meaning), or ``max_its``
+    iterations. ``enc_data`` (local encoded data or any handle) skips encoding ``data``. One
+    line per iteration goes to ``out`` (``None`` silences it); ``on_step`` gets every
+    :class:`IterationRecord`. Ctrl-C returns the best start so far (the interrupted one
+    with its last good model); any other failure raises :class:`FitError` carrying it.
+    """
+    max_its = positive_int("max_its", max_its)
+    n_init = positive_int("n_init", n_init)
+    delta = non_negative_real("delta", delta)
+    tol = None if tol is None else positive_real("tol", tol)
+    start_model = None if init is None or isinstance(init, str) else init
+    name = "model" if start_model is not None else choice("init", init or default_init(estimator), INITS)
+    if start_model is not None and n_init > 1:
+        raise ValueError("n_init > 1 needs a start name (init='kmeans++', ...), not a model: "
+                         "every restart would start from the same model")
+    if enc_data is None:
+        if data is None:
+            raise ValueError("fit needs data or enc_data")
+        enc_data = seq_encode(data, model=start_model, estimator=estimator)
+    rng = as_generator(rng)
+    best: Optional[FitResult] = None
+    finals = []
+    for start in range(n_init):
+        model = initial_model(enc_data, estimator, start_model if start_model is not None else name, rng, init_p)
+        if n_init > 1:
+            _say(out, f"Start {start + 1} of {n_init} ({name})")
+        result, interrupted = _em(enc_data, estimator, model, max_its, delta, tol, out, on_step, start)
+        result.init = name
+        finals.append(result.log_density)
+        if best is None or result.log_density > best.log_density:
+            best = result
+        if interrupted:
+            break
+    best.restarts = finals
+    return best
+
+
 def optimize(
     data: Any,
     estimator: Estimator,
     *,
     enc_data: Any = None,
     prev_estimate: Optional[Distribution] = None,
+    init: Union[str, Distribution, None] = None,
+    n_init: int = 1,
     max_its: int = 100,
     delta: float = 1e-9,
+    tol: Optional[float] = None,
     init_p: float = 0.1,
     rng: Any = None,
     out: Optional[TextIO] = sys.stdout,
     on_step: Optional[Callable[[IterationRecord], None]] = None,
 ) -> Distribution:
-    """Run EM until the per-observation gain in log-density falls below ``delta`` or ``max_its``.
+    """:func:`fit`, returning only the model (as the reference's ``optimize`` does).
+    ``prev_estimate`` is the same as ``init=<model>``."""
+    if prev_estimate is not None:
+        if init is not None:
+            raise ValueError("pass prev_estimate or init, not both (prev_estimate is init=<model>)")
+        init = prev_estimate
+    return fit(data, estimator, enc_data=enc_data, init=init, n_init=n_init, max_its=max_its, delta=delta,
+               tol=tol, init_p=init_p, rng=rng, out=out, on_step=on_step).model
 
-    ``enc_data`` (local encoded data or any handle) skips encoding ``data``. Without
-    ``prev_estimate`` the start is ``seq_initialize(enc, estimator, rng, init_p)``. Each
-    iteration is one E-step pass: it yields the next model and the previous model's
-    log-density together. One line per iteration goes to ``out`` (``None`` silences it).
-    Ctrl-C returns the last good model; any other failure raises :class:`FitError` carrying it.
-    """
-    if int(max_its) != max_its or max_its < 1:
-        raise ValueError(f"max_its must be a positive integer; got {max_its!r}")
-    if not delta >= 0:
-        raise ValueError(f"delta must be >= 0; got {delta!r}")
-    if enc_data is None:
-        if data is None:
-            raise ValueError("optimize needs data or enc_data")
-        enc_data = seq_encode(data, model=prev_estimate, estimator=estimator)
-    model = prev_estimate
-    if model is None:
-        model = seq_initialize(enc_data, estimator, as_generator(rng), init_p)
+
+def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start) -> tuple[FitResult, bool]:
+    """One start's EM loop; returns its result and whether Ctrl-C ended it."""
     history: list[IterationRecord] = []
     previous = -math.inf
-    for iteration in range(1, int(max_its) + 1):
+    for iteration in range(1, max_its + 1):
         try:
-            step: EMStep = em_step(enc_data, estimator, model)
+            step: EMStep = em_step(enc, estimator, model)
         except KeyboardInterrupt:
             _say(out, f"Interrupted in iteration {iteration}; returning the model of iteration {iteration - 1}")
-            return model
+            return FitResult(model, previous, history, False, iteration - 1, ""), True
         except Exception as exc:
             raise FitError(f"EM iteration {iteration} failed ({exc}); the last good model is in .model",
                            model, history) from exc
         gain = (step.log_density - previous) / max(step.count, 1.0)
-        record = IterationRecord(iteration, step.model, step.log_density, gain)
+        record = IterationRecord(iteration, step.model, step.log_density, gain, start)
         history.append(record)
         _say(out, f"Iteration {iteration}: log-density {step.log_density:.10g}, gain/obs {gain:.3g}")
         if on_step is not None:
             on_step(record)
         model, previous = step.model, step.log_density
-        if gain < delta:
-            break
-    return model
+        if gain < delta or (tol is not None and abs(gain) < tol):
+            return FitResult(model, previous, history, True, iteration, ""), False
+    return FitResult(model, previous, history, False, max_its, ""), False
+
+
+def _is_handle(data: Any) -> bool:
+    return hasattr(data, "pysp_seq_log_density_sum")
+
+
+def _count_and_log_density(data_or_handle: Any, model: Distribution) -> tuple[float, float]:
+    enc = data_or_handle if _is_handle(data_or_handle) else seq_encode(data_or_handle, model=model)
+    return seq_log_density_sum(enc, model)
+
+
+def bic(data_or_handle: Any, model: Distribution, estimator: Optional[Estimator] = None, *,
+        n_parameters: Optional[int] = None) -> float:
+    """Bayesian information criterion ``-2 log L + p log N`` (lower is better).
+
+    ``p`` counts the free parameters as ``estimator`` fits ``model`` (default
+    ``model.estimator()``: nothing tied); pass the estimator you fitted with so that tying
+    (``keys``, ``variance_key``, ``covariance_key``) is counted, or ``n_parameters`` for a
+    family this package cannot count. On a handle: one log-density all-reduce."""
+    p = _parameters(model, estimator, n_parameters)
+    count, total = _count_and_log_density(data_or_handle, model)
+    return -2.0 * total + p * math.log(count)
+
+
+def aic(data_or_handle: Any, model: Distribution, estimator: Optional[Estimator] = None, *,
+        n_parameters: Optional[int] = None) -> float:
+    """Akaike information criterion ``-2 log L + 2p`` (lower is better); see :func:`bic`."""
+    p = _parameters(model, estimator, n_parameters)
+    return -2.0 * _count_and_log_density(data_or_handle, model)[1] + 2.0 * p
+
+
+def _parameters(model, estimator, n_parameters) -> int:
+    if n_parameters is not None:
+        return optional_int("n_parameters", n_parameters)
+    return free_parameters(estimator if estimator is not None else model.estimator(), model)
+
+
+@dataclass
+class KChoice:
+    """:func:`choose_k`'s answer: per K tried, the fitted result and its BIC and AIC; ``best_k``
+    minimises BIC."""
+
+    k: list
+    results: list
+    bic: list
+    aic: list
+
+    @property
+    def best_k(self) -> int:
+        return self.k[int(np.argmin(self.bic))]
+
+    @property
+    def best_model(self) -> Distribution:
+        return self.results[int(np.argmin(self.bic))].model
+
+
+def choose_k(data_or_handle: Any, estimator_for: Callable[[int], Estimator], k_values: Iterable[int], *,
+             on_fit: Optional[Callable[[int, FitResult, float, float], None]] = None, **fit_kwargs) -> KChoice:
+    """Fit a mixture for every K in ``k_values`` (``estimator_for(K)`` builds its estimator)
+    and score each with BIC and AIC. ``fit_kwargs`` go to :func:`fit` (``init``, ``n_init``,
+    ``rng``, ``out``, ...); ``on_fit(k, result, bic, aic)`` is called after each K, for a
+    live plot. Local data is encoded once per K; a handle is used as it is."""
+    choice_ = KChoice([], [], [], [])
+    for k in k_values:
+        k = positive_int("K", k)
+        estimator = estimator_for(k)
+        if _is_handle(data_or_handle):
+            result = fit(None, estimator, enc_data=data_or_handle, **fit_kwargs)
+        else:
+            result = fit(data_or_handle, estimator, **fit_kwargs)
+        scores = bic(data_or_handle, result.model, estimator), aic(data_or_handle, result.model, estimator)
+        for target, value in zip((choice_.k, choice_.results, choice_.bic, choice_.aic), (k, result, *scores)):
+            target.append(value)
+        if on_fit is not None:
+            on_fit(k, result, *scores)
+    return choice_
+
+
+def _per_observation(data_or_handle: Any, model: Distribution, function: Callable, gather: bool) -> np.ndarray:
+    if _is_handle(data_or_handle):
+        if not hasattr(data_or_handle, "pysp_shard_map"):
+            raise TypeError(f"{type(data_or_handle).__name__} has no pysp_shard_map: it cannot score "
+                            "observations where they live; score the raw data instead")
+        return data_or_handle.pysp_shard_map(function, gather=gather)
+    return function(model.dist_to_encoder().seq_encode(data_or_handle))
+
+
+def _posterior_of(model: Distribution) -> Callable:
+    if not hasattr(model, "seq_posterior"):
+        raise TypeError(f"predict and predict_proba need a mixture (a model with seq_posterior); "
+                        f"got {type(model).__name__}")
+    return model.seq_posterior
+
+
+def predict_proba(data_or_handle: Any, model: Distribution, *, gather: bool = False) -> np.ndarray:
+    """``(N, K)`` component responsibilities under a mixture ``model``.
+
+    On a handle each rank computes its own shard's rows and keeps them; ``gather=True``
+    returns every observation's, in the original order, on every rank."""
+    return _per_observation(data_or_handle, model, _posterior_of(model), gather)
+
+
+def predict(data_or_handle: Any, model: Distribution, *, gather: bool = False) -> np.ndarray:
+    """Each observation's most responsible component (see :func:`predict_proba`)."""
+    posterior = _posterior_of(model)
+    return _per_observation(data_or_handle, model, lambda enc: np.argmax(posterior(enc), axis=1), gather)
+
+
+def score_samples(data_or_handle: Any, model: Distribution, *, gather: bool = False) -> np.ndarray:
+    """Each observation's log-density under ``model`` (see :func:`predict_proba`)."""
+    return _per_observation(data_or_handle, model, model.seq_log_density, gather)
 
 
 def _say(out: Optional[TextIO], line: str) -> None:

@@ -21,10 +21,12 @@ import torch.distributed as dist
 
 from ..stats.base import Distribution, Estimator, as_generator
 from ..stats.estimation import EMStep, accumulate, initial_weights, m_step
+from ..stats.kmeans import kmeans_init
 from ..stats.values import flatten_value, unflatten_value, value_layout
 from ..validation import choice, fraction, positive_int
 from .group import join_group
 from .handle import HandleLifetime
+from .rank_exchange import HandleExchange, map_shard
 
 FOLDS = ("auto", "gather", "allreduce")
 EXCHANGE_MAX_FLOATS = 1 << 18  # world × vector length; above it the fold uses all_reduce
@@ -272,6 +274,17 @@ class TorchRunEncodedData(HandleLifetime):
         local = accumulate(self.chunks, estimator, model)
         count, _ = self._fold(estimator, local.count, local.accumulator, local.log_density)
         return count, local.accumulator
+
+    def pysp_kmeans_init(self, estimator: Estimator, rng: Any, init: str = "kmeans++") -> Distribution:
+        """A mixture start from k-means‖ (``"kmeans++"``) or random observations
+        (``"random_from_data"``) run on the shards where they live; identical on every rank
+        and reproducible for a seed and world size (mixle_nb/stats/kmeans.py)."""
+        return kmeans_init(self.chunks, estimator, rng, HandleExchange(self), init)
+
+    def pysp_shard_map(self, function, gather: bool = False) -> np.ndarray:
+        """``function(enc)`` over this rank's shard; ``gather=True``: every observation's, in
+        the original order, on every rank (mixle_nb/parallel/rank_exchange.py)."""
+        return map_shard(self, function, gather)
 
     def close(self) -> None:
         """Release the resident shard; destroy the process group only if this handle made it."""

@@ -16,7 +16,9 @@ from .estimation import (
 from .gaussian import GaussianDistribution, GaussianEstimator
 from .mixture import MixtureDistribution, MixtureEstimator
 from .multivariate_gaussian import MultivariateGaussianDistribution, MultivariateGaussianEstimator
+from .parameters import free_parameters
 from .poisson import PoissonDistribution, PoissonEstimator
+from .spherical_gaussian import SphericalGaussianDistribution, SphericalGaussianEstimator
 
 __all__ = [
     "Accumulator", "Distribution", "Encoder", "Estimator", "EMStep",
@@ -26,6 +28,7 @@ __all__ = [
     "MixtureDistribution", "MixtureEstimator",
     "MultivariateGaussianDistribution", "MultivariateGaussianEstimator",
     "PoissonDistribution", "PoissonEstimator",
-    "accumulate", "em_step", "m_step", "seq_encode", "seq_estimate", "seq_initialize",
+    "SphericalGaussianDistribution", "SphericalGaussianEstimator",
+    "accumulate", "em_step", "free_parameters", "m_step", "seq_encode", "seq_estimate", "seq_initialize",
     "seq_log_density_sum", "tie_keys",
 ]

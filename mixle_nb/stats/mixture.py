@@ -152,6 +152,10 @@ class MixtureAccumulator(Accumulator):
             self._update_components(block, resp, models=model.components)
         return log_density(peak, total).numpy()
 
+    def seq_update_responsibilities(self, enc, resp: torch.Tensor) -> None:
+        """Add ``enc`` with given ``(K, N)`` responsibilities (hard labels, say) and no E-step."""
+        self._update_components(enc, resp, models=[None] * len(self.accumulators))
+
     def seq_initialize(self, enc, weights, rng: np.random.Generator) -> None:
         # A sparse Dirichlet makes each observation mostly one component's, so components start apart.
         k = len(self.accumulators)

@@ -1,0 +1,277 @@
+"""Data-driven starts for Gaussian-family mixtures: k-means‖ (Bahmani et al., 2012) and
+random data points, on local data or on shards spread over ranks.
+
+Every function takes the rank's encoded ``chunks`` and an :class:`Exchange` (sum and gather
+across ranks; :class:`SingleProcess` for local data), so this module knows nothing of
+torch.distributed. The start ends with one hard-assignment M-step: each observation belongs
+wholly to its nearest centre, and the mixture's own estimator turns those labels into a model,
+so tying (``keys``, ``variance_key``, ``covariance_key``) and floors apply as in EM.
+
+Collectives are few and small: the shared seed and shard sizes (one sum), the first centre
+(one sum), per round the cost (one sum) and the candidates (one gather), the candidates'
+weights (one sum), the root's reduction to K centres (one sum that carries them), one sum per
+Lloyd iteration and the final statistics fold. The model is identical on every rank, and
+depends only on the seed and the world size.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from .base import Estimator, as_generator
+from .diagonal_gaussian import MomentEncoding
+from .estimation import m_step
+from .mixture import MixtureAccumulator, blocks
+from .multivariate_gaussian import QuadraticEncoding
+
+INITS = ("kmeans++", "random_from_data")
+DISTANCE_BLOCK_ELEMENTS = 1 << 18  # centres × rows of one distance block
+
+
+class Exchange(Protocol):
+    """What the start needs from the ranks; ``rank`` 0 is the root."""
+
+    rank: int
+    world: int
+
+    def sum(self, numbers: Any) -> np.ndarray:
+        """Element-wise sum of a float64 vector over the ranks, identical on every rank."""
+
+    def gather(self, obj: Any) -> list:
+        """Every rank's ``obj`` in rank order, on every rank."""
+
+    def fold(self, estimator: Estimator, count: float, acc: Any) -> float:
+        """Combine every rank's statistics into ``acc``; returns the global count."""
+
+
+class SingleProcess:
+    """The :class:`Exchange` of one process holding all the data."""
+
+    rank, world = 0, 1
+
+    def sum(self, numbers: Any) -> np.ndarray:
+        return np.array(numbers, dtype=np.float64)
+
+    def gather(self, obj: Any) -> list:
+        return [obj]
+
+    def fold(self, estimator: Estimator, count: float, acc: Any) -> float:
+        return count
+
+
+def encoded_points(enc: Any) -> torch.Tensor:
+    """The observations of a Gaussian-family encoding as a (D, N) float64 view."""
+    if isinstance(enc, MomentEncoding):
+        d = (enc.features.shape[0] - 1) // 2
+        return enc.features[1 : 1 + d]
+    if isinstance(enc, QuadraticEncoding):
+        return torch.from_numpy(enc.x).T
+    raise ValueError(f"k-means starts need Gaussian-family data (vectors or numbers); got a "
+                     f"{type(enc).__name__} encoding. Use init='random'")
+
+
+def check_kmeans_estimator(estimator: Estimator, chunks: Sequence[Any]) -> int:
+    """K of a mixture estimator whose components read the chunks' Gaussian encodings."""
+    acc = estimator.accumulator_factory().make()
+    if not isinstance(acc, MixtureAccumulator):
+        raise ValueError(f"k-means starts are for mixtures; got {type(estimator).__name__}. Use init='random'")
+    for enc in chunks:
+        encoded_points(enc)
+    return len(acc.accumulators)
+
+
+class _Shard:
+    """A rank's points, (D, N) per chunk, with their squared norms computed once."""
+
+    def __init__(self, chunks: Sequence[Any]):
+        self.points = [encoded_points(enc) for enc in chunks]
+        self.norms = [(x * x).sum(dim=0) for x in self.points]
+        self.sizes = [x.shape[1] for x in self.points]
+        self.dim = self.points[0].shape[0] if self.points else 0
+
+    def nearest(self, centres: np.ndarray) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per chunk, each point's squared distance to its nearest centre and that centre's index."""
+        return [_nearest(x, norm, centres) for x, norm in zip(self.points, self.norms)]
+
+
+def _nearest(x: torch.Tensor, norms: torch.Tensor, centres: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    c = torch.from_numpy(np.ascontiguousarray(centres, dtype=np.float64))
+    c_norms = (c * c).sum(dim=1)
+    n = x.shape[1]
+    best = torch.empty(n, dtype=torch.float64)
+    index = torch.empty(n, dtype=torch.long)
+    step = max(512, DISTANCE_BLOCK_ELEMENTS // max(len(c), 1))
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        d2 = (c @ x[:, start:stop]).mul_(-2.0).add_(c_norms[:, None]).add_(norms[None, start:stop])
+        torch.min(d2, dim=0, out=(best[start:stop], index[start:stop]))
+    return best.clamp_(min=0.0), index
+
+
+def _shared_seed_and_sizes(shard: _Shard, rng: np.random.Generator, exchange: Exchange):
+    """The root's seed and every rank's shard size, in one sum."""
+    vector = np.zeros(1 + exchange.world)
+    if exchange.rank == 0:
+        vector[0] = float(rng.integers(0, 2**52))
+    vector[1 + exchange.rank] = float(sum(shard.sizes))
+    summed = exchange.sum(vector)
+    return int(summed[0]), summed[1:].astype(np.int64)
+
+
+def _points_at(shard: _Shard, sizes: np.ndarray, global_index: np.ndarray, rank: int) -> np.ndarray:
+    """Rows of the global index (ranks' shards in rank order) as a (len, D) array holding this
+    rank's points and zeros elsewhere; summing it over ranks gives the chosen points."""
+    out = np.zeros((len(global_index), shard.dim))
+    local = global_index - int(sizes[:rank].sum())
+    starts = np.cumsum([0] + shard.sizes)
+    for row in np.flatnonzero((local >= 0) & (local < sizes[rank])):
+        chunk = int(np.searchsorted(starts, local[row], side="right")) - 1
+        out[row] = shard.points[chunk][:, int(local[row] - starts[chunk])].numpy()
+    return out
+
+
+def random_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray, exchange: Exchange) -> np.ndarray:
+    """``k`` distinct observations drawn uniformly from all ranks' data (with repeats only if
+    there are fewer than ``k``)."""
+    total = int(sizes.sum())
+    chosen = np.random.default_rng([seed, 1]).choice(total, size=k, replace=total < k)
+    return exchange.sum(_points_at(shard, sizes, chosen, exchange.rank).ravel()).reshape(k, -1)
+
+
+def kmeans_parallel_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray, exchange: Exchange, *,
+                            rounds: int = 5, oversampling: float = 2.0) -> np.ndarray:
+    """k-means‖ seeding: candidates sampled where the data live, reduced to ``k`` on the root.
+
+    Each round every point joins the candidates with probability ``min(1, ℓ·d²/φ)``, ``ℓ =
+    oversampling·k``, d² its squared distance to the candidates so far and φ their global sum.
+    Candidates are weighted by the points nearest them and the root reduces them to ``k``
+    centres with weighted greedy k-means++ and weighted Lloyd iterations."""
+    local_rng = np.random.default_rng([seed, 2, exchange.rank])
+    first = np.random.default_rng([seed, 3]).integers(0, int(sizes.sum()))
+    candidates = exchange.sum(_points_at(shard, sizes, np.array([first]), exchange.rank).ravel())
+    candidates = candidates.reshape(1, -1)
+    nearest = shard.nearest(candidates)
+    ell = oversampling * k
+    for _ in range(rounds):
+        cost = float(exchange.sum([sum(float(d2.sum()) for d2, _ in nearest)])[0])
+        if cost <= 0.0:
+            break
+        picked = []
+        for x, (d2, _) in zip(shard.points, nearest):
+            keep = torch.from_numpy(local_rng.random(len(d2))) < d2 * (ell / cost)
+            picked.append(x[:, keep].T.numpy())
+        new = np.concatenate([np.concatenate(p, axis=0) if p else np.zeros((0, shard.dim))
+                              for p in exchange.gather(picked)] + [np.zeros((0, candidates.shape[1]))], axis=0)
+        if len(new) == 0:
+            continue
+        for i, (x, norm) in enumerate(zip(shard.points, shard.norms)):
+            d2_new, index_new = _nearest(x, norm, new)
+            d2, index = nearest[i]
+            closer = d2_new < d2
+            nearest[i] = (torch.where(closer, d2_new, d2), torch.where(closer, index_new + len(candidates), index))
+        candidates = np.concatenate([candidates, new])
+    counts = np.zeros(len(candidates))
+    for _, index in nearest:
+        counts += np.bincount(index.numpy(), minlength=len(candidates))
+    weights = exchange.sum(counts)
+    reduced = np.zeros((k, candidates.shape[1]))
+    if exchange.rank == 0:
+        reduced = reduce_candidates(candidates, weights, k, np.random.default_rng([seed, 4]))
+    return exchange.sum(reduced.ravel()).reshape(k, -1)  # the root's centres, on every rank
+
+
+def reduce_candidates(points: np.ndarray, weights: np.ndarray, k: int, rng: np.random.Generator,
+                      lloyd_iterations: int = 20) -> np.ndarray:
+    """``k`` centres of weighted points: greedy k-means++ (the best of ``2 + log k`` draws per
+    centre, as scikit-learn does), then weighted Lloyd iterations."""
+    m = len(points)
+    if m <= k:  # too few distinct candidates: repeat some
+        return points[np.arange(k) % m].copy()
+    sq = lambda a, b: ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)  # noqa: E731
+    trials = 2 + int(math.log(k))
+    centres = [points[rng.choice(m, p=weights / weights.sum())]]
+    d2 = sq(points, centres[0][None])[:, 0]
+    for _ in range(1, k):
+        mass = weights * d2
+        if mass.sum() <= 0:
+            break
+        tried = rng.choice(m, size=trials, p=mass / mass.sum())
+        options = np.minimum(d2[None, :], sq(points[tried], points))
+        best = int(np.argmin(options @ weights))
+        centres.append(points[tried[best]])
+        d2 = options[best]
+    centres = np.array(centres)
+    if len(centres) < k:
+        centres = centres[np.arange(k) % len(centres)]
+    for _ in range(lloyd_iterations):
+        label = np.argmin(sq(points, centres), axis=1)
+        mass = np.bincount(label, weights=weights, minlength=k)
+        sums = np.stack([np.bincount(label, weights=weights * points[:, j], minlength=k)
+                         for j in range(points.shape[1])], axis=1)
+        moved = np.where(mass[:, None] > 0, sums / np.maximum(mass, 1e-300)[:, None], centres)
+        if np.array_equal(moved, centres):
+            break
+        centres = moved
+    return centres
+
+
+def lloyd(shard: _Shard, centres: np.ndarray, exchange: Exchange, iterations: int, tol: float = 1e-8) -> np.ndarray:
+    """Lloyd iterations over every rank's data, one sum each; a centre that loses all its
+    points stays where it was. Stops early once no centre moves by more than ``tol`` relative."""
+    k, d = centres.shape
+    for _ in range(iterations):
+        stats = np.zeros((k, d + 1))
+        for x, (_, index) in zip(shard.points, shard.nearest(centres)):
+            idx = index.numpy()
+            stats[:, 0] += np.bincount(idx, minlength=k)
+            stats[:, 1:] += torch.zeros(k, d, dtype=torch.float64).index_add_(0, index, x.T).numpy()
+        stats = exchange.sum(stats.ravel()).reshape(k, d + 1)
+        mass = stats[:, :1]
+        moved = np.where(mass > 0, stats[:, 1:] / np.maximum(mass, 1.0), centres)
+        shift = float(((moved - centres) ** 2).sum())
+        centres = moved
+        if shift <= tol * tol * max(float((centres**2).sum()), 1.0):
+            break
+    return centres
+
+
+def model_from_centres(chunks: Sequence[Any], estimator: Estimator, centres: np.ndarray, exchange: Exchange):
+    """The mixture estimated from hard labels: each observation wholly in its nearest centre's
+    component. One pass and one fold; the same model on every rank."""
+    acc = estimator.accumulator_factory().make()
+    k = len(centres)
+    count = 0.0
+    for enc in chunks:
+        for _, _, block in blocks(enc, k):
+            x = encoded_points(block)
+            _, index = _nearest(x, (x * x).sum(dim=0), centres)
+            resp = torch.zeros(k, x.shape[1], dtype=torch.float64)
+            resp[index, torch.arange(x.shape[1])] = 1.0
+            acc.seq_update_responsibilities(block, resp)
+            count += x.shape[1]
+    return m_step(estimator, exchange.fold(estimator, count, acc), acc)
+
+
+def kmeans_init(chunks: Sequence[Any], estimator: Estimator, rng: Any, exchange: Exchange,
+                init: str = "kmeans++", *, lloyd_iterations: int = 5):
+    """A mixture start from centres: ``"kmeans++"`` (k-means‖ then ``lloyd_iterations`` Lloyd
+    iterations over all the data) or ``"random_from_data"`` (``K`` observations drawn
+    uniformly); then the hard-assignment M-step. Every rank passes its own chunks."""
+    if init not in INITS:
+        raise ValueError(f"init must be one of {', '.join(map(repr, INITS))}; got {init!r}")
+    k = check_kmeans_estimator(estimator, chunks)
+    if not chunks:  # even an empty shard has an (empty) chunk, which tells D
+        raise ValueError(f"rank {exchange.rank} holds no encoded chunk; give every rank at least one")
+    shard = _Shard(chunks)
+    seed, sizes = _shared_seed_and_sizes(shard, as_generator(rng), exchange)
+    if sizes.sum() == 0:
+        raise ValueError("no observations to start from")
+    if init == "random_from_data":
+        centres = random_centres(shard, k, seed, sizes, exchange)
+    else:
+        centres = kmeans_parallel_centres(shard, k, seed, sizes, exchange)
+        centres = lloyd(shard, centres, exchange, lloyd_iterations)
+    return model_from_centres(chunks, estimator, centres, exchange)

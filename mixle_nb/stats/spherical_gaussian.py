@@ -1,0 +1,57 @@
+"""Gaussian in D dimensions with one variance shared by every coordinate (covariance σ²·I).
+
+It reads the diagonal Gaussian's moment encoding ``[1, x, x²]`` and statistics
+``[n, Σx, Σx²]``; only the M-step differs: the per-coordinate variances are averaged, as
+scikit-learn's ``covariance_type="spherical"`` does.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from .base import Estimator
+from .diagonal_gaussian import (
+    DiagonalGaussianDistribution,
+    DiagonalGaussianEncoder,
+    MomentAccumulator,
+    moment_estimate,
+)
+
+
+class SphericalGaussianDistribution(DiagonalGaussianDistribution):
+    """Mean ``mu`` (D,) and one variance ``variance`` for every coordinate."""
+
+    def __init__(self, mu, variance: float):
+        mu = np.atleast_1d(np.asarray(mu, dtype=np.float64))
+        variance = float(variance)
+        if not (math.isfinite(variance) and variance > 0):
+            raise ValueError(f"variance must be finite and > 0; got {variance!r}")
+        super().__init__(mu, np.full(mu.shape, variance))
+        self.variance = variance
+
+    def __repr__(self) -> str:
+        return f"SphericalGaussianDistribution(mu={self.mu.tolist()}, variance={self.variance!r})"
+
+    def estimator(self, **kwargs) -> "SphericalGaussianEstimator":
+        return SphericalGaussianEstimator(dim=len(self.mu), **kwargs)
+
+
+class SphericalGaussianEstimator(Estimator):
+    """M-step for a spherical Gaussian: the variance is the mean of the coordinates' variances,
+    floored at ``min_var``. ``keys`` ties all statistics; ``variance_key`` ties only the
+    variance (components sharing one σ², each with its own mean)."""
+
+    def __init__(self, dim: Optional[int] = None, min_var: float = 1e-6, keys: Optional[str] = None,
+                 variance_key: Optional[str] = None):
+        self.dim, self.min_var, self.keys, self.variance_key = dim, float(min_var), keys, variance_key
+
+    def make_accumulator(self) -> MomentAccumulator:
+        return MomentAccumulator(self.dim, self.keys, DiagonalGaussianEncoder(self.dim), self.variance_key)
+
+    def estimate(self, nobs, value: np.ndarray) -> SphericalGaussianDistribution:
+        if np.size(value) == 0:
+            raise ValueError("SphericalGaussianEstimator saw no data and has no dim; pass dim=D")
+        mu, sigma2 = moment_estimate(value, 0.0)
+        return SphericalGaussianDistribution(mu, max(float(sigma2.mean()), self.min_var))
