@@ -86,3 +86,10 @@ def training_progress_on_rank(handle: str) -> dict:
 
 def generate_on_rank(model: str, prompt_ids, n: int, temperature: float, seed: int):
     return lookup(model).generate(prompt_ids, n, temperature=temperature, seed=seed)
+
+
+def held_out_loss_on_rank(handle: str, model: str) -> float:
+    """Mean next-token loss (nats) of the trained leaf ``model`` on the held-out token handle
+    ``handle``, over every rank's shard (the handle all-reduces its count and total)."""
+    count, total = lookup(handle).pysp_seq_log_density_sum(lookup(model))
+    return -total / count

@@ -1,22 +1,24 @@
 """EMPanel: step EM interactively on a handle living on the ranks (or locally), plotting the
-log-density per step (all-reduced across ranks), the model against the data and per-rank E-step times."""
+log-density per step (all-reduced across ranks) and its gain on a log scale, the model against
+the data, and per-rank E-step times."""
 from __future__ import annotations
 
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional, Sequence
 
 import ipywidgets as w
 import numpy as np
 
-from ..stats.estimation import em_step
+from .. import validation
 from ..cluster import rank_side
+from ..stats.estimation import em_step
+from .em_view import EMView
 from .panel import Panel, plot_image, resolve_cluster
-from .render import em_figure
 
-REDRAW_INTERVAL_S = 0.2  # at most ~5 redraws per second during runs
 PANEL_MODEL_NAME = "_mixle_panel_model"
+DATA_SAMPLE_SIZE = 2000
 
 
 @dataclass
@@ -34,34 +36,45 @@ class EMPanel(Panel):
     """Interactive EM. With a cluster, ``handle``/``estimator``/``model`` are the names those
     objects have on the ranks: ``model`` names the current model there, and each step replaces
     it (a model object is pushed under a private name instead). Without a cluster (none given
-    and none running) they are local objects.
+    and none running) they are local objects. Models may be ours or the mixle package's.
 
     Buttons and their programmatic twins: Step ``step()``, Run N ``run(n)``, Pause ``pause()``,
-    Back ``back(k)``, Reset ``reset()``. ``history`` keeps every step; a failed step leaves it
-    and the current model untouched.
+    Back ``back(k)``, Reset ``reset()``. ``history`` keeps every step; a failed step (a rank's
+    error, a dead rank, Ctrl-C) leaves it and the current model untouched. After a
+    ``restart()``, ``attach(...)`` continues on the new handle from the last good model.
+
+    ``picture_dims`` chooses the two dimensions drawn for D > 2 Gaussians (default: the data
+    sample's first two principal components).
     """
 
-    def __init__(self, cluster=None, *, handle, estimator, model, data_sample=None):
+    def __init__(self, cluster=None, *, handle, estimator, model, data_sample=None,
+                 picture_dims: Optional[Sequence[int]] = None):
         super().__init__()
+        self.history: list[StepRecord] = []
+        self._lock = threading.Lock()
+        self._pause = threading.Event()
+        self.picture_dims = picture_dims
+        self._bind(cluster, handle, estimator, model, data_sample)
+        self.start_model = self._current_model
+        self._build()
+        self.redraw()
+
+    def _bind(self, cluster, handle, estimator, model, data_sample) -> None:
+        """Take the handle, estimator and model to step with (on ``cluster``'s ranks, or local)."""
         self.cluster = resolve_cluster(cluster, handle, estimator)
         self.handle, self.estimator = handle, estimator
         if self.cluster is not None:
             if isinstance(model, str):
-                self.model_name, self.start_model = model, self.cluster.pull(model)
+                self.model_name, self._current_model = model, self.cluster.pull(model)
             else:
-                self.model_name, self.start_model = PANEL_MODEL_NAME, model
+                self.model_name, self._current_model = PANEL_MODEL_NAME, model
                 self.cluster.push(**{PANEL_MODEL_NAME: model})
             if data_sample is None:
-                data_sample = self.cluster.run(rank_side.data_sample_on_rank, handle, 2000, targets=[0])[0]
+                data_sample = self.cluster.run(rank_side.data_sample_on_rank, handle, DATA_SAMPLE_SIZE,
+                                               targets=[0])[0]
         else:
-            self.model_name, self.start_model = None, model
+            self.model_name, self._current_model = None, model
         self.data_sample = None if data_sample is None else np.asarray(data_sample)
-        self.history: list[StepRecord] = []
-        self._lock = threading.Lock()
-        self._pause = threading.Event()
-        self._last_draw = 0.0
-        self._build()
-        self.redraw()
 
     # -- state -------------------------------------------------------------------------------
 
@@ -70,24 +83,36 @@ class EMPanel(Panel):
         """The current model: the last step's, or the start."""
         return self.history[-1].model if self.history else self.start_model
 
+    def history_rows(self) -> list[dict]:
+        """One dict per step: ``step``, ``log_density`` (of the model the step started from),
+        ``gain`` over the previous step, ``e_step_s_rank<r>`` and ``model`` (its repr)."""
+        rows, previous = [], None
+        for r in list(self.history):
+            row = {"step": r.step, "log_density": r.log_density,
+                   "gain": float("nan") if previous is None else r.log_density - previous}
+            row.update({f"e_step_s_rank{i}": s for i, s in enumerate(r.rank_seconds)})
+            row["model"] = repr(r.model)
+            rows.append(row)
+            previous = r.log_density
+        return rows
+
     # -- the programmatic twins of the buttons ----------------------------------------------
 
     def step(self) -> StepRecord:
         """One EM step on every rank; blocks until it is recorded."""
         with self._lock:
             record = self._step_once()
-        self.redraw()
+        self.request_redraw()
         return record
 
     def run(self, n: int, block: bool = True) -> None:
         """``n`` steps; ``block=False`` returns at once (the Run button) and ``pause()`` stops
-        the run before its next step."""
-        if int(n) != n or n < 1:
-            raise ValueError(f"run(n) needs a positive number of steps; got {n!r}")
+        the run before its next step. Ctrl-C during a blocking run stops it within one step."""
+        n = validation.positive_int("run(n)", n)
         if self.running:
             raise RuntimeError("a run is already going: pause() it or wait() for it first")
         self._pause.clear()
-        self._start_worker(self._run_loop, int(n))
+        self._start_worker(self._run_loop, n)
         if block:
             self.wait()
 
@@ -102,21 +127,40 @@ class EMPanel(Panel):
         with self._lock:
             del self.history[len(self.history) - int(k):]
             self._push_current()
-        self.redraw()
+        self.request_redraw()
 
     def reset(self) -> None:
         """Forget every step and push the start model to the ranks."""
         with self._lock:
             self.history.clear()
             self._push_current()
-        self.redraw()
+        self.request_redraw()
+
+    def attach(self, cluster=None, *, handle, estimator, data_sample=None) -> None:
+        """Continue on a new handle (after ``cluster.restart()``, a re-push and a rebuild of the
+        handle): the last good model is pushed to the new ranks and the history is kept."""
+        if self.running:
+            raise RuntimeError("a run is going: pause() it or wait() for it first")
+        with self._lock:
+            model = self.model
+            self._bind(cluster, handle, estimator, model, data_sample if data_sample is not None
+                       else self.data_sample)
+            self.error = None
+        self._show_status(f"attached to {handle!r}; continuing from step {len(self.history)}")
+        self.view = EMView(self.model, self.data_sample, self.cluster is not None, self.picture_dims)
+        self.flush()
+
+    def _request_stop(self) -> None:
+        self._pause.set()
 
     # -- work --------------------------------------------------------------------------------
 
     def _step_once(self) -> StepRecord:
         try:
             if self.cluster is not None:
-                results = self.cluster.run(rank_side.em_step_on_rank, self.handle, self.estimator, self.model_name)
+                call = self.cluster.run_async(rank_side.em_step_on_rank, self.handle, self.estimator,
+                                              self.model_name)
+                results = self._await(call)
                 model, log_density = results[0]["model"], results[0]["log_density"]
                 seconds = [r["e_step_s"] for r in results]
             else:
@@ -124,14 +168,27 @@ class EMPanel(Panel):
                 result = em_step(self.handle, self.estimator, self.model)
                 model, log_density, seconds = result.model, result.log_density, [time.perf_counter() - t0]
         except BaseException as exc:
-            self.error = exc
-            self._show_status(f"step {len(self.history) + 1} failed: {type(exc).__name__}: {exc}", error=True)
-            self._restore_ranks()
+            self._fail(exc)
             raise
         record = StepRecord(len(self.history) + 1, model, float(log_density), seconds)
         self.history.append(record)
         self.error = None
         return record
+
+    def _fail(self, exc: BaseException) -> None:
+        """Show the failure (first line: which rank, what error), keep the last good model."""
+        self.error = exc
+        step = len(self.history) + 1
+        if self._interrupted.is_set():
+            text = f"step {step} interrupted; the model of step {step - 1} is kept"
+        else:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            text = f"step {step} failed: {type(exc).__name__}: {first}"
+            if type(exc).__name__ == "RankDiedError":
+                text += (" · after restart(), re-push and rebuild the handle, then panel.attach(handle=..., "
+                         "estimator=...) continues from the last good model")
+        self._show_status(text, error=True)
+        self._restore_ranks()
 
     def _run_loop(self, n: int) -> None:
         self.progress.max, self.progress.value = n, 0
@@ -144,9 +201,8 @@ class EMPanel(Panel):
             except BaseException:
                 break  # _step_once has shown the error and kept the last good model
             self.progress.value = i + 1
-            if time.monotonic() - self._last_draw >= REDRAW_INTERVAL_S:
-                self.redraw()
-        self.redraw()
+            self.request_redraw()
+        self.request_redraw()
 
     def _push_current(self) -> None:
         if self.cluster is not None:
@@ -168,6 +224,7 @@ class EMPanel(Panel):
         self.progress = w.IntProgress(value=0, min=0, max=1, description="run")
         self.status = w.HTML()
         self.image = plot_image()
+        self.view = EMView(self.model, self.data_sample, self.cluster is not None, self.picture_dims)
         actions = {
             "Step": lambda: self._in_background(self.step),
             "Run N": lambda: self.run(self.n_steps.value, block=False),
@@ -190,15 +247,14 @@ class EMPanel(Panel):
         try:
             action()
         except BaseException as exc:  # a click must never raise into the kernel's comm handler
-            self._show_status(f"{type(exc).__name__}: {exc}", error=True)
+            if self.error is not exc:  # a failed step has shown itself already
+                self._show_status(f"{type(exc).__name__}: {exc}", error=True)
 
-    def redraw(self) -> None:
-        """Render the figure once and show the step counter."""
+    def _render(self) -> bytes:
         history = list(self.history)
-        seconds = history[-1].rank_seconds if history else []
-        self.image.value = em_figure([r.log_density for r in history], self.model, self.data_sample, seconds,
-                                     distributed=self.cluster is not None)
+        png = self.view.render([r.log_density for r in history], self.model,
+                               history[-1].rank_seconds if history else [])
         if self.error is None:
             last = f" · log-density {history[-1].log_density:.6g}" if history else ""
             self._show_status(f"step {len(history)}{last}")
-        self._last_draw = time.monotonic()
+        return png

@@ -1,12 +1,20 @@
-"""What the live panels share: finding the cluster, one background worker, the status line."""
+"""What the live panels share: finding the cluster, one background worker that Ctrl-C stops,
+calls on the ranks that an interrupt cancels, throttled redraws, the status line and the
+history as rows."""
 from __future__ import annotations
 
+import csv
 import threading
+import time
 from typing import Callable, Optional
 
 import ipywidgets as w
 
 from .. import cluster as cluster_module
+
+REDRAW_INTERVAL_S = 0.2  # at most 5 redraws a second (the issue allows 10): the ranks keep the cores
+AWAIT_SLICE_S = 0.1  # how often a worker waiting on the ranks checks for an interrupt
+STOP_DEADLINE_S = 30.0  # how long Ctrl-C waits for the worker (a cancel may re-form the group)
 
 
 def resolve_cluster(cluster, handle, estimator):
@@ -28,30 +36,122 @@ def plot_image():
 
 
 class Panel:
-    """A widget with one background worker (so clicks never block the kernel) and a status line."""
+    """A widget with one background worker (so clicks never block the kernel), a status line
+    and a plot image redrawn at most every :data:`REDRAW_INTERVAL_S` from a timer thread, so
+    neither the kernel nor the worker waits on drawing."""
 
     widget = image = status = None  # built by subclasses
 
     def __init__(self):
         self._worker: Optional[threading.Thread] = None
         self.error: Optional[BaseException] = None
+        self.redraws = 0  # images sent to the front end
+        self._interrupted = threading.Event()
+        self._call = None  # the RankCall the worker is waiting on
+        self._redraw_lock = threading.Lock()  # one render at a time
+        self._timer_lock = threading.Lock()
+        self._timer: Optional[threading.Timer] = None
+        self._last_draw = 0.0
+
+    # -- the worker --------------------------------------------------------------------------
 
     @property
     def running(self) -> bool:
         return self._worker is not None and self._worker.is_alive()
 
     def wait(self, timeout: Optional[float] = None) -> None:
-        """Block until the background work ends."""
-        if self._worker is not None:
-            self._worker.join(timeout)
+        """Block until the background work ends (or ``timeout`` s). Ctrl-C here stops the
+        worker and the ranks it is waiting on, then raises KeyboardInterrupt."""
+        worker = self._worker
+        if worker is None:
+            return
+        try:
+            worker.join(timeout)
+        except KeyboardInterrupt:
+            self._interrupted.set()
+            self._request_stop()
+            worker.join(STOP_DEADLINE_S)
+            if worker.is_alive():
+                self._show_status(f"interrupted, but the worker is still waiting on the ranks after "
+                                  f"{STOP_DEADLINE_S:g} s: see the cluster's status", error=True)
+            raise
+        if not worker.is_alive():
+            self.flush()
+
+    def _request_stop(self) -> None:
+        """Ask the worker to stop before its next step (subclasses set their flag)."""
 
     def _start_worker(self, target: Callable, *args) -> None:
+        self._interrupted.clear()
         self._worker = threading.Thread(target=target, args=args, daemon=True)
         self._worker.start()
+
+    def _await(self, call, on_slice: Callable[[], None] = lambda: None) -> list:
+        """The per-rank results of a RankCall, waited for in slices: between them ``on_slice``
+        runs and an interrupt cancels the call on every rank (its result then raises)."""
+        self._call = call
+        try:
+            while True:
+                try:
+                    return call.result(timeout=AWAIT_SLICE_S)
+                except TimeoutError:
+                    on_slice()
+                    if self._interrupted.is_set() and not call.cancelled():
+                        call.cancel()
+        finally:
+            self._call = None
+
+    # -- drawing -----------------------------------------------------------------------------
+
+    def request_redraw(self) -> None:
+        """Redraw soon, never more often than every REDRAW_INTERVAL_S; never blocks."""
+        with self._timer_lock:
+            if self._timer is not None:
+                return  # the pending redraw will draw the latest state
+            delay = max(0.0, self._last_draw + REDRAW_INTERVAL_S - time.monotonic())
+            self._timer = threading.Timer(delay, self._timed_redraw)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _timed_redraw(self) -> None:
+        with self._timer_lock:
+            self._timer = None
+        self.redraw()
+
+    def flush(self) -> None:
+        """Draw the current state now (after a blocking call, so a saved notebook keeps it)."""
+        with self._timer_lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        self.redraw()
+
+    def redraw(self) -> None:
+        with self._redraw_lock:
+            self.image.value = self._render()
+            self.redraws += 1
+            self._last_draw = time.monotonic()
+
+    def _render(self) -> bytes:
+        raise NotImplementedError
 
     def _show_status(self, text: str, error: bool = False) -> None:
         colour = "#c0392b" if error else "#2c3e50"
         self.status.value = f"<span style='color:{colour}'>{text}</span>"
+
+    # -- history -----------------------------------------------------------------------------
+
+    def history_rows(self) -> list[dict]:
+        raise NotImplementedError
+
+    def to_csv(self, path) -> None:
+        """Write :meth:`history_rows` as CSV (one column per key, in first-seen order)."""
+        rows = self.history_rows()
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
 
     def snapshot(self):
         """The current plot as a static image, for reports and exported HTML."""

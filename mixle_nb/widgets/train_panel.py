@@ -1,49 +1,72 @@
-"""TrainPanel: streaming training across the ranks with a live loss curve per rank and their
-mean, drawn from what the ranks publish (no extra collective), then text sampled from a prompt."""
+"""TrainPanel: streaming training across the ranks with a live loss plot (each rank faint, a
+smoothed mean over ranks bold, held-out loss points, the entropy floor), drawn from what the
+ranks publish (no extra collective), then text sampled from a prompt."""
 from __future__ import annotations
 
 import threading
 import time
+from typing import Optional
 
 import ipywidgets as w
 
+from .. import validation as check
 from ..cluster import rank_side
+from .loss_view import LossView, mean_curve
 from .panel import Panel, plot_image, resolve_cluster
-from .render import loss_figure, mean_curve
 
-POLL_S = 0.2  # also the redraw throttle: at most 5 redraws per second
 PANEL_LEAF_NAME = "_mixle_panel_leaf"
 
 
 class TrainPanel(Panel):
     """Train / Stop a ``StreamingTokenEncodedData`` handle.
 
-    With a cluster, ``handle`` and ``estimator`` are names on the ranks; training runs in
-    calls of ``chunk_steps`` optimizer steps, so Stop takes effect within one chunk on any
-    launcher (a busy engine cannot read a message from the client). Without a cluster they are
-    local objects and Stop takes effect after the current step. ``tokenizer`` (a
-    ``CharTokenizer``) decodes the sample generated from ``prompt`` after training.
-    ``curves`` maps rank -> [(step, loss)]; ``train()`` and ``stop()`` are the buttons' twins.
+    With a cluster, ``handle``, ``estimator`` and ``validation`` are names on the ranks;
+    training runs in calls of ``chunk_steps`` optimizer steps, and Stop takes effect after the
+    current chunk (Ctrl-C during a blocking ``train()`` within one step). Without a cluster they
+    are local objects and Stop takes effect after the current step. ``validation`` (a token
+    handle of held-out text) adds a held-out loss point after every chunk (locally: at the end).
+    ``entropy_floor`` (nats), where the source's entropy is known, is drawn as the line no
+    model can go below. ``tokenizer`` (a ``CharTokenizer``) decodes the sample generated from
+    ``prompt`` after training.
+
+    ``curves`` maps rank -> [(step, loss)]; ``points`` rank -> [(step, targets, loss)] where
+    targets count the tokens whose loss was taken; ``held_out`` [(step, targets, loss)].
+    ``train()`` and ``stop()`` are the buttons' twins; after a ``restart()``, ``attach(...)``
+    continues the curves on a new handle.
     """
 
     def __init__(self, cluster=None, *, handle, estimator, tokenizer=None, prompt: str = "",
                  sample_chars: int = 200, chunk_steps: int = 20, report_every: int = 5,
-                 temperature: float = 0.8):
+                 temperature: float = 0.8, validation=None, entropy_floor: Optional[float] = None,
+                 x_axis: str = "steps", log_scale: bool = False, smoothing: float = 0.8):
         super().__init__()
-        self.cluster = resolve_cluster(cluster, handle, estimator)
-        if chunk_steps < 1 or report_every < 1:
-            raise ValueError("chunk_steps and report_every must be positive")
-        self.handle, self.estimator, self.tokenizer, self.prompt = handle, estimator, tokenizer, prompt
-        self.sample_chars, self.chunk_steps, self.report_every = sample_chars, chunk_steps, report_every
-        self.temperature = temperature
+        self.chunk_steps = check.positive_int("chunk_steps", chunk_steps)
+        self.report_every = check.positive_int("report_every", report_every)
+        self.sample_chars = check.positive_int("sample_chars", sample_chars)
+        self.temperature = check.real("temperature", temperature, at_least=0.0)
+        self.smoothing = check.real("smoothing", smoothing, at_least=0.0, at_most=0.99)
+        self.entropy_floor = None if entropy_floor is None else check.positive_real("entropy_floor", entropy_floor)
+        check.choice("x_axis", x_axis, ("steps", "targets"))
+        self.tokenizer, self.prompt = tokenizer, prompt
         self.curves: dict[int, list] = {}
+        self.points: dict[int, list] = {}
+        self.held_out: list = []
         self.updates = 0  # progress reports received, all ranks together
         self.sample_text = ""
+        self.last_model = None  # the trained leaf after the last finished chunk (local runs)
+        self._offset = (0, 0)  # (steps, targets) trained on earlier handles, before attach()
         self._stop = threading.Event()
-        self._leaf = None
+        self._rates: dict[int, float] = {}
         self._started = 0.0
-        self._build()
-        self._redraw()
+        self._bind(cluster, handle, estimator, validation)
+        self._build(x_axis, bool(log_scale))
+        self.redraw()
+
+    def _bind(self, cluster, handle, estimator, validation) -> None:
+        self.cluster = resolve_cluster(cluster, handle, estimator)
+        if self.cluster is not None and validation is not None and not isinstance(validation, str):
+            raise TypeError("with a cluster, pass validation= as the name the held-out handle has on the ranks")
+        self.handle, self.estimator, self.validation = handle, estimator, validation
 
     def train(self, block: bool = True) -> None:
         """Train to the end of the handle's epochs (or until ``stop()``); ``block=False``
@@ -59,6 +82,29 @@ class TrainPanel(Panel):
         """Stop after the current step (locally) or chunk (on a cluster)."""
         self._stop.set()
 
+    def attach(self, cluster=None, *, handle, estimator, validation=None) -> None:
+        """Continue on a new handle (after ``restart()`` and a rebuild): the curves are kept and
+        the new handle's steps and targets are counted on from the last ones seen."""
+        if self.running:
+            raise RuntimeError("training is running: stop() it or wait() for it first")
+        last = [pts[-1] for pts in self.points.values() if pts]
+        self._offset = (max((p[0] for p in last), default=0), max((p[1] for p in last), default=0))
+        self._bind(cluster, handle, estimator, validation)
+        self.error = None
+        self._show_status(f"attached to {handle!r}; continuing from step {self._offset[0]}")
+
+    def history_rows(self) -> list[dict]:
+        """One dict per progress report (``kind="train"``, per rank) and per held-out
+        evaluation (``kind="held-out"``): ``kind``, ``rank``, ``step``, ``targets``, ``loss``."""
+        rows = [{"kind": "train", "rank": rank, "step": s, "targets": t, "loss": loss}
+                for rank, pts in sorted(self.points.items()) for s, t, loss in list(pts)]
+        rows += [{"kind": "held-out", "rank": "all", "step": s, "targets": t, "loss": loss}
+                 for s, t, loss in list(self.held_out)]
+        return rows
+
+    def _request_stop(self) -> None:
+        self._stop.set()
+
     # -- work --------------------------------------------------------------------------------
 
     def _guarded_train(self) -> None:
@@ -72,84 +118,118 @@ class TrainPanel(Panel):
             self._show_sample()
         except BaseException as exc:
             self.error = exc
-            self._show_status(f"{type(exc).__name__}: {exc}", error=True)
-        self._redraw()
+            first = (str(exc).strip().splitlines() or [""])[0]
+            if self._interrupted.is_set():
+                self._show_status("training interrupted; the curves so far are kept", error=True)
+            else:
+                self._show_status(f"{type(exc).__name__}: {first}", error=True)
+        self.request_redraw()
 
     def _train_on_cluster(self) -> None:
         done = self.cluster.run(rank_side.training_progress_on_rank, self.handle, targets=[0])[0]
-        self.progress.max = done["total_steps"]
         steps_done, total = done["steps_done"], done["total_steps"]
+        self.progress.max = self._offset[0] + total
         while steps_done < total and not self._stop.is_set():
             call = self.cluster.run_async(rank_side.train_on_rank, self.handle, self.estimator,
                                           PANEL_LEAF_NAME, self.chunk_steps, self.report_every)
-            while not call.done():
-                self._record(call.data)
-                time.sleep(POLL_S)
-            steps_done = call.result()[0]["steps_done"]
+            results = self._await(call, on_slice=lambda: self._record(call.data))
             self._record(call.data)
-        self._leaf = PANEL_LEAF_NAME
+            steps_done = results[0]["steps_done"]
+            if self.validation is not None:
+                loss = self.cluster.run(rank_side.held_out_loss_on_rank, self.validation, PANEL_LEAF_NAME)[0]
+                self._add_held_out(loss)
+        self.last_model = PANEL_LEAF_NAME
 
     def _train_locally(self) -> None:
         h = self.handle
         saved = h.progress, h.progress_every, h.stop
         h.progress = lambda report: self._record({report.get("rank", 0): report})
         h.progress_every, h.stop = self.report_every, self._stop
-        self.progress.max = h.total_steps
+        self.progress.max = self._offset[0] + h.total_steps
         try:
-            self._leaf = h.pysp_seq_estimate(self.estimator, None)
+            self.last_model = h.pysp_seq_estimate(self.estimator, None)
         finally:
             h.progress, h.progress_every, h.stop = saved
+        if self.validation is not None:
+            count, total = self.validation.pysp_seq_log_density_sum(self.last_model)
+            self._add_held_out(-total / count)
+
+    def _add_held_out(self, loss: float) -> None:
+        last = [pts[-1] for pts in self.points.values() if pts]
+        step = max((p[0] for p in last), default=self._offset[0])
+        targets = max((p[1] for p in last), default=self._offset[1])
+        self.held_out.append((step, targets, float(loss)))
+        self.request_redraw()
 
     def _record(self, reports: dict) -> None:
-        """Append new ``(step, loss)`` points per rank; redraw at most every POLL_S seconds."""
+        """Append new points per rank; ask for a redraw (throttled)."""
+        steps0, targets0 = self._offset
         for rank, report in reports.items():
-            points = self.curves.setdefault(rank, [])
-            if not points or report["step"] > points[-1][0]:
-                points.append((report["step"], report["loss"]))
+            points = self.points.setdefault(rank, [])
+            step = steps0 + report["step"]
+            if not points or step > points[-1][0]:
+                targets = targets0 + report["targets"]
+                points.append((step, targets, report["loss"]))
+                self.curves.setdefault(rank, []).append((step, report["loss"]))
                 self.updates += 1
-                self._rates[rank] = report.get("tokens_per_s", 0.0)
-        if time.monotonic() - self._last_draw >= POLL_S:
-            self._redraw()
+                self._rates[rank] = report.get("targets_per_s", 0.0)
+        self.request_redraw()
 
     def _show_sample(self) -> None:
         if self.tokenizer is None or not self.prompt:
             return
         ids = self.tokenizer.encode(self.prompt)
         if self.cluster is not None:
-            out = self.cluster.run(rank_side.generate_on_rank, self._leaf, ids, self.sample_chars,
+            out = self.cluster.run(rank_side.generate_on_rank, PANEL_LEAF_NAME, ids, self.sample_chars,
                                    self.temperature, 0, targets=[0])[0]
         else:
-            out = self._leaf.generate(ids, self.sample_chars, temperature=self.temperature, seed=0)
+            out = self.last_model.generate(ids, self.sample_chars, temperature=self.temperature, seed=0)
         self.sample_text = self.tokenizer.decode(out)  # the prompt followed by the sample
         self.sample.value = self.sample_text
 
     # -- view --------------------------------------------------------------------------------
 
-    def _build(self) -> None:
-        self._rates: dict[int, float] = {}
-        self._last_draw = 0.0
+    def _build(self, x_axis: str, log_scale: bool) -> None:
         self.train_button = w.Button(description="Train")
         self.stop_button = w.Button(description="Stop")
         self.train_button.on_click(lambda _: self.train(block=False) if not self.running else None)
         self.stop_button.on_click(lambda _: self.stop())
+        self.log_scale = w.Checkbox(value=log_scale, description="log scale", indent=False,
+                                    layout=w.Layout(width="90px"))
+        self.x_axis = w.ToggleButtons(options=["steps", "targets"], value=x_axis,
+                                      style={"button_width": "70px"})
+        self.log_scale.observe(lambda _: self._new_view(), "value")
+        self.x_axis.observe(lambda _: self._new_view(), "value")
         self.progress = w.IntProgress(value=0, min=0, max=1, description="steps")
         self.status = w.HTML()
         self.image = plot_image()
         self.sample = w.Textarea(value="", placeholder="generated text appears here after training",
                                  layout=w.Layout(width="95%", height="90px"))
+        self.view = self._make_view()
         self.widget = w.VBox([w.HBox([self.train_button, self.stop_button, self.progress, self.status]),
-                              self.image, self.sample])
+                              w.HBox([self.x_axis, self.log_scale]), self.image, self.sample])
         self.widget.add_class("mixle-train-panel")
 
-    def _redraw(self) -> None:
-        self.image.value = loss_figure(self.curves)
+    def _make_view(self) -> LossView:
+        return LossView(self.x_axis.value, self.log_scale.value, self.entropy_floor, self.smoothing)
+
+    def _new_view(self) -> None:
+        with self._redraw_lock:
+            self.view = self._make_view()
+        self.request_redraw()
+
+    def _render(self) -> bytes:
+        points = {r: list(p) for r, p in self.points.items()}
+        png = self.view.render(points, list(self.held_out))
         mean = mean_curve(self.curves)
-        step = max((pts[-1][0] for pts in self.curves.values() if pts), default=0)
+        step = max((pts[-1][0] for pts in points.values() if pts), default=0)
         self.progress.value = min(step, self.progress.max)
         if self.error is None and step:
             rate = sum(self._rates.values())
             elapsed = time.monotonic() - self._started
-            left = elapsed / step * max(self.progress.max - step, 0) if self.running else 0.0
+            done = step - self._offset[0]
+            left = elapsed / done * max(self.progress.max - step, 0) if self.running and done > 0 else 0.0
             loss = f" · mean loss {mean[-1][1]:.3f}" if mean else ""
-            self._show_status(f"step {step}/{self.progress.max}{loss} · {rate:,.0f} tokens/s · {left:.0f} s left")
-        self._last_draw = time.monotonic()
+            held = f" · held-out {self.held_out[-1][2]:.3f}" if self.held_out else ""
+            self._show_status(f"step {step}/{self.progress.max}{loss}{held} · {rate:,.0f} targets/s · {left:.0f} s left")
+        return png

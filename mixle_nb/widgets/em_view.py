@@ -1,0 +1,76 @@
+"""The EM panel's figure, kept between redraws: log-density per step, its gain per step on a
+log scale (how fast EM converges), the model against the data, and each rank's E-step time."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .live_figure import LiveFigure, fit_limits, fit_steps
+from .model_picture import ModelPicture
+
+FIGSIZE = (13.0, 3.1)
+
+
+def gains(log_densities: Sequence[float]) -> np.ndarray:
+    """Gain of each step over the previous one (step 2 on); steps that did not gain are NaN
+    (a log scale cannot show them, and EM only loses by rounding)."""
+    g = np.diff(np.asarray(log_densities, dtype=float))
+    return np.where(g > 0, g, np.nan)
+
+
+class EMView:
+    """Draw with :meth:`render`; a new model of the same shape only updates artists."""
+
+    def __init__(self, model, data: Optional[np.ndarray], distributed: bool,
+                 picture_dims: Optional[Sequence[int]] = None):
+        self.live = live = LiveFigure(FIGSIZE)
+        fig = live.figure
+        self.objective, self.convergence, picture_ax, self.ranks = fig.subplots(1, 4)
+        fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.88, wspace=0.32)
+        self.objective.set_title(f"{'all-reduced ' if distributed else ''}log-density per EM step", fontsize=10)
+        self.objective.set_xlabel("EM step", fontsize=9, labelpad=1)
+        self.objective_line = live.dynamic(self.objective.plot([], [], "o-", color="#2c3e50", ms=3)[0])
+        self.convergence.set_title("gain per step (log scale)", fontsize=10)
+        self.convergence.set_xlabel("EM step", fontsize=9, labelpad=1)
+        self.convergence.set_yscale("log")
+        self.convergence.set_ylim(1e-3, 1e3)
+        self.gain_line = live.dynamic(self.convergence.plot([], [], "o-", color="#8e44ad", ms=3)[0])
+        self.picture = ModelPicture(live, picture_ax, model, data, picture_dims)
+        self.ranks.set_title(f"E-step seconds {'per rank' if distributed else '(this process)'}, last step",
+                             fontsize=10)
+        self.ranks.set_xlabel("rank", fontsize=9, labelpad=1)
+        self.ranks.set_ylim(0, 1)
+        self.bars: list = []
+        for ax in (self.objective, self.convergence):
+            fit_steps(ax, 0)
+        self.model = model
+
+    def render(self, log_densities: Sequence[float], model, rank_seconds: Sequence[float]) -> bytes:
+        steps = np.arange(1, len(log_densities) + 1)
+        changed = fit_steps(self.objective, len(steps)) | fit_steps(self.convergence, len(steps))
+        self.objective_line.set_data(steps, log_densities)
+        changed |= fit_limits(self.objective, log_densities)
+        g = gains(log_densities)
+        self.gain_line.set_data(steps[1:], g)
+        changed |= fit_limits(self.convergence, g, log=True)
+        if model is not self.model:
+            changed |= self.picture.update(model)
+            self.model = model
+        changed |= self._rank_bars(rank_seconds)
+        if changed:
+            self.live.invalidate()
+        return self.live.png()
+
+    def _rank_bars(self, seconds: Sequence[float]) -> bool:
+        changed = False
+        if len(seconds) != len(self.bars):
+            self.live.forget(self.bars)
+            container = self.ranks.bar(np.arange(len(seconds)), np.zeros(len(seconds)), color="#2980b9")
+            self.bars = [self.live.dynamic(p) for p in container.patches]
+            self.ranks.set_xticks(np.arange(len(seconds)), [str(r) for r in range(len(seconds))])
+            self.ranks.set_xlim(-0.6, max(len(seconds), 1) - 0.4)
+            changed = True
+        for bar, s in zip(self.bars, seconds):
+            bar.set_height(s)
+        return fit_limits(self.ranks, [0.0, *seconds], floor=0.0) or changed
