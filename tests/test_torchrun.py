@@ -89,8 +89,7 @@ def _rank_checks(rank, world):
         torchrun.EXCHANGE_MAX_FLOATS = small_fold_limit
         out["init"] = params(h.pysp_seq_initialize(estimator, np.random.default_rng(9), 0.5))
         out["density_sum"] = h.pysp_seq_log_density_sum(start)
-        count, acc = h.pysp_stream_accumulate(estimator, start)
-        out["stream"] = (count, acc.value())
+        out["stream"] = h.pysp_stream_accumulate(estimator, start)  # (count, key-tied value), as mixle's
         gather = TorchRunEncodedData(x, estimator=estimator, fold="gather")
         out["gather"] = fit(gather, estimator, start)
         root_only = TorchRunEncodedData(x if rank == 0 else None, model=start, root_only=True, sub_chunks=3)

@@ -9,6 +9,10 @@ messages, so a cluster can tell the root cause (the original error) from its con
 """
 from __future__ import annotations
 
+import hashlib
+import pickle
+import zlib
+from collections import Counter
 from typing import Any, Mapping, Optional
 
 import torch.distributed as dist
@@ -53,9 +57,69 @@ def raise_together(local_error: Optional[BaseException], group: Any = None, worl
     if world > 1:
         dist.all_gather_object(messages, local, group=group)
     failures = {rank: text for rank, text in enumerate(messages) if text is not None}
-    if local_error is not None:
-        raise local_error
     if not failures:
         raise RuntimeError(f"{operation or 'an SPMD operation'}: a status word said a rank failed, "
                            "but no rank sent a failure message")
+    raise_failures(failures, dist.get_rank(group) if world > 1 else 0, local_error, operation)
+
+
+def raise_failures(failures: Mapping[int, str], rank: int, local_error: Optional[BaseException] = None,
+                   operation: str = "") -> None:
+    """Raise, on ``rank``, the outcome every rank agreed on: its own error if it had one, a
+    ``ValueError`` with its entry in ``failures`` if the ranks found it at fault (its input
+    differs from the others'), else :class:`PeerRankError`. Never returns."""
+    if local_error is not None:
+        raise local_error
+    if rank in failures:
+        raise ValueError(failures[rank])
     raise PeerRankError(failures, operation)
+
+
+# -- agreement: do all ranks hold the same thing? Checked inside a summed vector the step already
+# exchanges: each rank adds (1, h, h²) for a hash h of its text; all hashes are equal exactly when
+# n·Σh² = (Σh)² (Cauchy–Schwarz), which every rank computes from the same sums.
+
+def hash_bits(world: int) -> int:
+    """Bits of hash that keep n·Σh² and (Σh)² exact in float64 for ``world`` ranks."""
+    return max(8, min(20, (52 - 2 * max(1, world - 1).bit_length()) // 2))
+
+
+def agreement_slots(text: Optional[str], world: int) -> list:
+    """``[1, h, h²]`` for ``text`` (``[0, 0, 0]``: this rank has nothing to compare)."""
+    if text is None:
+        return [0.0, 0.0, 0.0]
+    h = float(zlib.crc32(text.encode()) % (1 << hash_bits(world)))
+    return [1.0, h, h * h]
+
+
+def agreed(slots) -> bool:
+    """Whether every rank that sent a text sent the same one, from the summed slots."""
+    n, s, s2 = (float(v) for v in slots)
+    return n * s2 == s * s
+
+
+def fingerprint(obj: Any) -> str:
+    """A text equal on two ranks exactly when ``obj`` is the same model or estimator there: its
+    ``repr`` when that shows its contents (a model's parameters, at full precision), else a
+    digest of its pickle (a plain object's repr shows only its address)."""
+    text = repr(obj)
+    if " object at 0x" not in text:
+        return text
+    return f"{type(obj).__qualname__} (pickle sha1 {hashlib.sha1(pickle.dumps(obj)).hexdigest()})"
+
+
+def odd_ones_out(texts: Mapping[int, Optional[str]], what: str, fix: str) -> dict:
+    """``{rank: message}`` for each rank whose text differs from the most common one (ties go to
+    the lowest rank's); ranks with no text are left out."""
+    present = {rank: text for rank, text in texts.items() if text is not None}
+    if not present:
+        return {}
+    counts = Counter(present.values())
+    reference_rank = min(present, key=lambda r: (-counts[present[r]], r))
+    reference = present[reference_rank]
+    return {rank: f"{what} differs from rank {reference_rank}'s ({_short(text)} vs {_short(reference)}): {fix}"
+            for rank, text in present.items() if text != reference}
+
+
+def _short(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -5,6 +5,17 @@ statistics locally, folds them across ranks, key-ties them and runs the M-step, 
 ends with the identical model. Runs under ``torchrun``, any launcher that sets ``RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``, or inside a group created beforehand
 (as ``MixleCluster`` does on ipyparallel engines).
+
+Any family that speaks the protocol works, ours or the real mixle package's: encodings are
+opaque (counts come from the raw shard), every update gets a float64 weight array, and
+statistic values may be any nesting of tuples, lists, dicts, arrays and numbers.
+
+Fail together: every operation (construction, EM step, initialisation, log-density sum, stream
+accumulate) carries a status word in the exchange it already makes, so a rank that raises makes
+every rank raise at once — the failed rank its own error, the others
+:class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it — instead of leaving peers
+waiting in a collective until the group timeout. The same exchange checks that every rank
+holds the same data description, estimator and model.
 """
 from __future__ import annotations
 
@@ -13,24 +24,29 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..stats.base import Distribution, Estimator, as_generator
-from ..stats.estimation import EMStep, accumulate, initial_weights, m_step
+from ..stats.base import Distribution, Estimator
+from ..stats.estimation import EMStep, accumulate, m_step, tie_keys
 from ..stats.kmeans import kmeans_init
-from ..stats.values import flatten_value, unflatten_value, value_layout
+from ..stats.values import FoldPlan, flatten_value, fold_plan, value_layout
 from ..validation import choice, fraction, positive_int
+from .fail_together import (agreed, agreement_slots, failure_message, fingerprint, odd_ones_out,
+                            raise_failures)
 from .group import join_group
 from .handle import HandleLifetime
 from .rank_exchange import HandleExchange, map_shard
+from .shards import NpyRows, dealt_files, describe, describe_rows, file_parts, load_npy, rank_slice, split_parts
 
 FOLDS = ("auto", "gather", "allreduce")
 EXCHANGE_MAX_FLOATS = 1 << 18  # world × vector length; above it the fold uses all_reduce
 POLL_S = 0.005  # how long a small fold polls before it blocks
+SAME_DATA = "pass the same full data on every rank (or root_only=True with the data on the root)"
+SAME_MODEL = "every rank must pass the same model and estimator to the step"
 
 
 @dataclass
@@ -41,6 +57,15 @@ class StepTimings:
     e_step_s: float
     fold_s: float
     m_step_s: float
+
+
+@dataclass(frozen=True)
+class _AgreedFold:
+    """How statistics of one estimator cross ranks, as all ranks agreed: ``plan`` is the
+    all-reduce's :class:`FoldPlan`, ``None`` for the gather path."""
+
+    estimator: str  # the estimator's fingerprint
+    plan: Optional[FoldPlan]
 
 
 def _finish(work) -> None:
@@ -69,32 +94,29 @@ def _choose_encoder(estimator, model, encoder):
         return encoder
     if model is not None:
         return model.dist_to_encoder()
-    if estimator is not None:
-        return estimator.accumulator_factory().make().acc_to_encoder()
-    raise ValueError("TorchRunEncodedData needs encoder=, model= or estimator= to encode the data")
-
-
-def _split(shard: Any, parts: int) -> list:
-    bounds = np.linspace(0, len(shard), parts + 1).astype(int)
-    return [shard[a:b] for a, b in zip(bounds, bounds[1:])]
+    return estimator.accumulator_factory().make().acc_to_encoder()
 
 
 class TorchRunEncodedData(HandleLifetime):
     """Encoded-data handle sharded across torch.distributed ranks.
 
-    ``data``: with ``root_only=False`` every rank passes the same full dataset and keeps
-    ``data[rank::world]``; with ``root_only=True`` only the root needs real data and scatters
-    the shards. ``sub_chunks`` encoded sub-chunks are kept per rank. ``root`` is the group rank
-    that folds statistics on the gather path.
+    ``data``: any sequence of observations. With ``root_only=False`` every rank passes the same
+    full dataset and keeps ``data[rank::world]`` (a numpy array stays an array; anything else —
+    ragged sequences, tuples, strings, dicts — becomes a list of the observations as they are);
+    with ``root_only=True`` only the root needs real data and scatters the shards.
+    ``sub_chunks`` encoded sub-chunks are kept per rank. ``root`` is the group rank that folds
+    statistics on the gather path. To let each rank read its own part from disk, see
+    :meth:`from_npy` and :meth:`from_files`.
 
     Extensions: ``fold`` picks how statistics cross ranks. ``"allreduce"`` flattens every
-    numeric statistic, the count and the log-density into one float64 tensor, sums it across
-    ranks in one collective, and lets every rank run the deterministic M-step (no broadcast).
-    ``"gather"`` is the reference path: pickle statistics to the root, fold there, broadcast
-    the folded statistics (two object collectives, like the reference's gather + model
-    broadcast). ``"auto"``
-    takes the all-reduce whenever the statistics flatten identically on every rank (checked
-    once per estimator). ``last_timings`` holds this rank's :class:`StepTimings`.
+    number of the statistics, the count and the log-density into one float64 tensor, sums it
+    across ranks in one collective, and lets every rank run the deterministic M-step (no
+    broadcast); numbers that ``combine`` keeps rather than adds (a hidden Markov model's state
+    count) are put back. ``"gather"`` is the reference path: pickle statistics to the root,
+    combine there, broadcast the folded statistics. ``"auto"`` takes the all-reduce whenever the
+    statistics flatten to the same layout on every rank (agreed once per estimator; dict
+    statistics, whose keys differ by rank, are gathered). ``last_timings`` holds this rank's
+    :class:`StepTimings`.
     """
 
     def __init__(
@@ -112,49 +134,151 @@ class TorchRunEncodedData(HandleLifetime):
         *,
         fold: str = "auto",
     ):
+        sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
+                                backend, fold)
+        error, shards, shard, signature = None, None, None, None
+        try:  # whatever fails here is carried to the peers in the count exchange
+            encoder = _choose_encoder(estimator, model, encoder)
+            if root_only and self.rank == self.root:
+                if data is None:
+                    raise ValueError(f"root_only=True needs the data on the root (rank {self.root}), "
+                                     "which got None: pass it there (other ranks may pass None)")
+                shards = [rank_slice(data, r, self.world) for r in range(self.world)]
+            elif not root_only:
+                if data is None:
+                    raise ValueError(f"data is None on rank {self.rank}: {SAME_DATA}")
+                shard, signature = rank_slice(data, self.rank, self.world), describe(data)
+        except Exception as exc:
+            error = exc
+        if root_only:
+            shard = self._scatter(shards)
+            signature = None if shard is None else describe_rows(shard)
+        parts = () if shard is None else split_parts(shard, sub_chunks)
+        self._encode(encoder, parts, None, signature, error, "the data")
+
+    @classmethod
+    def from_npy(cls, path: Any, estimator: Optional[Estimator] = None, model: Optional[Distribution] = None,
+                 encoder: Any = None, sub_chunks: int = 1, group: Any = None, root: int = 0,
+                 init_process_group: bool = True, backend: Optional[str] = None, *,
+                 fold: str = "auto") -> "TorchRunEncodedData":
+        """Each rank reads its own rows of the ``.npy`` file at ``path`` (a path every rank can
+        open): rows ``rank, rank + world, ...``, the same shard — and so the same model, bit for
+        bit — as the in-memory handle given the whole array.
+
+        Why strided rows rather than a contiguous block: the shards, their order and so every
+        result (per-observation scores gathered back in the original order included) are those
+        of the in-memory handle, and the file is read part by part in blocks of at most 32 MB, so
+        a rank holds its encoded shard, one raw part and one block. The cost is that every rank
+        reads the whole file (from the page cache on one host). ``sub_chunks`` parts are read and
+        encoded one after another: more parts, less raw data alive beside the encodings."""
+        self = cls.__new__(cls)
+        sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
+                                backend, fold)
+        error, parts, signature = None, (), None
+        try:
+            encoder = _choose_encoder(estimator, model, encoder)
+            rows = NpyRows(path, self.rank, self.world)
+            parts, signature = rows.parts(sub_chunks), rows.describe()
+        except Exception as exc:
+            error = exc
+        self._encode(encoder, parts, None, signature, error, "the file")
+        return self
+
+    @classmethod
+    def from_files(cls, paths: Sequence[Any], estimator: Optional[Estimator] = None,
+                   model: Optional[Distribution] = None, encoder: Any = None, sub_chunks: int = 1,
+                   group: Any = None, root: int = 0, init_process_group: bool = True,
+                   backend: Optional[str] = None, *, reader: Callable[[str], Any] = load_npy,
+                   fold: str = "auto") -> "TorchRunEncodedData":
+        """Files dealt out to ranks: rank ``r`` reads ``paths[r::world]`` with ``reader`` (default: a
+        memory-mapped ``np.load``; any function from a path to a sequence of observations), one
+        file at a time, each file encoded in ``sub_chunks`` parts. Every rank passes the same
+        list. The model equals the in-memory handle's on the concatenated data up to the order
+        of floating-point sums."""
+        self = cls.__new__(cls)
+        sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
+                                backend, fold)
+        error, parts, counts, signature = None, (), [], None
+        try:
+            encoder = _choose_encoder(estimator, model, encoder)
+            names = [os.fspath(p) for p in paths]
+            signature = f"the file list {names}"
+            parts = file_parts(dealt_files(names, self.rank, self.world), reader, sub_chunks, counts)
+        except Exception as exc:
+            error = exc
+        self._encode(encoder, parts, counts, signature, error, "the file list")
+        return self
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def _join(self, estimator, model, encoder, sub_chunks, group, root, init_process_group, backend,
+              fold) -> int:
+        """Argument checks every rank makes alike, then the group; returns ``sub_chunks``."""
         self.fold = choice("fold", fold, FOLDS)
         sub_chunks = positive_int("sub_chunks", sub_chunks)
-        encoder = _choose_encoder(estimator, model, encoder)
+        if encoder is None and model is None and estimator is None:
+            raise ValueError("TorchRunEncodedData needs encoder=, model= or estimator= to encode the data")
         self._membership = join_group(group, init_process_group=init_process_group, backend=backend)
         self.group, self.rank, self.world = group, self._membership.rank, self._membership.world
         self.device = self._membership.device
         if not 0 <= root < self.world:
+            self._membership.release()
             raise ValueError(f"root must be a rank in [0, {self.world}); got {root}")
         self.root = root
         self._global_root = self._membership.global_rank(root)
+        self._agreed: Optional[_AgreedFold] = None
+        self._estimator_prints: dict = {}
+        self.chunks: list = []
+        self._counts: list = []
+        self.last_timings: Optional[StepTimings] = None
+        return sub_chunks
 
-        shard = self._scatter(data) if root_only else self._own_slice(data)
-        self.chunks = [encoder.seq_encode(part) for part in _split(shard, sub_chunks)]
-        self.local_count = sum(len(c) for c in self.chunks)
-        self._count = int(self._sum_across_ranks([float(self.local_count)])[0])
+    def _scatter(self, shards):
+        """The root's shards, one per rank (``None`` everywhere when the root failed)."""
+        if self.world == 1:
+            return None if shards is None else shards[0]
+        received = [None]
+        sent = shards if shards is not None or self.rank != self.root else [None] * self.world
+        dist.scatter_object_list(received, sent if self.rank == self.root else None,
+                                 src=self._global_root, group=self.group)
+        return received[0]
+
+    def _encode(self, encoder, parts: Iterable, counts: Optional[list], signature: Optional[str],
+                error: Optional[BaseException], what: str) -> None:
+        """Encode the raw parts (one alive at a time), then the count exchange: global count,
+        status word and agreement on ``signature``; every rank raises together on a failure."""
+        try:
+            if error is None:
+                sizes = []
+                for part in parts:
+                    sizes.append(len(part))
+                    if len(part):  # an empty part has nothing to encode (some encoders refuse it)
+                        self.chunks.append(encoder.seq_encode(part))
+                        self._counts.append(len(part))
+                if not self.chunks:  # an empty shard: keep its empty encoding where the encoder
+                    self._encode_empty(encoder)  # takes one (it tells k-means‖ the dimension)
+                if counts is not None and sum(counts) != sum(sizes):
+                    raise RuntimeError("internal: file parts miscounted")
+        except Exception as exc:
+            error = exc
+        self.local_count = int(sum(self._counts))
+        header = [0.0 if error is None else 1.0] + agreement_slots(signature, self.world)
+        summed = self._sum_across_ranks(header + [float(self.local_count)])
+        if summed[0] > 0 or not agreed(summed[1:4]):
+            self.chunks, self._counts = [], []
+            self._settle("building the handle", error, signature, f"{what} on this rank", SAME_DATA)
+        self._count = int(summed[4])
         if self._count == 0:
             self.close()
             raise ValueError("TorchRunEncodedData got no observations on any rank")
-        self._fold_choice: dict[int, tuple[Estimator, str, Any]] = {}
-        self.last_timings: Optional[StepTimings] = None
 
-    # -- set-up ------------------------------------------------------------------------------
-
-    @staticmethod
-    def _as_sliceable(data):
-        if data is None:
-            raise ValueError("data is None on a rank that needs it: pass the full data on every "
-                             "rank, or use root_only=True and pass it on the root")
-        return data if isinstance(data, np.ndarray) else np.asarray(data)
-
-    def _own_slice(self, data):
-        return self._as_sliceable(data)[self.rank :: self.world]
-
-    def _scatter(self, data):
-        if self.world == 1:
-            return self._own_slice(data)
-        shards = None
-        if self.rank == self.root:
-            full = self._as_sliceable(data)
-            shards = [full[r :: self.world] for r in range(self.world)]
-        received = [None]
-        dist.scatter_object_list(received, shards, src=self._global_root, group=self.group)
-        return received[0]
+    def _encode_empty(self, encoder) -> None:
+        try:
+            empty = encoder.seq_encode(np.zeros(0))
+        except Exception:  # mixle's encoders refuse empty data; the shard then holds no chunk
+            return
+        self.chunks.append(empty)
+        self._counts.append(0)
 
     # -- collectives -------------------------------------------------------------------------
 
@@ -178,61 +302,177 @@ class TorchRunEncodedData(HandleLifetime):
             total += row
         return total.cpu().numpy()
 
-    def _fold_path(self, estimator: Estimator, value: Any) -> tuple[str, Any]:
-        """Per estimator, once: all-reduce when every rank's statistics share one flat layout."""
-        if self.fold == "gather":
-            return "gather", None
-        cached = self._fold_choice.get(id(estimator))
-        if cached is not None and cached[0] is estimator:
-            return cached[1], cached[2]
-        layout = value_layout(value)
-        layouts = [layout] * self.world
-        if self.world > 1:
-            dist.all_gather_object(layouts, layout, group=self.group)
-        agreed = layout is not None and all(other == layout for other in layouts)
-        if self.fold == "allreduce" and not agreed:
-            raise ValueError("fold='allreduce' needs numeric statistics with the same layout on every "
-                             f"rank; got {sorted(set(map(str, layouts)))}. Use fold='gather' or 'auto'")
-        path = "allreduce" if agreed else "gather"
-        self._fold_choice[id(estimator)] = (estimator, path, layout)
-        return path, layout
+    def _all_gather(self, obj) -> list:
+        if self.world == 1:
+            return [obj]
+        out = [None] * self.world
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
 
-    def _fold(self, estimator: Estimator, count: float, acc, log_density: float):
+    def _settle(self, operation: str, error: Optional[BaseException], mine: Optional[str], what: str,
+                fix: str) -> None:
+        """The failure path, once a status word or an agreement check failed: every rank sends
+        its error and its text, and all raise the same outcome. Never returns."""
+        entries = self._all_gather((None if error is None else failure_message(error), mine))
+        failures = {r: message for r, (message, _) in enumerate(entries) if message is not None}
+        if not failures:
+            failures = odd_ones_out({r: text for r, (_, text) in enumerate(entries)}, what, fix)
+        raise_failures(failures, self.rank, error, operation)
+
+    def _estimator_print(self, estimator: Estimator) -> str:
+        """The estimator's fingerprint, computed once per estimator object."""
+        known = self._estimator_prints.get(id(estimator))
+        if known is None or known[0] is not estimator:
+            if len(self._estimator_prints) > 16:
+                self._estimator_prints.clear()
+            known = (estimator, fingerprint(estimator))
+            self._estimator_prints[id(estimator)] = known
+        return known[1]
+
+    def _negotiate(self, operation, estimator, value, error, est_print, model_print) -> None:
+        """Agree, once per estimator, how its statistics cross ranks; also where every rank
+        compares estimator and model and learns of any failure. Sets ``self._agreed``."""
+        plan = None
+        if error is None and self.fold != "gather":
+            plan = fold_plan(value, estimator.accumulator_factory().make)
+        mine = (None if error is None else failure_message(error), est_print, model_print, plan)
+        entries = self._all_gather(mine)
+        failures = {r: e[0] for r, e in enumerate(entries) if e[0] is not None}
+        if not failures:
+            failures = odd_ones_out({r: e[1] for r, e in enumerate(entries)}, "the estimator on this rank", SAME_MODEL)
+        if not failures:
+            failures = odd_ones_out({r: e[2] for r, e in enumerate(entries)}, "the model on this rank", SAME_MODEL)
+        if failures:
+            raise_failures(failures, self.rank, error, operation)
+        plans = [e[3] for e in entries]
+        same = plans[0] is not None and all(p == plans[0] for p in plans)
+        if self.fold == "allreduce" and not same:
+            raise ValueError("fold='allreduce' needs numeric statistics with the same layout on every "
+                             f"rank, which combine adds; got {len(set(map(repr, plans)))} layouts. "
+                             "Use fold='gather' or 'auto'")
+        self._agreed = _AgreedFold(est_print, plans[0] if same else None)
+
+    def _fold_path(self, estimator: Estimator, value: Any) -> tuple[str, Any]:
+        """The agreed path for ``estimator`` (agreeing now if need be), and its plan."""
+        if self._agreed is None or self._agreed.estimator != self._estimator_print(estimator):
+            self._negotiate("folding statistics", estimator, value, None, self._estimator_print(estimator), None)
+        return ("allreduce" if self._agreed.plan is not None else "gather"), self._agreed.plan
+
+    def _fold(self, estimator: Estimator, count: float, acc, log_density: float, *, model: Any = None,
+              error: Optional[BaseException] = None, operation: str = "folding statistics"):
         """Combine every rank's statistics into ``acc`` on every rank; returns the global
         ``(count, log_density)``. Either path leaves bit-identical statistics on all ranks, so
-        the M-step that follows is deterministic and needs no broadcast of the model."""
-        value = acc.value()
-        path, layout = self._fold_path(estimator, value)
-        if path == "allreduce":
-            flat = self._sum_across_ranks(np.concatenate([[count, log_density], flatten_value(value)]))
-            acc.from_value(unflatten_value(flat[2:], layout))
-            return float(flat[0]), float(flat[1])
+        the M-step that follows is deterministic and needs no broadcast of the model.
+
+        ``error``: this rank already failed (``acc`` may be ``None``); it still takes part, so
+        every rank raises together. ``model``: the model the statistics were taken under, which
+        must be the same on every rank."""
+        value = est_print = model_print = None
+        try:
+            est_print = self._estimator_print(estimator)
+            model_print = None if model is None else fingerprint(model)
+            if error is None:
+                value = acc.value()
+        except Exception as exc:
+            error = error or exc
+        while True:
+            if self._agreed is None:
+                self._negotiate(operation, estimator, value, error, est_print, model_print)
+            if self._agreed.plan is None:
+                return self._gather_fold(operation, estimator, count, acc, log_density, value, error,
+                                         est_print, model_print)
+            folded = self._allreduce_fold(operation, count, acc, log_density, value, error, est_print,
+                                          model_print)
+            if folded is not None:
+                return folded
+            self._agreed = None  # some rank's statistics no longer fit the plan: agree again
+
+    def _allreduce_fold(self, operation, count, acc, log_density, value, error, est_print, model_print):
+        """One summed vector: status, replan flag, model agreement, count, log-density, the
+        statistics. Returns ``None`` when a rank asked to agree a new plan."""
+        plan = self._agreed.plan
+        flat, fits = None, False
+        if error is None:
+            try:
+                flat = flatten_value(value)
+                fits = (est_print == self._agreed.estimator and value_layout(value) == plan.layout
+                        and plan.matches(flat))
+            except Exception as exc:
+                error = exc
+        body = flat if fits else np.zeros(plan.size)
+        header = [0.0 if error is None else 1.0, 0.0 if error is not None or fits else 1.0]
+        header += agreement_slots(model_print, self.world) + [count if fits else 0.0,
+                                                              log_density if fits else 0.0]
+        summed = self._sum_across_ranks(np.concatenate([header, body]))
+        if summed[0] > 0 or not agreed(summed[2:5]):
+            self._settle(operation, error, model_print, "the model on this rank", SAME_MODEL)
+        if summed[1] > 0:
+            return None
+        acc.from_value(plan.restore(summed[7:]))
+        return float(summed[5]), float(summed[6])
+
+    def _gather_fold(self, operation, estimator, count, acc, log_density, value, error, est_print, model_print):
+        """The reference path: statistics pickled to the root, combined there (mixle's
+        ``combine``, so any value works), the sum broadcast; failures ride in both messages."""
+        mine = (("failed", failure_message(error)) if error is not None
+                else ("ok", est_print, model_print, count, log_density, value))
         if self.world == 1:
-            return count, log_density
-        parts = [None] * self.world if self.rank == self.root else None
-        dist.gather_object((count, log_density, value), parts, dst=self._global_root, group=self.group)
-        message = [None]
+            parts = [mine]
+        else:
+            parts = [None] * self.world if self.rank == self.root else None
+            dist.gather_object(mine, parts, dst=self._global_root, group=self.group)
+        message = None
         if self.rank == self.root:
-            total = estimator.accumulator_factory().make()
-            for _, _, value in parts:
-                total.combine(value)
-            message = [(sum(p[0] for p in parts), sum(p[1] for p in parts), total.value())]
-        dist.broadcast_object_list(message, src=self._global_root, group=self.group)
-        count, log_density, value = message[0]
+            message = self._combine_on_root(estimator, parts)
+        if self.world > 1:
+            box = [message]
+            dist.broadcast_object_list(box, src=self._global_root, group=self.group)
+            message = box[0]
+        if message[0] == "failed":
+            raise_failures(message[1], self.rank, error, operation)
+        _, count, log_density, value, renegotiate = message
         acc.from_value(value)
+        if renegotiate:
+            self._agreed = None
         return float(count), float(log_density)
 
+    def _combine_on_root(self, estimator, parts) -> tuple:
+        failures = {r: p[1] for r, p in enumerate(parts) if p[0] == "failed"}
+        if not failures:
+            failures = odd_ones_out({r: p[1] for r, p in enumerate(parts)}, "the estimator on this rank", SAME_MODEL)
+        if not failures:
+            failures = odd_ones_out({r: p[2] for r, p in enumerate(parts)}, "the model on this rank", SAME_MODEL)
+        if failures:
+            return ("failed", failures)
+        total = estimator.accumulator_factory().make()
+        for rank, part in enumerate(parts):
+            try:
+                total.combine(part[5])
+            except Exception as exc:
+                return ("failed", {rank: f"its statistics could not be combined with rank 0's: {failure_message(exc)}"})
+        renegotiate = parts[0][1] != self._agreed.estimator
+        return ("ok", sum(p[3] for p in parts), sum(p[4] for p in parts), total.value(), renegotiate)
+
     # -- the handle protocol -----------------------------------------------------------------
+
+    def _local_statistics(self, estimator: Estimator, model: Distribution):
+        try:
+            return accumulate(self.chunks, estimator, model, self._counts), None
+        except Exception as exc:  # carried in the fold, so no peer waits for this rank
+            return None, exc
 
     def pysp_em_step(self, estimator: Estimator, prev_estimate: Distribution) -> EMStep:
         """One distributed EM step and the all-reduced log-density of ``prev_estimate``:
         one pass over the shard, one collective."""
         t0 = time.perf_counter()
-        local = accumulate(self.chunks, estimator, prev_estimate)
+        local, error = self._local_statistics(estimator, prev_estimate)
         t1 = time.perf_counter()
-        count, log_density = self._fold(estimator, local.count, local.accumulator, local.log_density)
+        acc = None if local is None else local.accumulator
+        count, log_density = self._fold(estimator, 0.0 if local is None else local.count, acc,
+                                        0.0 if local is None else local.log_density, model=prev_estimate,
+                                        error=error, operation="EM step")
         t2 = time.perf_counter()
-        model = m_step(estimator, count, local.accumulator)
+        model = m_step(estimator, count, acc)
         self.last_timings = StepTimings(self.local_count, t1 - t0, t2 - t1, time.perf_counter() - t2)
         return EMStep(model, count, log_density)
 
@@ -243,37 +483,58 @@ class TorchRunEncodedData(HandleLifetime):
     def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
         """Distributed randomized initialization; identical model on all ranks.
 
-        The root draws one seed per rank from ``rng`` and scatters them, so the result is
-        reproducible for a given seed and world size, but differs from a one-process
-        ``seq_initialize`` with the same seed (each rank draws its own subset).
-        """
-        p = fraction("initialisation fraction p", p)
-        seeds = None
-        if self.rank == self.root:
-            seeds = [[int(s)] for s in as_generator(rng).integers(0, 2**63 - 1, size=self.world)]
-        received = seeds[:1] if self.world == 1 else [None]
-        if self.world > 1:
-            dist.scatter_object_list(received, seeds, src=self._global_root, group=self.group)
-        local_rng = np.random.default_rng(received[0][0])
-        acc, included = estimator.accumulator_factory().make(), 0.0
-        for enc in self.chunks:
-            weights = initial_weights(len(enc), local_rng, p)
-            acc.seq_initialize(enc, weights, local_rng)
-            included += float(weights.sum())
-        count, _ = self._fold(estimator, included, acc, float("nan"))
+        As mixle's own handle does: the root draws one seed per rank from ``rng`` (a
+        ``RandomState``, a ``Generator`` or a seed) and scatters them; each rank's observations
+        take part with probability ``p`` and its accumulators get a ``RandomState``. The result
+        is reproducible for a seed and world size, but differs from a one-process
+        ``seq_initialize`` with the same seed (each rank draws its own subset)."""
+        error, seeds = None, None
+        try:
+            p = fraction("initialisation fraction p", p)
+            if self.rank == self.root:
+                seeds = [int(s) for s in _seed_source(rng).randint(2**31, size=self.world)]
+        except Exception as exc:
+            error = exc
+        seed = self._scatter(seeds)
+        acc, included = None, 0.0
+        if error is None and seed is not None:
+            try:
+                local_rng = np.random.RandomState(seed)
+                weight_rng = np.random.RandomState(local_rng.randint(2**31))
+                acc = estimator.accumulator_factory().make()
+                for enc, n in zip(self.chunks, self._counts):
+                    weights = (weight_rng.rand(n) <= p).astype(np.float64)
+                    acc.seq_initialize(enc, weights, local_rng)
+                    included += float(weights.sum())
+            except Exception as exc:
+                error = exc
+        count, _ = self._fold(estimator, included, acc, 0.0, error=error, operation="initialisation")
         return m_step(estimator, count, acc)
 
     def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
         """Allreduced count and summed log density."""
-        total = sum(float(np.sum(estimate.seq_log_density(c))) for c in self.chunks)
-        count, total = self._sum_across_ranks([float(self.local_count), total])
-        return float(count), float(total)
+        error, total, model_print = None, 0.0, None
+        try:
+            model_print = fingerprint(estimate)
+            total = sum(float(np.sum(estimate.seq_log_density(c))) for c in self.chunks)
+        except Exception as exc:
+            error = exc
+        header = [0.0 if error is None else 1.0] + agreement_slots(model_print, self.world)
+        summed = self._sum_across_ranks(header + [float(self.local_count), total])
+        if summed[0] > 0 or not agreed(summed[1:4]):
+            self._settle("log-density sum", error, model_print, "the model on this rank", SAME_MODEL)
+        return float(summed[4]), float(summed[5])
 
     def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
-        """Globally folded batch sufficient statistics for streaming EM (not yet key-tied)."""
-        local = accumulate(self.chunks, estimator, model)
-        count, _ = self._fold(estimator, local.count, local.accumulator, local.log_density)
-        return count, local.accumulator
+        """Globally folded, key-tied batch sufficient statistics for streaming EM: ``(count,
+        value)`` as mixle's handle returns them (mixle's streaming driver rebuilds the
+        accumulator with ``from_value``)."""
+        local, error = self._local_statistics(estimator, model)
+        acc = None if local is None else local.accumulator
+        count, _ = self._fold(estimator, 0.0 if local is None else local.count, acc,
+                              0.0 if local is None else local.log_density, model=model, error=error,
+                              operation="stream accumulate")
+        return count, tie_keys(acc).value()
 
     def pysp_kmeans_init(self, estimator: Estimator, rng: Any, init: str = "kmeans++") -> Distribution:
         """A mixture start from k-means‖ (``"kmeans++"``) or random observations
@@ -288,9 +549,18 @@ class TorchRunEncodedData(HandleLifetime):
 
     def close(self) -> None:
         """Release the resident shard; destroy the process group only if this handle made it."""
-        self.chunks = []
+        self.chunks, self._counts = [], []
         self._membership.release()
 
     def __len__(self) -> int:
         return self._count
 
+
+def _seed_source(rng: Any) -> np.random.RandomState:
+    """mixle draws per-rank seeds with ``RandomState.randint``; a ``Generator`` or a seed is
+    turned into one the way mixle's dispatch does."""
+    if isinstance(rng, np.random.RandomState):
+        return rng
+    if isinstance(rng, np.random.Generator):
+        return np.random.RandomState(int(rng.integers(2**31 - 1)))
+    return np.random.RandomState(rng)

@@ -37,23 +37,40 @@ def seq_encode(data: Any, model: Distribution = None, estimator: Estimator = Non
         encoder = estimator.accumulator_factory().make().acc_to_encoder()
     else:
         raise ValueError("seq_encode needs model= or estimator= to choose an encoder")
-    enc = encoder.seq_encode(data)
-    if len(enc) == 0:
+    if len(data) == 0:
         raise ValueError("no observations: pass at least one data point")
-    return enc
+    return encoder.seq_encode(data)
 
 
-def accumulate(chunks: Sequence[Any], estimator: Estimator, model: Distribution = None) -> Accumulated:
-    """E-step over encoded ``chunks`` into one accumulator; also sums the log-density of ``model``."""
+def encoded_count(enc: Any, estimator: Estimator = None) -> int:
+    """Observations in one local encoding. Encodings are opaque: mixle's encoders count their
+    own payloads with ``row_count`` (a hidden Markov encoding is a tuple of arrays, whose
+    ``len`` is no count); ours have no ``row_count`` and report ``len``."""
+    if estimator is not None:
+        encoder = estimator.accumulator_factory().make().acc_to_encoder()
+        if hasattr(encoder, "row_count"):
+            return int(encoder.row_count(enc))
+    return len(enc)
+
+
+def accumulate(chunks: Sequence[Any], estimator: Estimator, model: Distribution = None,
+               counts: Sequence[int] = None) -> Accumulated:
+    """E-step over encoded ``chunks`` into one accumulator; also sums the log-density of ``model``.
+
+    ``counts`` are the chunks' observation counts (a handle knows them from the raw data);
+    without them each chunk is counted with :func:`encoded_count`. Every ``seq_update`` gets a
+    float64 weight array, as mixle's accumulators require."""
     acc = estimator.accumulator_factory().make()
+    if counts is None:
+        counts = [encoded_count(enc, estimator) for enc in chunks]
     total = 0.0
-    for enc in chunks:
-        log_density = acc.seq_update(enc, None, model)
+    for enc, n in zip(chunks, counts):
+        log_density = acc.seq_update(enc, np.ones(n), model)
         if model is not None:
             if log_density is None:
                 log_density = model.seq_log_density(enc)
             total += float(np.sum(log_density))
-    return Accumulated(float(sum(len(c) for c in chunks)), acc, total if model is not None else float("nan"))
+    return Accumulated(float(sum(counts)), acc, total if model is not None else float("nan"))
 
 
 def tie_keys(acc: Accumulator) -> Accumulator:
@@ -99,7 +116,7 @@ def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distri
     if hasattr(enc, "pysp_seq_initialize"):
         return enc.pysp_seq_initialize(estimator, rng, p)
     rng = as_generator(rng)
-    weights = initial_weights(len(enc), rng, p)
+    weights = initial_weights(encoded_count(enc, estimator), rng, p)
     acc = estimator.accumulator_factory().make()
     acc.seq_initialize(enc, weights, rng)
     return m_step(estimator, float(weights.sum()), acc)
@@ -109,4 +126,5 @@ def seq_log_density_sum(enc: Any, model: Distribution) -> tuple[float, float]:
     """``(count, total log-density)`` of the data under ``model``."""
     if hasattr(enc, "pysp_seq_log_density_sum"):
         return enc.pysp_seq_log_density_sum(model)
-    return float(len(enc)), float(np.sum(model.seq_log_density(enc)))
+    total = float(np.sum(model.seq_log_density(enc)))
+    return float(encoded_count(enc, model.estimator() if hasattr(model, "estimator") else None)), total
