@@ -50,8 +50,11 @@ class IterationRecord:
 def streaming_accumulate(enc: Any, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
     """``(count, accumulator)`` of the data under ``model``, folded but not yet key-tied, for
     blending with older statistics (online EM). Finish with ``stats.m_step``."""
-    if hasattr(enc, "pysp_stream_accumulate"):
-        return enc.pysp_stream_accumulate(estimator, model)
+    if hasattr(enc, "pysp_stream_accumulate"):  # a handle returns (count, value), key-tied, as mixle's do
+        count, value = enc.pysp_stream_accumulate(estimator, model)
+        folded = estimator.accumulator_factory().make()
+        folded.from_value(value)
+        return count, folded
     acc = accumulate([enc], estimator, model)
     return acc.count, acc.accumulator
 
