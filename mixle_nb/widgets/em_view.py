@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import numpy as np
+from matplotlib.ticker import NullLocator
 
 from .live_figure import LiveFigure, fit_limits, fit_steps
 from .model_picture import ModelPicture
@@ -34,6 +35,7 @@ class EMView:
         self.convergence.set_title("gain per step (log scale)", fontsize=10)
         self.convergence.set_xlabel("EM step", fontsize=9, labelpad=1)
         self.convergence.set_yscale("log")
+        self.convergence.yaxis.set_minor_locator(NullLocator())  # minor log ticks cost a third of a full draw
         self.convergence.set_ylim(1e-3, 1e3)
         self.gain_line = live.dynamic(self.convergence.plot([], [], "o-", color="#8e44ad", ms=3)[0])
         self.picture = ModelPicture(live, picture_ax, model, data, picture_dims)
@@ -48,18 +50,18 @@ class EMView:
 
     def render(self, log_densities: Sequence[float], model, rank_seconds: Sequence[float]) -> bytes:
         steps = np.arange(1, len(log_densities) + 1)
-        changed = fit_steps(self.objective, len(steps)) | fit_steps(self.convergence, len(steps))
-        self.objective_line.set_data(steps, log_densities)
-        changed |= fit_limits(self.objective, log_densities)
         g = gains(log_densities)
+        self.objective_line.set_data(steps, log_densities)
         self.gain_line.set_data(steps[1:], g)
-        changed |= fit_limits(self.convergence, g, log=True)
+        changed = {self.objective: fit_steps(self.objective, len(steps)) | fit_limits(self.objective, log_densities),
+                   self.convergence: fit_steps(self.convergence, len(steps)) | fit_limits(self.convergence, g, log=True),
+                   self.ranks: self._rank_bars(rank_seconds)}
         if model is not self.model:
-            changed |= self.picture.update(model)
+            changed[self.picture.ax] = self.picture.update(model)
             self.model = model
-        changed |= self._rank_bars(rank_seconds)
-        if changed:
-            self.live.invalidate()
+        for ax, stale in changed.items():
+            if stale:
+                self.live.invalidate(ax)
         return self.live.png()
 
     def _rank_bars(self, seconds: Sequence[float]) -> bool:

@@ -32,6 +32,8 @@ class LiveFigure:
         self.canvas = FigureCanvasAgg(self.figure)
         self._dynamic: list = []
         self._background = None
+        self._stale: set = set()  # axes whose static content changed since the background
+        self._extents: dict = {}  # axes -> the pixel box its static content covered when drawn
 
     def dynamic(self, artist):
         """Mark ``artist`` as redrawn on every render (it is left out of the background)."""
@@ -47,20 +49,51 @@ class LiveFigure:
             artist.remove()
         self.invalidate()
 
-    def invalidate(self) -> None:
-        """Static content or limits changed: the next render redraws the background."""
-        self._background = None
+    def invalidate(self, ax=None) -> None:
+        """Static content or limits changed (of ``ax`` only, or of the whole figure): the next
+        render redraws that part of the background."""
+        if ax is None:
+            self._background = None
+        else:
+            self._stale.add(ax)
 
     def png(self) -> bytes:
         if self._background is None:
             self.canvas.draw()  # animated (dynamic) artists are skipped here
+            self._remember_extents()
             self._background = self.canvas.copy_from_bbox(self.figure.bbox)
         else:
             self.canvas.restore_region(self._background)
+            if self._stale:
+                self._redraw_stale()
         for artist in self._dynamic:
             if artist.get_visible() and artist.axes is not None:
                 artist.axes.draw_artist(artist)
         return encode_png(self.canvas.buffer_rgba())
+
+    def _remember_extents(self) -> None:
+        renderer = self.canvas.get_renderer()
+        self._extents = {ax: ax.get_tightbbox(renderer) for ax in self.figure.axes}
+        self._stale.clear()
+
+    def _redraw_stale(self) -> None:
+        """Blank the stale axes' old and new boxes, draw their static content, keep the result
+        as the background: a quarter of a full draw when one of four views changed."""
+        renderer = self.canvas.get_renderer()
+        pixels = np.asarray(self.canvas.buffer_rgba())
+        height, width = pixels.shape[:2]
+        for ax in self._stale:
+            for box in (self._extents.get(ax), ax.get_tightbbox(renderer)):
+                if box is not None:
+                    x0, x1 = max(int(box.x0) - 1, 0), min(int(math.ceil(box.x1)) + 1, width)
+                    y0, y1 = max(height - int(math.ceil(box.y1)) - 1, 0), min(height - int(box.y0) + 1, height)
+                    pixels[y0:y1, x0:x1] = 255
+        for ax in self._stale:
+            ax.draw(renderer)
+            self._extents[ax] = ax.get_tightbbox(renderer)
+        self._stale.clear()
+        self._background = self.canvas.copy_from_bbox(self.figure.bbox)
+
 
 
 def encode_png(rgba) -> bytes:
@@ -95,7 +128,7 @@ def fit_limits(ax, values, axis: str = "y", log: bool = False, floor: Optional[f
     inside = cur_lo <= lo and hi <= cur_hi
     if inside and span >= 0.1 * (cur_hi - cur_lo):
         return False
-    pad = max(0.25 * span, 1.0 if log else 1e-9 * max(abs(lo), abs(hi), 1.0))
+    pad = max(0.25 * span, 2.0 if log else 1e-9 * max(abs(lo), abs(hi), 1.0))  # log: two decades
     new_lo, new_hi = lo - pad, hi + pad
     if log:
         new_lo, new_hi = math.floor(new_lo), math.ceil(new_hi)
