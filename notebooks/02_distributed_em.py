@@ -92,25 +92,40 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# ## Shard the data across the ranks
+# ## Each rank reads its own part from disk
 #
-# `%mixle_push` copies notebook variables to every rank under the same names. (In a real job
-# each rank would read its own part from disk instead.)
+# In a real job the data are already in files, often larger than the notebook's memory, so
+# they should never pass through the notebook. Here we stand in for that by saving the points
+# to a `.npy` file in a temporary folder. Then `%mixle_push` copies only small things to every
+# rank under the same names: the file's path, the estimator and the start model. The next cell
+# does both and compares what was pushed with the size of the data.
 
 # %%
-# %mixle_push x est start
+import pickle
+import tempfile
+from pathlib import Path
+
+folder = tempfile.TemporaryDirectory()  # removed at the end of the notebook
+path = str(Path(folder.name) / "points.npy")
+np.save(path, x)
+print(f"{path}: {Path(path).stat().st_size:,} bytes on disk; pushed to each rank: "
+      f"{len(pickle.dumps((path, est, start))):,} bytes")
+# %mixle_push path est start
 
 # %% [markdown]
 # `%%mixle` runs a cell on every rank (`--all` shows every rank's output). Here each rank
-# builds a `TorchRunEncodedData` handle: rank r of `world` keeps `x[r::world]`, encodes it once and keeps it
-# resident for every later step. The cell prints what each rank holds.
+# builds a `TorchRunEncodedData` handle with `from_npy`: rank r of `world` reads only its rows
+# r, r + world, r + 2·world, … of the file, encodes them once and keeps them resident for every
+# later step. The cell prints what each rank holds, and keeps its raw rows (read again from the
+# file) for the picture below.
 
 # %%
 # %%mixle --all
+import numpy as np
 from mixle_nb.parallel import TorchRunEncodedData
 
-h = TorchRunEncodedData(x, estimator=est)
-my_points = x[h.rank::h.world]
+h = TorchRunEncodedData.from_npy(path, estimator=est)
+my_points = np.load(path, mmap_mode="r")[h.rank::h.world].copy()
 print(f"{h.local_count:,} of {len(h):,} points resident")
 
 # %% [markdown]
@@ -275,11 +290,58 @@ for rank, t in enumerate(timings):
           f"fold {t.fold_s * 1e3:6.1f} ms  M-step {t.m_step_s * 1e3:5.2f} ms")
 
 # %% [markdown]
+# ## How many components? Choosing K by BIC on the cluster
+#
+# So far we told EM how many components to fit. With your own data you do not know it. The
+# Bayesian information criterion scores a fit by BIC = −2 log L + p log N, where log L is the
+# log-density of the data, p the number of free parameters and N the number of points: more
+# components always raise log L, and the p log N term charges for each parameter they add.
+# The K with the lowest BIC wins.
+#
+# `choose_k(h, estimator_for, k_values)` fits a mixture for each K with `fit` (from a k-means++
+# start, which on a handle runs as k-means‖ where the shards live) and scores it with one
+# log-density all-reduce. Like every step so far it runs on every rank at once, on the
+# resident shards; each rank ends with the same fits. The next cell runs it for K = 1 … 6,
+# each fit stopping once its gain in log-density per point falls below `tol`.
+
+# %%
+# %%mixle
+from mixle_nb.inference import choose_k
+from mixle_nb.stats import GaussianEstimator, MixtureEstimator
+
+k_choice = choose_k(h, lambda k: MixtureEstimator([GaussianEstimator() for _ in range(k)]), range(1, 7),
+                    init="kmeans++", tol=1e-5, rng=0, out=None)
+scores = {"k": k_choice.k, "bic": k_choice.bic, "aic": k_choice.aic, "iterations": [r.n_iter for r in k_choice.results]}
+
+# %% [markdown]
+# The next cell pulls the scores from rank 0, prints them with the K that BIC picks (compare it
+# with the number of components the data were drawn from), and plots how far each K's BIC and
+# AIC lie above their lowest value (a log scale: near the best K the differences are small).
+
+# %% tags=["summary"]
+# scores = %mixle_pull scores
+best_k = scores["k"][int(np.argmin(scores["bic"]))]
+print(f"choose K by BIC on {mixle.n} ranks: the data were drawn from {len(truth.components)} components")
+print("  K   EM iterations          BIC           AIC")
+for k, its, b, a in zip(scores["k"], scores["iterations"], scores["bic"], scores["aic"]):
+    print(f"{k:3d}  {its:14d}  {b:12.1f}  {a:12.1f}{'   <- lowest BIC' if k == best_k else ''}")
+
+fig, ax = plt.subplots(figsize=(6, 2.6))
+for name, style in (("bic", "o-"), ("aic", "s--")):
+    ax.plot(scores["k"], np.subtract(scores[name], min(scores[name])), style, ms=5, label=name.upper())
+ax.axvline(best_k, color="grey", lw=0.8)
+ax.set(title=f"information criteria against K (BIC picks K = {best_k})", xlabel="K",
+       ylabel="above its lowest value", yscale="symlog", ylim=(0, None))
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
 # ## A second example: a 2-D mixture
 #
 # Nothing above was specific to one dimension. Here are 20,000 points in 2-D from three
 # Gaussians with full covariance matrices, and a start of three round bumps near the middle.
-# The next cell pushes them to the ranks.
+# Data this small can also be pushed from the notebook: `%mixle_push` sends the whole array to
+# every rank, and each keeps its own rows. The next cell pushes them to the ranks.
 
 # %%
 truth2 = MixtureDistribution([
@@ -332,19 +394,21 @@ print(f"2-D, K=3, full covariance: {2 + flatten_value(acc2.value()).size} float6
 #
 # `%mixle_cluster status` shows each rank's memory and its last call's time; then
 # `%mixle_cluster stop` leaves the group, stops the engines and the controller, and waits
-# until their processes have exited. The next cell does both.
+# until their processes have exited. The next cell does both, and removes the data file.
 
 # %%
 # %mixle_cluster status
 # %mixle_cluster stop
+folder.cleanup()
 
 # %% [markdown]
 # ## Summary
 #
-# * Each rank keeps its shard; per step only K·(1+2D) + K + 2 numbers per rank travel, in one all-reduce.
+# * Each rank reads its own rows from the data file and keeps them; per step only K·(1+2D) + K + 2 numbers per rank travel, in one all-reduce.
 # * Every rank runs the same M-step on the same totals, so every rank holds the same model,
 #   and it equals the one-process model up to rounding.
 # * The fold's cost is mostly waiting for the slowest rank.
+# * Model choice runs where the data are too: `choose_k` fits each K on the ranks and BIC picks one.
 #
 # Next, **03_streaming_transformer.ipynb** trains a neural network across the same kind of
 # cluster, where the gradient, not a statistic, is what travels.
