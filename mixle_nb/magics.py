@@ -18,6 +18,7 @@ from . import cluster as cluster_module
 from .cluster import BACKENDS, ClusterState, MixleCluster, RankDiedError, RankError
 
 STREAM_POLL_S = 0.1
+OUTPUT_GRACE_S = 2.0  # a rank's last printed lines may arrive just after its answer
 
 
 def running_cluster() -> MixleCluster:
@@ -79,6 +80,8 @@ def run_cell(cluster: MixleCluster, code: str, targets=None, all_ranks: bool = F
             except TimeoutError:
                 pass  # still running: show what arrived and wait again
             finally:
+                if call.done():
+                    call.wait_for_output(OUTPUT_GRACE_S)
                 flush()
     except KeyboardInterrupt:
         if not call.cancelled():  # the interrupt arrived outside result(), e.g. while printing

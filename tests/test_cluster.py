@@ -183,7 +183,24 @@ def test_nothing_listens_off_loopback(cluster2):
     assert [(pid, addr) for pid, addr in found if addr not in LOOPBACK] == []
 
 
-def test_keyboard_interrupt_stops_a_long_call(cluster2):
+def allreduce_forever():
+    """Real work inside collectives: all-reduces until interrupted (the ranks drift apart in
+    how many they finished, so an interrupt leaves one waiting in a collective)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(100_000)
+    while True:
+        dist.all_reduce(t)
+
+
+@pytest.mark.parametrize("work", ["allreduce_forever", "late_allreduce", "sleep"])
+def test_keyboard_interrupt_stops_a_long_call(cluster2, work):
+    calls = {"allreduce_forever": (allreduce_forever, ()), "late_allreduce": (late_allreduce, (1, 60)),
+             "sleep": (time.sleep, (60,))}
+    fn, args = calls[work]
+    engine_pids = [r.pid for r in cluster2.status()]
+    pids = cluster2.pids
     # A notebook kernel turns SIGINT into KeyboardInterrupt: make sure this process does too,
     # whatever handler a library used by an earlier test left installed.
     previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -192,16 +209,20 @@ def test_keyboard_interrupt_stops_a_long_call(cluster2):
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            cluster2.run(time.sleep, 60)
+            cluster2.run(fn, *args)
+        elapsed = time.monotonic() - t0
+        state, reason = cluster2.state, cluster2.broken_reason
+        after = [r.pid for r in cluster2.status()], cluster2.pids
+        works = cluster2.run(allreduce_sum, 1) if state == "running" else None
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous_handler)
-        elapsed = time.monotonic() - t0
-        if cluster2.state != "running":
+        if cluster2.state != "running":  # for the next tests; this one has failed by then
             cluster2.restart()
     assert elapsed < 10
-    assert cluster2.state == "running"
-    assert cluster2.run(allreduce_sum, 1) == [2.0, 2.0]
+    assert state == "running", reason  # not broken, and no restart was needed
+    assert after == (engine_pids, pids)  # the same engines and processes
+    assert works == [2.0, 2.0]
 
 
 # ---- short-lived clusters for destructive tests

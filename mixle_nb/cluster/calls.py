@@ -17,18 +17,23 @@ POLL_S = 0.05  # client wait slice: bounds how late a dead rank is noticed
 FAIL_SETTLE_S = 0.5  # after one rank failed, how long the others may take to fail on their own
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
-# Errors that follow from another rank's failure rather than causing one: a collective that timed
-# out or lost its peer, an interrupt the cluster sent after a failure, and the handles' own
-# peer-failure errors (raised on every rank when another rank reported a failure).
-_CONSEQUENCE_NAMES = {"KeyboardInterrupt", "PeerFailure", "RankFailedElsewhere"}
-_CONSEQUENCE_TEXT = re.compile(r"Timed out waiting|Connection closed by peer|Connection reset by peer"
-                               r"|Broken pipe|failed on rank|process group.*(destroyed|aborted)",
-                               re.IGNORECASE)
+# Errors that follow from another rank's failure rather than causing one: the handles' own
+# peer-failure error (mixle_nb.parallel.fail_together.PeerRankError, named here so the client
+# needs no torch), an interrupt the cluster sent after a failure, and a collective that timed out
+# or lost its peer (gloo's messages), which also means the group must be formed again.
+_CONSEQUENCE_NAMES = {"PeerRankError", "KeyboardInterrupt"}
+_COLLECTIVE_BROKEN = re.compile(r"Timed out waiting|Connection closed by peer|Connection reset by peer"
+                                r"|Broken pipe", re.IGNORECASE)
+
+
+def collective_broken(evalue: str) -> bool:
+    """Whether a rank's error says its collective timed out or lost a peer."""
+    return bool(_COLLECTIVE_BROKEN.search(evalue or ""))
 
 
 def is_consequence(ename: str, evalue: str) -> bool:
-    """Whether a rank's error follows from another rank's failure (see ``_CONSEQUENCE_*``)."""
-    return ename in _CONSEQUENCE_NAMES or bool(_CONSEQUENCE_TEXT.search(evalue or ""))
+    """Whether a rank's error follows from another rank's failure rather than causing one."""
+    return ename in _CONSEQUENCE_NAMES or collective_broken(evalue)
 
 
 class RankError(RuntimeError):
@@ -93,7 +98,7 @@ class RankCall:
 
     def __init__(self, supervisor: Supervisor, ranks: list[int], async_result):
         self.supervisor, self.ranks, self._ar = supervisor, ranks, async_result
-        self._cancelled = False
+        self._cancelled = self._stopped = False
         self._first_failure_at: float | None = None
 
     def done(self) -> bool:
@@ -103,6 +108,10 @@ class RankCall:
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for every rank's answer; whether they all answered."""
         return self._ar.wait(timeout)
+
+    def wait_for_output(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for every rank's printed output, which may trail its answer."""
+        return self._ar.wait_for_output(timeout)
 
     def ranks_done(self) -> list[int]:
         """Ranks that have answered (successfully or not)."""
@@ -137,12 +146,21 @@ class RankCall:
         return dict(zip(self.ranks, self._ar["stdout"]))
 
     def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called (or the client was interrupted while waiting)."""
         return self._cancelled
+
+    def stopped(self) -> bool:
+        """Whether the cluster stopped this call's ranks (cancelled, or after a rank failed)."""
+        return self._stopped
 
     def cancel(self) -> None:
         """Stop every rank still running this call (KeyboardInterrupt there); the group stays
         usable, or the cluster says why it needs ``restart()``."""
         self._cancelled = True
+        self._stop()
+
+    def _stop(self) -> None:
+        self._stopped = True
         self.supervisor.stop_call(self)
 
     def result(self, timeout: float | None = None) -> list:
@@ -177,7 +195,7 @@ class RankCall:
             if self.failed_ranks():
                 self._first_failure_at = time.monotonic()
         elif time.monotonic() - self._first_failure_at > FAIL_SETTLE_S:
-            self.supervisor.stop_call(self)
+            self._stop()
             if not self.done():
                 raise RuntimeError(f"ranks {self.failed_ranks()} failed and ranks {self.pending()} "
                                    "did not stop; the cluster needs restart()")

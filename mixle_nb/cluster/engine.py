@@ -33,11 +33,33 @@ def loopback_interface() -> str:
     raise RuntimeError("no network interface has 127.0.0.1; cannot pin gloo to loopback")
 
 
-def rendezvous_address(peer_host: str) -> tuple[str, int]:
-    """(address this host uses to reach ``peer_host``, a free TCP port on it)."""
+def controller_host() -> str:
+    """The controller's address as this engine reached it: on the network every host shares."""
+    from ipyparallel.engine.app import IPEngine
+
+    return IPEngine.instance().connection_info["interface"].split("://")[-1]
+
+
+def local_address_toward(peer_host: str) -> str:
+    """The address of this host on the route to ``peer_host``."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
         udp.connect((peer_host, 9))  # UDP connect sends nothing; it only picks the route
-        address = udp.getsockname()[0]
+        return udp.getsockname()[0]
+
+
+def interface_toward(peer_host: str) -> str:
+    """Name of the interface that carries this host's route to ``peer_host``."""
+    address = local_address_toward(peer_host)
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == address for a in addrs):
+            return name
+    raise RuntimeError(f"no interface carries {address}, the route to {peer_host}")
+
+
+def rendezvous_address(peer_host: str | None = None) -> tuple[str, int]:
+    """(address this host uses to reach ``peer_host``, a free TCP port on it); ``peer_host``
+    defaults to the controller, whom every engine reaches."""
+    address = local_address_toward(peer_host or controller_host())
     with socket.socket() as probe:
         probe.bind((address, 0))
         return address, probe.getsockname()[1]
@@ -72,6 +94,9 @@ def form_group(rank: int, world: int, backend: str, timeout_s: float, threads: i
         store = dist.FileStore(store_path, world)
     else:
         host, port = master
+        # gloo would otherwise bind to whatever this host's name resolves to (often nothing
+        # the other hosts reach); a GLOO_SOCKET_IFNAME set on the host wins
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface_toward(host))
         store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=timeout)
     if device is not None:
         torch.cuda.set_device(device)

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 from .. import validation
 from . import engine
-from .calls import POLL_S, RankCall, RankDiedError, is_consequence
+from .calls import POLL_S, RankCall, RankDiedError, collective_broken
 from .processes import OwnedProcesses, RankProcess
 from .state import ClusterState
 from .status import ClusterStatus, RankStatus
@@ -154,8 +154,11 @@ class MixleCluster:
         report("controller started")
         thread_env = {k: str(self.threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         self._ipp.start_engines_sync(self.n, environment=thread_env)
+        from ipyparallel.cluster.launcher import SSHLauncher
+
         for launcher in getattr(self._ipp.engine_set, "launchers", {}).values():
-            self._processes.own(launcher.pid)
+            if not isinstance(launcher, SSHLauncher):  # an ssh launcher's pid is on its host
+                self._processes.own(launcher.pid)
         self.client = self._ipp.connect_client_sync()
         self._await_engines(report)
 
@@ -219,8 +222,8 @@ class MixleCluster:
             if self._store_dir is None:
                 self._store_dir = tempfile.mkdtemp(prefix="mixle-rendezvous-")  # mode 0700
             return {"store_path": os.path.join(self._store_dir, f"store-{self._group_generation}")}
-        peer = socket.gethostbyname(socket.gethostname())
-        return {"master": self._view_on([0]).apply_sync(engine.rendezvous_address, peer)[0]}
+        # engine 0 listens on its address toward the controller, which every host reaches
+        return {"master": self._view_on([0]).apply_sync(engine.rendezvous_address)[0]}
 
     def _single_host(self) -> bool:
         return all(info.host == self._here for info in self._ranks.values())
@@ -319,11 +322,11 @@ class MixleCluster:
         failed (timed out, lost its peer), since the ranks may now disagree on its state."""
         for r in call.ranks:
             self._last_call[r] = call
-        if self._forming_group or self.state != ClusterState.RUNNING:
-            return
+        if self._forming_group or call.stopped() or self.state != ClusterState.RUNNING:
+            return  # stop_call has settled the group already
         errors = [e for e in call.outcomes() if hasattr(e, "ename")]
-        if any(is_consequence(e.ename, e.evalue) and e.ename != "KeyboardInterrupt" for e in errors):
-            self._repair_group()
+        if any(collective_broken(e.evalue) for e in errors):
+            self._repair_group(severed=True)
 
     def interrupt(self, ranks: Sequence[int]) -> None:
         """SIGINT to ``ranks`` (KeyboardInterrupt in their running task; an idle engine ignores
@@ -338,27 +341,31 @@ class MixleCluster:
     def stop_call(self, call: RankCall) -> None:
         """Stop every rank still running ``call``, within about one step, keeping the engines.
 
-        SIGINT first; a rank still running after :data:`INTERRUPT_SETTLE_S` sits in a
-        collective (or long C code), so the other ranks sever their group connections, which
-        fails that collective at once. Then the group is formed again if it may be
-        inconsistent. A rank that still does not stop marks the cluster broken.
+        SIGINT first. A rank still running :data:`INTERRUPT_SETTLE_S` later sits in a
+        collective (or long C code), so every rank that has answered severs its group
+        connections, which fails the collectives waiting on it at once. Then the group is formed
+        again if it may be inconsistent. A rank that does not stop within the grace period marks
+        the cluster broken.
         """
         grace = min(self.timeout, 10.0)
+        deadline = time.monotonic() + grace
+        settled_at = time.monotonic() + INTERRUPT_SETTLE_S
+        severed: set[int] = set()
         try:
             self.interrupt(call.pending())
-            severed = False
-            if not call.wait(INTERRUPT_SETTLE_S):
-                stuck = call.pending()
-                self._sever_group([r for r in range(self.n) if r not in stuck], grace)
-                severed = True
-                self.interrupt(call.pending())  # a rank that had just entered its task
-                if not call.wait(grace):
+            # no second SIGINT: one landing while a rank sends its reply would lose the reply
+            while not call.wait(POLL_S):
+                if time.monotonic() > deadline:
                     self.mark_broken(f"ranks {call.pending()} did not stop within {grace:g} s of "
                                      "the interrupt; call restart()")
                     return
+                if time.monotonic() >= settled_at:
+                    answered = set(range(self.n)) - set(call.pending()) - severed
+                    self._sever_group(sorted(answered), grace)
+                    severed |= answered
             for r in call.ranks:
                 self._last_call[r] = call
-            self._repair_group(severed)
+            self._repair_group(severed=bool(severed))
         except KeyboardInterrupt:
             self.mark_broken("interrupted again while stopping the ranks; call restart()")
             raise

@@ -1,0 +1,336 @@
+"""Fault injection on a real 2-engine cluster: real gloo, real signals, real kill -9.
+
+Each fault asserts who is named (rank and message), how long the error took (a loose bound that
+still fails on a hang: the session cluster's group timeout is 20 s) and the state afterwards:
+``running`` on the same engine pids with a working group, or ``broken`` and recovered by one
+``restart()``. Times to error are printed by ``benchmarks/fault_bench.py``.
+"""
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from mixle_nb.cluster import RankDiedError, RankError
+from mixle_nb.magics import run_cell
+from mixle_nb.stats import (DiagonalGaussianDistribution, GaussianDistribution,
+                            MixtureDistribution)
+
+pytestmark = pytest.mark.cluster
+
+BOUND_S = 8.0  # the target is 2 s; a hang lasts the group timeout (20 s here) or forever
+
+
+# ---- functions run on the ranks (module level: engines import them from this file)
+
+
+def allreduce_sum(value):
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([float(value)])
+    dist.all_reduce(t)
+    return t.item()
+
+
+def late_allreduce(late_rank, delay):
+    """``late_rank`` joins the collective after ``delay`` s; the others block in it meanwhile."""
+    import torch.distributed as dist
+
+    if dist.get_rank() == late_rank:
+        time.sleep(delay)
+    return allreduce_sum(1)
+
+
+def build_handle(name="h", data="x", estimator="est", **options):
+    """On a rank: a TorchRunEncodedData from the rank's globals, bound to ``name``."""
+    from mixle_nb.cluster.rank_side import lookup, rank_namespace
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    handle = TorchRunEncodedData(lookup(data), estimator=lookup(estimator), **options)
+    rank_namespace()[name] = handle
+    return handle.local_count
+
+
+def em_steps(steps, handle="h", estimator="est", model="model"):
+    """``steps`` EM steps on a rank (each one E-step and one collective)."""
+    from mixle_nb.cluster.rank_side import em_step_on_rank
+
+    for _ in range(steps):
+        out = em_step_on_rank(handle, estimator, model)
+    return out["log_density"]
+
+
+def close_handle(name="h"):
+    from mixle_nb.cluster.rank_side import rank_namespace
+
+    handle = rank_namespace().pop(name, None)
+    if handle is not None:
+        handle.close()
+
+
+# ---- helpers
+
+
+def mixture(k=2, d=None):
+    if d is None:
+        return MixtureDistribution([GaussianDistribution(float(i), 1.0) for i in range(k)], [1 / k] * k)
+    return MixtureDistribution([DiagonalGaussianDistribution(np.full(d, float(i)), np.ones(d))
+                                for i in range(k)], [1 / k] * k)
+
+
+def engine_pids(cluster):
+    return [r.pid for r in cluster.status()]
+
+
+def assert_running_and_usable(cluster, pids):
+    """Same engines, still running, and the group works."""
+    assert cluster.state == "running", cluster.broken_reason
+    assert engine_pids(cluster) == pids
+    assert cluster.run(allreduce_sum, 1) == [2.0, 2.0]
+
+
+def time_error(fn, *args, **kwargs):
+    """(the exception ``fn`` raised, seconds it took)."""
+    t0 = time.monotonic()
+    try:
+        fn(*args, **kwargs)
+    except BaseException as exc:  # noqa: B902 - KeyboardInterrupt is one of the faults
+        return exc, time.monotonic() - t0
+    raise AssertionError(f"{fn.__name__} raised nothing")
+
+
+def interrupt_after(seconds):
+    """Deliver KeyboardInterrupt to this (main) thread after ``seconds``, as a kernel would."""
+    timer = threading.Timer(seconds, _thread.interrupt_main)
+    timer.start()
+    return timer
+
+
+@pytest.fixture
+def sigint_raises():
+    # A notebook kernel turns SIGINT into KeyboardInterrupt: make sure this process does too,
+    # whatever handler a library used by an earlier test left installed.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture
+def cluster(cluster2):
+    """The session cluster, its handle ``h`` closed afterwards; a test that broke it restarts it
+    after recording what it asserts (so a needed restart still fails the test)."""
+    yield cluster2
+    if cluster2.state != "running":
+        cluster2.restart()
+    else:
+        cluster2.run(close_handle)
+
+
+def push_problem(cluster, n=4000, k=2):
+    x = np.random.default_rng(0).normal(size=n)
+    model = mixture(k)
+    cluster.push(x=x, est=model.estimator(), model=model)
+    return x, model
+
+
+# ---- bad input on the cluster: a clear error naming the rank, before any hang
+
+
+def test_nan_on_one_rank_names_that_rank(cluster):
+    x, _ = push_problem(cluster)
+    x[3] = np.nan  # data[rank::2]: only rank 1 sees index 3
+    cluster.push(x=x)
+    pids = engine_pids(cluster)
+    err, seconds = time_error(cluster.run, build_handle)
+    assert isinstance(err, RankError) and err.rank == 1, err
+    assert "nan" in err.evalue.lower(), err
+    assert seconds < BOUND_S
+    assert_running_and_usable(cluster, pids)
+
+
+def test_wrong_dimensionality_on_one_rank(cluster):
+    model = mixture(2, d=2)
+    cluster.push(est=model.estimator(), x=np.zeros((40, 2)))
+    cluster.push(x=np.zeros((40, 3)), targets=[1])
+    pids = engine_pids(cluster)
+    err, seconds = time_error(cluster.run, build_handle)
+    assert isinstance(err, RankError) and err.rank == 1, err
+    assert "dimension" in str(err).lower(), err
+    assert seconds < BOUND_S
+    assert_running_and_usable(cluster, pids)
+
+
+@pytest.mark.parametrize("root_only", [False, True])
+def test_fewer_observations_than_ranks(cluster, root_only):
+    cluster.push(x=np.array([0.5]), est=mixture().estimator())
+    pids = engine_pids(cluster)
+    err, seconds = time_error(cluster.run, build_handle, root_only=root_only)
+    assert isinstance(err, RankError), err
+    text = str(err).lower()
+    assert "rank" in text and ("fewer" in text or "no observations" in text), err
+    assert seconds < BOUND_S
+    assert_running_and_usable(cluster, pids)
+
+
+def test_root_only_without_data_on_the_root(cluster):
+    cluster.push(x=None, est=mixture().estimator())
+    cluster.push(x=np.zeros(10), targets=[1])
+    pids = engine_pids(cluster)
+    err, seconds = time_error(cluster.run, build_handle, root_only=True)
+    assert isinstance(err, RankError) and err.rank == 0, err
+    assert "root" in str(err).lower(), err
+    assert seconds < BOUND_S
+    assert_running_and_usable(cluster, pids)
+
+
+def test_different_estimator_on_one_rank(cluster):
+    push_problem(cluster)
+    cluster.push(est=mixture(3).estimator(), model=mixture(3), targets=[1])
+    pids = engine_pids(cluster)
+    t0 = time.monotonic()
+    with pytest.raises(RankError) as info:
+        cluster.run(build_handle)
+        cluster.run(em_steps, 1)
+    seconds = time.monotonic() - t0
+    assert info.value.rank == 1 and "rank 1" in str(info.value), info.value
+    assert seconds < BOUND_S
+    assert_running_and_usable(cluster, pids)
+
+
+def test_handle_built_on_some_ranks_only(cluster):
+    push_problem(cluster)
+    pids = engine_pids(cluster)
+    err, seconds = time_error(cluster.run, build_handle, targets=[0])
+    assert isinstance(err, RankError), err
+    assert "rank 1" in str(err), err  # the rank that was not there
+    assert seconds < BOUND_S
+    assert_running_and_usable(cluster, pids)
+
+
+# ---- a rank fails inside a step
+
+
+def test_exception_in_one_ranks_e_step_fails_every_rank_promptly(cluster):
+    push_problem(cluster)
+    cluster.run(build_handle)
+    cluster.push(model="not a model", targets=[1])  # rank 1 fails in its E-step; rank 0 folds
+    pids = engine_pids(cluster)
+    err, seconds = time_error(cluster.run, em_steps, 1)
+    assert isinstance(err, RankError) and err.rank == 1, err
+    assert err.ename == "AttributeError"
+    assert [r for r, _, _ in err.errors] == [0, 1]  # rank 0's consequence is listed too
+    assert seconds < BOUND_S
+    assert_running_and_usable(cluster, pids)
+
+
+def test_root_cause_is_named_first_whichever_rank_fails():
+    from mixle_nb.cluster.calls import RankError as Error, is_consequence
+    from mixle_nb.parallel.fail_together import PeerRankError
+
+    class Remote:  # the fields of ipyparallel's RemoteError that RankError reads
+        def __init__(self, ename, evalue):
+            self.ename, self.evalue, self.traceback = ename, evalue, f"{ename}: {evalue}"
+
+    assert is_consequence(PeerRankError.__name__, "")
+    timeout = Remote("RuntimeError", "[gloo] Timed out waiting 60000ms for send operation to complete")
+    cause = Remote("ValueError", "observation 1 is NaN or infinite; drop or impute it first")
+    err = Error.from_failures([(0, timeout), (1, cause)])
+    assert (err.rank, err.ename) == (1, "ValueError")
+    assert str(err).startswith("rank 1 raised ValueError: observation 1 is NaN")
+    assert "rank 0 then raised RuntimeError" in str(err) and len(err.errors) == 2
+    peer = Remote("PeerRankError", "em step failed on another rank: rank 1: boom")
+    assert Error.from_failures([(0, peer), (1, Remote("KeyError", "boom"))]).rank == 1
+
+
+# ---- kill -9 mid-work: RankDiedError within about a second, restart() recovers
+
+
+def kill_during(cluster, fn, *args, after=1.0, victim=1):
+    call = cluster.run_async(fn, *args)
+    time.sleep(after)
+    os.kill(cluster.status()[victim].pid, signal.SIGKILL)
+    return time_error(call.result)
+
+
+def test_kill_9_during_an_em_step(cluster):
+    push_problem(cluster, n=200_000, k=4)
+    cluster.run(build_handle)
+    err, seconds = kill_during(cluster, em_steps, 100_000)
+    assert isinstance(err, RankDiedError) and err.ranks == [1], err
+    assert seconds < 2.0
+    assert cluster.state == "broken"
+    with pytest.raises(RankDiedError):
+        cluster.run(allreduce_sum, 1)
+    cluster.restart()
+    assert cluster.run(allreduce_sum, 1) == [2.0, 2.0]
+
+
+def test_kill_9_during_a_collective(cluster):
+    err, seconds = kill_during(cluster, late_allreduce, 1, 60)  # rank 0 waits in all_reduce
+    assert isinstance(err, RankDiedError) and err.ranks == [1], err
+    assert seconds < 2.0
+    assert cluster.state == "broken"
+    cluster.restart()
+    assert cluster.run(allreduce_sum, 1) == [2.0, 2.0]
+
+
+# ---- Ctrl-C during each blocking call: every rank stops, same engines, next call works
+
+
+def test_ctrl_c_during_run_inside_a_collective(cluster, sigint_raises):
+    pids = engine_pids(cluster)
+    interrupt_after(1.0)
+    err, seconds = time_error(cluster.run, late_allreduce, 1, 60)
+    assert isinstance(err, KeyboardInterrupt)
+    assert seconds < 1.0 + BOUND_S
+    assert_running_and_usable(cluster, pids)
+
+
+def test_ctrl_c_during_em_steps(cluster, sigint_raises):
+    push_problem(cluster, n=100_000, k=4)
+    cluster.run(build_handle)
+    pids = engine_pids(cluster)
+    interrupt_after(1.0)
+    err, seconds = time_error(cluster.run, em_steps, 100_000)
+    assert isinstance(err, KeyboardInterrupt)
+    assert seconds < 1.0 + BOUND_S
+    assert_running_and_usable(cluster, pids)
+    cluster.push(model=mixture(4))
+    cluster.run(close_handle)
+    cluster.run(build_handle)  # the next EM call works on the same engines
+    assert len(set(cluster.run(em_steps, 2))) == 1
+
+
+def test_ctrl_c_during_a_mixle_cell(cluster, sigint_raises):
+    pids = engine_pids(cluster)
+    code = ("import torch, torch.distributed as dist\n"
+            "t = torch.ones(100_000)\n"
+            "while True:\n"
+            "    dist.all_reduce(t)\n")
+    interrupt_after(1.0)
+    err, seconds = time_error(run_cell, cluster, code, out=open(os.devnull, "w"))
+    assert isinstance(err, KeyboardInterrupt)
+    assert seconds < 1.0 + BOUND_S
+    assert_running_and_usable(cluster, pids)
+
+
+def test_a_rank_that_cannot_be_stopped_is_reported_and_restart_recovers(cluster, sigint_raises):
+    # a rank whose SIGINT is ignored stands for one stuck in C code that never returns
+    interrupt_after(1.0)
+    code = ("import signal, time\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "time.sleep(60)\n")
+    err, seconds = time_error(run_cell, cluster, code, out=open(os.devnull, "w"))
+    assert isinstance(err, KeyboardInterrupt)
+    assert seconds < 1.0 + 15.0  # the grace period is min(timeout, 10 s)
+    assert cluster.state == "broken" and "did not stop" in cluster.broken_reason
+    with pytest.raises(RuntimeError, match="restart"):
+        cluster.run(allreduce_sum, 1)
+    cluster.restart()
+    assert cluster.run(allreduce_sum, 1) == [2.0, 2.0]
