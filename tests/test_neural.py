@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from mixle_nb.neural import (CharTokenizer, StreamingTransformerLeaf,
                              StreamingTransformerLeafEstimator, build_causal_lm, stdlib_text,
-                             stream_token_source)
+                             stream_sequence_source, stream_token_source)
 from mixle_nb.neural.source import epoch_keys, permuted_indices
 
 torch.set_num_threads(1)
@@ -164,3 +164,43 @@ def test_char_tokenizer_round_trips_stdlib_text():
     assert tok.decode(ids) == text
     with pytest.raises(ValueError, match="not in the tokenizer's alphabet"):
         CharTokenizer("ab").encode("abc")
+
+
+def test_sequence_source_unshuffled_is_consecutive_blocks_with_shifted_targets():
+    tokens = np.random.default_rng(0).integers(0, 50, 103)
+    got = list(stream_sequence_source(tokens, 7, 4, shuffle=False))
+    n_windows = 103 // 7 - 1  # windows of 8 tokens starting at 0, 7, 14, ...
+    inputs = np.concatenate([x for x, _ in got])
+    targets = np.concatenate([y for _, y in got])
+    np.testing.assert_array_equal(inputs, np.stack([tokens[7 * i:7 * i + 7] for i in range(n_windows)]))
+    np.testing.assert_array_equal(targets, np.stack([tokens[7 * i + 1:7 * i + 8] for i in range(n_windows)]))
+    assert [len(x) for x, _ in got] == [4, 4, 4, 1]
+
+
+def test_sequence_source_epoch_predicts_each_token_about_once_from_a_new_offset():
+    block, n = 5, 61
+    tokens = np.arange(n)  # a token's id is its position
+    batches = list(stream_sequence_source(tokens, block, 3, epochs=6, seed=2, drop_last=False))
+    n_windows = n // block - 1
+    per_epoch = -(-n_windows // 3)
+    offsets = set()
+    for epoch in range(6):
+        inputs = np.concatenate([x for x, _ in batches[epoch * per_epoch:(epoch + 1) * per_epoch]])
+        targets = np.concatenate([y for _, y in batches[epoch * per_epoch:(epoch + 1) * per_epoch]])
+        np.testing.assert_array_equal(targets, inputs + 1)  # every position's next token
+        starts = np.sort(inputs[:, 0])
+        assert np.all(np.diff(starts) == block) and 0 <= starts[0] < block  # tiles without overlap
+        predicted = np.sort(targets.ravel())
+        assert len(predicted) == n_windows * block and len(np.unique(predicted)) == len(predicted)
+        assert len(predicted) >= n - 2 * block  # each token once, bar at most the two ends
+        offsets.add(int(starts[0]))
+    assert len(offsets) > 1  # window boundaries move between epochs
+
+
+def test_every_position_logits_match_the_last_position_of_each_prefix():
+    model = build_causal_lm(13, 16, 2, 2, 8).eval()
+    ctx = torch.randint(0, 13, (3, 8), generator=torch.Generator().manual_seed(0))
+    every = model(ctx, return_all_logits=True)
+    assert every.shape == (3, 8, 13)
+    for j in range(8):  # position j sees tokens 0..j only (the causal mask)
+        torch.testing.assert_close(every[:, j], model(ctx[:, :j + 1]), atol=1e-5, rtol=1e-5)

@@ -46,8 +46,12 @@ class CausalLM(nn.Module):
     """Token + position embeddings, ``blocks``, final LayerNorm, and a next-token head.
 
     ``forward(contexts)`` takes ``(batch, t)`` token ids with ``t <= block`` and returns the
-    ``(batch, vocab)`` logits of the token that follows each context. Only the last position
-    goes through the head, since training pairs are ``(context, next token)``.
+    ``(batch, vocab)`` logits of the token that follows each context (only the last position
+    goes through the head). ``forward(contexts, return_all_logits=True)`` returns the
+    ``(batch, t, vocab)`` logits of every position: position ``j`` predicts the token after
+    ``contexts[:, :j + 1]`` (the causal mask hides the rest), which is how training takes the
+    loss at every position of a window. The keyword is mixle's ``CausalLM`` spelling, so the
+    streaming handle trains either module.
     Setting ``activation_checkpointing`` recomputes each block in backward instead of storing
     its activations.
     """
@@ -62,7 +66,7 @@ class CausalLM(nn.Module):
         self.head = nn.Linear(d_model, vocab, bias=False)
         self.activation_checkpointing = False
 
-    def forward(self, contexts: torch.Tensor) -> torch.Tensor:
+    def forward(self, contexts: torch.Tensor, *, return_all_logits: bool = False) -> torch.Tensor:
         t = contexts.shape[1]
         if t > self.block:
             raise ValueError(f"context length {t} exceeds the model's block {self.block}; "
@@ -71,7 +75,7 @@ class CausalLM(nn.Module):
         recompute = self.activation_checkpointing and torch.is_grad_enabled()
         for blk in self.blocks:
             x = checkpoint(blk, x, use_reentrant=False) if recompute else blk(x)
-        return self.head(self.ln_f(x[:, -1]))
+        return self.head(self.ln_f(x if return_all_logits else x[:, -1]))
 
 
 def build_causal_lm(vocab: int, d_model: int = 128, n_layer: int = 4, n_head: int = 4,

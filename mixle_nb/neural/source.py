@@ -1,10 +1,19 @@
 """Next-token training windows streamed straight from a token array.
 
-Window ``i`` is ``(tokens[i:i+block], tokens[i+block])``. A batch is one gather of
-``(batch, block + 1)`` rows from a strided view, so resident memory is the token array, one batch,
-and one chunk of at most 16k window offsets. The shuffled order is a keyed bijection of the window
-indices (add / xor-shift / odd-multiply rounds with cycle walking) evaluated a chunk at a time, so
-no permutation of length N is ever stored.
+Two schedules over the same strided view of ``block + 1``-token windows:
+
+- **sequences** (what training uses, :func:`stream_sequence_source`): windows start every
+  ``block`` tokens, at an offset in ``[0, block)`` drawn per epoch when shuffling, and yield
+  ``(inputs (b, block), targets (b, block))`` with ``targets`` the inputs shifted by one. The
+  loss is taken at every position, so an epoch predicts each token about once.
+- **single targets** (the reference's, :func:`stream_token_source`): a window starts at every
+  position and yields ``(context (b, block), next token (b,))``; an epoch predicts each token
+  once but runs ``block`` times as many windows through the model.
+
+A batch is one gather of ``(batch, block + 1)`` rows, so resident memory is the token array, one
+batch, and one chunk of at most 16k window offsets. The shuffled order is a keyed bijection of
+the window indices (add / xor-shift / odd-multiply rounds with cycle walking) evaluated a chunk
+at a time, so no permutation of length N is ever stored.
 """
 from __future__ import annotations
 
@@ -17,15 +26,18 @@ _SCRAMBLE_ROUNDS = 4
 _CHUNK_WINDOWS = 16_384
 
 
-def as_token_array(token_ids) -> np.ndarray:
-    """Validate ``token_ids`` as a 1-D array of non-negative integers (no copy if already one)."""
+def as_token_array(token_ids, *, check_values: bool = True) -> np.ndarray:
+    """Validate ``token_ids`` as a 1-D array of non-negative integers (no copy if already one).
+
+    ``check_values=False`` checks only shape and dtype, reading no ids (for a memory map whose
+    ids each rank checks on its own part)."""
     tokens = np.asarray(token_ids)
     if tokens.ndim != 1:
         raise ValueError(f"token_ids must be 1-D, got shape {tokens.shape}; flatten the token stream")
     if tokens.dtype == bool or not np.issubdtype(tokens.dtype, np.integer):
         raise TypeError(f"token_ids must hold integers, got dtype {tokens.dtype}; "
                         "encode text to ids first (e.g. CharTokenizer.encode)")
-    if tokens.size and np.issubdtype(tokens.dtype, np.signedinteger) and tokens.min() < 0:
+    if check_values and tokens.size and np.issubdtype(tokens.dtype, np.signedinteger) and tokens.min() < 0:
         raise ValueError("token_ids contain negative ids; ids must lie in [0, vocab)")
     return tokens
 
@@ -117,6 +129,63 @@ def stream_token_source(token_ids, block: int, batch_size: int, *, epochs: int =
     for epoch in range(epochs):
         for index in range(batches_per_epoch(len(tokens), block, batch_size, drop_last)):
             yield gather_windows(windows, order.batch(epoch, index))
+
+
+def sequence_windows(n_tokens: int, block: int) -> int:
+    """Windows per epoch of the sequence schedule: ``block + 1`` tokens each, starting every
+    ``block`` tokens from an offset below ``block``, so the count never depends on the offset."""
+    return max(n_tokens // block - 1, 0)
+
+
+def epoch_offset(seed: int, epoch: int, block: int, shuffle: bool) -> int:
+    """Where an epoch's first sequence window starts: 0 unshuffled, else keyed by (seed, epoch),
+    so the window boundaries (and so each token's context length) move from epoch to epoch."""
+    if not shuffle:
+        return 0
+    return int(np.random.SeedSequence([seed, epoch, 1]).generate_state(1)[0] % block)
+
+
+class SequenceOrder:
+    """Start offsets of each batch of sequence windows, in an epoch's (shuffled) order."""
+
+    def __init__(self, n_tokens: int, block: int, batch_size: int, *, shuffle: bool, seed: int):
+        self.block, self.shuffle, self.seed = block, shuffle, seed
+        self.n_windows = sequence_windows(n_tokens, block)
+        self._order = WindowOrder(self.n_windows, batch_size, shuffle=shuffle, seed=seed)
+
+    def batch(self, epoch: int, index: int) -> np.ndarray:
+        """Token offsets of batch ``index`` of ``epoch`` (the epoch's last batch may be short)."""
+        offset = epoch_offset(self.seed, epoch, self.block, self.shuffle)
+        return offset + self.block * self._order.batch(epoch, index)
+
+
+def gather_sequences(windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(inputs (b, block), targets (b, block))`` as int64 from a :func:`window_view`."""
+    batch = windows[starts].astype(np.int64, copy=False)  # copies only the b selected rows
+    return batch[:, :-1], batch[:, 1:]
+
+
+def stream_sequence_source(token_ids, block: int, batch_size: int, *, epochs: int = 1,
+                           shuffle: bool = True, seed: int = 0,
+                           drop_last: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield ``(inputs (b, block), targets (b, block))`` micro-batches of the sequence schedule.
+
+    Each epoch visits ``len(token_ids) // block - 1`` windows, starting every ``block`` tokens
+    from an offset keyed by ``(seed, epoch)`` and in an order keyed likewise when ``shuffle``;
+    ``targets[:, j]`` is the token after ``inputs[:, :j + 1]``. ``drop_last`` skips each
+    epoch's short last batch.
+    """
+    tokens = as_token_array(token_ids)
+    check_window_args(len(tokens), block, batch_size, epochs)
+    order = SequenceOrder(len(tokens), block, batch_size, shuffle=shuffle, seed=seed)
+    if order.n_windows == 0:
+        raise ValueError(f"{len(tokens)} tokens hold no window of block + 1 = {block + 1} tokens at "
+                         f"every offset below block; give at least {2 * block} tokens")
+    windows = window_view(tokens, block)
+    n_batches = (order.n_windows // batch_size if drop_last else -(-order.n_windows // batch_size))
+    for epoch in range(epochs):
+        for index in range(n_batches):
+            yield gather_sequences(windows, order.batch(epoch, index))
 
 
 def check_window_args(n_tokens: int, block: int, batch_size: int, epochs: int) -> None:

@@ -4,10 +4,17 @@ The inverse of a gather-to-root handle: there is no fold of statistics and no br
 model. Every rank holds an identical module (built from the same seed, or pushed), trains it on
 micro-batches from its own shard, and the gradient all-reduce inside backward (DDP) or the
 reduce-scatter (FSDP2) keeps the replicas identical step for step.
+
+Fail together: under DDP the step's status (stop requested, this rank failed) rides in the
+gradient all-reduce itself, so a rank that raises before or inside a step still takes part in
+that exchange with zeros and "failed", and every rank then raises at once (the failed rank its
+own error, the others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it).
+Construction and the log-density sum carry the same word in the one exchange each makes.
 """
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import time
 from collections.abc import Callable
@@ -19,19 +26,40 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from .. import validation
 from ..neural.leaf import StreamingTransformerLeaf
-from ..neural.source import (WindowOrder, as_token_array, check_window_args, gather_windows,
-                             window_view)
+from ..neural.source import (SequenceOrder, as_token_array, check_window_args, gather_sequences,
+                             gather_windows, window_view)
+from .fail_together import PeerRankError, raise_together
 from .group import join_group
 from .handle import HandleLifetime
 
 _PARALLEL_MODES = ("auto", "ddp", "fsdp", "none")
 _PRECISIONS = ("fp32", "bf16")
+_FILE_DTYPES = ("uint16", "uint32", "int32", "int64")
 
 
 def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
     """``[lo, hi)`` of rank's contiguous slice; lengths differ by at most one."""
     return n * rank // world, n * (rank + 1) // world
+
+
+def open_token_file(path: str | os.PathLike, dtype: Any = None) -> np.ndarray:
+    """A read-only memory map of a token file: a ``.npy`` (its header gives the dtype) or raw
+    ``.bin`` ids of ``dtype``. Nothing is read until a slice of it is touched."""
+    path = os.fspath(path)
+    if path.endswith(".npy"):
+        if dtype is not None:
+            raise ValueError(f"{path} is a .npy file, whose header fixes the dtype; drop dtype=")
+        tokens = np.load(path, mmap_mode="r")
+    else:
+        if dtype is None:
+            raise ValueError(f"{path} is raw token ids: say their dtype, e.g. dtype='uint16'")
+        validation.choice("dtype", np.dtype(dtype).name, _FILE_DTYPES)
+        tokens = np.memmap(path, dtype=dtype, mode="r")
+    if tokens.ndim != 1:
+        raise ValueError(f"{path} holds shape {tokens.shape}; a token file is one 1-D stream of ids")
+    return tokens
 
 
 def _stop_requested(stop) -> bool:
@@ -40,28 +68,43 @@ def _stop_requested(stop) -> bool:
     return bool(stop.is_set() if hasattr(stop, "is_set") else stop())
 
 
-class _StopSignal:
-    """State of the DDP comm hook that carries one stop flag inside the gradient all-reduce."""
+class _StepStatus:
+    """What a DDP step's exchange carries besides the gradients: stop and failed words.
 
-    def __init__(self):
-        self.local = 0.0
-        self.agreed: torch.Tensor | None = None
+    ``size`` and ``dtype`` describe the gradient part of the exchange, which is what a failed
+    rank sends as zeros to stand in for its gradients."""
+
+    def __init__(self, size: int, dtype: torch.dtype):
+        self.size, self.dtype = size, dtype
+        self.stop = 0.0
+        self.agreed_stop = False
+        self.agreed_failed = False
+        self._pending: list = []
 
 
-def _allreduce_carrying_stop(signal: _StopSignal, bucket):
-    """DDP's mean all-reduce, with the stop flag appended to bucket 0 (no extra collective).
+def _allreduce_with_status(status: _StepStatus, bucket):
+    """DDP's mean all-reduce of every bucket as ONE all-reduce, with the status words appended.
 
-    Unannotated on purpose: DDP rejects a hook whose return annotation is a string."""
-    world = dist.get_world_size()
-    grads = bucket.buffer().div_(world)
-    if bucket.index() != 0:
-        return dist.all_reduce(grads, async_op=True).get_future().then(lambda f: f.value()[0])
-    packed = torch.cat([grads, grads.new_tensor([signal.local])])
+    Buckets before the last return futures completed by that one exchange, so a step makes
+    exactly one collective of a size known in advance — which is what lets a rank that failed
+    stand in for its part of it. Unannotated on purpose: DDP rejects a string annotation."""
+    status._pending.append((bucket.buffer(), torch.futures.Future()))
+    if not bucket.is_last():
+        return status._pending[-1][1]
+    pending, status._pending = status._pending, []
+    buffers = [buf for buf, _ in pending]
+    packed = torch.cat([b.reshape(-1).to(status.dtype) for b in buffers]
+                       + [torch.tensor([status.stop, 0.0], dtype=status.dtype, device=buffers[0].device)])
+    packed[:-2].div_(dist.get_world_size())
 
     def unpack(fut):
         out = fut.value()[0]
-        signal.agreed = out[-1]
-        return out[:-1]
+        status.agreed_stop, status.agreed_failed = bool(out[-2] > 0), bool(out[-1] > 0)
+        lo = 0
+        for buf, future in pending[:-1]:
+            future.set_result(out[lo:lo + buf.numel()].to(buf.dtype))
+            lo += buf.numel()
+        return out[lo:lo + buffers[-1].numel()].to(buffers[-1].dtype)
 
     return dist.all_reduce(packed, async_op=True).get_future().then(unpack)
 
@@ -69,30 +112,53 @@ def _allreduce_carrying_stop(signal: _StopSignal, bucket):
 class _Training:
     """What persists between ``pysp_seq_estimate`` calls for one module."""
 
-    def __init__(self, module, wrapped, optimizer, mode, device, signal, replica):
+    def __init__(self, module, wrapped, optimizer, mode, device, status, replica):
         self.module, self.wrapped, self.optimizer = module, wrapped, optimizer
-        self.mode, self.device, self.signal, self.replica = mode, device, signal, replica
+        self.mode, self.device, self.status, self.replica = mode, device, status, replica
         self.step = 0  # optimizer steps taken; also the cursor into the batch schedule
-        self.tokens = 0
+        self.targets = 0
 
 
 class StreamingTokenEncodedData(HandleLifetime):
     """Per-rank streamed token shard; ``pysp_seq_estimate`` trains the module SPMD.
 
+    **What is counted.** A *window* is ``block + 1`` consecutive tokens of a rank's shard;
+    windows start every ``block`` tokens, from an offset in ``[0, block)`` drawn anew each epoch
+    (0 with ``shuffle=False``), in a shuffled order. The loss of a window is the mean next-token
+    loss over all its ``block`` positions (position ``j`` predicts token ``j + 1`` from tokens
+    ``0..j``, under the causal mask), so a window yields ``block`` *targets* (tokens whose loss
+    was taken). A *step* is one optimizer step on ``batch_size`` windows a rank, i.e.
+    ``batch_size * block`` targets a rank. An *epoch* is ``len(shard) // block - 1`` windows a
+    rank, so it predicts each token of the shard about once (the smallest shard sets the step
+    count, so every rank calls backward equally often; the short last batch is dropped). The
+    reference (mixle) instead starts a window at every position and takes the loss of the
+    token after it only: one target per window, so its epoch also predicts each token once but
+    runs ``block`` times as many windows (and steps) through the model.
+
+    The module must accept ``module(inputs, return_all_logits=True)`` and return
+    ``(batch, t, vocab)`` logits, as :class:`~mixle_nb.neural.CausalLM` and mixle's
+    ``CausalLM`` do. :meth:`from_file` builds the handle from a memory-mapped token file.
+
     Extension keywords (also settable as attributes between calls):
 
-    - ``progress``: callable receiving ``{step, loss, tokens, tokens_per_s, rank}`` every
+    - ``progress``: callable receiving ``{step, loss, targets, targets_per_s, rank}`` every
       ``progress_every`` steps and at the last step of a call, on each rank, from local values
-      only (nothing is all-reduced for it). ``step`` and ``tokens`` count over the handle's life;
-      ``loss`` is this rank's mean loss since the previous report; ``tokens_per_s`` is this
-      rank's throughput in the current call. A token is one next-token target.
-    - ``seed``: keys the shuffled window order (same seed -> bit-identical run on CPU).
+      only (nothing is all-reduced for it). ``step`` and ``targets`` count over the handle's
+      life; ``loss`` is this rank's mean loss per target since the previous report;
+      ``targets_per_s`` is this rank's throughput in the current call.
+    - ``seed``: keys the window offsets and order (same seed -> bit-identical run on CPU).
     - ``max_steps``: cap on optimizer steps per call (default: ``epochs`` epochs).
     - ``stop``: a zero-argument callable or an object with ``is_set()``, polled before each
       step. All ranks stop after the same step: under DDP the flag rides in the gradient
       all-reduce (zero extra collectives; stops after the step where any rank first saw it);
       under FSDP2 one 1-element all-reduce runs every ``progress_every`` steps, only when
       ``stop`` is set (it must then be set on every rank); in one process it stops at once.
+
+    Errors: construction, every DDP training step and the log-density sum fail together (see
+    the module docstring). After a failed step every rank drops its optimizer state (the
+    parameters are those before the failed step), so the next call starts a fresh AdamW.
+    FSDP2 steps do not fail together yet: a rank that fails there leaves its peers waiting
+    for the group timeout.
     """
 
     def __init__(self, token_ids: Any, *, block: int, batch_size: int, epochs: int = 1,
@@ -101,39 +167,29 @@ class StreamingTokenEncodedData(HandleLifetime):
                  activation_checkpointing: bool = False,
                  progress: Callable[[dict], None] | None = None, progress_every: int = 10,
                  seed: int = 0, max_steps: int | None = None, stop: Any = None):
-        tokens = as_token_array(token_ids)
-        check_window_args(len(tokens), block, batch_size, epochs)
-        if parallel not in _PARALLEL_MODES:
-            raise ValueError(f"parallel must be one of {_PARALLEL_MODES}, got {parallel!r}")
-        if precision not in _PRECISIONS:
-            raise ValueError(f"precision must be one of {_PRECISIONS}, got {precision!r}")
-        if progress is not None and not callable(progress):
-            raise TypeError("progress must be a callable taking one dict, or None")
-        if not isinstance(progress_every, int) or progress_every <= 0:
-            raise ValueError(f"progress_every must be a positive int, got {progress_every!r}")
-        if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 0):
-            raise ValueError(f"max_steps must be None or an int >= 0, got {max_steps!r}")
-        if stop is not None and not (callable(stop) or hasattr(stop, "is_set")):
-            raise TypeError("stop must be None, a zero-argument callable, or have is_set()")
-
         self._membership = join_group(init_process_group=init_process_group, backend=backend)
         self.rank, self.world = self._membership.rank, self._membership.world
-        shards = self.world if shard_by_rank else 1
-        lengths = [hi - lo for lo, hi in (shard_bounds(len(tokens), r, shards) for r in range(shards))]
-        if block >= min(lengths):
-            raise ValueError(f"block={block} must be smaller than the smallest rank shard "
-                             f"({min(lengths)} of {len(tokens)} tokens over {shards} ranks); "
-                             "use a smaller block or more tokens")
-        # Every rank derives the same step count from the global length, so all ranks call
-        # backward equally often without agreeing over the network.
-        self.steps_per_epoch = min((n - block) // batch_size for n in lengths)
-        if self.steps_per_epoch == 0:
-            raise ValueError(f"batch_size={batch_size} exceeds the {min(lengths) - block} windows "
-                             "of the smallest rank shard; use a smaller batch_size or more tokens")
-
-        self.max_token_id = int(tokens.max())  # of the whole array: every rank judges alike
-        lo, hi = shard_bounds(len(tokens), self.rank, shards) if shard_by_rank else (0, len(tokens))
-        self.tokens = tokens[lo:hi].copy() if shards > 1 else tokens  # own copy frees the rest
+        failure, n_tokens, max_id = None, 0, -1
+        try:  # everything that can fail on one rank only, before the construction exchange
+            tokens = as_token_array(token_ids, check_values=False)
+            n_tokens = len(tokens)
+            check_window_args(n_tokens, block, batch_size, epochs)
+            validation.choice("parallel", parallel, _PARALLEL_MODES)
+            validation.choice("precision", precision, _PRECISIONS)
+            if progress is not None and not callable(progress):
+                raise TypeError("progress must be a callable taking one dict, or None")
+            if not isinstance(progress_every, int) or progress_every <= 0:
+                raise ValueError(f"progress_every must be a positive int, got {progress_every!r}")
+            validation.optional_int("max_steps", max_steps)
+            if stop is not None and not (callable(stop) or hasattr(stop, "is_set")):
+                raise TypeError("stop must be None, a zero-argument callable, or have is_set()")
+            self._shard(tokens, block, batch_size, shard_by_rank,
+                        mapped=isinstance(token_ids, np.memmap))
+            max_id = int(self.tokens.max())  # of this rank's part only: a file is never read whole
+        except Exception as error:  # noqa: BLE001 - every error is carried to the peers
+            failure = error
+        max_id = self._construction_exchange(failure, n_tokens, max_id, block, batch_size)
+        self.max_token_id = max_id
         self.block, self.batch_size, self.epochs, self.shuffle = block, batch_size, epochs, shuffle
         self.shard_by_rank, self.parallel, self.precision = shard_by_rank, parallel, precision
         self.activation_checkpointing = activation_checkpointing
@@ -141,9 +197,67 @@ class StreamingTokenEncodedData(HandleLifetime):
         self.seed, self.max_steps, self.stop = seed, max_steps, stop
         # Replicated data needs a per-rank order, or every rank would take the same batch.
         self._windows = window_view(self.tokens, block)
-        self._order = WindowOrder(len(self.tokens) - block, batch_size, shuffle=shuffle,
-                                  seed=seed if shard_by_rank else seed + self.rank)
+        self._order = SequenceOrder(len(self.tokens), block, batch_size, shuffle=shuffle,
+                                    seed=seed if shard_by_rank else seed + self.rank)
         self._training: _Training | None = None
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, *, dtype: Any = None, **kwargs) -> "StreamingTokenEncodedData":
+        """The handle over a token file that every rank maps, reading only its own shard.
+
+        ``path`` is a ``.npy`` of ``uint16`` / ``uint32`` ids (dtype from its header) or raw
+        ids in a ``.bin`` with ``dtype`` given (e.g. ``'uint16'``, nanoGPT's format). Every
+        rank memory-maps the file and keeps its slice mapped (no copy); only pages of its own
+        slice are ever read, and the caller (a notebook) never holds the data. The other
+        keywords are those of the constructor; training is identical to passing the same ids
+        as an array.
+        """
+        return cls(open_token_file(path, dtype), **kwargs)
+
+    def _shard(self, tokens: np.ndarray, block: int, batch_size: int, shard_by_rank: bool, *,
+               mapped: bool) -> None:
+        """Keep this rank's slice; derive the step count from the global length, so every rank
+        calls backward equally often without agreeing over the network."""
+        shards = self.world if shard_by_rank else 1
+        lengths = [hi - lo for lo, hi in (shard_bounds(len(tokens), r, shards) for r in range(shards))]
+        if 2 * block > min(lengths):
+            raise ValueError(f"block={block} needs rank shards of at least 2 * block = {2 * block} "
+                             f"tokens, more than the smallest rank shard ({min(lengths)} of "
+                             f"{len(tokens)} tokens over {shards} ranks); use a smaller block or "
+                             "more tokens")
+        windows = min(n // block - 1 for n in lengths)
+        self.steps_per_epoch = windows // batch_size
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"batch_size={batch_size} exceeds the {windows} windows of the "
+                             f"smallest rank shard (one every block={block} tokens); use a "
+                             f"smaller batch_size or more tokens")
+        lo, hi = shard_bounds(len(tokens), self.rank, shards) if shard_by_rank else (0, len(tokens))
+        shard = tokens[lo:hi]
+        # An in-memory array is copied so the rest can be freed; a memory map stays mapped.
+        self.tokens = shard.copy() if shards > 1 and not mapped else shard
+        as_token_array(self.tokens)  # integer ids, none negative: checked on this rank's part
+
+    def _construction_exchange(self, failure, n_tokens: int, max_id: int, block: int,
+                               batch_size: int) -> int:
+        """One all-reduce of status, largest token id and the arguments every rank must share;
+        returns the largest id of all shards. Raises together if any rank failed or disagreed."""
+        if self.world == 1 or not self._membership.grouped:
+            if failure is not None:
+                raise failure
+            return max_id
+        facts = torch.tensor([failure is not None, max_id, n_tokens, -n_tokens, block, -block,
+                              batch_size, -batch_size], dtype=torch.float64,
+                             device=self._membership.device)
+        dist.all_reduce(facts, op=dist.ReduceOp.MAX, group=self._membership.group)
+        failed, max_id, n_hi, n_lo, b_hi, b_lo, s_hi, s_lo = facts.tolist()
+        if not failed and (n_hi, b_hi, s_hi) != (-n_lo, -b_lo, -s_lo):
+            raise ValueError(
+                "ranks disagree on the token count, block or batch_size "
+                f"(tokens {-n_lo:g}..{n_hi:g}, block {-b_lo:g}..{b_hi:g}, batch_size "
+                f"{-s_lo:g}..{s_hi:g}); pass the same ids and arguments on every rank")
+        if failed:
+            raise_together(failure, self._membership.group, self.world, "StreamingTokenEncodedData")
+        return int(max_id)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -169,6 +283,11 @@ class StreamingTokenEncodedData(HandleLifetime):
         if model_block is not None and self.block > model_block:
             raise ValueError(f"handle block={self.block} exceeds the model's block={model_block}; "
                              "build the model with a block at least as long")
+        if "return_all_logits" not in inspect.signature(type(module).forward).parameters:
+            raise TypeError(f"{type(module).__name__}.forward has no return_all_logits keyword; "
+                            "training takes the loss at every position, so the module must return "
+                            "(batch, t, vocab) logits for module(x, return_all_logits=True), as "
+                            "build_causal_lm's CausalLM (and mixle's) do")
         if self.activation_checkpointing and not hasattr(module, "activation_checkpointing"):
             raise TypeError(f"{type(module).__name__} has no activation_checkpointing switch; "
                             "use build_causal_lm or pass activation_checkpointing=False")
@@ -202,17 +321,19 @@ class StreamingTokenEncodedData(HandleLifetime):
         module.to(device)
         if hasattr(module, "activation_checkpointing"):
             module.activation_checkpointing = self.activation_checkpointing
-        signal, replica, wrapped = _StopSignal(), None, module
+        trainable = [p for p in module.parameters() if p.requires_grad]
+        status = _StepStatus(sum(p.numel() for p in trainable), trainable[0].dtype)
+        replica, wrapped = None, module
         if mode == "ddp":
             # init_sync=False: replicas are identical by construction, so no broadcast.
             wrapped = nn.parallel.DistributedDataParallel(
                 module, device_ids=[device.index] if device.type == "cuda" else None,
                 forward_sync_buffers=False, init_sync=False)
-            wrapped.register_comm_hook(signal, _allreduce_carrying_stop)
+            wrapped.register_comm_hook(status, _allreduce_with_status)
         elif mode == "fsdp":
             replica = self._shard_fsdp(module)
         optimizer = torch.optim.AdamW(module.parameters(), lr=estimator.lr)
-        self._training = _Training(module, wrapped, optimizer, mode, device, signal, replica)
+        self._training = _Training(module, wrapped, optimizer, mode, device, status, replica)
         return self._training
 
     def _shard_fsdp(self, module: nn.Module) -> nn.Module:
@@ -235,51 +356,88 @@ class StreamingTokenEncodedData(HandleLifetime):
 
     def _batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         starts = self._order.batch(*divmod(step, self.steps_per_epoch))
-        contexts, next_tokens = gather_windows(self._windows, starts)
-        return torch.from_numpy(contexts), torch.from_numpy(next_tokens)
+        inputs, targets = gather_sequences(self._windows, starts)
+        return torch.from_numpy(inputs), torch.from_numpy(targets)
+
+    def _loss(self, tr: _Training, autocast) -> torch.Tensor:
+        """Mean next-token loss over every position of this step's windows."""
+        inputs, targets = (t.to(tr.device, non_blocking=True) for t in self._batch(tr.step))
+        with autocast:
+            logits = tr.wrapped(inputs, return_all_logits=True)
+        if logits.dtype in (torch.bfloat16, torch.float16):
+            logits = logits.float()  # the softmax in the loss needs fp32 range and precision
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
     def _agreed_stop(self, tr: _Training, local: bool) -> bool:
         if tr.mode == "none":
             return local
         if tr.mode == "ddp":
-            return tr.signal.agreed is not None and bool(tr.signal.agreed.item() > 0)
+            return tr.status.agreed_stop
         if self.stop is None or tr.step % self.progress_every:
             return False
         flag = torch.tensor([float(local)], device=tr.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item() > 0)
 
+    def _stand_in_for_exchange(self, tr: _Training) -> None:
+        """A failed rank's part in the DDP step exchange its peers are in: zero gradients and
+        "failed". DDP's second forward re-buckets once with a broadcast; take part in it too."""
+        tr.wrapped.reducer._rebuild_buckets()  # no-op unless this is that forward's collective
+        words = torch.zeros(tr.status.size + 2, dtype=tr.status.dtype, device=tr.device)
+        words[-2], words[-1] = tr.status.stop, 1.0
+        dist.all_reduce(words, group=self._membership.group)
+
+    def _fail_step(self, tr: _Training, error: BaseException | None, exchange_pending: bool) -> None:
+        """Raise on every rank at once: drop the training state (DDP's reducer may be mid-step),
+        and under DDP meet the peers in the exchange they wait in, then in the message exchange."""
+        self._training = None
+        if tr.mode != "ddp":
+            raise error
+        if error is not None and exchange_pending:
+            self._stand_in_for_exchange(tr)
+        elif error is not None:  # the peers have finished the call; nobody waits for this rank
+            raise error
+        raise_together(error, self._membership.group, self.world, f"training step {tr.step + 1}")
+
     def _train(self, tr: _Training, n_steps: int) -> None:
         autocast = torch.autocast(tr.device.type, dtype=torch.bfloat16,
                                   enabled=self.precision == "bf16")
         tr.wrapped.train()
-        start, call_tokens, since, loss_sum = time.perf_counter(), 0, 0, torch.zeros((), device=tr.device)
-        local_stop = False
+        start, call_targets, since, loss_sum = time.perf_counter(), 0, 0, torch.zeros((), device=tr.device)
+        local_stop = stopping = False
         for i in range(n_steps):
-            local_stop = local_stop or _stop_requested(self.stop)  # sticky until all agree
-            tr.signal.local = float(local_stop)
-            contexts, next_tokens = (t.to(tr.device, non_blocking=True) for t in self._batch(tr.step))
-            with autocast:
-                logits = tr.wrapped(contexts)
-            if logits.dtype in (torch.bfloat16, torch.float16):
-                logits = logits.float()  # the softmax in the loss needs fp32 range and precision
-            loss = F.cross_entropy(logits, next_tokens)
-            tr.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            tr.optimizer.step()
-            tr.step += 1
-            tr.tokens += len(next_tokens)
-            call_tokens += len(next_tokens)
-            loss_sum += loss.detach()
-            since += 1
-            stopping = self._agreed_stop(tr, local_stop)
-            if self.progress is not None and (tr.step % self.progress_every == 0
-                                              or stopping or i == n_steps - 1):
-                elapsed = time.perf_counter() - start
-                self.progress({"step": tr.step, "loss": loss_sum.item() / since, "tokens": tr.tokens,
-                               "tokens_per_s": call_tokens / elapsed, "rank": self.rank})
-                loss_sum.zero_()
-                since = 0
+            exchanged = False
+            try:
+                local_stop = local_stop or _stop_requested(self.stop)  # sticky until all agree
+                tr.status.stop = float(local_stop)
+                loss = self._loss(tr, autocast)
+                tr.optimizer.zero_grad(set_to_none=True)
+                loss.backward()  # DDP: the step's one exchange, status words included
+                exchanged = True
+                if tr.status.agreed_failed:
+                    self._fail_step(tr, None, exchange_pending=False)
+                tr.optimizer.step()
+                tr.step += 1
+                stopping = self._agreed_stop(tr, local_stop)
+                n_targets = self.batch_size * self.block  # full batches only (drop_last)
+                tr.targets += n_targets
+                call_targets += n_targets
+                loss_sum += loss.detach()
+                since += 1
+                if self.progress is not None and (tr.step % self.progress_every == 0
+                                                  or stopping or i == n_steps - 1):
+                    elapsed = time.perf_counter() - start
+                    self.progress({"step": tr.step, "loss": loss_sum.item() / since,
+                                   "targets": tr.targets, "targets_per_s": call_targets / elapsed,
+                                   "rank": self.rank})
+                    loss_sum.zero_()
+                    since = 0
+            except PeerRankError:
+                raise
+            except Exception as error:  # noqa: BLE001 - carried to the peers, then re-raised
+                # After this step's exchange, peers wait only if another step follows.
+                last = exchanged and (i == n_steps - 1 or tr.status.agreed_stop)
+                self._fail_step(tr, error, exchange_pending=not last)
             if stopping:
                 break
 
@@ -326,18 +484,30 @@ class StreamingTokenEncodedData(HandleLifetime):
         return StreamingTransformerLeaf(module.to(device), device)
 
     def pysp_seq_log_density_sum(self, model: Any) -> tuple[float, float]:
-        """``(windows, total next-token log-probability)`` over every shard, summed across ranks."""
+        """``(windows, total next-token log-probability)`` over every shard, summed across ranks.
+
+        Scores the reference's windows (a full ``block`` of context before every token after
+        the first ``block``) through ``model.seq_log_density``. A rank that fails still joins
+        the count exchange, with a failed word, so every rank raises together."""
         n_windows = len(self.tokens) - self.block
-        count, total = 0.0, 0.0
-        for lo in range(0, n_windows, self.batch_size):
-            starts = np.arange(lo, min(lo + self.batch_size, n_windows))
-            log_p = model.seq_log_density(gather_windows(self._windows, starts))
-            count, total = count + len(log_p), total + float(log_p.sum())
+        count, total, failure = 0.0, 0.0, None
+        try:
+            windows = window_view(self.tokens, self.block)
+            for lo in range(0, n_windows, self.batch_size):
+                starts = np.arange(lo, min(lo + self.batch_size, n_windows))
+                log_p = model.seq_log_density(gather_windows(windows, starts))
+                count, total = count + len(log_p), total + float(np.sum(log_p))
+        except Exception as error:  # noqa: BLE001 - carried to the peers, then re-raised
+            failure = error
         if self.world > 1 and self.shard_by_rank:
-            device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-            sums = torch.tensor([count, total], dtype=torch.float64, device=device)
-            dist.all_reduce(sums)
-            count, total = sums.tolist()
+            sums = torch.tensor([count, total, failure is not None], dtype=torch.float64,
+                                device=self._membership.device)
+            dist.all_reduce(sums, group=self._membership.group)
+            count, total, failed = sums.tolist()
+            if failed:
+                raise_together(failure, self._membership.group, self.world, "log-density sum")
+        elif failure is not None:
+            raise failure
         return count, total
 
     def close(self) -> None:
