@@ -1,0 +1,282 @@
+"""MixleCluster across simulated hosts: engines started over ssh in their own network, UTS and
+PID namespaces, the group formed through a TCPStore with gloo over the bridge.
+
+The tests share one cluster and run in file order: the destructive ones restart it, and the
+last one stops it and checks every host for leftovers.
+"""
+import _thread
+import ipaddress
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mixle_nb.cluster import RankDiedError, RankError
+from mixle_nb.neural import StreamingTransformerLeafEstimator, build_causal_lm, stream_sequence_source
+from mixle_nb.parallel import StreamingTokenEncodedData, TorchRunEncodedData
+from mixle_nb.stats import GaussianDistribution, MixtureDistribution, em_step, seq_encode
+
+pytestmark = pytest.mark.multihost
+
+EM_STEPS = 5
+VOCAB, BLOCK, BATCH, LR, SEED, DDP_STEPS = 11, 16, 8, 1e-2, 7, 6
+TOKENS = np.random.default_rng(0).integers(0, VOCAB, 1600).astype(np.uint8)  # 49 windows a rank
+# The controller pings every 0.5 s (MixleCluster's HeartMonitor.period) and unregisters an
+# engine after 10 missed pings (ipyparallel's max_heartmonitor_misses): 5.5 s, plus slack for
+# a busy machine. A killed engine's nanny usually reports it sooner.
+HEARTBEAT_BOUND_S = 10.0
+NANNY_EXIT_S = 5.0  # an engine's nanny exits on its own once its engine is gone
+
+
+# ---- run on the ranks (engines import this module through the hosts' PYTHONPATH)
+
+def gaussian_problem():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(-2, 1, 300), rng.normal(3, 0.7, 301)])
+    start = MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(0.5, 1),
+                                 GaussianDistribution(2, 1)], [0.3, 0.3, 0.4])
+    return x, start
+
+
+def fit(handle, steps=EM_STEPS):
+    """Every number of the model after ``steps`` EM steps, and each step's log-density."""
+    _, model = gaussian_problem()
+    estimator, log_densities = model.estimator(), []
+    for _ in range(steps):
+        step = em_step(handle, estimator, model)
+        model = step.model
+        log_densities.append(step.log_density)
+    numbers = np.concatenate([model.w] + [[c.mu, c.sigma2] for c in model.components])
+    return numbers, np.array(log_densities)
+
+
+def rank_fit(fold):
+    x, start = gaussian_problem()
+    with TorchRunEncodedData(x, estimator=start.estimator(), fold=fold) as handle:
+        return fit(handle)
+
+
+def parity_model():
+    """float64, so that the comparison checks the training and not fp32 rounding."""
+    return build_causal_lm(VOCAB, d_model=32, n_layer=2, n_head=2, block=BLOCK, seed=0).to(torch.float64)
+
+
+def state(module):
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def rank_ddp_train():
+    estimator = StreamingTransformerLeafEstimator(parity_model(), lr=LR)
+    handle = StreamingTokenEncodedData(TOKENS, block=BLOCK, batch_size=BATCH, seed=SEED,
+                                       max_steps=DDP_STEPS, parallel="ddp")
+    return state(handle.pysp_seq_estimate(estimator, None).module)
+
+
+def rank_network():
+    """(hostname, gloo's interface, every inet address this engine has a socket on)."""
+    import os
+    import socket
+
+    import psutil
+    import torch.distributed as dist
+
+    addresses = {c.laddr.ip for c in psutil.Process().net_connections("inet")}
+    return socket.gethostname(), os.environ.get("GLOO_SOCKET_IFNAME"), dist.get_backend(), addresses
+
+
+def allreduce_sum(value):
+    import torch.distributed as dist
+
+    t = torch.tensor([float(value)])
+    dist.all_reduce(t)
+    return t.item()
+
+
+def late_allreduce(late_rank, delay):
+    """``late_rank`` joins the collective after ``delay`` s; the others block in it meanwhile."""
+    import torch.distributed as dist
+
+    if dist.get_rank() == late_rank:
+        time.sleep(delay)
+    return allreduce_sum(1)
+
+
+_interrupted = False
+
+
+def sleep_noting_interrupt(seconds):
+    global _interrupted
+    _interrupted = False
+    try:
+        time.sleep(seconds)
+    except KeyboardInterrupt:
+        _interrupted = True
+        raise
+
+
+def was_interrupted():
+    return _interrupted
+
+
+def em_steps_for(seconds):
+    """EM steps, one after another, publishing how many are done; stops after ``seconds``."""
+    from ipyparallel.datapub import publish_data
+
+    x, start = gaussian_problem()
+    estimator, model = start.estimator(), start
+    handle = TorchRunEncodedData(x, estimator=estimator)
+    steps, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        model = em_step(handle, estimator, model).model
+        steps += 1
+        publish_data({"steps": steps})
+        time.sleep(0.01)
+    return steps
+
+
+# ---- references computed here, in one process
+
+def single_process_fit():
+    x, start = gaussian_problem()
+    return fit(seq_encode(x, model=start))
+
+
+def union_reference():
+    """One process, one AdamW, each step on the union of both ranks' micro-batches (each
+    rank's shard is its half of the tokens; a window's loss is the mean over its positions)."""
+    shards = np.array_split(TOKENS, 2)
+    sources = [stream_sequence_source(s, BLOCK, BATCH, seed=SEED, drop_last=True) for s in shards]
+    model = parity_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    for _, batches in zip(range(DDP_STEPS), zip(*sources)):
+        inputs = torch.from_numpy(np.concatenate([x for x, _ in batches]))
+        targets = torch.from_numpy(np.concatenate([y for _, y in batches]))
+        logits = model(inputs, return_all_logits=True)
+        optimizer.zero_grad()
+        F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1)).backward()
+        optimizer.step()
+    return state(model)
+
+
+def _ipv4(address):
+    """``address`` as IPv4 where it is one (dual-stack sockets show ``::ffff:a.b.c.d``)."""
+    parsed = ipaddress.ip_address(address)
+    return getattr(parsed, "ipv4_mapped", None) or parsed
+
+
+def host_of(network, hostname):
+    return next(h for h in network.hosts if h.hostname == hostname)
+
+
+# ---- tests, in order
+
+
+def test_ranks_run_on_their_hosts_and_talk_over_the_bridge(ssh_cluster, network):
+    bridge = ipaddress.ip_network(f"{network.controller_ip}/24", strict=False)
+    seen = ssh_cluster.run(rank_network)
+    assert [host for host, *_ in seen] == [h.hostname for h in network.hosts]
+    for (_, interface, backend, addresses), host in zip(seen, network.hosts):
+        assert (interface, backend) == ("eth0", "gloo")
+        addresses = {_ipv4(a) for a in addresses}
+        assert ipaddress.ip_address(host.address) in addresses  # gloo's and the store's sockets
+        off_bridge = {a for a in addresses if not (a.is_unspecified or a.is_loopback or a in bridge)}
+        assert off_bridge == set()
+    assert [r.host for r in ssh_cluster.status()] == [h.hostname for h in network.hosts]
+    assert all(r.rss_bytes is None for r in ssh_cluster.status())  # remote: no local pid
+
+
+@pytest.mark.parametrize("fold", ["allreduce", "gather"])
+def test_em_matches_one_process_and_every_rank_holds_the_same_model(ssh_cluster, fold):
+    ranks = ssh_cluster.run(rank_fit, fold)
+    reference = single_process_fit()
+    for numbers, log_densities in ranks:
+        np.testing.assert_array_equal(numbers, ranks[0][0])
+        np.testing.assert_allclose(numbers, reference[0], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(log_densities, reference[1], rtol=1e-10)
+
+
+def test_ddp_training_matches_one_process_on_the_union_of_batches(ssh_cluster):
+    replicas = ssh_cluster.run(rank_ddp_train)
+    reference = union_reference()
+    for name, value in replicas[0].items():
+        assert torch.equal(value, replicas[1][name]), f"{name}: replicas differ"
+        torch.testing.assert_close(value, reference[name], atol=1e-5, rtol=0, msg=name)
+
+
+def test_ctrl_c_reaches_the_remote_ranks(ssh_cluster):
+    # a notebook kernel turns SIGINT into KeyboardInterrupt: make sure this process does too
+    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ssh_cluster.run(sleep_noting_interrupt, 60)
+        elapsed = time.monotonic() - t0
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous_handler)
+    assert elapsed < 10
+    assert ssh_cluster.state == "running"
+    assert ssh_cluster.run(was_interrupted) == [True, True]  # through each engine's nanny
+    assert ssh_cluster.run(allreduce_sum, 1) == [2.0, 2.0]
+
+
+def test_kill_9_of_a_remote_engine_is_a_rank_died_error_within_the_heartbeat(ssh_cluster, network):
+    victim = ssh_cluster.status()[1]
+    host = host_of(network, victim.host)
+    call = ssh_cluster.run_async(late_allreduce, 1, 60)  # rank 0 blocks in the collective
+    time.sleep(0.5)
+    host.ssh(f"kill -9 {victim.pid}")  # the pid is the engine's on its own host
+    t0 = time.monotonic()
+    with pytest.raises(RankDiedError, match="rank 1 died.*restart") as info:
+        call.result(timeout=ssh_cluster.timeout + 30)
+    elapsed = time.monotonic() - t0
+    assert info.value.ranks == [1]
+    assert elapsed < HEARTBEAT_BOUND_S < ssh_cluster.timeout  # the heartbeat, not gloo's timeout
+    ssh_cluster.restart()
+    assert ssh_cluster.run(allreduce_sum, 2) == [4.0, 4.0]
+
+
+def test_link_down_mid_step_is_a_clear_error_within_the_group_timeout(ssh_cluster, network):
+    host = host_of(network, ssh_cluster.status()[1].host)
+    call = ssh_cluster.run_async(em_steps_for, 60)
+    deadline = time.monotonic() + 30
+    while not all(call.data.get(r, {}).get("steps", 0) >= 3 for r in (0, 1)):
+        assert time.monotonic() < deadline and not call.done(), f"steps did not start: {call.data}"
+        time.sleep(0.05)
+    host.set_link(up=False)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises((RankDiedError, RankError), match="rank 1") as info:
+            call.result(timeout=ssh_cluster.timeout + 30)
+        elapsed = time.monotonic() - t0
+    finally:
+        host.set_link(up=True)
+    assert elapsed < ssh_cluster.timeout, f"{elapsed:.1f} s: {info.value}"
+    ssh_cluster.restart()
+    assert ssh_cluster.run(allreduce_sum, 3) == [6.0, 6.0]
+
+
+def test_stop_leaves_no_process_on_any_host(ssh_cluster, network):
+    assert all(h.processes() for h in network.hosts)  # each host runs its engine now
+    local = ssh_cluster.pids
+    ssh_cluster.stop()
+    for host in network.hosts:
+        host.disconnect()  # the launcher's shared ssh connection: the harness's, not the cluster's
+    assert {h.hostname: h.wait_empty(NANNY_EXIT_S) for h in network.hosts} == \
+        {h.hostname: [] for h in network.hosts}
+    assert [p for p in local if _alive(p)] == []
+
+
+def _alive(pid):
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
