@@ -227,24 +227,38 @@ print(f"{mixle.n} ranks vs 1 process, same start, {len(single)} EM steps: "
 # %% [markdown]
 # ## What travels between ranks per step
 #
-# The data never moves after sharding. Per step each rank contributes one vector to one
-# all-reduce: the count of points, the log-density, and the statistics (K counts, then
-# [Σr, Σr·x, Σr·x²] per component), so K·(1+2D) + K + 2 float64 numbers, whatever the
-# number of points.
+# The data never moves after sharding. Per step each rank contributes one vector of float64
+# numbers to one all-reduce, whatever the number of points:
 #
-# The next cell counts them from the flattened statistics of an accumulator, checks the count
-# against that formula, compares their size with the size of one rank's shard, and draws the step.
+# * the statistics: K counts, then [Σr, Σr·x, Σr·x²] per component, so K·(1+2D) + K numbers;
+# * a few numbers of bookkeeping: the count of points and the log-density, a status word (so
+#   that an error on one rank stops every rank at once instead of leaving them waiting), and
+#   a check that every rank stepped the same model.
+#
+# Each rank's handle remembers how many numbers its last step's fold sent. The next cell
+# keeps that number in a variable, `sent`, on every rank.
 
 # %%
+# %%mixle
+sent = h.last_fold_floats
+
+# %% [markdown]
+# The next cell pulls them back, counts the statistics from the flattened value of an
+# accumulator, checks that count against the formula above, compares the bytes sent with the
+# bytes of one rank's shard, and draws the step.
+
+# %%
+# sent = %mixle_pull sent --all
 acc = est.accumulator_factory().make()
 acc.seq_update(seq_encode(x[:10], model=start), None, start)
-numbers = 2 + flatten_value(acc.value()).size
+statistics = flatten_value(acc.value()).size
 K, D = len(start.components), 1
-assert numbers == K * (1 + 2 * D) + K + 2
+assert statistics == K * (1 + 2 * D) + K and len(set(sent)) == 1
+numbers, bookkeeping = sent[0], sent[0] - statistics
 shard = len(x) // mixle.n
 sizes = {"one rank's shard\n(raw float64)": shard * 8, "sent per rank\nper EM step": numbers * 8}
-print(f"K = {K}, D = {D}: {numbers} float64 numbers = {numbers * 8} bytes per rank per step, "
-      f"against {shard * 8:,} bytes of data resident on each rank")
+print(f"K = {K}, D = {D}: {statistics} statistics + {bookkeeping} of bookkeeping = {numbers} float64 numbers"
+      f" = {numbers * 8} bytes per rank per step, against {shard * 8:,} bytes of data resident on each rank")
 diagrams.em_step(world=mixle.n, shard=shard, numbers=numbers)
 
 fig, ax = plt.subplots(figsize=(5, 2.6))
@@ -381,13 +395,15 @@ panel2.snapshot()
 
 # %% [markdown]
 # With full covariances each component has 1 + D + D² sums, so each rank now sends
-# K·(1 + D + D²) + K + 2 numbers per step. The next cell counts them.
+# K·(1 + D + D²) + K statistics per step, and the same bookkeeping as before. The next cell
+# counts them.
 
 # %%
 acc2 = est2.accumulator_factory().make()
 acc2.seq_update(seq_encode(x2[:10], model=start2), None, start2)
-print(f"2-D, K=3, full covariance: {2 + flatten_value(acc2.value()).size} float64 numbers "
-      "per rank per step")
+statistics2 = flatten_value(acc2.value()).size
+print(f"2-D, K={len(start2.components)}, full covariance: {statistics2} statistics + {bookkeeping} of "
+      f"bookkeeping = {statistics2 + bookkeeping} float64 numbers per rank per step")
 
 # %% [markdown]
 # ## Stop the cluster
@@ -404,7 +420,8 @@ folder.cleanup()
 # %% [markdown]
 # ## Summary
 #
-# * Each rank reads its own rows from the data file and keeps them; per step only K·(1+2D) + K + 2 numbers per rank travel, in one all-reduce.
+# * Each rank reads its own rows from the data file and keeps them; per step only the
+#   K·(1+2D) + K statistics and a few numbers of bookkeeping travel from each rank, in one all-reduce.
 # * Every rank runs the same M-step on the same totals, so every rank holds the same model,
 #   and it equals the one-process model up to rounding.
 # * The fold's cost is mostly waiting for the slowest rank.

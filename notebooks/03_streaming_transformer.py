@@ -219,15 +219,15 @@ plt.show()
 # already equal). The loss curves reach the notebook outside the group, through ipyparallel.
 #
 # The next cell compares what crosses between ranks per step in the two cases: the statistics
-# of notebook 02's 1-D mixture of 4 Gaussians (counted from an accumulator, plus the count and
-# the log-density), and the gradient of this model.
+# of notebook 02's 1-D mixture of 4 Gaussians (counted from an accumulator; a few numbers of
+# bookkeeping travel with them), and the gradient of this model.
 
 # %%
 mixture = MixtureDistribution([GaussianDistribution(mu, 1.0) for mu in range(4)], w=[0.25] * 4)
 acc = mixture.estimator().accumulator_factory().make()
 acc.seq_update(seq_encode(np.zeros(3), model=mixture), None, mixture)
-em_numbers = 2 + flatten_value(acc.value()).size
-per_step = {f"EM step, 1-D mixture\nK={len(mixture.components)} (notebook 02)": em_numbers * 8,
+em_numbers = flatten_value(acc.value()).size
+per_step = {f"EM statistics, 1-D mixture\nK={len(mixture.components)} (notebook 02)": em_numbers * 8,
             "training step here\n(float32 gradient)": n_weights * 4}
 for name, size in per_step.items():
     print(f"{name.replace(chr(10), ' ')}: {size:,} bytes per rank")

@@ -231,6 +231,7 @@ class TorchRunEncodedData(HandleLifetime):
         self.chunks: list = []
         self._counts: list = []
         self.last_timings: Optional[StepTimings] = None
+        self.last_fold_floats: Optional[int] = None  # float64s the last all-reduce fold sent; None: gathered
         return sub_chunks
 
     def _scatter(self, shards):
@@ -404,6 +405,7 @@ class TorchRunEncodedData(HandleLifetime):
         header += agreement_slots(model_print, self.world) + [count if fits else 0.0,
                                                               log_density if fits else 0.0]
         summed = self._sum_across_ranks(np.concatenate([header, body]))
+        self.last_fold_floats = len(header) + len(body)
         if summed[0] > 0 or not agreed(summed[2:5]):
             self._settle(operation, error, model_print, "the model on this rank", SAME_MODEL)
         if summed[1] > 0:
@@ -416,6 +418,7 @@ class TorchRunEncodedData(HandleLifetime):
         ``combine``, so any value works), the sum broadcast; failures ride in both messages."""
         mine = (("failed", failure_message(error)) if error is not None
                 else ("ok", est_print, model_print, count, log_density, value))
+        self.last_fold_floats = None
         if self.world == 1:
             parts = [mine]
         else:
