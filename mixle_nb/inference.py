@@ -271,7 +271,12 @@ def choose_k(data_or_handle: Any, estimator_for: Callable[[int], Estimator], k_v
     """Fit a mixture for every K in ``k_values`` (``estimator_for(K)`` builds its estimator)
     and score each with BIC and AIC. ``fit_kwargs`` go to :func:`fit` (``init``, ``n_init``,
     ``rng``, ``out``, ...); ``on_fit(k, result, bic, aic)`` is called after each K, for a
-    live plot. Local data is encoded once per K; a handle is used as it is."""
+    live plot. Local data is encoded once per K; a handle is used as it is.
+
+    ``tol`` defaults to scikit-learn's 1e-3: run to a tighter tolerance, a spare component
+    can keep shrinking onto one or two observations (the likelihood grows without bound as
+    its variance falls to the floor), which buys it a BIC it does not deserve."""
+    fit_kwargs.setdefault("tol", 1e-3)
     choice_ = KChoice([], [], [], [])
     for k in k_values:
         k = positive_int("K", k)

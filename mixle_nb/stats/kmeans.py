@@ -1,17 +1,17 @@
 """Data-driven starts for Gaussian-family mixtures: k-means‖ (Bahmani et al., 2012) and
 random data points, on local data or on shards spread over ranks.
 
-Every function takes the rank's encoded ``chunks`` and an :class:`Exchange` (sum and gather
-across ranks; :class:`SingleProcess` for local data), so this module knows nothing of
-torch.distributed. The start ends with one hard-assignment M-step: each observation belongs
+Every function takes the rank's encoded ``chunks`` and an :class:`Exchange` (sums across
+ranks and the statistics fold; :class:`SingleProcess` for local data), so this module knows
+nothing of torch.distributed. The start ends with one hard-assignment M-step: each observation belongs
 wholly to its nearest centre, and the mixture's own estimator turns those labels into a model,
 so tying (``keys``, ``variance_key``, ``covariance_key``) and floors apply as in EM.
 
-Collectives are few and small: the shared seed and shard sizes (one sum), the first centre
-(one sum), per round the cost (one sum) and the candidates (one gather), the candidates'
-weights (one sum), the root's reduction to K centres (one sum that carries them), one sum per
-Lloyd iteration and the final statistics fold. The model is identical on every rank, and
-depends only on the seed and the world size.
+Collectives are few and small, all sums (cheaper than object gathers): the shared seed,
+shard sizes and first-centre proposals, one per round for the candidates, the candidates'
+weights, the root's reduction to K centres, one per Lloyd iteration, and the final
+statistics fold. The model is identical on every rank, and depends only on the seed and the
+world size.
 """
 from __future__ import annotations
 
@@ -40,9 +40,6 @@ class Exchange(Protocol):
     def sum(self, numbers: Any) -> np.ndarray:
         """Element-wise sum of a float64 vector over the ranks, identical on every rank."""
 
-    def gather(self, obj: Any) -> list:
-        """Every rank's ``obj`` in rank order, on every rank."""
-
     def fold(self, estimator: Estimator, count: float, acc: Any) -> float:
         """Combine every rank's statistics into ``acc``; returns the global count."""
 
@@ -54,9 +51,6 @@ class SingleProcess:
 
     def sum(self, numbers: Any) -> np.ndarray:
         return np.array(numbers, dtype=np.float64)
-
-    def gather(self, obj: Any) -> list:
-        return [obj]
 
     def fold(self, estimator: Estimator, count: float, acc: Any) -> float:
         return count
@@ -111,14 +105,25 @@ def _nearest(x: torch.Tensor, norms: torch.Tensor, centres: np.ndarray) -> tuple
     return best.clamp_(min=0.0), index
 
 
-def _shared_seed_and_sizes(shard: _Shard, rng: np.random.Generator, exchange: Exchange):
-    """The root's seed and every rank's shard size, in one sum."""
-    vector = np.zeros(1 + exchange.world)
-    if exchange.rank == 0:
-        vector[0] = float(rng.integers(0, 2**52))
-    vector[1 + exchange.rank] = float(sum(shard.sizes))
-    summed = exchange.sum(vector)
-    return int(summed[0]), summed[1:].astype(np.int64)
+def _slots(exchange: Exchange, local: np.ndarray) -> np.ndarray:
+    """Every rank's equally long ``local`` vector, as rows in rank order, from one sum (each
+    rank fills its own row and leaves zeros elsewhere: adding zeros is exact)."""
+    rows = np.zeros((exchange.world, len(local)))
+    rows[exchange.rank] = local
+    return exchange.sum(rows.ravel()).reshape(exchange.world, len(local))
+
+
+def _open(shard: _Shard, rng: np.random.Generator, exchange: Exchange):
+    """One sum: the root's seed (every later shared choice draws from it), every rank's shard
+    size, and one observation each rank proposes for the first centre."""
+    draw = int(rng.integers(0, 2**52))  # exact in float64
+    size = sum(shard.sizes)
+    proposal = np.zeros(shard.dim)
+    if size:
+        pick = int(np.random.default_rng([draw, 5, exchange.rank]).integers(0, size))
+        proposal = _points_at(shard, np.array([size]), np.array([pick]), 0)[0]
+    opened = _slots(exchange, np.concatenate([[draw, size], proposal]))
+    return int(opened[0, 0]), opened[:, 1].astype(np.int64), opened[:, 2:]
 
 
 def _points_at(shard: _Shard, sizes: np.ndarray, global_index: np.ndarray, rank: int) -> np.ndarray:
@@ -141,30 +146,41 @@ def random_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray, exchange
     return exchange.sum(_points_at(shard, sizes, chosen, exchange.rank).ravel()).reshape(k, -1)
 
 
-def kmeans_parallel_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray, exchange: Exchange, *,
-                            rounds: int = 5, oversampling: float = 2.0) -> np.ndarray:
+def kmeans_parallel_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray, proposals: np.ndarray,
+                            exchange: Exchange, *, rounds: int = 5, oversampling: float = 2.0) -> np.ndarray:
     """k-means‖ seeding: candidates sampled where the data live, reduced to ``k`` on the root.
 
-    Each round every point joins the candidates with probability ``min(1, ℓ·d²/φ)``, ``ℓ =
-    oversampling·k``, d² its squared distance to the candidates so far and φ their global sum.
-    Candidates are weighted by the points nearest them and the root reduces them to ``k``
-    centres with weighted greedy k-means++ and weighted Lloyd iterations."""
-    local_rng = np.random.default_rng([seed, 2, exchange.rank])
-    first = np.random.default_rng([seed, 3]).integers(0, int(sizes.sum()))
-    candidates = exchange.sum(_points_at(shard, sizes, np.array([first]), exchange.rank).ravel())
-    candidates = candidates.reshape(1, -1)
+    The first candidate is one rank's proposal, that rank chosen in proportion to its size.
+    Each round every point joins with probability ``min(1, ℓ·d²/φ)``, ``ℓ = oversampling·k``,
+    d² its squared distance to the candidates so far and φ their sum over all data, i.e. when
+    ``u / d² < ℓ / φ`` for its uniform draw ``u``. A rank cannot know φ before the round's one
+    exchange, so it sends its φ share and the points with the smallest ``u / d²`` that pass
+    its own, looser ``ℓ / φ_rank``; every rank then keeps those under ``ℓ / φ``: exactly the
+    sample above, unless more than ``4ℓ`` of one rank's points pass (then its ``4ℓ`` likeliest).
+    Candidates are weighted by the points nearest them (one sum) and the root reduces them to
+    ``k`` centres (greedy k-means++, weighted Lloyd) and sends them out (one sum)."""
+    shared = np.random.default_rng([seed, 3])
+    candidates = proposals[[int(shared.choice(len(sizes), p=sizes / sizes.sum()))]]
     nearest = shard.nearest(candidates)
+    local_rng = np.random.default_rng([seed, 2, exchange.rank])
     ell = oversampling * k
+    cap = int(math.ceil(4 * ell))
     for _ in range(rounds):
-        cost = float(exchange.sum([sum(float(d2.sum()) for d2, _ in nearest)])[0])
-        if cost <= 0.0:
+        local_cost = sum(float(d2.sum()) for d2, _ in nearest)
+        ratio = [torch.from_numpy(local_rng.random(len(d2))).div_(d2) for d2, _ in nearest]  # u / d²; inf at d² = 0
+        ratio_all = torch.cat(ratio) if ratio else torch.zeros(0, dtype=torch.float64)
+        order = torch.nonzero(ratio_all * local_cost < ell).flatten()
+        if len(order) > cap:
+            order = order[torch.argsort(ratio_all[order])[:cap]]
+        sent = np.full((cap, 1 + shard.dim), np.inf)
+        sent[: len(order), 0] = ratio_all[order].numpy()
+        sent[: len(order), 1:] = _points_at(shard, sizes[exchange.rank: exchange.rank + 1], order.numpy(), 0)
+        received = _slots(exchange, np.concatenate([[local_cost], sent.ravel()]))
+        cost = float(received[:, 0].sum())
+        if cost <= 0.0:  # every point is a candidate already
             break
-        picked = []
-        for x, (d2, _) in zip(shard.points, nearest):
-            keep = torch.from_numpy(local_rng.random(len(d2))) < d2 * (ell / cost)
-            picked.append(x[:, keep].T.numpy())
-        new = np.concatenate([np.concatenate(p, axis=0) if p else np.zeros((0, shard.dim))
-                              for p in exchange.gather(picked)] + [np.zeros((0, candidates.shape[1]))], axis=0)
+        offers = received[:, 1:].reshape(-1, 1 + shard.dim)
+        new = offers[offers[:, 0] * cost < ell, 1:]
         if len(new) == 0:
             continue
         for i, (x, norm) in enumerate(zip(shard.points, shard.norms)):
@@ -200,7 +216,7 @@ def reduce_candidates(points: np.ndarray, weights: np.ndarray, k: int, rng: np.r
             break
         tried = rng.choice(m, size=trials, p=mass / mass.sum())
         options = np.minimum(d2[None, :], sq(points[tried], points))
-        best = int(np.argmin(options @ weights))
+        best = int(np.argmin((options * weights).sum(axis=1)))
         centres.append(points[tried[best]])
         d2 = options[best]
     centres = np.array(centres)
@@ -266,12 +282,12 @@ def kmeans_init(chunks: Sequence[Any], estimator: Estimator, rng: Any, exchange:
     if not chunks:  # even an empty shard has an (empty) chunk, which tells D
         raise ValueError(f"rank {exchange.rank} holds no encoded chunk; give every rank at least one")
     shard = _Shard(chunks)
-    seed, sizes = _shared_seed_and_sizes(shard, as_generator(rng), exchange)
+    seed, sizes, proposals = _open(shard, as_generator(rng), exchange)
     if sizes.sum() == 0:
         raise ValueError("no observations to start from")
     if init == "random_from_data":
         centres = random_centres(shard, k, seed, sizes, exchange)
     else:
-        centres = kmeans_parallel_centres(shard, k, seed, sizes, exchange)
+        centres = kmeans_parallel_centres(shard, k, seed, sizes, proposals, exchange)
         centres = lloyd(shard, centres, exchange, lloyd_iterations)
     return model_from_centres(chunks, estimator, centres, exchange)
