@@ -18,7 +18,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,browser,demo]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,browser,demo,mixle]'
 	rm -f $(VENV)/.installed-*; touch $@
 
 browser: $(CHROMIUM)
