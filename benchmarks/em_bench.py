@@ -1,7 +1,10 @@
-"""Per-iteration EM time: mixle_nb against scikit-learn and a hand-written torch iteration.
+"""Per-iteration EM time: mixle_nb against scikit-learn and a hand-written torch iteration;
+and the initialisation: k-means‖ on 1 and 2 ranks against scikit-learn's k-means++ seeding
+and KMeans start, in EM steps (target: at most 3).
 
 Same data, same start, measured side by side in one run (this machine is shared and noisy:
 compare the ratios, not the absolute numbers). Run: .venv/bin/python benchmarks/em_bench.py
+(``--only init`` for the initialisation alone)
 """
 from __future__ import annotations
 
@@ -126,21 +129,107 @@ def run(n: int, dim: int, k: int, repeats: int) -> dict:
     return {"mixle": best["mixle"], "torch": best["torch"], "sklearn": sklearn}
 
 
+def init_on_ranks(rank: int, world: int, n: int, dim: int, k: int, repeats: int) -> dict:
+    """Best k-means‖ start and best EM step of this rank's share of the same data (run_local)."""
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    x, _, _ = make_data(n, dim, k)
+    estimator = MixtureEstimator([MultivariateGaussianEstimator(dim) for _ in range(k)])
+    with TorchRunEncodedData(x, estimator=estimator) as handle:
+        model = handle.pysp_kmeans_init(estimator, 0)
+        times = {"init": [], "em": []}
+        for seed in range(repeats):
+            t0 = time.perf_counter()
+            handle.pysp_kmeans_init(estimator, seed)
+            t1 = time.perf_counter()
+            handle.pysp_em_step(estimator, model)
+            times["init"].append(t1 - t0)
+            times["em"].append(time.perf_counter() - t1)
+    return {name: min(t) for name, t in times.items()}
+
+
+def run_init(n: int, dim: int, k: int, repeats: int) -> dict:
+    """k-means‖ on 1 and 2 ranks (one thread each) against scikit-learn's k-means++ seeding
+    and the KMeans fit GaussianMixture starts from by default, on one thread, same data."""
+    from sklearn.cluster import KMeans, kmeans_plusplus
+    from threadpoolctl import threadpool_limits
+
+    from mixle_nb.parallel.local_launch import run_local
+
+    found = {f"{world} rank": run_local(init_on_ranks, world, timeout=1800, n=n, dim=dim, k=k, repeats=repeats)[0]
+             for world in (1, 2)}
+    x = make_data(n, dim, k)[0]
+    with threadpool_limits(1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found["sklearn"] = interleaved_best({
+            "kmeans++": lambda: kmeans_plusplus(x, k, random_state=0),
+            "kmeans": lambda: KMeans(k, n_init=1, random_state=0).fit(x),
+        }, repeats)
+    return found
+
+
+def init_quality(seeds: int = 10) -> list:
+    """Per dataset of the tests' ten separated mixtures: how many seeds of each start reach
+    scikit-learn's default fit (within 1e-6 relative) after EM, on local data."""
+    import os
+    import sys
+
+    from sklearn.mixture import GaussianMixture
+
+    from mixle_nb.inference import fit
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from separated_mixtures import datasets  # the datasets tests/test_init.py asserts on
+
+    rows = []
+    for ds in datasets():
+        x = ds.x.reshape(len(ds.x), -1)
+        reference = GaussianMixture(ds.k, covariance_type=ds.sklearn_covariance, random_state=0).fit(x).score(x) * len(x)
+        enc = seq_encode(ds.x, estimator=ds.estimator())
+        reached = {}
+        for init in ("kmeans++", "random_from_data", "random"):
+            finals = [fit(None, ds.estimator(), enc_data=enc, init=init, rng=seed, out=None, max_its=500).log_density
+                      for seed in range(seeds)]
+            reached[init] = sum(f >= reference - 1e-6 * abs(reference) for f in finals)
+        rows.append((ds.name, reached))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=10, help="rounds; each contender keeps its best")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the N of each workload")
+    parser.add_argument("--only", choices=("em", "init"), help="run only the EM or the initialisation workloads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch threads: {torch.get_num_threads()}")
-    print(f"{'workload':<24}{'mixle ms':>10}{'torch ms':>10}{'sklearn ms':>12}{'mixle/torch':>13}{'mixle/sklearn':>15}")
-    for n, dim, k in [(1_000_000, 1, 8), (200_000, 8, 8)]:
-        n = int(n * args.scale)
-        r = run(n, dim, k, args.repeats)
-        name = f"N={n} D={dim} K={k}"
-        print(f"{name:<24}{r['mixle']*1e3:>10.1f}{r['torch']*1e3:>10.1f}{r['sklearn']*1e3:>12.1f}"
-              f"{r['mixle']/r['torch']:>13.2f}{r['mixle']/r['sklearn']:>15.3f}")
+    if args.only != "init":
+        print(f"torch threads: {torch.get_num_threads()}")
+        print(f"{'workload':<24}{'mixle ms':>10}{'torch ms':>10}{'sklearn ms':>12}{'mixle/torch':>13}"
+              f"{'mixle/sklearn':>15}")
+        for n, dim, k in [(1_000_000, 1, 8), (200_000, 8, 8)]:
+            n = int(n * args.scale)
+            r = run(n, dim, k, args.repeats)
+            name = f"N={n} D={dim} K={k}"
+            print(f"{name:<24}{r['mixle']*1e3:>10.1f}{r['torch']*1e3:>10.1f}{r['sklearn']*1e3:>12.1f}"
+                  f"{r['mixle']/r['torch']:>13.2f}{r['mixle']/r['sklearn']:>15.3f}")
+    if args.only != "em":
+        n, dim, k = int(1_000_000 * args.scale), 8, 8
+        r = run_init(n, dim, k, max(1, args.repeats // 2))
+        print(f"\nInitialisation, N={n} D={dim} K={k}, one thread per rank (best of {max(1, args.repeats // 2)}):")
+        print(f"{'':<26}{'init ms':>10}{'EM step ms':>12}{'init / EM step':>16}")
+        for world in ("1 rank", "2 rank"):
+            t = r[world]
+            print(f"{'k-means‖, ' + world + 's':<26}{t['init']*1e3:>10.1f}{t['em']*1e3:>12.1f}{t['init']/t['em']:>16.2f}")
+        em1 = r["1 rank"]["em"]
+        for name, label in (("kmeans++", "sklearn kmeans_plusplus"), ("kmeans", "sklearn KMeans (GMM's)")):
+            t = r["sklearn"][name]
+            print(f"{label:<26}{t*1e3:>10.1f}{'':>12}{t/em1:>16.2f}")
+        print("(init / EM step for scikit-learn: against mixle_nb's EM step on 1 rank)")
+        print("\nSeeds of 10 whose EM reaches scikit-learn's default fit (tests' ten datasets):")
+        print(f"{'dataset':<18}{'kmeans++':>10}{'random_from_data':>18}{'random':>8}")
+        for name, reached in init_quality():
+            print(f"{name:<18}{reached['kmeans++']:>10}{reached['random_from_data']:>18}{reached['random']:>8}")
 
 
 if __name__ == "__main__":
