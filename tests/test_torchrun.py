@@ -229,3 +229,93 @@ def test_run_local_reports_every_failed_or_killed_rank():
         run_local(_fail_on_rank_one, 2)
     with pytest.raises(RuntimeError, match=r"rank 0 produced no result \(killed after the 5 s timeout\)"):
         run_local(_hang_on_rank_zero, 2, timeout=5)
+
+
+# -- fail together: one rank's error reaches every rank at once, named, without a hang ----------
+
+def _outcome(fn):
+    """What ``fn()`` raised on this rank (type, message) and how long it took to raise."""
+    start = time.perf_counter()
+    try:
+        fn()
+    except Exception as exc:
+        return type(exc).__name__, str(exc), time.perf_counter() - start
+    return None, None, time.perf_counter() - start
+
+
+def _bad_inputs(rank, world):
+    from mixle_nb.parallel import TorchRunEncodedData
+    from mixle_nb.stats import DiagonalGaussianEstimator, em_step
+
+    x, start = gaussian_problem()
+    estimator = start.estimator()
+    out = {}
+    with TorchRunEncodedData(x, estimator=estimator) as ready:  # forms the group for the rest
+        nan_x = x.copy()
+        nan_x[3] = np.nan  # observation 3 lives on rank 1 (local index 1)
+        out["nan"] = _outcome(lambda: TorchRunEncodedData(nan_x, estimator=estimator))
+        wide = np.ones((40, 3 if rank == 1 else 2))
+        out["dimension"] = _outcome(lambda: TorchRunEncodedData(wide, estimator=DiagonalGaussianEstimator()))
+        out["no_root_data"] = _outcome(lambda: TorchRunEncodedData(None if rank == 0 else x, estimator=estimator,
+                                                                   root_only=True))
+        out["no_data"] = _outcome(lambda: TorchRunEncodedData(None if rank == 1 else x, estimator=estimator))
+        other = MixtureDistribution([GaussianDistribution(-1, 2), GaussianDistribution(0.5, 1),
+                                     GaussianDistribution(2, 1)], [0.3, 0.3, 0.4])
+        out["model_first_step"] = _outcome(lambda: em_step(ready, estimator, other if rank == 1 else start))
+        em_step(ready, estimator, start)  # a good step: the fold plan is agreed now
+        out["model_later_step"] = _outcome(lambda: em_step(ready, estimator, other if rank == 1 else start))
+        tuned = start.estimator(pseudo_count=1.0)
+        out["estimator"] = _outcome(lambda: em_step(ready, tuned if rank == 1 else estimator, start))
+        out["density_model"] = _outcome(lambda: ready.pysp_seq_log_density_sum(other if rank == 1 else start))
+        good_chunks = ready.chunks
+        if rank == 1:
+            ready.chunks = ["not an encoding"]  # this rank's E-step raises inside the step
+        out["e_step"] = _outcome(lambda: em_step(ready, estimator, start))
+        out["init"] = _outcome(lambda: ready.pysp_seq_initialize(estimator, 3, 0.5))
+        out["density"] = _outcome(lambda: ready.pysp_seq_log_density_sum(start))
+        out["stream"] = _outcome(lambda: ready.pysp_stream_accumulate(estimator, start))
+        ready.chunks = good_chunks
+        out["after"] = params(em_step(ready, estimator, start).model)  # the group is still in step
+    return out
+
+
+@pytest.fixture(scope="module")
+def bad_input_results():
+    return run_local(_bad_inputs, 2)
+
+
+PROMPT_S = 5.0  # loose: "about a second", far below any group timeout
+
+
+@pytest.mark.parametrize("case, failing, pattern", [
+    ("nan", 1, r"observation 1 is NaN or infinite; drop or impute it first"),
+    ("dimension", 1, r"the data on this rank differs from rank 0's \(an array of 40 observations of shape \(3,\).*"
+                     r"pass the same full data on every rank"),
+    ("no_root_data", 0, r"root_only=True needs the data on the root \(rank 0\), which got None"),
+    ("no_data", 1, r"data is None on rank 1: pass the same full data on every rank"),
+    ("model_first_step", 1, r"the model on this rank differs from rank 0's.*every rank must pass the same model"),
+    ("model_later_step", 1, r"the model on this rank differs from rank 0's"),
+    ("estimator", 1, r"the estimator on this rank differs from rank 0's"),
+    ("density_model", 1, r"the model on this rank differs from rank 0's"),
+    ("e_step", 1, r"."),
+    ("init", 1, r"."),
+    ("density", 1, r"."),
+    ("stream", 1, r"."),
+])
+def test_a_failing_rank_makes_every_rank_raise_promptly(bad_input_results, case, failing, pattern):
+    import re
+
+    own_type, own_message, own_s = bad_input_results[failing][case]
+    peer_type, peer_message, peer_s = bad_input_results[1 - failing][case]
+    assert own_type is not None and own_type != "PeerRankError"
+    assert re.search(pattern, own_message), own_message
+    assert peer_type == "PeerRankError"
+    assert f"rank {failing}: {own_message}" in peer_message  # the peer names the rank and its message
+    assert own_s < PROMPT_S and peer_s < PROMPT_S
+
+
+def test_the_group_stays_in_step_after_failures(bad_input_results):
+    x, start = gaussian_problem()
+    reference = single_process(x, start, start.estimator(), steps=1)
+    for r in bad_input_results:
+        np.testing.assert_allclose(r["after"], reference[0], rtol=1e-10)

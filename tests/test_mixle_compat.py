@@ -1,0 +1,229 @@
+"""The real mixle package (0.8.2) through our TorchRunEncodedData on real gloo groups.
+
+Each problem is fitted for 5 EM steps on 2 and 4 ranks and compared with mixle's own
+single-process EM from the same start: the model is identical on every rank, and its total
+log-density matches mixle's within 1e-10 relative, with the observation count exact. mixle's
+dispatch drives our handle, and our dispatch drives mixle's estimators. All of a world size's
+checks share one process group to keep the suite fast.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from mixle_nb.parallel.local_launch import run_local
+
+try:
+    import mixle.stats  # noqa: F401
+except ImportError:
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("needs the mixle extra: pip install 'mixle_nb[mixle]'", allow_module_level=True)
+
+STEPS = 5
+WORDS = ["apple", "banana", "cherry", "date", "elder", "fig"]
+
+
+def gaussian_mixture():
+    from mixle.stats import GaussianDistribution, MixtureDistribution
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(-2, 1, 300), rng.normal(3, 0.7, 301)])
+    start = MixtureDistribution([GaussianDistribution(-1.0, 1.0), GaussianDistribution(0.5, 1.0),
+                                 GaussianDistribution(2.0, 1.0)], [0.3, 0.3, 0.4])
+    return x, start
+
+
+def hidden_markov():
+    """Ragged sequences: lists of floats of different lengths."""
+    from mixle.stats import GaussianDistribution, HiddenMarkovModelDistribution, PoissonDistribution
+
+    truth = HiddenMarkovModelDistribution([GaussianDistribution(0.0, 1.0), GaussianDistribution(4.0, 1.0)],
+                                          [0.6, 0.4], [[0.9, 0.1], [0.2, 0.8]], len_dist=PoissonDistribution(7.0))
+    data = [list(map(float, s)) for s in truth.sampler(3).sample(90)]
+    start = HiddenMarkovModelDistribution([GaussianDistribution(-0.5, 2.0), GaussianDistribution(2.0, 2.0)],
+                                          [0.5, 0.5], [[0.7, 0.3], [0.3, 0.7]], len_dist=PoissonDistribution(5.0))
+    return data, start
+
+
+def word_mixture():
+    """Strings; the categorical statistics are dicts whose keys differ by rank (gather fold)."""
+    from mixle.stats import CategoricalDistribution, MixtureDistribution
+
+    rng = np.random.default_rng(4)
+    data = [str(w) for w in rng.choice(WORDS, size=160, p=[0.3, 0.25, 0.2, 0.1, 0.1, 0.05])]
+    start = MixtureDistribution([CategoricalDistribution({w: 1 / 6 for w in WORDS}),
+                                 CategoricalDistribution({"apple": 0.5, "fig": 0.3, "date": 0.2})], [0.5, 0.5])
+    return data, start
+
+
+def composite():
+    """Tuples of (float, string): a Gaussian and a categorical family side by side."""
+    from mixle.stats import CategoricalDistribution, CompositeDistribution, GaussianDistribution, MixtureDistribution
+
+    rng = np.random.default_rng(5)
+    data = [(float(rng.normal(0 if i % 3 else 5, 1)), str(rng.choice(WORDS[:3]))) for i in range(150)]
+    start = MixtureDistribution([
+        CompositeDistribution((GaussianDistribution(0.0, 2.0), CategoricalDistribution({w: 1 / 3 for w in WORDS[:3]}))),
+        CompositeDistribution((GaussianDistribution(3.0, 2.0), CategoricalDistribution({"apple": 0.6, "banana": 0.4}))),
+    ], [0.5, 0.5])
+    return data, start
+
+
+PROBLEMS = {"gaussian_mixture": gaussian_mixture, "hidden_markov": hidden_markov,
+            "word_mixture": word_mixture, "composite": composite}
+
+
+def mixle_reference(data, start, steps=STEPS):
+    """mixle's own single-process EM: models after each step and the final (count, log-density)."""
+    from mixle.inference import seq_estimate
+    from mixle.stats import seq_encode, seq_log_density_sum
+
+    enc = seq_encode(data, model=start)
+    estimator, model = start.estimator(), start
+    for _ in range(steps):
+        model = seq_estimate(enc, estimator, model)
+    return model, seq_log_density_sum(enc, model)
+
+
+def _our_fit(handle, estimator, model, steps=STEPS):
+    from mixle_nb.stats import em_step
+
+    for _ in range(steps):
+        model = em_step(handle, estimator, model).model
+    return model
+
+
+def _rank_checks(rank, world):
+    import mixle.inference
+    import mixle.inference.streaming
+    import mixle.stats
+
+    from mixle_nb.inference import optimize
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    out = {}
+    for name, problem in PROBLEMS.items():
+        data, start = problem()
+        estimator = start.estimator()
+        with TorchRunEncodedData(data, estimator=estimator, init_process_group=True) as h:
+            model = _our_fit(h, estimator, start)
+            out[name] = {"model": model, "repr": repr(model), "density_sum": h.pysp_seq_log_density_sum(model),
+                         "count": len(h), "path": "gather" if h._agreed.plan is None else "allreduce",
+                         "kept": None if h._agreed.plan is None else h._agreed.plan.kept}
+            # mixle's dispatch driving our handle, from the same start
+            mixle_model = start
+            for _ in range(STEPS):
+                mixle_model = mixle.inference.seq_estimate(h, estimator, mixle_model)
+            out[name]["mixle_dispatch"] = repr(mixle_model)
+            out[name]["mixle_density_sum"] = mixle.stats.seq_log_density_sum(h, mixle_model)
+            init = mixle.inference.seq_initialize(h, estimator, np.random.RandomState(7), 0.5)
+            out[name]["init"] = repr(init)
+            out[name]["init_density"] = h.pysp_seq_log_density_sum(init)
+            # our driver (optimize) running mixle's estimator on our handle
+            out[name]["optimize"] = repr(optimize(None, estimator, enc_data=h, prev_estimate=start,
+                                                  max_its=STEPS, delta=0.0, out=None))
+            stream_count, stream_value = mixle.inference.streaming.streaming_accumulate(h, estimator, start)
+            out[name]["stream"] = (stream_count, estimator.estimate(stream_count, stream_value.value()))
+
+    data, start = hidden_markov()
+    estimator = start.estimator()
+    ragged = TorchRunEncodedData(data if rank == 0 else None, estimator=estimator, root_only=True, sub_chunks=3)
+    out["root_only_ragged"] = (_our_fit(ragged, estimator, start), ragged.local_count, len(ragged.chunks))
+    ragged.close()
+    chunked = TorchRunEncodedData(data, model=start, sub_chunks=4)
+    out["sub_chunks_ragged"] = _our_fit(chunked, estimator, start)
+    chunked.close()
+    tiny_data = data[:world - 1]  # fewer sequences than ranks: the last rank holds none
+    for root_only in (False, True):
+        tiny = TorchRunEncodedData(tiny_data if rank == 0 or not root_only else None, estimator=estimator,
+                                   root_only=root_only)
+        out[f"tiny_{root_only}"] = (_our_fit(tiny, estimator, start, steps=2), tiny.local_count)
+        tiny.close()
+    return out
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def world_results(request):
+    return request.param, run_local(_rank_checks, request.param, timeout=600)
+
+
+def _same_on_every_rank(results, *keys):
+    """The value at ``keys``, checked identical on every rank (models by their full-precision repr)."""
+    def pick(r):
+        for k in keys:
+            r = r[k]
+        return r
+    first = pick(results[0])
+    assert all(repr(pick(r)) == repr(first) for r in results[1:]), f"{keys}: ranks disagree"
+    return first
+
+
+def total_log_density(data, model) -> float:
+    from mixle.stats import seq_encode, seq_log_density_sum
+
+    return seq_log_density_sum(seq_encode(data, model=model), model)[1]
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_five_steps_match_mixle_single_process(world_results, name):
+    from mixle.stats import seq_encode, seq_log_density_sum
+
+    world, results = world_results
+    data, start = PROBLEMS[name]()
+    reference, (ref_count, ref_total) = mixle_reference(data, start)
+    _same_on_every_rank(results, name, "repr")
+    ours = results[0][name]
+    count, total = seq_log_density_sum(seq_encode(data, model=ours["model"]), ours["model"])
+    assert count == ref_count == len(data) == ours["count"]  # counts exact
+    assert total == pytest.approx(ref_total, rel=1e-10)
+    assert ours["density_sum"][0] == ref_count  # the handle's own count and sum
+    assert ours["density_sum"][1] == pytest.approx(ref_total, rel=1e-10)
+    expected_path = "gather" if name in ("word_mixture", "composite") else "allreduce"
+    assert ours["path"] == expected_path
+    if name == "hidden_markov":
+        assert ours["kept"] == ((0, 2.0),)  # the state count, kept by combine rather than added
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_mixle_dispatch_drives_our_handle(world_results, name):
+    world, results = world_results
+    data, start = PROBLEMS[name]()
+    _, (ref_count, ref_total) = mixle_reference(data, start)
+    mixle_model = _same_on_every_rank(results, name, "mixle_dispatch")
+    assert mixle_model == results[0][name]["repr"]  # mixle's seq_estimate: the same model as em_step
+    count, total = results[0][name]["mixle_density_sum"]
+    assert count == ref_count and total == pytest.approx(ref_total, rel=1e-10)
+    assert _same_on_every_rank(results, name, "optimize") == results[0][name]["repr"]
+    _same_on_every_rank(results, name, "init")
+    assert results[0][name]["init_density"][0] == len(data)
+    assert np.isfinite(results[0][name]["init_density"][1])
+    # mixle's streaming driver: the folded statistics of the whole data under the start
+    stream_count, streamed = _same_on_every_rank(results, name, "stream")
+    assert stream_count == len(data)
+    one_step, _ = mixle_reference(data, start, steps=1)
+    assert total_log_density(data, streamed) == pytest.approx(total_log_density(data, one_step), rel=1e-10)
+
+
+def test_root_only_and_sub_chunks_with_ragged_sequences(world_results):
+    world, results = world_results
+    data, start = hidden_markov()
+    _, (_, ref_total) = mixle_reference(data, start)
+    root_only = _same_on_every_rank(results, "root_only_ragged", 0)
+    assert sum(r["root_only_ragged"][1] for r in results) == len(data)
+    assert all(r["root_only_ragged"][2] == 3 for r in results)
+    for model in (root_only, _same_on_every_rank(results, "sub_chunks_ragged")):
+        assert total_log_density(data, model) == pytest.approx(ref_total, rel=1e-10)
+
+
+@pytest.mark.parametrize("root_only", [False, True])
+def test_fewer_sequences_than_ranks(world_results, root_only):
+    world, results = world_results
+    data, start = hidden_markov()
+    tiny = data[:world - 1]
+    _, (_, ref_total) = mixle_reference(tiny, start, steps=2)
+    model = _same_on_every_rank(results, f"tiny_{root_only}", 0)
+    assert [r[f"tiny_{root_only}"][1] for r in results] == [1] * (world - 1) + [0]
+    assert total_log_density(tiny, model) == pytest.approx(ref_total, rel=1e-10)
