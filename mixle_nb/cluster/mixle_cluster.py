@@ -311,7 +311,10 @@ class MixleCluster:
     def ranks_died(self, ranks: Sequence[int]) -> RankDiedError:
         """Mark the cluster broken by the death of ``ranks``; returns the error to raise."""
         self.mark_broken(f"ranks {sorted(ranks)} died")
-        return RankDiedError(ranks)
+        # seen from here, a killed remote engine and one whose host dropped off the network
+        # are the same: the controller stopped hearing from it
+        remote = any(r in self._ranks and not self._ranks[r].local for r in ranks)
+        return RankDiedError(ranks, " or lost contact (no heartbeat from its host)" if remote else "")
 
     def mark_broken(self, reason: str) -> None:
         """The group cannot be trusted until ``restart()``; ``reason`` says why."""

@@ -21,6 +21,7 @@ import ipaddress
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,7 +36,11 @@ TOOLS = ("ip", "unshare", "setpriv", "ssh", "ssh-keygen")
 PREFIX = "mh"  # every object this harness names starts with "mh<owner pid>"
 _OWNED = re.compile(rf"^{PREFIX}(\d+)")
 SSH_TIMEOUT_S = 10.0
-SETTLE_S = 5.0  # how long a host may take to empty after its last process was told to stop
+SETTLE_S = 5.0
+# The controller's engine-facing sockets (registration, control, mux, task, iopub, two
+# heartbeat, one per broadcast leaf: 9 by default) take ports from this many; a real cluster
+# opens this range to the engines' hosts.
+ENGINE_PORTS = 16  # how long a host may take to empty after its last process was told to stop
 
 
 def missing_privileges() -> str | None:
@@ -209,7 +214,9 @@ class SimulatedNetwork:
         # the engines get the connection info in their environment (IPP_CONNECTION_INFO): no
         # connection files to copy, which saves several ssh round trips per engine
         config.SSHEngineLauncher.to_send = []
-        return {"config": config, "controller_ip": self.controller_ip}
+        lo, hi = self.engine_ports[0], self.engine_ports[-1]
+        return {"config": config, "controller_ip": self.controller_ip,
+                "controller_args": [f"--IPController.engine_ports={lo}-{hi}"]}
 
     # ---- building and removing
 
@@ -232,6 +239,7 @@ class SimulatedNetwork:
         self._add_link(self.bridge, ["type", "bridge"])
         _run(["ip", "addr", "add", f"{addresses[0]}/{subnet.prefixlen}", "dev", self.bridge])
         _run(["ip", "link", "set", self.bridge, "up"])
+        self.engine_ports = _free_ports(self.controller_ip, ENGINE_PORTS, start=subnet)
         self._make_keys()
         for i in range(self.n_hosts):
             host = SimulatedHost(i, f"{self.tag}h{i}", f"{self.tag}-host{i}", str(addresses[i + 1]),
@@ -319,6 +327,23 @@ def _free_subnet(tag: str) -> ipaddress.IPv4Network:
         if not any(subnet.overlaps(u) for u in used):
             return subnet
     raise RuntimeError("no free /24 left in 198.18.0.0/15")
+
+
+def _free_ports(address: str, count: int, start: ipaddress.IPv4Network) -> range:
+    """``count`` consecutive ports free on ``address``, below the ephemeral range (where no
+    random port lands), the first block tried chosen by the subnet (so by our pid)."""
+    blocks = range(20000, 32768 - count, count)
+    first = int(start.network_address) >> 8 & 0x1FF
+    for i in range(len(blocks)):
+        ports = range(blocks[(first + i) % len(blocks)], blocks[(first + i) % len(blocks)] + count)
+        try:
+            for port in ports:
+                with socket.socket() as probe:
+                    probe.bind((address, port))
+        except OSError:  # taken: next block
+            continue
+        return ports
+    raise RuntimeError(f"no {count} free consecutive ports on {address}")
 
 
 def remove_stale() -> None:
