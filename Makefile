@@ -10,8 +10,12 @@ CHROMIUM ?= /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# The multi-host tests (tests/multihost, root only) run an OpenSSH server in each simulated
+# host's network namespace (iproute2). Installed here when missing; where systemd runs, apt
+# also starts the system's ssh service, which the tests never use.
+SSHD ?= /usr/sbin/sshd
 
-.PHONY: venv browser test demo lab
+.PHONY: venv browser multihost test demo lab
 
 venv: $(STAMP)
 
@@ -27,7 +31,13 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core
 
-test: venv browser
+multihost: $(SSHD)
+
+$(SSHD):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server iproute2
+
+test: venv browser multihost
 	OMP_NUM_THREADS=1 MIXLE_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q
 
 demo: venv
