@@ -6,6 +6,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import psutil
 import pytest
 
@@ -110,6 +111,20 @@ def test_bad_backend_timeout_and_nccl_without_gpu():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="nccl.*GPU"):
             MixleCluster(2, backend="nccl")
+
+
+def test_numpy_integers_are_integers_and_bools_and_floats_are_not():
+    assert MixleCluster(np.int64(2), threads=np.int64(1)).n == 2
+    with pytest.raises(ValueError, match="threads must be an integer"):
+        MixleCluster(2, threads=1.0)
+
+
+def test_targets_follow_the_same_rules(cluster2):
+    assert cluster2.run(rank_and_world, targets=np.int64(1)) == [(1, 2)]
+    assert cluster2.run(rank_and_world, targets=[np.int64(0)]) == [(0, 2)]
+    for bad in (True, 1.0, [0, 2], [], -1):
+        with pytest.raises(ValueError, match="targets"):
+            cluster2.run(rank_and_world, targets=bad)
 
 
 def test_max_engines_is_stated():

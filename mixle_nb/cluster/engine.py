@@ -18,8 +18,18 @@ _group_sockets: dict[int, str] = {}
 
 
 def describe() -> dict:
-    """Identity of this engine; importing torch here overlaps it with other engines' startup."""
+    """Identity of this engine; importing torch here overlaps it with other engines' startup.
+
+    Also switches the engine to plain tracebacks: IPython's default context mode parses every
+    frame's source file, which for torch.distributed's frames delays a rank's first error by
+    about a second.
+    """
     import torch
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None:
+        shell.InteractiveTB.set_mode("Plain")
 
     return {"pid": os.getpid(), "host": socket.gethostname(),
             "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
