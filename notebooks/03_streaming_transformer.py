@@ -20,9 +20,9 @@
 # windows from their own part of the text and train together with `DistributedDataParallel`
 # (DDP). You will see
 #
-# 1. the text and how it is split across ranks,
+# 1. the text, and how each rank reads its own part of a token file,
 # 2. what the untrained model writes,
-# 3. the live loss of each rank and their mean,
+# 3. the live loss of each rank, their mean, and the loss on held-out text,
 # 4. what the model writes after training,
 # 5. what the gradient all-reduce does, and why no statistics are gathered.
 
@@ -30,6 +30,8 @@
 # The next cell imports what the notebook uses and loads the mixle magics.
 
 # %%
+import threading
+import time
 from collections import Counter
 
 import matplotlib.pyplot as plt
@@ -59,15 +61,18 @@ torch.set_num_threads(1)  # this kernel's maths on one thread: the engines need 
 #
 # `stdlib_text` joins the docstrings of some Python standard-library modules: real English
 # prose, available offline. A character-level tokenizer gives each distinct character an id.
-# The next cell takes 40,000 characters, prints their alphabet size and an excerpt, and draws
-# the most common characters.
+# We keep the last tenth of the text aside as **held-out** text, never trained on, to measure
+# how well the model predicts text it has not seen. The next cell prints the sizes, the
+# alphabet and an excerpt, and draws the most common characters.
 
 # %%
-text = stdlib_text(40_000)
+text = stdlib_text()
+split = len(text) * 9 // 10
 tok = CharTokenizer.fit(text)
-ids = tok.encode(text)
-print(f"{len(text):,} characters, {tok.vocab_size} distinct. Guessing uniformly among them would "
-      f"cost log({tok.vocab_size}) = {np.log(tok.vocab_size):.2f} nats per character. An excerpt:\n")
+train_ids, held_out_ids = tok.encode(text[:split]), tok.encode(text[split:])
+print(f"{len(text):,} characters: {len(train_ids):,} to train on, {len(held_out_ids):,} held out. "
+      f"{tok.vocab_size} distinct characters: guessing uniformly among them would cost "
+      f"log({tok.vocab_size}) = {np.log(tok.vocab_size):.2f} nats per character. An excerpt:\n")
 print(text[2000:2300])
 
 common = Counter(text).most_common(30)
@@ -77,76 +82,142 @@ ax.set(title="the 30 most common characters (␣ is a space, \\n a new line)", y
 plt.show()
 
 # %% [markdown]
+# ## Each rank maps its own part of a token file
+#
+# Tokenized corpora are usually kept as one flat file of token ids (`uint16` when there are
+# fewer than 65,536 distinct tokens). The next cell writes the training ids that way, to a
+# temporary folder; each rank will map the file and read only its own contiguous part, so
+# the training text never travels through the notebook to the ranks.
+
+# %%
+import tempfile
+from pathlib import Path
+
+folder = tempfile.TemporaryDirectory()  # removed at the end of the notebook
+token_file = str(Path(folder.name) / "train_tokens.npy")
+np.save(token_file, np.asarray(train_ids, dtype=np.uint16))
+print(f"{token_file}: {Path(token_file).stat().st_size:,} bytes")
+
+# %% [markdown]
 # ## The model: same seed, same weights on every rank
 #
 # A tiny decoder-only transformer: 2 blocks, 64-wide, 4 attention heads, 32 characters of
 # context. `build_causal_lm(..., seed=0)` makes its initial weights depend only on the seed.
 # We build it once here and push it (inside its estimator, with the learning rate) to every
-# rank, together with the token ids and the tokenizer, so all ranks start identical.
-# The next cell does that and prints the model's size.
+# rank, together with the file's path, the held-out ids and the tokenizer, so all ranks start
+# identical. The next cell does that and prints the model's size.
 
 # %%
 lm = StreamingTransformerLeafEstimator(
     build_causal_lm(tok.vocab_size, d_model=64, n_layer=2, n_head=4, block=32, seed=0), lr=1e-2)
 n_weights = sum(p.numel() for p in lm.module.parameters())
 print(f"{n_weights:,} weights")
-# %mixle_push ids tok lm
+# %mixle_push token_file held_out_ids tok lm
 
 # %% [markdown]
-# ## Streaming the data
+# ## Streaming the data, a loss at every position
 #
-# On each rank a `StreamingTokenEncodedData` handle keeps one contiguous quarter of the token
-# ids and cuts training windows from it on the fly: 32 characters of context, and the
-# character that follows as the target. A batch is 32 windows in a shuffled order; the full
-# windows × 32 matrix is never built. The picture:
+# On each rank a `StreamingTokenEncodedData` handle maps its contiguous part of the token
+# file and cuts training windows from it on the fly, a batch at a time. A window is 32
+# characters, and the model predicts **each** of them from the ones before it (a causal mask
+# keeps it from looking ahead), so every window yields 32 losses, its **targets**. Windows
+# start every 32 characters, from a random offset each epoch, so an **epoch** predicts every
+# character of the shard about once. A **step** is one optimizer step on one batch of windows
+# from every rank. The full windows × 32 matrix is never built. The picture:
 
 # %%
 diagrams.token_shards(world=mixle.n, block=lm.module.block)
 
 # %% [markdown]
-# The next cell builds the handle on every rank and prints its size and steps per epoch.
+# The next cell builds on every rank the training handle over the file (up to 20 epochs) and a
+# second handle over the held-out ids, and prints the training handle's size and steps.
 
 # %%
 # %%mixle --all
 from mixle_nb.parallel import StreamingTokenEncodedData
 
-th = StreamingTokenEncodedData(ids, block=32, batch_size=32, epochs=1)
-print(f"{len(th):,} tokens, {th.total_steps} steps in one epoch")
+th = StreamingTokenEncodedData.from_file(token_file, block=32, batch_size=32, epochs=20)
+held_out = StreamingTokenEncodedData(held_out_ids, block=32, batch_size=32)
+print(f"{len(th):,} tokens, {th.steps_per_epoch} steps an epoch, {th.total_steps} steps in all")
+
+# %% [markdown]
+# How much training signal a step carries: the targets of one step, over all ranks.
+
+# %%
+targets_per_step = mixle.n * 32 * lm.module.block
+print(f"{mixle.n} ranks × 32 windows × {lm.module.block} positions = {targets_per_step:,} targets per step")
 
 # %% [markdown]
 # ## Before training
 #
 # On rank 0 (`--targets 0`), the untrained model continues the prompt "The " with 150
-# characters. Its next-character guesses are close to uniform, so the output is noise.
+# characters; its next-character guesses are close to uniform. The cell keeps the text, and
+# the next one measures it.
 
 # %%
 # %%mixle --targets 0
 untrained = th.pysp_seq_initialize(lm, None, 1.0)   # the pushed model as it is, untrained
-print(tok.decode(untrained.generate(tok.encode("The "), 150, temperature=0.8, seed=0)))
+before = tok.decode(untrained.generate(tok.encode("The "), 150, temperature=0.8, seed=0))
+print(before)
+
+# %% [markdown]
+# One way to tell noise from language: the share of the generated words (runs of three or
+# more letters) that occur anywhere in the training text. The next cell defines it and measures the
+# untrained model's text.
+
+# %%
+import re
+
+WORD = r"[A-Za-z]{3,}"
+known_words = set(re.findall(WORD, text[:split]))
+
+
+def real_word_share(sample):
+    words = re.findall(WORD, sample[len("The "):])
+    return sum(word in known_words for word in words) / max(len(words), 1), len(words)
+
+
+# before = %mixle_pull before
+share, n_words = real_word_share(before)
+print(f"untrained: {share:.0%} of {n_words} generated words occur in the training text")
 
 # %% [markdown]
 # ## Training, with the loss of every rank live
 #
-# `TrainPanel` trains every rank on its own shard, in calls of 50 steps. Every 10 steps each
-# rank publishes its mean loss (in nats per character) through ipyparallel's data channel:
-# thin lines per rank, the thick line is their mean. Compare it with the uniform guess
-# printed above.
+# `TrainPanel` trains every rank on its own shard, in calls of 25 steps. Every 10 steps each
+# rank publishes its mean loss per target (in nats per character) through ipyparallel's data
+# channel: thin lines per rank, the thick line is their smoothed mean. After every call the
+# panel also measures the loss on the held-out text (the points): when it stops falling while
+# the training loss still does, the model is memorising the training text. Compare both with
+# the uniform guess printed above.
 #
 # The next cell creates the panel.
 
 # %%
-panel = TrainPanel(mixle, handle="th", estimator="lm", tokenizer=tok, prompt="The ",
-                   sample_chars=150, chunk_steps=50, report_every=10)
+panel = TrainPanel(mixle, handle="th", estimator="lm", validation="held_out", tokenizer=tok,
+                   prompt="The ", sample_chars=150, chunk_steps=25, report_every=10)
 panel
 
 # %% [markdown]
-# Train one epoch (the **Train** button); the panel above redraws as the ranks report.
+# Training gets a fixed wall-time budget: the next cell presses **Train**, and a timer
+# presses **Stop** when the budget runs out (on a cluster the ranks stop together at the end
+# of the current call). The panel above redraws as the ranks report; the cell prints how many
+# steps and targets fitted in the budget.
 
 # %%
-panel.train()
+BUDGET_S = 45
+started = time.perf_counter()
+timer = threading.Timer(BUDGET_S, panel.stop)
+timer.start()
+panel.train()  # returns at the end of the epochs, or after the stop
+timer.cancel()
 if panel.error:  # a failure shows in the panel; raise it here too
     raise panel.error
-print(f"trained {max(points[-1][0] for points in panel.curves.values())} steps on each rank")
+train_seconds = time.perf_counter() - started
+steps = max(points[-1][0] for points in panel.points.values())
+targets = sum(points[-1][1] for points in panel.points.values())
+print(f"trained {steps} steps on each rank in {train_seconds:.0f} s: {targets:,} targets over all ranks, "
+      f"{targets / train_seconds:,.0f} targets per second")
 
 # %% [markdown]
 # A static picture of the loss curves, for exported reports:
@@ -157,18 +228,21 @@ panel.snapshot()
 # %% [markdown]
 # ## After training
 #
-# The mean loss over the ranks at the first and the last report, and what the trained model
-# writes from the same prompt (rank 0, same temperature and seed as before). After one short
-# epoch it is far from fluent, but it has learned spaces, short common words such as "the"
-# and "of", and word-like chunks of letters.
+# The mean training loss over the ranks at the first and the last report, the held-out loss
+# after the first and the last call, and what the trained model writes from the same prompt
+# (rank 0, same temperature and seed as before), measured the same way as the untrained text.
 
 # %% tags=["summary"]
 first_step = min(points[0][0] for points in panel.curves.values())
 last_step = max(points[-1][0] for points in panel.curves.values())
 start_loss = np.mean([points[0][1] for points in panel.curves.values()])
 end_loss = np.mean([points[-1][1] for points in panel.curves.values()])
-print(f"mean loss over {len(panel.curves)} ranks: {start_loss:.2f} nats/char at step {first_step}"
-      f" -> {end_loss:.2f} nats/char at step {last_step}")
+print(f"mean training loss over {len(panel.curves)} ranks: {start_loss:.2f} nats/char at step {first_step}"
+      f" -> {end_loss:.2f} nats/char at step {last_step} ({train_seconds:.0f} s)")
+print(f"held-out loss: {panel.held_out[0][2]:.2f} nats/char at step {panel.held_out[0][0]}"
+      f" -> {panel.held_out[-1][2]:.2f} at step {panel.held_out[-1][0]}")
+share_after, n_after = real_word_share(panel.sample_text)
+print(f"generated words that occur in the training text: {share:.0%} untrained -> {share_after:.0%} trained")
 print("generated after training:")
 print(panel.sample_text)
 
@@ -241,15 +315,19 @@ plt.show()
 # %% [markdown]
 # ## Stop the cluster
 #
-# The next cell stops the engines and the controller and waits for their processes to exit.
+# The next cell stops the engines and the controller, waits for their processes to exit, and
+# removes the token file.
 
 # %%
 # %mixle_cluster stop
+folder.cleanup()
 
 # %% [markdown]
 # ## Summary
 #
-# * Every rank starts from the same seeded weights and streams windows from its own shard.
+# * Every rank starts from the same seeded weights and streams windows from its own part of
+#   the token file, taking the loss at every position of every window.
+# * The held-out loss tells learning from memorising.
 # * DDP's gradient all-reduce keeps the replicas identical step after step; nothing else
 #   crosses between ranks.
 # * The loss curves travel to the notebook through ipyparallel, not through the training group.

@@ -107,16 +107,17 @@ def ddp_step(world: int) -> None:
 
 
 def token_shards(world: int, block: int) -> None:
-    """The token ids cut into ``world`` contiguous shards, and one window of ``block`` tokens."""
+    """The token ids cut into ``world`` contiguous shards, and one window of ``block`` targets."""
     b = Board(9.0, 1.9)
     b.text(0.1, 1.7, f"the token ids of the whole text, cut into {world} contiguous parts")
     w = 8.8 / world
     for r in range(world):
         b.box(0.1 + r * w, 1.0, w - 0.05, 0.45, f"rank {r}", face="white", edge=RANK_COLOURS[r % 8], size=8)
     b.frame(0.1 + 1.68 * w, 0.95, 0.6, 0.55, RED, lw=1.5)
-    b.text(2.9, 0.6, f"one training window: {block} tokens of context → the token that follows",
-           size=8, colour=RED)
-    b.text(2.9, 0.3, "windows are cut on the fly, a batch at a time, in a shuffled order", size=8, colour=GREY)
+    b.text(2.9, 0.6, f"one training window: {block} tokens, each predicted from those before it "
+           f"({block} targets)", size=8, colour=RED)
+    b.text(2.9, 0.3, f"windows start every {block} tokens (a random offset each epoch); cut on the fly, "
+           "a batch at a time, in a shuffled order", size=8, colour=GREY)
     b.show()
 
 
