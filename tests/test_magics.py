@@ -98,3 +98,28 @@ def test_help_is_available(shell, capsys):
         assert f"%{magic}" in text and "Example" in text
     shell.run_cell_magic("mixle", "--help", "pass")
     assert "--targets" in capsys.readouterr().out
+
+
+def test_kill_9_during_a_cell_then_restart(shell, capsys):
+    import os
+    import signal
+    import threading
+    import time
+
+    shell.run_line_magic("mixle_cluster", "start 2 --timeout 20")
+    cluster = shell.user_ns["mixle"]
+    victim = cluster.status()[1].pid
+    threading.Timer(1.0, os.kill, (victim, signal.SIGKILL)).start()
+    t0 = time.monotonic()
+    message = usage_error(shell, "mixle", "", "import torch, torch.distributed as dist\n"
+                                              "t = torch.ones(1000)\n"
+                                              "while True:\n"
+                                              "    dist.all_reduce(t)")
+    assert "rank 1 died" in message and time.monotonic() - t0 < 1.0 + 3.0
+    assert cluster.state == "broken"
+    assert "needs a restart" in usage_error(shell, "mixle", "", "print(1)")
+    shell.run_line_magic("mixle_cluster", "restart")
+    capsys.readouterr()
+    shell.run_cell_magic("mixle", "", "import torch.distributed as dist\nprint(dist.get_world_size())")
+    assert capsys.readouterr().out == "2\n" and victim not in [r.pid for r in cluster.status()]
+    shell.run_line_magic("mixle_cluster", "stop")
