@@ -7,7 +7,6 @@ import warnings
 
 import numpy as np
 import pytest
-from sklearn.mixture import GaussianMixture
 
 from mixle_nb.inference import (aic, bic, choose_k, fit, initial_model, optimize, predict, predict_proba,
                                 score_samples)
@@ -26,10 +25,14 @@ def params(model) -> np.ndarray:
 
 
 def _rank_fits(rank, world):
-    """Every dataset, every seed, in one process group (spawning one costs seconds)."""
+    """Every dataset, every seed, in one process group (spawning one costs seconds); each
+    handle adopts the group rather than forming its own."""
+    import torch.distributed as dist
+
     from mixle_nb.parallel import TorchRunEncodedData
 
     warnings.simplefilter("error")  # a fallback to "random" would warn: the start must run on the ranks
+    dist.init_process_group("gloo")
     out = {"log_densities": [], "starts": []}
     for ds in datasets():
         estimator = ds.estimator()
@@ -48,7 +51,8 @@ def _rank_fits(rank, world):
                 out["shard_proba"] = predict_proba(handle, model)
                 out["model"] = params(model), model
                 out["criteria"] = bic(handle, model, estimator), aic(handle, model, estimator)
-                out["chosen_k"] = choose_k(handle, ds.estimator, range(1, ds.k + 3), rng=0, out=None).best_k
+                out["chosen_k"] = choose_k(handle, ds.estimator, range(ds.k - 1, ds.k + 2), rng=0, out=None).best_k
+    dist.destroy_process_group()
     return out
 
 
@@ -60,6 +64,8 @@ def rank_results(request):
 @pytest.fixture(scope="module")
 def sklearn_log_likelihoods():
     """scikit-learn's default fit (k-means start, tol 1e-3) on each dataset."""
+    from sklearn.mixture import GaussianMixture  # here: the ranks import this module, and need not load it
+
     found = []
     for ds in datasets():
         x = ds.x.reshape(len(ds.x), -1)

@@ -6,15 +6,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
-import torch.distributed as dist
 
 from ..stats.base import Estimator
 from .fail_together import raise_together
 
 
 class HandleExchange:
-    """The :class:`mixle_nb.stats.kmeans.Exchange` of a TorchRunEncodedData's ranks (its
-    collectives, so timeouts and the small-vector fast path are the handle's)."""
+    """The :class:`mixle_nb.stats.kmeans.Exchange` of a TorchRunEncodedData's ranks, plus a
+    gather (its own collectives, so timeouts and the small-vector fast path are the handle's)."""
 
     def __init__(self, handle: Any):
         self._handle = handle
@@ -24,11 +23,8 @@ class HandleExchange:
         return self._handle._sum_across_ranks(numbers)
 
     def gather(self, obj: Any) -> list:
-        if self.world == 1:
-            return [obj]
-        gathered = [None] * self.world
-        dist.all_gather_object(gathered, obj, group=self._handle.group)
-        return gathered
+        """Every rank's ``obj`` in rank order, on every rank."""
+        return self._handle._all_gather(obj)
 
     def fold(self, estimator: Estimator, count: float, acc: Any) -> float:
         return self._handle._fold(estimator, count, acc, float("nan"))[0]

@@ -78,24 +78,38 @@ def check_kmeans_estimator(estimator: Estimator, chunks: Sequence[Any]) -> int:
 
 
 class _Shard:
-    """A rank's points, (D, N) per chunk, with their squared norms computed once."""
+    """A rank's points, (D, N) per chunk. Distances are taken relative to an ``origin`` shared
+    by every rank (the first centre), so data far from zero keep their precision: squared
+    norms ``|x - origin|²`` are computed once, when the origin is set."""
 
     def __init__(self, chunks: Sequence[Any]):
         self.points = [encoded_points(enc) for enc in chunks]
-        self.norms = [(x * x).sum(dim=0) for x in self.points]
         self.sizes = [x.shape[1] for x in self.points]
         self.dim = self.points[0].shape[0] if self.points else 0
+        self.origin, self.norms = None, None
+
+    def set_origin(self, origin: np.ndarray) -> None:
+        self.origin = np.asarray(origin, dtype=np.float64)
+        self.norms = [squared_norms(x, self.origin) for x in self.points]
 
     def nearest(self, centres: np.ndarray) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per chunk, each point's squared distance to its nearest centre and that centre's index."""
-        return [_nearest(x, norm, centres) for x, norm in zip(self.points, self.norms)]
+        return [_nearest(x, norm, centres, self.origin) for x, norm in zip(self.points, self.norms)]
 
 
-def _nearest(x: torch.Tensor, norms: torch.Tensor, centres: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """``|x|² - 2 x·c + |c|²`` by blocks of rows, one product and one row-wise minimum each;
-    ``|x|²`` is the same for every centre, so it is added after the minimum."""
-    c = torch.from_numpy(np.ascontiguousarray(centres, dtype=np.float64))
-    c_norms = (c * c).sum(dim=1)[None, :]
+def squared_norms(x: torch.Tensor, origin: np.ndarray) -> torch.Tensor:
+    """``|x - origin|²`` of each column of ``x`` (D, N)."""
+    return (x - torch.from_numpy(origin)[:, None]).square_().sum(dim=0)
+
+
+def _nearest(x: torch.Tensor, norms: torch.Tensor, centres: np.ndarray,
+             origin: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nearest centre by ``|x-o|² - 2 x·(c-o) + (2 o·(c-o) + |c-o|²)``: one product and one
+    row-wise minimum per block of rows, ``|x-o|²`` (the same for every centre) added after
+    the minimum. The product's rounding is relative to ``|o|·|c-o|``, not ``|x|²``."""
+    shifted = np.ascontiguousarray(centres, dtype=np.float64) - origin
+    c = torch.from_numpy(shifted)
+    const = torch.from_numpy(2.0 * shifted @ origin + (shifted * shifted).sum(axis=1))[None, :]
     rows = x.T  # (N, D)
     n = rows.shape[0]
     best = torch.empty(n, dtype=torch.float64)
@@ -103,7 +117,7 @@ def _nearest(x: torch.Tensor, norms: torch.Tensor, centres: np.ndarray) -> tuple
     step = max(256, DISTANCE_BLOCK_ELEMENTS // max(len(c), 1))
     for start in range(0, n, step):
         stop = min(start + step, n)
-        d2 = torch.addmm(c_norms, rows[start:stop], c.T, alpha=-2.0)
+        d2 = torch.addmm(const, rows[start:stop], c.T, alpha=-2.0)
         torch.min(d2, dim=1, out=(best[start:stop], index[start:stop]))
     return best.add_(norms).clamp_(min=0.0), index
 
@@ -165,6 +179,7 @@ def kmeans_parallel_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray,
     of ``ℓ = 2k`` are Spark MLlib's default (it found Bahmani et al.'s five excessive)."""
     shared = np.random.default_rng([seed, 3])
     candidates = proposals[[int(shared.choice(len(sizes), p=sizes / sizes.sum()))]]
+    shard.set_origin(candidates[0])
     nearest = shard.nearest(candidates)
     local_rng = np.random.default_rng([seed, 2, exchange.rank])
     ell = oversampling * k
@@ -188,7 +203,7 @@ def kmeans_parallel_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray,
         if len(new) == 0:
             continue
         for i, (x, norm) in enumerate(zip(shard.points, shard.norms)):
-            d2_new, index_new = _nearest(x, norm, new)
+            d2_new, index_new = _nearest(x, norm, new, shard.origin)
             d2, index = nearest[i]
             closer = d2_new < d2
             nearest[i] = (torch.where(closer, d2_new, d2), torch.where(closer, index_new + len(candidates), index))
@@ -240,7 +255,8 @@ def reduce_candidates(points: np.ndarray, weights: np.ndarray, k: int, rng: np.r
 
 def lloyd(shard: _Shard, centres: np.ndarray, exchange: Exchange, iterations: int, tol: float = 1e-8) -> np.ndarray:
     """Lloyd iterations over every rank's data, one sum each; a centre that loses all its
-    points stays where it was. Stops early once no centre moves by more than ``tol`` relative."""
+    points stays where it was. Stops early once the centres move by at most ``tol`` relative
+    to their spread."""
     k, d = centres.shape
     for _ in range(iterations):
         stats = np.zeros((k, d + 1))
@@ -253,7 +269,7 @@ def lloyd(shard: _Shard, centres: np.ndarray, exchange: Exchange, iterations: in
         moved = np.where(mass > 0, stats[:, 1:] / np.maximum(mass, 1.0), centres)
         shift = float(((moved - centres) ** 2).sum())
         centres = moved
-        if shift <= tol * tol * max(float((centres**2).sum()), 1.0):
+        if shift <= tol * tol * float(((centres - centres.mean(axis=0)) ** 2).sum()):
             break
     return centres
 
@@ -267,7 +283,7 @@ def model_from_centres(chunks: Sequence[Any], estimator: Estimator, centres: np.
     for enc in chunks:
         for _, _, block in blocks(enc, k):
             x = encoded_points(block)
-            _, index = _nearest(x, (x * x).sum(dim=0), centres)
+            _, index = _nearest(x, squared_norms(x, centres[0]), centres, centres[0])
             resp = torch.zeros(k, x.shape[1], dtype=torch.float64)
             resp[index, torch.arange(x.shape[1])] = 1.0
             acc.seq_update_responsibilities(block, resp)
