@@ -22,6 +22,12 @@ class EncodedDataHandle(Protocol):
 
     - ``pysp_em_step(estimator, prev_estimate) -> EMStep``: the new model and the previous
       model's log-density from one pass (dispatch tries it first).
+    - ``pysp_kmeans_init(estimator, rng, init) -> model``: a k-means‖ (or random-observation)
+      mixture start computed where the shards live; without it ``init="kmeans++"`` falls back
+      to ``"random"`` with a warning.
+    - ``pysp_shard_map(function, gather=False) -> ndarray``: ``function(enc)`` per shard
+      (``predict``, ``predict_proba``, ``score_samples``); ``gather=True`` returns every
+      observation's result in the original order on every rank.
     """
 
     def pysp_seq_estimate(self, estimator: Any, prev_estimate: Any) -> Any:
