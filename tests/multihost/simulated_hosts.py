@@ -35,12 +35,13 @@ SSHD = "/usr/sbin/sshd"
 TOOLS = ("ip", "unshare", "setpriv", "ssh", "ssh-keygen")
 PREFIX = "mh"  # every object this harness names starts with "mh<owner pid>"
 _OWNED = re.compile(rf"^{PREFIX}(\d+)")
+_KEY_DIR = re.compile(rf"^{PREFIX}\d+-[a-z0-9_]{{8}}$")  # tempfile.mkdtemp(prefix="mh<pid>-")
 SSH_TIMEOUT_S = 10.0
-SETTLE_S = 5.0
+SETTLE_S = 5.0  # how long a host may take to empty after its last process was told to stop
 # The controller's engine-facing sockets (registration, control, mux, task, iopub, two
 # heartbeat, one per broadcast leaf: 9 by default) take ports from this many; a real cluster
 # opens this range to the engines' hosts.
-ENGINE_PORTS = 16  # how long a host may take to empty after its last process was told to stop
+ENGINE_PORTS = 16
 
 
 def missing_privileges() -> str | None:
@@ -55,7 +56,7 @@ def missing_privileges() -> str | None:
     probe = f"{PREFIX}{os.getpid()}probe"
     made = _run(["ip", "netns", "add", probe], check=False)
     if made.returncode != 0:
-        return f"cannot create a network namespace: {made.stderr.strip()}"
+        return f"cannot create a network namespace (needs CAP_SYS_ADMIN, CAP_NET_ADMIN): {made.stderr.strip()}"
     _run(["ip", "netns", "del", probe], check=False)
     return None
 
@@ -135,12 +136,10 @@ class SimulatedHost:
         with open(log, "w") as out:
             self.sshd = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         deadline = time.monotonic() + SSH_TIMEOUT_S
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.sshd.poll() is None:
             children = psutil.Process(self.sshd.pid).children()
             if children and "sshd" in children[0].name():
                 self._listener = children[0]
-                break
-            if self.sshd.poll() is not None:
                 break
             time.sleep(0.05)
         if self._listener is None:
@@ -239,7 +238,7 @@ class SimulatedNetwork:
         self._add_link(self.bridge, ["type", "bridge"])
         _run(["ip", "addr", "add", f"{addresses[0]}/{subnet.prefixlen}", "dev", self.bridge])
         _run(["ip", "link", "set", self.bridge, "up"])
-        self.engine_ports = _free_ports(self.controller_ip, ENGINE_PORTS, start=subnet)
+        self.engine_ports = _free_ports(self.controller_ip, ENGINE_PORTS, self.tag)
         self._make_keys()
         for i in range(self.n_hosts):
             host = SimulatedHost(i, f"{self.tag}h{i}", f"{self.tag}-host{i}", str(addresses[i + 1]),
@@ -329,11 +328,11 @@ def _free_subnet(tag: str) -> ipaddress.IPv4Network:
     raise RuntimeError("no free /24 left in 198.18.0.0/15")
 
 
-def _free_ports(address: str, count: int, start: ipaddress.IPv4Network) -> range:
+def _free_ports(address: str, count: int, tag: str) -> range:
     """``count`` consecutive ports free on ``address``, below the ephemeral range (where no
-    random port lands), the first block tried chosen by the subnet (so by our pid)."""
+    random port lands); the first block tried is chosen by our pid."""
     blocks = range(20000, 32768 - count, count)
-    first = int(start.network_address) >> 8 & 0x1FF
+    first = int(_OWNED.match(tag).group(1))
     for i in range(len(blocks)):
         ports = range(blocks[(first + i) % len(blocks)], blocks[(first + i) % len(blocks)] + count)
         try:
@@ -347,10 +346,16 @@ def _free_ports(address: str, count: int, start: ipaddress.IPv4Network) -> range
 
 
 def remove_stale() -> None:
-    """Remove namespaces and links that earlier harness runs left behind (their owner died)."""
+    """Remove the namespaces, links and key directories that earlier harness runs left behind
+    (their owner died; its processes died with it)."""
     def stale(name):
         owner = _OWNED.match(name)
         return owner is not None and not psutil.pid_exists(int(owner.group(1)))
+
+    temp = tempfile.gettempdir()
+    for name in os.listdir(temp):
+        if _KEY_DIR.match(name) and stale(name):
+            shutil.rmtree(os.path.join(temp, name), ignore_errors=True)
 
     for line in _run(["ip", "netns", "list"]).stdout.splitlines():
         name = line.split()[0] if line.strip() else ""
