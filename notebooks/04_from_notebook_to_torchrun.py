@@ -88,7 +88,8 @@ plt.show()
 #
 # Notebook 03's training runs the same way. The next cell writes a short training script to a
 # temporary folder (so nothing is left behind), shows it, runs it with 2 processes, and prints
-# rank 0's output: the loss every 10 steps, then generated text.
+# rank 0's output: the loss every 10 steps (with the count of targets, the tokens whose loss
+# was taken), then generated text.
 
 # %%
 LM_SCRIPT = '''\
@@ -99,7 +100,7 @@ from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, bu
 from mixle_nb.parallel import StreamingTokenEncodedData, torchrun_out
 
 torch.set_num_threads(1)
-text = stdlib_text(20_000)
+text = stdlib_text(60_000)
 tok = CharTokenizer.fit(text)
 lm = StreamingTransformerLeafEstimator(
     build_causal_lm(tok.vocab_size, d_model=64, n_layer=2, n_head=4, block=32, seed=0), lr=1e-2)
@@ -107,12 +108,14 @@ out = torchrun_out()  # rank 0 prints, the other ranks stay quiet
 
 
 def report(progress):
-    print(f"step {progress['step']:3d}  loss {progress['loss']:.3f}", file=out, flush=True)
+    print(f"step {progress['step']:3d}  loss {progress['loss']:.3f}  ({progress['targets']:,} targets)",
+          file=out, flush=True)
 
 
-with StreamingTokenEncodedData(tok.encode(text), block=32, batch_size=32, max_steps=100,
+with StreamingTokenEncodedData(tok.encode(text), block=32, batch_size=32, epochs=4, max_steps=100,
                                progress=report, progress_every=10) as th:
-    print(f"{th.world} ranks, {len(th):,} tokens on this rank", file=out)
+    print(f"{th.world} ranks, {len(th):,} tokens and {th.steps_per_epoch} steps an epoch on this rank",
+          file=out)
     leaf = th.pysp_seq_estimate(lm, None)
     print(tok.decode(leaf.generate(tok.encode("The "), 100, temperature=0.8, seed=0)), file=out)
 '''
