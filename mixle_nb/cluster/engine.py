@@ -66,10 +66,10 @@ def interface_toward(peer_host: str) -> str:
     raise RuntimeError(f"no interface carries {address}, the route to {peer_host}")
 
 
-def rendezvous_address(peer_host: str | None = None) -> tuple[str, int]:
-    """(address this host uses to reach ``peer_host``, a free TCP port on it); ``peer_host``
-    defaults to the controller, whom every engine reaches."""
-    address = local_address_toward(peer_host or controller_host())
+def rendezvous_address() -> tuple[str, int]:
+    """(this host's address on the route to the controller, which every engine reaches, and a
+    free TCP port on it): where engine 0 offers the group's ``TCPStore``."""
+    address = local_address_toward(controller_host())
     with socket.socket() as probe:
         probe.bind((address, 0))
         return address, probe.getsockname()[1]
