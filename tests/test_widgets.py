@@ -1,7 +1,10 @@
-"""EMPanel and TrainPanel on a real 2-engine cluster, and a panel notebook run by nbclient."""
+"""EMPanel and TrainPanel on a real 2-engine cluster, and a panel notebook run by nbclient.
+Every wait has a deadline; the tests that kill an engine restart the cluster and rebuild its
+handles before they end."""
 from __future__ import annotations
 
 import json
+import time
 
 import nbformat
 import numpy as np
@@ -39,6 +42,13 @@ def em_cluster(cluster2):
     cluster2.push(x=x, est=start.estimator(), start=start)
     assert sum(cluster2.run(_make_em_handle)) == len(x)
     return cluster2
+
+
+def wait_until(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s} s"
+        time.sleep(0.02)
 
 
 def fresh_panel(cluster) -> EMPanel:
@@ -82,8 +92,7 @@ def test_back_then_step_reproduces_the_same_next_model(em_cluster):
 def test_pause_stops_a_run_within_one_step(em_cluster):
     panel = fresh_panel(em_cluster)
     panel.run(10_000, block=False)
-    while len(panel.history) < 2:
-        panel.wait(0.05)
+    wait_until(lambda: len(panel.history) >= 2, 60, "two steps of the run")
     seen = len(panel.history)
     panel.pause()
     panel.wait(30)
@@ -186,3 +195,282 @@ def test_cluster_panel_shows_one_row_per_rank(cluster2):
     cluster2.run(sum, [1, 2])
     panel.refresh_button.click()
     assert panel.table.value != before  # the last call's duration is new
+
+
+# ---------------------------------------------------------------- history, pictures, redraws
+
+
+def local_panel(n=2000, **kwargs) -> tuple[EMPanel, np.ndarray]:
+    x, start = em_problem(n)
+    return EMPanel(handle=seq_encode(x, model=start), estimator=start.estimator(), model=start,
+                   data_sample=x, **kwargs), x
+
+
+def test_history_rows_and_csv_hold_every_step(tmp_path):
+    import csv
+
+    panel, _ = local_panel()
+    panel.run(4)
+    rows = panel.history_rows()
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["log_density"] for r in rows] == [r.log_density for r in panel.history]
+    assert np.isnan(rows[0]["gain"])
+    np.testing.assert_allclose([r["gain"] for r in rows[1:]], np.diff([r.log_density for r in panel.history]))
+    assert rows[-1]["model"] == repr(panel.model) and rows[0]["e_step_s_rank0"] > 0
+    panel.to_csv(tmp_path / "h.csv")
+    with open(tmp_path / "h.csv") as f:
+        read = list(csv.DictReader(f))
+    assert [float(r["log_density"]) for r in read] == [r["log_density"] for r in rows]
+    assert list(read[0]) == list(rows[0])
+
+
+def _gaussian_mixture(d: int, full: bool):
+    from mixle_nb.stats import DiagonalGaussianDistribution, MultivariateGaussianDistribution
+
+    rng = np.random.default_rng(d)
+    comps = []
+    for k in range(3):
+        mu = rng.normal(0, 5, d)
+        if full:
+            a = rng.normal(size=(d, d))
+            comps.append(MultivariateGaussianDistribution(mu, a @ a.T + d * np.eye(d)))
+        else:
+            comps.append(DiagonalGaussianDistribution(mu, rng.uniform(0.5, 2, d)))
+    return MixtureDistribution(comps, [0.2, 0.3, 0.5])
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_gaussians_above_two_dimensions_draw_each_component_ellipse(full):
+    from mixle_nb.widgets.em_view import EMView
+
+    model = _gaussian_mixture(4, full)
+    x = model.sampler(0).sample(1000)
+    view = EMView(model, x, distributed=False, picture_dims=(1, 3))
+    assert view.picture.kind == "ellipses" and len(view.picture.ellipses) == 3
+    for ellipse, comp in zip(view.picture.ellipses, model.components):
+        cov = comp.covar if full else np.diag(comp.sigma2)
+        sub = cov[np.ix_([1, 3], [1, 3])]
+        np.testing.assert_allclose(ellipse.get_center(), comp.mu[[1, 3]], rtol=1e-12)
+        np.testing.assert_allclose(sorted([ellipse.width, ellipse.height]), 4 * np.sqrt(np.linalg.eigvalsh(sub)),
+                                   rtol=1e-10)
+    assert view.render([-10.0, -5.0], model, [0.1])[:4] == b"\x89PNG"
+    # without chosen dimensions: the data's first two principal components (scikit-learn's PCA)
+    from sklearn.decomposition import PCA
+
+    pca = PCA(2).fit(x)
+    view = EMView(model, x, distributed=False)
+    projected = view.picture.matrix @ model.components[0].mu
+    np.testing.assert_allclose(np.abs(projected), np.abs(pca.components_ @ model.components[0].mu), rtol=1e-8)
+
+
+def test_categorical_and_poisson_mixtures_draw_bars_per_component():
+    from scipy.stats import poisson
+
+    from mixle_nb.stats import CategoricalDistribution, PoissonDistribution
+    from mixle_nb.widgets.em_view import EMView
+
+    cat = MixtureDistribution([CategoricalDistribution({"a": 0.7, "b": 0.2, "c": 0.1}),
+                               CategoricalDistribution({"a": 0.1, "b": 0.3, "c": 0.6})], [0.5, 0.5])
+    picture = EMView(cat, None, distributed=False).picture
+    assert picture.kind == "categorical" and picture.labels == ["a", "c", "b"]
+    assert [[p.get_height() for p in bars] for bars in picture.bars] == [[0.7, 0.1, 0.2], [0.1, 0.6, 0.3]]
+    pois = MixtureDistribution([PoissonDistribution(2.0), PoissonDistribution(9.0)], [0.4, 0.6])
+    counts = pois.sampler(1).sample(500)
+    picture = EMView(pois, counts, distributed=False).picture
+    assert picture.kind == "poisson" and picture.labels[-1] >= counts.max()
+    for bars, lam in zip(picture.bars, (2.0, 9.0)):
+        np.testing.assert_allclose([p.get_height() for p in bars], poisson.pmf(picture.labels, lam), rtol=1e-10)
+
+
+def test_models_it_cannot_draw_say_so():
+    from mixle_nb.stats import CategoricalDistribution, PoissonDistribution
+    from mixle_nb.widgets.model_picture import NO_PICTURE
+
+    mixed = MixtureDistribution([PoissonDistribution(2.0), GaussianDistribution(0.0, 1.0)], [0.5, 0.5])
+    panel = EMPanel(handle=None, estimator=None, model=mixed)
+    assert panel.view.picture.kind is None
+    assert any(t.get_text() == NO_PICTURE for t in panel.view.picture.ax.texts)
+    assert EMPanel(handle=None, estimator=None, model=CategoricalDistribution({1: 1.0})).view.picture.kind == "categorical"
+
+
+def test_mixle_models_are_drawn_from_their_parameters():
+    mixle_stats = pytest.importorskip("mixle.stats")
+    from mixle_nb.widgets.em_view import EMView
+
+    gm = mixle_stats.MixtureDistribution([mixle_stats.GaussianDistribution(-2.0, 1.0),
+                                          mixle_stats.GaussianDistribution(3.0, 0.5)], [0.4, 0.6])
+    view = EMView(gm, None, distributed=False)
+    assert view.picture.kind == "density"
+    reference = 0.4 * np.exp(-0.5 * (view.picture.grid + 2) ** 2) / np.sqrt(2 * np.pi) + \
+        0.6 * np.exp(-0.5 * (view.picture.grid - 3) ** 2 / 0.5) / np.sqrt(2 * np.pi * 0.5)
+    np.testing.assert_allclose(view.picture.line.get_ydata(), reference, rtol=1e-12)
+    mvn = mixle_stats.MultivariateGaussianDistribution([0.0, 1.0, 2.0], np.diag([1.0, 2.0, 3.0]))
+    picture = EMView(mvn, None, distributed=False, picture_dims=(0, 2)).picture
+    assert picture.kind == "ellipses"
+    np.testing.assert_allclose(sorted([picture.ellipses[0].width, picture.ellipses[0].height]),
+                               [4.0, 4 * np.sqrt(3.0)])
+    pois = mixle_stats.PoissonDistribution(4.0)
+    assert EMView(pois, None, distributed=False).picture.kind == "poisson"
+
+
+def test_redraws_are_throttled_and_a_blocking_run_ends_drawn():
+    from mixle_nb.widgets.panel import REDRAW_INTERVAL_S
+
+    panel, _ = local_panel(500)
+    before = panel.redraws
+    t0 = time.monotonic()
+    panel.run(200)
+    elapsed = time.monotonic() - t0
+    sent = panel.redraws - before
+    assert 1 <= sent <= elapsed / REDRAW_INTERVAL_S + 2, (sent, elapsed)
+    assert f"step 200 · log-density {panel.history[-1].log_density:.6g}" in panel.status.value
+
+
+def test_ctrl_c_during_a_blocking_local_run_stops_the_worker():
+    import os
+    import signal
+    import threading
+
+    panel, _ = local_panel(20_000)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        panel.run(100_000)
+    assert not panel.running
+    steps = len(panel.history)
+    time.sleep(1.0)
+    assert len(panel.history) == steps and 0 < steps < 100_000
+
+
+def test_train_panel_locally_with_held_out_loss_entropy_floor_and_targets(tmp_path):
+    import torch
+    import torch.nn.functional as F
+
+    from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm, stdlib_text
+    from mixle_nb.parallel import StreamingTokenEncodedData
+
+    text = stdlib_text(6_000)
+    tokenizer = CharTokenizer.fit(text)
+    ids = tokenizer.encode(text)
+    torch.manual_seed(0)
+    module = build_causal_lm(tokenizer.vocab_size, d_model=16, n_layer=1, n_head=2, block=8)
+    train = StreamingTokenEncodedData(ids[:5000], block=8, batch_size=8, epochs=1, init_process_group=False)
+    held = StreamingTokenEncodedData(ids[5000:], block=8, batch_size=64, epochs=1, init_process_group=False)
+    panel = TrainPanel(handle=train, estimator=StreamingTransformerLeafEstimator(module, lr=1e-2),
+                       validation=held, entropy_floor=1.0, report_every=5, x_axis="targets", log_scale=True)
+    panel.train()
+    assert panel.error is None
+    # held-out loss against a direct computation over every held-out window
+    tokens = np.asarray(ids[5000:], dtype=np.int64)
+    starts = np.arange(len(tokens) - 8)
+    ctx = torch.as_tensor(np.stack([tokens[s:s + 8] for s in starts]))
+    module.eval()
+    with torch.no_grad():
+        reference = F.cross_entropy(module(ctx).float(), torch.as_tensor(tokens[starts + 8])).item()
+    assert len(panel.held_out) == 1
+    np.testing.assert_allclose(panel.held_out[0][2], reference, rtol=1e-5)
+    steps, targets, _ = panel.points[0][-1]
+    assert targets == steps * 8 * 8  # batch_size windows of block targets a step
+    rows = panel.history_rows()
+    assert {r["kind"] for r in rows} == {"train", "held-out"}
+    assert sum(r["kind"] == "train" for r in rows) == len(panel.points[0])
+    panel.to_csv(tmp_path / "loss.csv")
+    assert (tmp_path / "loss.csv").read_text().startswith("kind,rank,step,targets,loss")
+    assert panel.view.ax.get_yscale() == "log" and "targets" in panel.view.ax.get_xlabel()
+    panel.x_axis.value = "steps"  # the toggle rebuilds the view
+    panel.flush()
+    assert panel.view.ax.get_xlabel() == "optimizer step"
+    assert any(abs(line.get_ydata()[0] - 1.0) < 1e-12 for line in panel.view.ax.lines if line.get_linestyle() == "--")
+
+
+# ---------------------------------------------------------------- interrupts and dead ranks
+
+
+def test_ctrl_c_during_a_blocking_cluster_run_stops_worker_and_ranks(em_cluster):
+    import os
+    import signal
+    import threading
+
+    pids = sorted(row.pid for row in em_cluster.status())
+    panel = fresh_panel(em_cluster)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        panel.run(100_000)
+    assert not panel.running
+    steps = len(panel.history)
+    time.sleep(1.0)
+    assert len(panel.history) == steps and 0 < steps < 100_000
+    assert "interrupted" in panel.status.value
+    assert em_cluster.state.value == "running" and sorted(row.pid for row in em_cluster.status()) == pids
+    panel.run(2)  # the ranks hold the last good model: the steps continue the reference run
+    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(steps + 2),
+                               rtol=1e-10)
+
+
+def _engine_pid(cluster, rank: int) -> int:
+    return next(row.pid for row in cluster.status() if row.rank == rank)
+
+
+def _rebuild_em_handle(cluster) -> None:
+    x, start = em_problem()
+    cluster.push(x=x, est=start.estimator(), start=start)
+    assert sum(cluster.run(_make_em_handle)) == len(x)
+
+
+def test_kill_9_during_a_run_shows_rank_died_then_attach_continues(em_cluster):
+    import os
+    import signal
+
+    from mixle_nb.cluster import RankDiedError
+
+    panel = fresh_panel(em_cluster)
+    panel.run(100_000, block=False)
+    wait_until(lambda: len(panel.history) >= 3, 60, "three steps of the run")
+    os.kill(_engine_pid(em_cluster, 1), signal.SIGKILL)
+    killed = time.monotonic()
+    panel.wait(30)
+    assert not panel.running and time.monotonic() - killed < 10
+    assert isinstance(panel.error, RankDiedError) and panel.error.ranks == [1]
+    assert "RankDiedError" in panel.status.value and "attach" in panel.status.value
+    kept = len(panel.history)
+    good = panel.model
+    assert kept >= 3 and good is panel.history[-1].model
+    em_cluster.restart()
+    _rebuild_em_handle(em_cluster)
+    panel.attach(em_cluster, handle="h", estimator="est")
+    assert len(panel.history) == kept and panel.error is None
+    panel.run(2)
+    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(kept + 2),
+                               rtol=1e-10)
+
+
+def test_kill_9_during_training_shows_rank_died_and_keeps_the_curves(cluster2):
+    import os
+    import signal
+
+    from mixle_nb.cluster import RankDiedError
+    from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm, stdlib_text
+
+    text = stdlib_text(40_000)
+    tokenizer = CharTokenizer.fit(text)
+    module = build_causal_lm(tokenizer.vocab_size, d_model=32, n_layer=1, n_head=2, block=16)
+    cluster2.push(ids=tokenizer.encode(text), test=StreamingTransformerLeafEstimator(module, lr=1e-2))
+    cluster2.run(_make_token_handle)
+    panel = TrainPanel(cluster2, handle="th", estimator="test", chunk_steps=1000, report_every=2)
+    panel.train(block=False)
+    wait_until(lambda: len(panel.curves.get(0, [])) >= 3, 120, "three progress reports")
+    os.kill(_engine_pid(cluster2, 1), signal.SIGKILL)
+    panel.wait(30)
+    assert not panel.running
+    assert isinstance(panel.error, RankDiedError) and "RankDiedError" in panel.status.value
+    assert len(panel.curves[0]) >= 3 and len(panel.history_rows()) >= 3
+    kept = panel.curves[0][-1][0]
+    cluster2.restart()
+    cluster2.push(ids=tokenizer.encode(text[:8000]), test=StreamingTransformerLeafEstimator(module, lr=1e-2))
+    total = cluster2.run(_make_token_handle)[0]
+    panel.attach(cluster2, handle="th", estimator="test")
+    panel.train()
+    assert panel.error is None
+    assert panel.curves[0][-1][0] == kept + total  # the new handle's steps counted on
+    _rebuild_em_handle(cluster2)  # leave the module's EM handle as em_cluster made it

@@ -47,35 +47,36 @@ class Panel:
         self.error: Optional[BaseException] = None
         self.redraws = 0  # images sent to the front end
         self._interrupted = threading.Event()
+        self._done = threading.Event()  # set when the worker's target returns
         self._call = None  # the RankCall the worker is waiting on
         self._redraw_lock = threading.Lock()  # one render at a time
         self._timer_lock = threading.Lock()
         self._timer: Optional[threading.Timer] = None
+        self._dirty = False  # a redraw was requested since the timer's last one began
         self._last_draw = 0.0
 
     # -- the worker --------------------------------------------------------------------------
 
     @property
     def running(self) -> bool:
-        return self._worker is not None and self._worker.is_alive()
+        return self._worker is not None and not self._done.is_set()
 
     def wait(self, timeout: Optional[float] = None) -> None:
         """Block until the background work ends (or ``timeout`` s). Ctrl-C here stops the
         worker and the ranks it is waiting on, then raises KeyboardInterrupt."""
-        worker = self._worker
-        if worker is None:
+        if self._worker is None:
             return
+        # an Event, not Thread.join: a join interrupted by Ctrl-C can report a live thread as ended
         try:
-            worker.join(timeout)
+            finished = self._done.wait(timeout)
         except KeyboardInterrupt:
             self._interrupted.set()
             self._request_stop()
-            worker.join(STOP_DEADLINE_S)
-            if worker.is_alive():
+            if not self._done.wait(STOP_DEADLINE_S):
                 self._show_status(f"interrupted, but the worker is still waiting on the ranks after "
                                   f"{STOP_DEADLINE_S:g} s: see the cluster's status", error=True)
             raise
-        if not worker.is_alive():
+        if finished:
             self.flush()
 
     def _request_stop(self) -> None:
@@ -83,7 +84,15 @@ class Panel:
 
     def _start_worker(self, target: Callable, *args) -> None:
         self._interrupted.clear()
-        self._worker = threading.Thread(target=target, args=args, daemon=True)
+        self._done.clear()
+
+        def work():
+            try:
+                target(*args)
+            finally:
+                self._done.set()
+
+        self._worker = threading.Thread(target=work, daemon=True)
         self._worker.start()
 
     def _await(self, call, on_slice: Callable[[], None] = lambda: None) -> list:
@@ -104,33 +113,44 @@ class Panel:
     # -- drawing -----------------------------------------------------------------------------
 
     def request_redraw(self) -> None:
-        """Redraw soon, never more often than every REDRAW_INTERVAL_S; never blocks."""
+        """Redraw soon, never more often than every REDRAW_INTERVAL_S; never blocks. One timer
+        at a time: requests while it waits or draws are folded into it or the next one."""
         with self._timer_lock:
-            if self._timer is not None:
-                return  # the pending redraw will draw the latest state
-            delay = max(0.0, self._last_draw + REDRAW_INTERVAL_S - time.monotonic())
-            self._timer = threading.Timer(delay, self._timed_redraw)
-            self._timer.daemon = True
-            self._timer.start()
+            self._dirty = True
+            if self._timer is None:
+                self._schedule()
 
-    def _timed_redraw(self) -> None:
+    def _schedule(self) -> None:
+        delay = max(0.0, self._last_draw + REDRAW_INTERVAL_S - time.monotonic())
+        timer = threading.Timer(delay, lambda: self._timed_redraw(timer))
+        timer.daemon = True
+        self._timer = timer
+        timer.start()
+
+    def _timed_redraw(self, timer: threading.Timer) -> None:
         with self._timer_lock:
-            self._timer = None
+            self._dirty = False
         self.redraw()
+        with self._timer_lock:
+            if self._timer is timer:
+                self._timer = None
+                if self._dirty:
+                    self._schedule()
 
     def flush(self) -> None:
         """Draw the current state now (after a blocking call, so a saved notebook keeps it)."""
         with self._timer_lock:
             if self._timer is not None:
-                self._timer.cancel()
+                self._timer.cancel()  # a timer already drawing finishes; one still waiting never will
                 self._timer = None
+            self._dirty = False
         self.redraw()
 
     def redraw(self) -> None:
         with self._redraw_lock:
+            self._last_draw = time.monotonic()  # from the start: requests meanwhile wait a full interval
             self.image.value = self._render()
             self.redraws += 1
-            self._last_draw = time.monotonic()
 
     def _render(self) -> bytes:
         raise NotImplementedError
