@@ -319,3 +319,54 @@ def test_the_group_stays_in_step_after_failures(bad_input_results):
     reference = single_process(x, start, start.estimator(), steps=1)
     for r in bad_input_results:
         np.testing.assert_allclose(r["after"], reference[0], rtol=1e-10)
+
+
+# -- each rank reads its own part: from a .npy file, or from files dealt out to ranks ---------
+
+def _from_disk(rank, world, npy, wide_npy, files):
+    from mixle_nb.parallel import TorchRunEncodedData, shards
+
+    x, start = gaussian_problem()
+    xt, tstart, testimator = tied_problem()
+    shards.READ_BLOCK_BYTES = 64  # a few rows per read, so parts span many reads
+    out = {}
+    with TorchRunEncodedData(x, estimator=start.estimator(), sub_chunks=3) as memory:
+        out["memory"] = fit(memory, start.estimator(), start)
+        out["memory_chunks"] = [len(c) for c in memory.chunks]
+    with TorchRunEncodedData.from_npy(npy, estimator=start.estimator(), sub_chunks=3) as disk:
+        out["npy"] = fit(disk, start.estimator(), start)
+        out["npy_chunks"] = [len(c) for c in disk.chunks]
+        out["npy_len"] = len(disk)
+    out["wide_memory"] = fit(TorchRunEncodedData(xt, estimator=testimator), testimator, tstart)
+    out["wide_npy"] = fit(TorchRunEncodedData.from_npy(wide_npy, estimator=testimator, sub_chunks=2),
+                          testimator, tstart)
+    with TorchRunEncodedData.from_files(files, model=start, sub_chunks=2) as dealt:
+        out["files"] = fit(dealt, start.estimator(), start)
+        out["files_shard"] = dealt.local_count
+    out["missing"] = _outcome(lambda: TorchRunEncodedData.from_npy(npy + ".gone" if rank == 1 else npy,
+                                                                   estimator=start.estimator()))
+    return out
+
+
+def test_each_rank_reads_its_own_part_from_disk(tmp_path):
+    x, start = gaussian_problem()
+    xt, tstart, testimator = tied_problem()
+    npy, wide_npy = str(tmp_path / "x.npy"), str(tmp_path / "xt.npy")
+    np.save(npy, x)
+    np.save(wide_npy, xt)
+    files = []
+    for i, part in enumerate(np.array_split(x, 3)):
+        files.append(str(tmp_path / f"part{i}.npy"))
+        np.save(files[-1], part)
+    results = run_local(_from_disk, 2, npy=npy, wide_npy=wide_npy, files=files)
+    for r in results:
+        # rows rank::world, in the same parts: the very shards, and so the very model, of the in-memory handle
+        assert r["npy_chunks"] == r["memory_chunks"] and r["npy_len"] == len(x)
+        assert np.array_equal(r["npy"][0], r["memory"][0]) and r["npy"][1] == r["memory"][1]
+        # 2-D: the in-memory shard is a strided view, the file's a contiguous copy; BLAS rounds them apart
+        np.testing.assert_allclose(r["wide_npy"][0], r["wide_memory"][0], rtol=1e-12)
+    assert_identical_on_all_ranks(results, "files")
+    assert [r["files_shard"] for r in results] == [sum(len(np.load(f)) for f in files[rank::2]) for rank in range(2)]
+    assert_matches(results[0]["files"], single_process(x, start, start.estimator()))
+    own, peer = results[1]["missing"], results[0]["missing"]
+    assert own[0] == "FileNotFoundError" and peer[0] == "PeerRankError" and "rank 1: " in peer[1]

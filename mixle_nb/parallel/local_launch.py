@@ -2,24 +2,41 @@
 ``torchrun``: for tests, benchmarks and quick experiments without a launcher."""
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import os
 import pickle
+import random
 import socket
 import tempfile
 import time
 import traceback
 
 
+PORTS = range(20000, 32768)  # below Linux's ephemeral range, so no outgoing connection holds one
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, outside the ephemeral range: a port the kernel hands out for
+    port 0 can be taken meanwhile as the source port of any outgoing connection (a TCPStore
+    client can even connect to itself on it)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.choice(PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {PORTS.start}-{PORTS.stop - 1}")
 
 
-def _child(fn, rank: int, world: int, port: int, out_path: str, kwargs: dict) -> None:
+def _child(fn, rank: int, world: int, port: int, out_path: str, kwargs: dict, stack_after: float) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    stacks = open(out_path + ".stacks", "w")  # where this rank was, if it is about to be killed
+    faulthandler.dump_traceback_later(stack_after, file=stacks)
     import torch
 
     torch.set_num_threads(1)
@@ -43,7 +60,9 @@ def run_local(fn, world: int, timeout: float = 180.0, **kwargs) -> list:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         paths = [os.path.join(tmp, f"rank{r}.pkl") for r in range(world)]
-        procs = [ctx.Process(target=_child, args=(fn, r, world, port, paths[r], kwargs)) for r in range(world)]
+        stack_after = max(1.0, timeout - 2.0)
+        procs = [ctx.Process(target=_child, args=(fn, r, world, port, paths[r], kwargs, stack_after))
+                 for r in range(world)]
         for p in procs:
             p.start()
         deadline = time.monotonic() + timeout
@@ -59,7 +78,7 @@ def run_local(fn, world: int, timeout: float = 180.0, **kwargs) -> list:
         for rank, path in enumerate(paths):
             if not os.path.exists(path):
                 why = f"killed after the {timeout:g} s timeout" if rank in killed else f"exit code {procs[rank].exitcode}"
-                problems.append(f"rank {rank} produced no result ({why})")
+                problems.append(f"rank {rank} produced no result ({why})" + _stacks(paths[rank]))
                 continue
             with open(path, "rb") as f:
                 status, value = pickle.load(f)
@@ -69,3 +88,13 @@ def run_local(fn, world: int, timeout: float = 180.0, **kwargs) -> list:
         if problems:  # every rank's story: a hang on one rank is usually an error on another
             raise RuntimeError("\n".join(problems))
         return results
+
+
+def _stacks(path: str) -> str:
+    """The stacks a rank dumped just before its timeout, if it got that far."""
+    try:
+        with open(path + ".stacks") as f:
+            text = f.read().strip()
+    except OSError:
+        return ""
+    return f"; its threads 2 s before:\n{text}" if text else ""

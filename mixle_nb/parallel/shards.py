@@ -78,6 +78,10 @@ class NpyRows:
     def describe(self) -> str:
         return f"{self.path}: {self.shape[0]} observations of shape {self.shape[1:]}, dtype {self.dtype}"
 
+    def empty(self) -> np.ndarray:
+        """No rows, with the file's row shape and dtype."""
+        return np.empty((0,) + self.shape[1:], dtype=self.dtype)
+
     def parts(self, parts: int) -> Iterator[np.ndarray]:
         """The rank's rows in ``parts`` contiguous parts of its shard, each read when asked for."""
         for a, b in part_bounds(self.count, parts):

@@ -154,7 +154,7 @@ class TorchRunEncodedData(HandleLifetime):
             shard = self._scatter(shards)
             signature = None if shard is None else describe_rows(shard)
         parts = () if shard is None else split_parts(shard, sub_chunks)
-        self._encode(encoder, parts, None, signature, error, "the data")
+        self._encode(encoder, parts, None, signature, error, "the data", None if shard is None else shard[:0])
 
     @classmethod
     def from_npy(cls, path: Any, estimator: Optional[Estimator] = None, model: Optional[Distribution] = None,
@@ -162,8 +162,9 @@ class TorchRunEncodedData(HandleLifetime):
                  init_process_group: bool = True, backend: Optional[str] = None, *,
                  fold: str = "auto") -> "TorchRunEncodedData":
         """Each rank reads its own rows of the ``.npy`` file at ``path`` (a path every rank can
-        open): rows ``rank, rank + world, ...``, the same shard — and so the same model, bit for
-        bit — as the in-memory handle given the whole array.
+        open): rows ``rank, rank + world, ...``, the same shard — and so the same model (bit for
+        bit in our 1-D test; to rounding where BLAS treats a strided view and a contiguous copy
+        differently) — as the in-memory handle given the whole array.
 
         Why strided rows rather than a contiguous block: the shards, their order and so every
         result (per-observation scores gathered back in the original order included) are those
@@ -178,10 +179,10 @@ class TorchRunEncodedData(HandleLifetime):
         try:
             encoder = _choose_encoder(estimator, model, encoder)
             rows = NpyRows(path, self.rank, self.world)
-            parts, signature = rows.parts(sub_chunks), rows.describe()
+            parts, signature, empty = rows.parts(sub_chunks), rows.describe(), rows.empty()
         except Exception as exc:
-            error = exc
-        self._encode(encoder, parts, None, signature, error, "the file")
+            error, empty = exc, None
+        self._encode(encoder, parts, None, signature, error, "the file", empty)
         return self
 
     @classmethod
@@ -245,9 +246,10 @@ class TorchRunEncodedData(HandleLifetime):
         return received[0]
 
     def _encode(self, encoder, parts: Iterable, counts: Optional[list], signature: Optional[str],
-                error: Optional[BaseException], what: str) -> None:
+                error: Optional[BaseException], what: str, empty: Any = None) -> None:
         """Encode the raw parts (one alive at a time), then the count exchange: global count,
-        status word and agreement on ``signature``; every rank raises together on a failure."""
+        status word and agreement on ``signature``; every rank raises together on a failure.
+        ``empty``: no observations of the data's kind, encoded when the shard is empty."""
         try:
             if error is None:
                 sizes = []
@@ -257,7 +259,7 @@ class TorchRunEncodedData(HandleLifetime):
                         self.chunks.append(encoder.seq_encode(part))
                         self._counts.append(len(part))
                 if not self.chunks:  # an empty shard: keep its empty encoding where the encoder
-                    self._encode_empty(encoder)  # takes one (it tells k-means‖ the dimension)
+                    self._encode_empty(encoder, empty)  # takes one (it tells k-means‖ the dimension)
                 if counts is not None and sum(counts) != sum(sizes):
                     raise RuntimeError("internal: file parts miscounted")
         except Exception as exc:
@@ -267,15 +269,18 @@ class TorchRunEncodedData(HandleLifetime):
         summed = self._sum_across_ranks(header + [float(self.local_count)])
         if summed[0] > 0 or not agreed(summed[1:4]):
             self.chunks, self._counts = [], []
-            self._settle("building the handle", error, signature, f"{what} on this rank", SAME_DATA)
+            try:
+                self._settle("building the handle", error, signature, f"{what} on this rank", SAME_DATA)
+            finally:
+                self._membership.release()  # as close() would: a group this handle made is destroyed
         self._count = int(summed[4])
         if self._count == 0:
             self.close()
             raise ValueError("TorchRunEncodedData got no observations on any rank")
 
-    def _encode_empty(self, encoder) -> None:
+    def _encode_empty(self, encoder, empty) -> None:
         try:
-            empty = encoder.seq_encode(np.zeros(0))
+            empty = encoder.seq_encode(np.zeros(0) if empty is None else empty)
         except Exception:  # mixle's encoders refuse empty data; the shard then holds no chunk
             return
         self.chunks.append(empty)
@@ -335,7 +340,10 @@ class TorchRunEncodedData(HandleLifetime):
         compares estimator and model and learns of any failure. Sets ``self._agreed``."""
         plan = None
         if error is None and self.fold != "gather":
-            plan = fold_plan(value, estimator.accumulator_factory().make)
+            try:
+                plan = fold_plan(value, estimator.accumulator_factory().make)
+            except Exception as exc:  # still take part in the exchange below
+                error = exc
         mine = (None if error is None else failure_message(error), est_print, model_print, plan)
         entries = self._all_gather(mine)
         failures = {r: e[0] for r, e in enumerate(entries) if e[0] is not None}
@@ -458,17 +466,20 @@ class TorchRunEncodedData(HandleLifetime):
 
     # -- the handle protocol -----------------------------------------------------------------
 
-    def _local_statistics(self, estimator: Estimator, model: Distribution):
+    def _local_statistics(self, estimator: Estimator, model: Distribution, with_log_density: bool = True):
         try:
-            return accumulate(self.chunks, estimator, model, self._counts), None
+            return accumulate(self.chunks, estimator, model, self._counts, with_log_density), None
         except Exception as exc:  # carried in the fold, so no peer waits for this rank
             return None, exc
 
-    def pysp_em_step(self, estimator: Estimator, prev_estimate: Distribution) -> EMStep:
+    def pysp_em_step(self, estimator: Estimator, prev_estimate: Distribution,
+                     with_log_density: bool = True) -> EMStep:
         """One distributed EM step and the all-reduced log-density of ``prev_estimate``:
-        one pass over the shard, one collective."""
+        one pass over the shard, one collective. ``with_log_density=False`` skips a separate
+        log-density pass for families whose update does not yield it (the log-density is then
+        NaN unless the update gave it)."""
         t0 = time.perf_counter()
-        local, error = self._local_statistics(estimator, prev_estimate)
+        local, error = self._local_statistics(estimator, prev_estimate, with_log_density)
         t1 = time.perf_counter()
         acc = None if local is None else local.accumulator
         count, log_density = self._fold(estimator, 0.0 if local is None else local.count, acc,
@@ -481,7 +492,7 @@ class TorchRunEncodedData(HandleLifetime):
 
     def pysp_seq_estimate(self, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
         """One distributed EM step; every rank returns the identical model."""
-        return self.pysp_em_step(estimator, prev_estimate).model
+        return self.pysp_em_step(estimator, prev_estimate, with_log_density=False).model
 
     def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
         """Distributed randomized initialization; identical model on all ranks.
@@ -532,7 +543,7 @@ class TorchRunEncodedData(HandleLifetime):
         """Globally folded, key-tied batch sufficient statistics for streaming EM: ``(count,
         value)`` as mixle's handle returns them (mixle's streaming driver rebuilds the
         accumulator with ``from_value``)."""
-        local, error = self._local_statistics(estimator, model)
+        local, error = self._local_statistics(estimator, model, with_log_density=False)
         acc = None if local is None else local.accumulator
         count, _ = self._fold(estimator, 0.0 if local is None else local.count, acc,
                               0.0 if local is None else local.log_density, model=model, error=error,

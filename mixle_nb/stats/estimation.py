@@ -54,8 +54,10 @@ def encoded_count(enc: Any, estimator: Estimator = None) -> int:
 
 
 def accumulate(chunks: Sequence[Any], estimator: Estimator, model: Distribution = None,
-               counts: Sequence[int] = None) -> Accumulated:
-    """E-step over encoded ``chunks`` into one accumulator; also sums the log-density of ``model``.
+               counts: Sequence[int] = None, with_log_density: bool = True) -> Accumulated:
+    """E-step over encoded ``chunks`` into one accumulator; also sums the log-density of ``model``
+    (``with_log_density=False``: only where ``seq_update`` returns it for free; a family whose
+    update does not, as mixle's, would pay a second pass).
 
     ``counts`` are the chunks' observation counts (a handle knows them from the raw data);
     without them each chunk is counted with :func:`encoded_count`. Every ``seq_update`` gets a
@@ -67,9 +69,9 @@ def accumulate(chunks: Sequence[Any], estimator: Estimator, model: Distribution 
     for enc, n in zip(chunks, counts):
         log_density = acc.seq_update(enc, np.ones(n), model)
         if model is not None:
-            if log_density is None:
+            if log_density is None and with_log_density:
                 log_density = model.seq_log_density(enc)
-            total += float(np.sum(log_density))
+            total += float(np.sum(log_density)) if log_density is not None else float("nan")
     return Accumulated(float(sum(counts)), acc, total if model is not None else float("nan"))
 
 
