@@ -325,8 +325,9 @@ class MixleCluster:
         failed (timed out, lost its peer), since the ranks may now disagree on its state."""
         for r in call.ranks:
             self._last_call[r] = call
-        if self._forming_group or call.stopped() or self.state != ClusterState.RUNNING:
-            return  # stop_call has settled the group already
+        if (self._forming_group or call.stopped() or self.state != ClusterState.RUNNING
+                or not call.failed_ranks()):
+            return  # a success, or stop_call has settled the group already
         errors = [e for e in call.outcomes() if hasattr(e, "ename")]
         if any(collective_broken(e.evalue) for e in errors):
             self._repair_group(severed=True)
