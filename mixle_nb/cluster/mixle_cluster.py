@@ -22,6 +22,7 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
 import time
 import weakref
 from typing import Any, Callable, Sequence
@@ -89,6 +90,7 @@ class MixleCluster:
         self._here = socket.gethostname()
         self._group_generation = 0
         self._forming_group = False
+        self._stopping = threading.Lock()  # a panel's worker and the main thread may both stop a call
         self.group_backend: str | None = None
         _live.add(self)
 
@@ -212,6 +214,7 @@ class MixleCluster:
                 call.result(timeout=self.timeout + 30)  # + time for engines to finish importing torch
         finally:
             self._forming_group = False
+        self._stopping = threading.Lock()  # a panel's worker and the main thread may both stop a call
         self.group_backend = backend
         report(f"torch.distributed group formed ({backend}, world {self.n})")
 
@@ -351,6 +354,12 @@ class MixleCluster:
         again if it may be inconsistent. A rank that does not stop within the grace period marks
         the cluster broken.
         """
+        with self._stopping:
+            self._stop_call(call)
+
+    def _stop_call(self, call: RankCall) -> None:
+        if self.state != ClusterState.RUNNING:  # broken already: only restart() helps
+            return
         grace = min(self.timeout, 10.0)
         deadline = time.monotonic() + grace
         settled_at = time.monotonic() + INTERRUPT_SETTLE_S
