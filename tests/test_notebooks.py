@@ -89,6 +89,30 @@ def notebook_kernel(nb: nbformat.NotebookNode) -> str | None:
     return nb.metadata.get("kernelspec", {}).get("name")
 
 
+def test_jupyterlab_saves_and_opens_through_the_pair(tmp_path):
+    """What JupyterLab does with jupytext's server extension (installed with jupytext): saving
+    the notebook rewrites its ``.py``, and opening it after an edit of the ``.py`` shows the edit."""
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+    from jupytext.sync_contentsmanager import build_sync_jupytext_contents_manager_class
+
+    name = NAMES[0]
+    for path in (NOTEBOOKS / name, text_source(name)):
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    manager = build_sync_jupytext_contents_manager_class(FileContentsManager)(root_dir=str(tmp_path))
+    pair = tmp_path / text_source(name).name
+
+    model = manager.get(name)
+    model["content"]["cells"][0]["source"] += "\n\nSaved from JupyterLab."
+    manager.save(model, name)
+    assert "# Saved from JupyterLab." in pair.read_text()
+    assert cells(jupytext.read(pair, fmt="py:percent")) == cells(nbformat.read(tmp_path / name, as_version=4))
+
+    time.sleep(1.1)  # an edit after the save, even where file times have a one-second grain
+    pair.write_text(pair.read_text().replace("# Saved from JupyterLab.", "# Edited in an editor."))
+    opened = manager.get(name)["content"]
+    assert opened["cells"][0]["source"].endswith("Edited in an editor.")
+
+
 def tagged_processes(tag: str) -> list[psutil.Process]:
     """Live processes whose environment carries ``tag``: the kernel and everything it started
     (engines, controller, torchrun workers), even after they are orphaned. Processes of other
