@@ -65,6 +65,8 @@ def test_every_notebook_is_listed_and_has_its_text_source():
     assert on_disk == sorted(NAMES), "a notebook in notebooks/ is missing from NAMES, or the reverse"
     for name in NAMES:
         assert text_source(name).is_file(), f"{name} has no paired {text_source(name).name}"
+        # plain Python (magics are comments), so editors and linters read it
+        compile(text_source(name).read_text(), str(text_source(name)), "exec")
 
 
 def cells(nb: nbformat.NotebookNode) -> list[tuple[str, str, list]]:
