@@ -209,6 +209,8 @@ class SimulatedNetwork:
         config.SSHLauncher.ssh_args = self.ssh_args
         config.SSHLauncher.scp_args = self.ssh_args
         config.SSHLauncher.remote_python = sys.executable  # the filesystem is shared
+        # the engines' profile (their logs) in the harness's directory, removed with it
+        config.SSHLauncher.remote_profile_dir = os.path.join(self.dir, "remote_profile")
         config.SSHEngineSetLauncher.engines = {h.location: engines_per_host for h in self.hosts}
         # the engines get the connection info in their environment (IPP_CONNECTION_INFO): no
         # connection files to copy, which saves several ssh round trips per engine
