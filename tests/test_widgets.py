@@ -474,3 +474,61 @@ def test_kill_9_during_training_shows_rank_died_and_keeps_the_curves(cluster2):
     assert panel.error is None
     assert panel.curves[0][-1][0] == kept + total  # the new handle's steps counted on
     _rebuild_em_handle(cluster2)  # leave the module's EM handle as em_cluster made it
+
+
+# ---------------------------------------------------------------- starts and the choice of K
+
+
+def _four_clusters(n=4000):
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.normal(m, 1.0, n // 4) for m in (-10, -3, 3, 10)])
+    est = MixtureDistribution([GaussianDistribution(0, 1)] * 4, [0.25] * 4).estimator()
+    return x, est
+
+
+def test_local_init_choice_and_choose_k_plot_bic_against_k():
+    from mixle_nb.inference import bic, initial_model
+
+    x, est = _four_clusters()
+    enc = seq_encode(x, estimator=est)
+    panel = EMPanel(handle=enc, estimator=est, init="kmeans++", seed=5, data_sample=x, model_selection=True)
+    assert repr(panel.start_model) == repr(initial_model(enc, est, "kmeans++", rng=5))
+    assert "Init" in panel.buttons and "Choose K" in panel.buttons
+    panel.run(3)
+    panel.initialize("random", seed=1)
+    assert panel.history == [] and repr(panel.model) == repr(initial_model(enc, est, "random", rng=1))
+    panel.choose_k(5, seed=0)
+    k = panel.k_choice
+    assert k["k"] == [1, 2, 3, 4, 5] and k["best_k"] == 4
+    for model, score in zip(k["models"], k["bic"]):  # scored as inference.bic scores them
+        np.testing.assert_allclose(score, bic(x, model, MixtureDistribution([GaussianDistribution(0, 1)] * len(
+            model.components), [1 / len(model.components)] * len(model.components)).estimator()), rtol=1e-12)
+    assert panel.k_image.value[:4] == b"\x89PNG" and panel.k_image.layout.display is None
+    assert "BIC chooses K = 4" in panel.status.value
+    with pytest.raises(ValueError, match="not both and not neither"):
+        EMPanel(handle=enc, estimator=est)
+
+
+def _make_four_cluster_handle():
+    from mixle_nb.cluster.rank_side import rank_namespace
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    ns = rank_namespace()
+    ns["h4"] = TorchRunEncodedData(ns["x4"], estimator=ns["est4"])
+
+
+def test_cluster_init_and_choose_k(cluster2):
+    from mixle_nb.inference import choose_k
+
+    x, est = _four_clusters()
+    cluster2.push(x4=x, est4=est)
+    cluster2.run(_make_four_cluster_handle)
+    panel = EMPanel(cluster2, handle="h4", estimator="est4", init="kmeans++", seed=2, model_selection=True)
+    starts = cluster2.pull("_mixle_panel_model", rank="all")
+    assert repr(starts[0]) == repr(starts[1]) == repr(panel.start_model)  # identical on every rank
+    panel.run(5)
+    panel.choose_k(5, seed=0)
+    assert panel.k_choice["best_k"] == 4 and len(panel.k_choice["bic"]) == 5
+    single = choose_k(x, lambda k: type(est)([est.estimators[0]] * k), range(1, 6), init="kmeans++", rng=0, out=None)
+    assert single.best_k == 4
+    np.testing.assert_allclose(panel.k_choice["bic"][3], single.bic[3], rtol=1e-6)

@@ -93,3 +93,28 @@ def held_out_loss_on_rank(handle: str, model: str) -> float:
     ``handle``, over every rank's shard (the handle all-reduces its count and total)."""
     count, total = lookup(handle).pysp_seq_log_density_sum(lookup(model))
     return -total / count
+
+
+def initial_model_on_rank(handle: str, estimator: str, model: str, init: str, seed: int):
+    """The start ``init`` (``"kmeans++"``, ``"random_from_data"``, ``"random"``) finds on the
+    handle, every rank taking part; bound to ``model`` here and returned."""
+    from ..inference import initial_model
+
+    start = initial_model(lookup(handle), lookup(estimator), init, rng=seed)
+    rank_namespace()[model] = start
+    return start
+
+
+def choose_k_on_rank(handle: str, estimator: str, k_values: list, init: str, seed: int) -> dict:
+    """Fit mixtures of K copies of the named mixture estimator's first component for each K,
+    scored by BIC and AIC on the handle: ``{k, bic, aic, models}`` (the same on every rank)."""
+    from ..inference import choose_k
+    from ..stats import MixtureEstimator
+
+    est = lookup(estimator)
+    if not isinstance(est, MixtureEstimator):
+        raise TypeError(f"choosing K needs a MixtureEstimator; {estimator!r} is a {type(est).__name__}")
+    component = est.estimators[0]
+    found = choose_k(lookup(handle), lambda k: MixtureEstimator([component] * k), k_values, init=init,
+                     rng=seed, out=None)
+    return {"k": found.k, "bic": found.bic, "aic": found.aic, "models": [r.model for r in found.results]}

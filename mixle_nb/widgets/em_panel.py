@@ -13,8 +13,10 @@ import numpy as np
 
 from .. import validation
 from ..cluster import rank_side
+from ..inference import INITS, choose_k, initial_model
+from ..stats import MixtureEstimator
 from ..stats.estimation import em_step
-from .em_view import EMView
+from .em_view import EMView, choose_k_png
 from .panel import Panel, plot_image, resolve_cluster
 
 PANEL_MODEL_NAME = "_mixle_panel_model"
@@ -47,16 +49,23 @@ class EMPanel(Panel):
     sample's first two principal components).
     """
 
-    def __init__(self, cluster=None, *, handle, estimator, model, data_sample=None,
-                 picture_dims: Optional[Sequence[int]] = None):
+    def __init__(self, cluster=None, *, handle, estimator, model=None, data_sample=None,
+                 picture_dims: Optional[Sequence[int]] = None, init: Optional[str] = None, seed: int = 0,
+                 model_selection: bool = False):
         super().__init__()
         self.history: list[StepRecord] = []
         self._lock = threading.Lock()
         self._pause = threading.Event()
         self.picture_dims = picture_dims
+        self.k_choice: Optional[dict] = None
+        if (model is None) == (init is None):
+            raise ValueError("give the start as model= (a model, or its name on the ranks) or as init= "
+                             f"(one of {', '.join(INITS)}), not both and not neither")
         self._bind(cluster, handle, estimator, model, data_sample)
         self.start_model = self._current_model
-        self._build()
+        if init is not None:
+            self.start_model = self._initial_model(init, seed)
+        self._build(model_selection, init or "kmeans++", seed)
         self.redraw()
 
     def _bind(self, cluster, handle, estimator, model, data_sample) -> None:
@@ -64,7 +73,9 @@ class EMPanel(Panel):
         self.cluster = resolve_cluster(cluster, handle, estimator)
         self.handle, self.estimator = handle, estimator
         if self.cluster is not None:
-            if isinstance(model, str):
+            if model is None:
+                self.model_name, self._current_model = PANEL_MODEL_NAME, None
+            elif isinstance(model, str):
                 self.model_name, self._current_model = model, self.cluster.pull(model)
             else:
                 self.model_name, self._current_model = PANEL_MODEL_NAME, model
@@ -100,6 +111,7 @@ class EMPanel(Panel):
 
     def step(self) -> StepRecord:
         """One EM step on every rank; blocks until it is recorded."""
+        self._interrupted.clear()
         with self._lock:
             record = self._step_once()
         self.request_redraw()
@@ -149,6 +161,71 @@ class EMPanel(Panel):
         self._show_status(f"attached to {handle!r}; continuing from step {len(self.history)}")
         self.view = EMView(self.model, self.data_sample, self.cluster is not None, self.picture_dims)
         self.flush()
+
+    def initialize(self, init: str = "kmeans++", seed: int = 0) -> None:
+        """Start again from the model ``init`` finds in the data (k-means++, run as k-means‖
+        where the data live; ``"random_from_data"``; ``"random"``): history cleared."""
+        if self.running:
+            raise RuntimeError("a run is going: pause() it or wait() for it first")
+        self._reinitialize(init, seed)
+
+    def _reinitialize(self, init: str, seed: int) -> None:
+        with self._lock:
+            self.start_model = self._initial_model(init, seed)
+            self.history.clear()
+            self.error = None
+        self.view = EMView(self.model, self.data_sample, self.cluster is not None, self.picture_dims)
+        self.request_redraw()
+
+    def _initial_model(self, init: str, seed: int):
+        init = validation.choice("init", init, INITS)
+        seed = validation.integer("seed", seed, minimum=0)
+        if self.cluster is not None:
+            call = self.cluster.run_async(rank_side.initial_model_on_rank, self.handle, self.estimator,
+                                          self.model_name, init, seed)
+            return self._await(call)[0]
+        return initial_model(self.handle, self.estimator, init, rng=seed)
+
+    def choose_k(self, k_max: int, init: str = "kmeans++", seed: int = 0, block: bool = True) -> None:
+        """Fit K = 1..``k_max`` components (copies of the estimator's first component) on the
+        cluster (locally: on ``data_sample``), plot BIC and AIC against K, keep them in
+        ``k_choice`` (``k``, ``bic``, ``aic``, ``models``, ``best_k``)."""
+        k_max = validation.positive_int("k_max", k_max)
+        init = validation.choice("init", init, INITS)
+        if self.running:
+            raise RuntimeError("a run is going: pause() it or wait() for it first")
+        self._start_worker(self._guarded, lambda: self._choose_k(list(range(1, k_max + 1)), init, seed))
+        if block:
+            self.wait()
+            if self.error is not None:
+                raise self.error
+
+    def _choose_k(self, k_values: list, init: str, seed: int) -> None:
+        self.error = None
+        self._show_status(f"choosing K: fitting K = 1..{k_values[-1]} ...")
+        try:
+            if self.cluster is not None:
+                call = self.cluster.run_async(rank_side.choose_k_on_rank, self.handle, self.estimator, k_values,
+                                              init, seed)
+                found = self._await(call)[0]
+            else:
+                if self.data_sample is None:
+                    raise ValueError("choosing K locally needs the raw data: pass data_sample=")
+                component = self.estimator.estimators[0]
+                result = choose_k(self.data_sample, lambda k: MixtureEstimator([component] * k), k_values,
+                                  init=init, rng=seed, out=None)
+                found = {"k": result.k, "bic": result.bic, "aic": result.aic,
+                         "models": [r.model for r in result.results]}
+        except BaseException as exc:
+            self.error = exc
+            self._show_status(f"choose K failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}",
+                              error=True)
+            raise
+        found["best_k"] = found["k"][int(np.argmin(found["bic"]))]
+        self.k_choice = found
+        self.k_image.value = choose_k_png(found["k"], found["bic"], found["aic"])
+        self.k_image.layout.display = None
+        self.request_redraw()
 
     def _request_stop(self) -> None:
         self._pause.set()
@@ -217,7 +294,7 @@ class EMPanel(Panel):
 
     # -- view --------------------------------------------------------------------------------
 
-    def _build(self) -> None:
+    def _build(self, model_selection: bool, init: str, seed: int) -> None:
         self.buttons = {name: w.Button(description=name) for name in ("Step", "Run N", "Pause", "Back", "Reset")}
         self.n_steps = w.BoundedIntText(value=10, min=1, max=100_000, description="N",
                                         style={"description_width": "initial"}, layout=w.Layout(width="110px"))
@@ -236,8 +313,27 @@ class EMPanel(Panel):
             button.on_click(lambda _, act=actions[name]: self._guarded(act))
         controls = w.HBox([self.buttons["Step"], self.n_steps, self.buttons["Run N"], self.buttons["Pause"],
                            self.buttons["Back"], self.buttons["Reset"]])
-        self.widget = w.VBox([controls, w.HBox([self.progress, self.status]), self.image])
+        rows = [controls, w.HBox([self.progress, self.status]), self.image]
+        self.k_image = plot_image()
+        self.k_image.layout.display = "none"  # until a choice of K has been made
+        if model_selection:
+            rows.insert(1, self._selection_controls(init, seed))
+        self.widget = w.VBox(rows + [self.k_image])
         self.widget.add_class("mixle-em-panel")
+
+    def _selection_controls(self, init: str, seed: int):
+        """Init (a start from the data) and Choose K (BIC against K), as an optional row."""
+        self.init_choice = w.Dropdown(options=list(INITS), value=init, description="init",
+                                      layout=w.Layout(width="210px"), style={"description_width": "initial"})
+        self.k_max = w.BoundedIntText(value=6, min=1, max=50, description="K max",
+                                      style={"description_width": "initial"}, layout=w.Layout(width="110px"))
+        self.buttons["Init"] = w.Button(description="Init")
+        self.buttons["Choose K"] = w.Button(description="Choose K")
+        self.buttons["Init"].on_click(lambda _: self._guarded(
+            lambda: self._in_background(lambda: self._reinitialize(self.init_choice.value, seed))))
+        self.buttons["Choose K"].on_click(lambda _: self._guarded(
+            lambda: self.choose_k(self.k_max.value, self.init_choice.value, seed, block=False)))
+        return w.HBox([self.init_choice, self.buttons["Init"], self.k_max, self.buttons["Choose K"]])
 
     def _in_background(self, action) -> None:
         if not self.running:
@@ -256,5 +352,8 @@ class EMPanel(Panel):
                                history[-1].rank_seconds if history else [])
         if self.error is None:
             last = f" · log-density {history[-1].log_density:.6g}" if history else ""
-            self._show_status(f"step {len(history)}{last}")
+            stopped = " · interrupted (Ctrl-C): run stopped" if self._interrupted.is_set() else ""
+            k = self.k_choice
+            chosen = f" · BIC chooses K = {k['best_k']} (of 1..{k['k'][-1]})" if k else ""
+            self._show_status(f"step {len(history)}{last}{stopped}{chosen}")
         return png

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import numpy as np
+from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from .live_figure import LiveFigure, fit_limits, fit_steps
+from .live_figure import DPI, LiveFigure, fit_limits, fit_steps, static_png
 from .model_picture import ModelPicture
 
 FIGSIZE = (13.0, 3.1)
@@ -76,3 +77,19 @@ class EMView:
         for bar, s in zip(self.bars, seconds):
             bar.set_height(s)
         return fit_limits(self.ranks, [0.0, *seconds], floor=0.0) or changed
+
+
+def choose_k_png(k: Sequence[int], bic: Sequence[float], aic: Sequence[float]) -> bytes:
+    """BIC (and AIC) against K, the lowest BIC marked: drawn once, when the fits are done."""
+    fig = Figure(figsize=(5.0, 3.0), dpi=DPI)
+    ax = fig.subplots()
+    fig.subplots_adjust(left=0.2, right=0.97, bottom=0.17, top=0.88)
+    ax.plot(k, bic, "o-", color="#2c3e50", label="BIC")
+    ax.plot(k, aic, "s--", color="#7f8c8d", ms=4, label="AIC")
+    best = int(np.argmin(bic))
+    ax.plot([k[best]], [bic[best]], "o", ms=12, mfc="none", mec="#c0392b", mew=2, label=f"best K = {k[best]}")
+    ax.set_title("choose K: information criteria (lower is better)", fontsize=10)
+    ax.set_xlabel("K (components)", fontsize=9, labelpad=1)
+    ax.set_xticks(list(k))
+    ax.legend(fontsize=8)
+    return static_png(fig)

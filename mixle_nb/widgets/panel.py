@@ -72,7 +72,9 @@ class Panel:
         except KeyboardInterrupt:
             self._interrupted.set()
             self._request_stop()
-            if not self._done.wait(STOP_DEADLINE_S):
+            if self._done.wait(STOP_DEADLINE_S):
+                self.flush()
+            else:
                 self._show_status(f"interrupted, but the worker is still waiting on the ranks after "
                                   f"{STOP_DEADLINE_S:g} s: see the cluster's status", error=True)
             raise

@@ -1,0 +1,146 @@
+"""What the live panels cost, side by side in one run on a 2-engine cluster.
+
+    .venv/bin/python benchmarks/panel_bench.py [--redraws 200] [--steps 20] [--rounds 3]
+
+Redraw: the notebook's CPU (thread CPU time) and wall time per redraw of each panel, with the
+figure kept and only the changed artists redrawn (what the panels do), against building a new
+figure for every redraw (what they did), over a growing 200-step history. Target: 20 ms.
+
+Run N: ``panel.run(n)`` wall time per step against the ranks' own step (n EM steps in one call
+on every rank, timed there), at N = 1e6 and N = 1e3 observations, interleaved round by round so
+both see the same machine load. Target at N = 1e6: the panel's step at most 1.1x the ranks'.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from mixle_nb.cluster import MixleCluster
+from mixle_nb.stats import GaussianDistribution, MixtureDistribution, seq_encode
+from mixle_nb.stats.estimation import em_step
+from mixle_nb.widgets import EMPanel
+from mixle_nb.widgets.em_view import EMView
+from mixle_nb.widgets.loss_view import LossView
+
+
+def problem(n: int):
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(-2, 1, n // 2), rng.normal(3, 0.7, n - n // 2)])
+    start = MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(0.5, 1),
+                                 GaussianDistribution(2, 1)], [0.3, 0.3, 0.4])
+    return x, start
+
+
+def timed(fn) -> tuple[float, float]:
+    """(thread CPU seconds, wall seconds) of one call."""
+    c, t = time.thread_time(), time.perf_counter()
+    fn()
+    return time.thread_time() - c, time.perf_counter() - t
+
+
+def summary(samples) -> str:
+    cpu, wall = (np.array(s) * 1e3 for s in zip(*samples))
+    return (f"{np.median(cpu):>8.1f} {cpu.mean():>8.1f} {np.median(wall):>9.1f} {wall.mean():>9.1f}")
+
+
+def redraw_bench(redraws: int) -> None:
+    x, model = problem(2000)
+    enc, est = seq_encode(x, model=model), model.estimator()
+    models, densities = [model], []
+    for _ in range(redraws):
+        step = em_step(enc, est, models[-1])
+        models.append(step.model)
+        densities.append(step.log_density)
+    seconds = [0.01, 0.012]
+    kept = EMView(model, x, distributed=True)
+    em_kept = [timed(lambda i=i: kept.render(densities[:i], models[i], seconds)) for i in range(1, redraws + 1)]
+    em_new = [timed(lambda i=i: EMView(model, x, distributed=True).render(densities[:i], models[i], seconds))
+              for i in range(1, redraws + 1, max(redraws // 20, 1))]
+    rng = np.random.default_rng(1)
+    losses = {r: [(5 * s, 5 * s * 1024, 4.0 * np.exp(-s / 40) + 1.2 + 0.1 * rng.standard_normal())
+                  for s in range(1, redraws + 1)] for r in range(2)}
+    held = [(5 * s, 5 * s * 1024, 4.0 * np.exp(-s / 40) + 1.3) for s in range(10, redraws + 1, 10)]
+    loss_kept_view = LossView(entropy_floor=1.1)
+
+    def loss_frame(view, i):
+        return view.render({r: p[:i] for r, p in losses.items()}, [h for h in held if h[0] <= 5 * i])
+
+    loss_kept = [timed(lambda i=i: loss_frame(loss_kept_view, i)) for i in range(1, redraws + 1)]
+    loss_new = [timed(lambda i=i: loss_frame(LossView(entropy_floor=1.1), i))
+                for i in range(1, redraws + 1, max(redraws // 20, 1))]
+    print(f"\nRedraw over a growing {redraws}-step history, milliseconds (target <= 20)")
+    print(f"{'panel':<10} {'figure':<22} {'CPU med':>8} {'CPU mean':>8} {'wall med':>9} {'wall mean':>9}")
+    for name, how, samples in (("EMPanel", "kept, blitted", em_kept), ("EMPanel", "new every redraw", em_new),
+                               ("TrainPanel", "kept, blitted", loss_kept),
+                               ("TrainPanel", "new every redraw", loss_new)):
+        print(f"{name:<10} {how:<22} {summary(samples)}")
+
+
+def make_handle():
+    from mixle_nb.cluster.rank_side import rank_namespace
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    ns = rank_namespace()
+    ns["bench_h"] = TorchRunEncodedData(ns["bench_x"], estimator=ns["bench_est"])
+
+
+def drop_handle():
+    from mixle_nb.cluster.rank_side import rank_namespace
+
+    rank_namespace().pop("bench_h").close()
+
+
+def own_steps_on_rank(n: int) -> float:
+    """Seconds per EM step of ``n`` steps run on the rank in one call (no client in between)."""
+    import time as _time
+
+    from mixle_nb.cluster.rank_side import lookup
+    from mixle_nb.stats.estimation import em_step as _em_step
+
+    h, est, model = lookup("bench_h"), lookup("bench_est"), lookup("bench_start")
+    t0 = _time.perf_counter()
+    for _ in range(n):
+        model = _em_step(h, est, model).model
+    return (_time.perf_counter() - t0) / n
+
+
+def run_bench(cluster: MixleCluster, n_obs: int, steps: int, rounds: int) -> tuple[float, float]:
+    x, start = problem(n_obs)
+    cluster.push(bench_x=x, bench_est=start.estimator(), bench_start=start)
+    cluster.run(make_handle)
+    panel = EMPanel(cluster, handle="bench_h", estimator="bench_est", model=start)
+    own, via_panel = [], []
+    cluster.run(own_steps_on_rank, 2)  # warm both paths
+    panel.run(2)
+    for _ in range(rounds):
+        own.append(max(cluster.run(own_steps_on_rank, steps)))
+        panel.reset()
+        t0 = time.perf_counter()
+        panel.run(steps)
+        via_panel.append((time.perf_counter() - t0) / steps)
+        assert panel.error is None, panel.error
+    cluster.run(drop_handle)
+    return statistics.median(own), statistics.median(via_panel)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--redraws", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=20, help="EM steps per timed run")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    redraw_bench(args.redraws)
+    print(f"\npanel.run({args.steps}) per step against the ranks' own step, 2 engines, "
+          f"median of {args.rounds} interleaved rounds (target at N=1e6: <= 1.1x)")
+    print(f"{'N':>9} {'ranks ms':>9} {'panel ms':>9} {'ratio':>6}")
+    with MixleCluster(2) as cluster:
+        for n_obs in (1_000_000, 1_000):
+            own, via_panel = run_bench(cluster, n_obs, args.steps, args.rounds)
+            print(f"{n_obs:>9,} {own * 1e3:>9.2f} {via_panel * 1e3:>9.2f} {via_panel / own:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
