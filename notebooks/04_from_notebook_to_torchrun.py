@@ -27,8 +27,8 @@
 # 4. how to point the cluster at MPI, SSH or Slurm engines, and what that exposes on the network.
 
 # %% [markdown]
-# The next cell imports what we need and defines `torchrun(script)`: it runs a script with 2
-# processes, exactly as `torchrun --standalone --nproc_per_node 2 script.py` would in a
+# The next cell imports what we need and defines `torchrun(script)`: it runs a script (and its
+# arguments) with 2 processes, exactly as `torchrun --standalone --nproc_per_node 2 script.py` would in a
 # terminal (`--standalone` picks a free local port), fails loudly if the script fails, and
 # returns what rank 0 printed.
 
@@ -43,9 +43,9 @@ import matplotlib.pyplot as plt
 
 import diagrams  # notebooks/diagrams.py: the concept pictures
 
-def torchrun(script, nproc=2):
+def torchrun(script, *arguments, nproc=2):
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={nproc}", str(script)]
+               f"--nproc_per_node={nproc}", str(script), *map(str, arguments)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"torchrun exited with {done.returncode}:\n{done.stderr[-3000:]}")
@@ -55,22 +55,33 @@ def torchrun(script, nproc=2):
 # %% [markdown]
 # ## The EM example script
 #
-# `examples/torchrun_fit.py` fits a 3-component 1-D mixture to 200,000 points. Every process
-# makes the same data (same seed) and `TorchRunEncodedData` keeps its `data[rank::world]`
-# shard, exactly as on the engines in notebook 02. The handle joins the group from the
-# variables torchrun sets (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`), and
-# `torchrun_out()` lets only rank 0 print. The next cell shows the script.
+# `examples/torchrun_fit.py` fits a 3-component 1-D mixture. Given a `.npy` file of
+# observations, each process reads only its own rows of it (`TorchRunEncodedData.from_npy`,
+# as the engines did in notebook 02), so no process ever holds the whole data; without a file
+# it makes its own. The handle joins the group from the variables torchrun sets (`RANK`,
+# `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`), and `torchrun_out()` lets only rank 0 print.
+# The next cell shows the script.
 
 # %%
 script = Path("..") / "examples" / "torchrun_fit.py"
 print(script.read_text())
 
 # %% [markdown]
-# The next cell runs it with 2 processes and prints rank 0's output: the all-reduced
-# log-density per step, then the fitted model.
+# The next cell writes 200,000 points from a 3-component mixture to a `.npy` file in a
+# temporary folder, runs the script on it with 2 processes, and prints rank 0's output: the
+# all-reduced log-density per step, then the fitted model.
 
 # %%
-em_output = torchrun(script)
+import numpy as np
+
+from mixle_nb.stats import GaussianDistribution, MixtureDistribution
+
+truth = MixtureDistribution([GaussianDistribution(-3.0, 1.0), GaussianDistribution(0.0, 0.5),
+                             GaussianDistribution(4.0, 2.0)], w=[0.3, 0.3, 0.4])
+with tempfile.TemporaryDirectory() as folder:
+    data_file = Path(folder) / "points.npy"
+    np.save(data_file, truth.sampler(seed=0).sample(200_000))
+    em_output = torchrun(script, data_file)
 print(em_output)
 
 # %% [markdown]
