@@ -28,7 +28,7 @@ import numpy as np
 from mixle_nb.parallel.local_launch import run_local
 
 K = 8
-WRITE_BLOCK = 1 << 22  # observations generated and written at a time
+BLOCK = 1 << 20  # observations generated (and written) at a time
 
 
 def _peak_rss_mb() -> float:
@@ -45,13 +45,21 @@ def _draw(rng: np.random.Generator, n: int) -> np.ndarray:
     return means[rng.integers(K, size=n)] + rng.standard_normal(n)
 
 
+def draw_all(n: int, seed: int = 0) -> np.ndarray:
+    """The same draws as :func:`write_npy`, in memory (what a notebook would push)."""
+    rng, x = np.random.default_rng(seed), np.empty(n)
+    for start in range(0, n, BLOCK):
+        x[start : start + BLOCK] = _draw(rng, min(BLOCK, n - start))
+    return x
+
+
 def write_npy(path: str, n: int, seed: int = 0) -> None:
     """Write ``n`` draws as a float64 .npy, block by block: this process never holds them."""
     rng = np.random.default_rng(seed)
     with open(path, "wb") as f:
         np.lib.format.write_array_header_2_0(f, {"descr": "<f8", "fortran_order": False, "shape": (n,)})
-        for start in range(0, n, WRITE_BLOCK):
-            _draw(rng, min(WRITE_BLOCK, n - start)).tofile(f)
+        for start in range(0, n, BLOCK):
+            _draw(rng, min(BLOCK, n - start)).tofile(f)
 
 
 def _start():
@@ -108,13 +116,16 @@ def _rank(rank, world, path, data, steps, sub_chunks):
 
 def _row(label: str, results: list, notebook_mb: float) -> None:
     r0 = results[0]
-    ratios = [r["peak_rss_mb"] / r["encoded_mb"] for r in results]
-    own = [(r["peak_rss_mb"] - r["rss_before_mb"]) / r["encoded_mb"] for r in results]
+
+    def per_rank(values, spec):
+        return " / ".join(format(v, spec) for v in values)
+
+    peaks = per_rank([r["peak_rss_mb"] for r in results], ".0f")
+    encoded = per_rank([r["encoded_mb"] for r in results], ".0f")
+    ratios = per_rank([r["peak_rss_mb"] / r["encoded_mb"] for r in results], ".2f")
+    own = per_rank([(r["peak_rss_mb"] - r["rss_before_mb"]) / r["encoded_mb"] for r in results], ".2f")
     per_obs_ns = r0["step_s"] / r0["count"] * 1e9
-    print(f"{label:<24}{r0['count']:>12.3g}{notebook_mb:>13.0f}"
-          f"{' / '.join(f'{r['peak_rss_mb']:.0f}' for r in results):>17}"
-          f"{' / '.join(f'{r['encoded_mb']:.0f}' for r in results):>15}"
-          f"{' / '.join(f'{x:.2f}' for x in ratios):>13}{' / '.join(f'{x:.2f}' for x in own):>13}"
+    print(f"{label:<22}{r0['count']:>10.3g}{notebook_mb:>13.0f}{peaks:>17}{encoded:>15}{ratios:>16}{own:>17}"
           f"{max(r['build_s'] for r in results):>9.1f}{r0['step_s']:>9.2f}{per_obs_ns:>9.1f}")
 
 
@@ -128,8 +139,8 @@ def main() -> None:
     args = parser.parse_args()
     push_n = args.n if args.push_n is None else args.push_n
     print(f"K={K} Gaussian mixture, 2 ranks, sub_chunks={args.sub_chunks}; rank columns read 'rank 0 / rank 1'")
-    print(f"{'source':<24}{'N':>12}{'notebook MB':>13}{'rank peak MB':>17}{'encoded MB':>15}"
-          f"{'peak/enc':>13}{'(peak-base)/enc':>13}{'build s':>9}{'step s':>9}{'ns/obs':>9}")
+    print(f"{'source':<22}{'N':>10}{'notebook MB':>13}{'rank peak MB':>17}{'encoded MB':>15}"
+          f"{'peak/enc':>16}{'(peak-base)/enc':>17}{'build s':>9}{'step s':>9}{'ns/obs':>9}")
     per_obs = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in (args.small_n, args.n):
@@ -141,7 +152,7 @@ def main() -> None:
             per_obs[n] = results[0]["step_s"] / results[0]["count"]
             _row("from_npy", results, _peak_rss_mb())
     notebook_before_push = _peak_rss_mb()
-    x = _draw(np.random.default_rng(0), push_n)
+    x = draw_all(push_n)
     results = run_local(_rank, 2, timeout=3600, path=None, data=x, steps=args.steps, sub_chunks=args.sub_chunks)
     del x
     _row("pushed from notebook", results, _peak_rss_mb())

@@ -227,3 +227,19 @@ def test_fewer_sequences_than_ranks(world_results, root_only):
     model = _same_on_every_rank(results, f"tiny_{root_only}", 0)
     assert [r[f"tiny_{root_only}"][1] for r in results] == [1] * (world - 1) + [0]
     assert total_log_density(tiny, model) == pytest.approx(ref_total, rel=1e-10)
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_our_local_dispatch_runs_mixle_objects(name):
+    """optimize / seq_encode / seq_log_density_sum / seq_initialize on one process, mixle models."""
+    from mixle_nb.inference import optimize
+    from mixle_nb.stats import seq_encode, seq_initialize, seq_log_density_sum
+
+    data, start = PROBLEMS[name]()
+    _, (ref_count, ref_total) = mixle_reference(data, start)
+    model = optimize(data, start.estimator(), prev_estimate=start, max_its=STEPS, delta=0.0, out=None)
+    enc = seq_encode(data, model=start)
+    count, total = seq_log_density_sum(enc, model)
+    assert count == ref_count and total == pytest.approx(ref_total, rel=1e-10)
+    init = seq_initialize(enc, start.estimator(), np.random.RandomState(3), 0.5)  # mixle's rng kind
+    assert type(init) is type(start) and np.isfinite(seq_log_density_sum(enc, init)[1])

@@ -117,7 +117,8 @@ def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distri
     """Random initial model: a random subset of the data with random mixture responsibilities."""
     if hasattr(enc, "pysp_seq_initialize"):
         return enc.pysp_seq_initialize(estimator, rng, p)
-    rng = as_generator(rng)
+    if not isinstance(rng, np.random.RandomState):  # a RandomState passes through: mixle's accumulators
+        rng = as_generator(rng)  # draw with RandomState.randint, ours take either
     weights = initial_weights(encoded_count(enc, estimator), rng, p)
     acc = estimator.accumulator_factory().make()
     acc.seq_initialize(enc, weights, rng)
