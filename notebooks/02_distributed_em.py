@@ -149,12 +149,13 @@ plt.show()
 # strings are the names these objects have there. Each **Step** sends one call to every rank:
 # E-step on the rank's shard → one all-reduce of the statistics → the same M-step everywhere.
 # Left: the all-reduced log-density per step; middle: the model over a sample of rank 0's
-# points; right: each rank's E-step time.
+# points; right: each rank's E-step time. A second row of controls starts from the data
+# instead (**Init**) and chooses the number of components (**Choose K**); we use it below.
 #
 # The next cell creates the panel.
 
 # %%
-panel = EMPanel(mixle, handle="h", estimator="est", model="start")
+panel = EMPanel(mixle, handle="h", estimator="est", model="start", model_selection=True)
 panel
 
 # %% [markdown]
@@ -312,33 +313,28 @@ for rank, t in enumerate(timings):
 # components always raise log L, and the p log N term charges for each parameter they add.
 # The K with the lowest BIC wins.
 #
-# `choose_k(h, estimator_for, k_values)` fits a mixture for each K with `fit` (from a k-means++
-# start, which on a handle runs as k-means‖ where the shards live) and scores it with one
-# log-density all-reduce. Like every step so far it runs on every rank at once, on the
-# resident shards; each rank ends with the same fits. The next cell runs it for K = 1 … 6,
-# each fit stopping once its gain in log-density per point falls below `tol`.
+# The panel's **Choose K** button (its twin is `panel.choose_k(k_max)`) runs
+# `mixle_nb.inference.choose_k` on every rank at once, on the resident shards: for each K it
+# fits a mixture with `fit` from a k-means++ start (on a handle it runs as k-means‖, where the
+# shards live) and scores it with one log-density all-reduce; every rank ends with the same
+# fits. The next cell fits K = 1 … 6; the panel above then shows BIC and AIC against K.
 
 # %%
-# %%mixle
-from mixle_nb.inference import choose_k
-from mixle_nb.stats import GaussianEstimator, MixtureEstimator
-
-k_choice = choose_k(h, lambda k: MixtureEstimator([GaussianEstimator() for _ in range(k)]), range(1, 7),
-                    init="kmeans++", tol=1e-5, rng=0, out=None)
-scores = {"k": k_choice.k, "bic": k_choice.bic, "aic": k_choice.aic, "iterations": [r.n_iter for r in k_choice.results]}
+panel.choose_k(6)
 
 # %% [markdown]
-# The next cell pulls the scores from rank 0, prints them with the K that BIC picks (compare it
-# with the number of components the data were drawn from), and plots how far each K's BIC and
-# AIC lie above their lowest value (a log scale: near the best K the differences are small).
+# The next cell prints the scores (kept in `panel.k_choice`) with the K that BIC picks
+# (compare it with the number of components the data were drawn from), and plots how far each
+# K's BIC and AIC lie above their lowest value (a log scale: near the best K the differences
+# are small), for exported reports.
 
 # %% tags=["summary"]
-# scores = %mixle_pull scores
-best_k = scores["k"][int(np.argmin(scores["bic"]))]
+scores = panel.k_choice
+best_k = scores["best_k"]
 print(f"choose K by BIC on {mixle.n} ranks: the data were drawn from {len(truth.components)} components")
-print("  K   EM iterations          BIC           AIC")
-for k, its, b, a in zip(scores["k"], scores["iterations"], scores["bic"], scores["aic"]):
-    print(f"{k:3d}  {its:14d}  {b:12.1f}  {a:12.1f}{'   <- lowest BIC' if k == best_k else ''}")
+print("  K           BIC           AIC")
+for k, b, a in zip(scores["k"], scores["bic"], scores["aic"]):
+    print(f"{k:3d}  {b:12.1f}  {a:12.1f}{'   <- lowest BIC' if k == best_k else ''}")
 
 fig, ax = plt.subplots(figsize=(6, 2.6))
 for name, style in (("bic", "o-"), ("aic", "s--")):
@@ -425,7 +421,7 @@ folder.cleanup()
 # * Every rank runs the same M-step on the same totals, so every rank holds the same model,
 #   and it equals the one-process model up to rounding.
 # * The fold's cost is mostly waiting for the slowest rank.
-# * Model choice runs where the data are too: `choose_k` fits each K on the ranks and BIC picks one.
+# * Model choice runs where the data are too: **Choose K** fits each K on the ranks and BIC picks one.
 #
 # Next, **03_streaming_transformer.ipynb** trains a neural network across the same kind of
 # cluster, where the gradient, not a statistic, is what travels.
