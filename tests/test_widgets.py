@@ -503,7 +503,7 @@ def test_local_init_choice_and_choose_k_plot_bic_against_k():
     for model, score in zip(k["models"], k["bic"]):  # scored as inference.bic scores them
         np.testing.assert_allclose(score, bic(x, model, MixtureDistribution([GaussianDistribution(0, 1)] * len(
             model.components), [1 / len(model.components)] * len(model.components)).estimator()), rtol=1e-12)
-    assert panel.k_image.value[:4] == b"\x89PNG" and panel.k_image.layout.display is None
+    assert panel.k_image.value[:4] == b"\x89PNG" and panel.k_image in panel.widget.children
     assert "BIC chooses K = 4" in panel.status.value
     with pytest.raises(ValueError, match="not both and not neither"):
         EMPanel(handle=enc, estimator=est)
@@ -532,3 +532,44 @@ def test_cluster_init_and_choose_k(cluster2):
     single = choose_k(x, lambda k: type(est)([est.estimators[0]] * k), range(1, 6), init="kmeans++", rng=0, out=None)
     assert single.best_k == 4
     np.testing.assert_allclose(panel.k_choice["bic"][3], single.bic[3], rtol=1e-6)
+
+
+# ---------------------------------------------------------------- mixle's own models
+
+
+def _make_mixle_handle():
+    from mixle_nb.cluster.rank_side import rank_namespace
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    ns = rank_namespace()
+    ns["hm"] = TorchRunEncodedData(ns["xm"], estimator=ns["estm"])
+
+
+def test_em_panel_steps_a_mixle_model_on_the_cluster_and_shows_mixle_errors_like_ours(cluster2):
+    mixle_stats = pytest.importorskip("mixle.stats")
+
+    x, _ = em_problem(4000)
+    start = mixle_stats.MixtureDistribution([mixle_stats.GaussianDistribution(-1.0, 1.0),
+                                             mixle_stats.GaussianDistribution(1.0, 1.0)], [0.5, 0.5])
+    cluster2.push(xm=x, estm=start.estimator(), startm=start)
+    cluster2.run(_make_mixle_handle)
+    panel = EMPanel(cluster2, handle="hm", estimator="estm", model="startm")
+    assert panel.view.picture.kind == "density"
+    panel.run(3)
+    assert panel.error is None and len(panel.history) == 3
+    # each step's log-density is that of the model it started from, as mixle itself computes it
+    mixle_enc = start.dist_to_encoder().seq_encode(x)
+    starts = [start] + [r.model for r in panel.history[:-1]]
+    np.testing.assert_allclose([r.log_density for r in panel.history],
+                               [float(np.sum(m.seq_log_density(mixle_enc))) for m in starts], rtol=1e-10)
+    # a mixle model this panel cannot draw still steps, with its log-density curve
+    cluster2.push(startm=mixle_stats.MixtureDistribution([mixle_stats.GaussianDistribution(0.0, 1.0),
+                                                          mixle_stats.ExponentialDistribution(1.0)], [0.5, 0.5]))
+    odd = EMPanel(cluster2, handle="hm", estimator="estm", model="startm")
+    assert odd.view.picture.kind is None
+    # mixle's own error, raised on the ranks, is shown as ours are: which rank, which error
+    cluster2.push(startm=mixle_stats.CategoricalDistribution({"a": 1.0}))
+    bad = EMPanel(cluster2, handle="hm", estimator="estm", model="startm")
+    with pytest.raises(Exception, match="rank 0"):
+        bad.step()
+    assert "step 1 failed: RankError: rank 0 raised" in bad.status.value and bad.history == []

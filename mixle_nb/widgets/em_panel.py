@@ -223,8 +223,10 @@ class EMPanel(Panel):
             raise
         found["best_k"] = found["k"][int(np.argmin(found["bic"]))]
         self.k_choice = found
+        if self.k_image is None:
+            self.k_image = plot_image()
+            self.widget.children = (*self.widget.children, self.k_image)
         self.k_image.value = choose_k_png(found["k"], found["bic"], found["aic"])
-        self.k_image.layout.display = None
         self.request_redraw()
 
     def _request_stop(self) -> None:
@@ -314,11 +316,10 @@ class EMPanel(Panel):
         controls = w.HBox([self.buttons["Step"], self.n_steps, self.buttons["Run N"], self.buttons["Pause"],
                            self.buttons["Back"], self.buttons["Reset"]])
         rows = [controls, w.HBox([self.progress, self.status]), self.image]
-        self.k_image = plot_image()
-        self.k_image.layout.display = "none"  # until a choice of K has been made
+        self.k_image = None  # added below the plot by the first choice of K
         if model_selection:
             rows.insert(1, self._selection_controls(init, seed))
-        self.widget = w.VBox(rows + [self.k_image])
+        self.widget = w.VBox(rows)
         self.widget.add_class("mixle-em-panel")
 
     def _selection_controls(self, init: str, seed: int):

@@ -47,7 +47,7 @@ class LossView:
         self.ax.set_ylabel("next-token loss (nats)", fontsize=9)
         if log_scale:
             self.ax.set_yscale("log")
-        self.ax.set_ylim(1, 10)
+        self.ax.set_ylim(*((0.5, 20) if log_scale else (0, 10)))  # room below the usual entropy floors
         self.ax.set_xlim(0, 10)
         self.raw: dict[int, object] = {}
         self.mean = self.live.dynamic(self.ax.plot([], [], lw=2.5, color="black", label="mean (smoothed)")[0])

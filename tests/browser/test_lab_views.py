@@ -33,7 +33,7 @@ def panel_of(page, cell_start: str):
 def loaded_image(panel):
     from playwright.sync_api import expect
 
-    image = panel.locator("img.widget-image")
+    image = panel.locator("img.widget-image").first
     expect(image).to_be_visible()
     panel.page.wait_for_function("img => img.complete && img.naturalWidth > 300", arg=image.element_handle())
     return image
