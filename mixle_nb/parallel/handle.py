@@ -40,7 +40,8 @@ class EncodedDataHandle(Protocol):
         """``(count, total log-density)`` of the resident data under ``model``."""
 
     def pysp_stream_accumulate(self, estimator: Any, model: Any) -> tuple[float, Any]:
-        """``(count, folded accumulator)`` for streaming EM, without an M-step."""
+        """``(count, value)``: the folded, key-tied statistics for streaming EM, without an
+        M-step (mixle's drivers rebuild the accumulator with ``from_value``)."""
 
     def close(self) -> None:
         """Release what this handle owns."""

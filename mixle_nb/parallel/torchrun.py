@@ -40,7 +40,8 @@ from .fail_together import (agreed, agreement_slots, failure_message, fingerprin
 from .group import join_group
 from .handle import HandleLifetime
 from .rank_exchange import HandleExchange, map_shard
-from .shards import NpyRows, dealt_files, describe, describe_rows, file_parts, load_npy, rank_slice, split_parts
+from .shards import (NpyRows, dealt_files, describe, describe_rows, file_parts, load_npy, rank_slice,
+                     release_freed_memory, split_parts)
 
 FOLDS = ("auto", "gather", "allreduce")
 EXCHANGE_MAX_FLOATS = 1 << 18  # world × vector length; above it the fold uses all_reduce
@@ -258,6 +259,8 @@ class TorchRunEncodedData(HandleLifetime):
                     if len(part):  # an empty part has nothing to encode (some encoders refuse it)
                         self.chunks.append(encoder.seq_encode(part))
                         self._counts.append(len(part))
+                    del part
+                    release_freed_memory()
                 if not self.chunks:  # an empty shard: keep its empty encoding where the encoder
                     self._encode_empty(encoder, empty)  # takes one (it tells k-means‖ the dimension)
                 if counts is not None and sum(counts) != sum(sizes):
