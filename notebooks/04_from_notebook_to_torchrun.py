@@ -227,3 +227,5 @@ diagrams.network()
 #
 # Both `torchrun` runs above have finished, and this notebook started no cluster, so no
 # process is left running.
+#
+# **05_mixle_hidden_markov.ipynb** fits a model from the mixle package on the cluster.
