@@ -7,8 +7,9 @@ figure kept and only the changed artists redrawn (what the panels do), against b
 figure for every redraw (what they did), over a growing 200-step history. Target: 20 ms.
 
 Run N: ``panel.run(n)`` wall time per step against the ranks' own step (n EM steps in one call
-on every rank, timed there), at N = 1e6 and N = 1e3 observations, interleaved round by round so
-both see the same machine load. Target at N = 1e6: the panel's step at most 1.1x the ranks'.
+on every rank, timed there) and against one bare ``cluster.run`` per step (the client's round
+trip, nothing drawn), at N = 1e6 and N = 1e3 observations, interleaved round by round so all
+see the same machine load. Target at N = 1e6: the panel's step at most 1.1x the ranks'.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import time
 import numpy as np
 
 from mixle_nb.cluster import MixleCluster
+from mixle_nb.cluster.rank_side import em_step_on_rank
 from mixle_nb.stats import GaussianDistribution, MixtureDistribution, seq_encode
 from mixle_nb.stats.estimation import em_step
 from mixle_nb.widgets import EMPanel
@@ -112,18 +114,23 @@ def run_bench(cluster: MixleCluster, n_obs: int, steps: int, rounds: int) -> tup
     cluster.push(bench_x=x, bench_est=start.estimator(), bench_start=start)
     cluster.run(make_handle)
     panel = EMPanel(cluster, handle="bench_h", estimator="bench_est", model=start)
-    own, via_panel = [], []
-    cluster.run(own_steps_on_rank, 2)  # warm both paths
+    own, bare, via_panel = [], [], []
+    cluster.run(own_steps_on_rank, 2)  # warm every path
     panel.run(2)
     for _ in range(rounds):
         own.append(max(cluster.run(own_steps_on_rank, steps)))
+        panel.reset()
+        t0 = time.perf_counter()
+        for _ in range(steps):  # one call per step, nothing drawn: the client's round trip alone
+            cluster.run(em_step_on_rank, "bench_h", "bench_est", "bench_start")
+        bare.append((time.perf_counter() - t0) / steps)
         panel.reset()
         t0 = time.perf_counter()
         panel.run(steps)
         via_panel.append((time.perf_counter() - t0) / steps)
         assert panel.error is None, panel.error
     cluster.run(drop_handle)
-    return statistics.median(own), statistics.median(via_panel)
+    return statistics.median(own), statistics.median(bare), statistics.median(via_panel)
 
 
 def main():
@@ -131,15 +138,18 @@ def main():
     parser.add_argument("--redraws", type=int, default=200)
     parser.add_argument("--steps", type=int, default=20, help="EM steps per timed run")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip-redraw", action="store_true", help="only the Run N comparison")
     args = parser.parse_args()
-    redraw_bench(args.redraws)
+    if not args.skip_redraw:
+        redraw_bench(args.redraws)
     print(f"\npanel.run({args.steps}) per step against the ranks' own step, 2 engines, "
           f"median of {args.rounds} interleaved rounds (target at N=1e6: <= 1.1x)")
-    print(f"{'N':>9} {'ranks ms':>9} {'panel ms':>9} {'ratio':>6}")
+    print(f"{'N':>9} {'ranks ms':>9} {'run() ms':>9} {'panel ms':>9} {'run()/ranks':>11} {'panel/ranks':>11}")
     with MixleCluster(2) as cluster:
         for n_obs in (1_000_000, 1_000):
-            own, via_panel = run_bench(cluster, n_obs, args.steps, args.rounds)
-            print(f"{n_obs:>9,} {own * 1e3:>9.2f} {via_panel * 1e3:>9.2f} {via_panel / own:>6.2f}")
+            own, bare, via_panel = run_bench(cluster, n_obs, args.steps, args.rounds)
+            print(f"{n_obs:>9,} {own * 1e3:>9.2f} {bare * 1e3:>9.2f} {via_panel * 1e3:>9.2f} "
+                  f"{bare / own:>11.2f} {via_panel / own:>11.2f}")
 
 
 if __name__ == "__main__":

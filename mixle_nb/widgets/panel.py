@@ -48,7 +48,6 @@ class Panel:
         self.redraws = 0  # images sent to the front end
         self._interrupted = threading.Event()
         self._done = threading.Event()  # set when the worker's target returns
-        self._call = None  # the RankCall the worker is waiting on
         self._redraw_lock = threading.Lock()  # one render at a time
         self._timer_lock = threading.Lock()
         self._timer: Optional[threading.Timer] = None
@@ -100,17 +99,13 @@ class Panel:
     def _await(self, call, on_slice: Callable[[], None] = lambda: None) -> list:
         """The per-rank results of a RankCall, waited for in slices: between them ``on_slice``
         runs and an interrupt cancels the call on every rank (its result then raises)."""
-        self._call = call
-        try:
-            while True:
-                try:
-                    return call.result(timeout=AWAIT_SLICE_S)
-                except TimeoutError:
-                    on_slice()
-                    if self._interrupted.is_set() and not call.cancelled():
-                        call.cancel()
-        finally:
-            self._call = None
+        while True:
+            try:
+                return call.result(timeout=AWAIT_SLICE_S)
+            except TimeoutError:
+                on_slice()
+                if self._interrupted.is_set() and not call.cancelled():
+                    call.cancel()
 
     # -- drawing -----------------------------------------------------------------------------
 
