@@ -133,9 +133,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=100_000_000)
     parser.add_argument("--small-n", type=int, default=1_000_000)
-    parser.add_argument("--push-n", type=int, default=None, help="pushed comparison size (default: --n)")
+    parser.add_argument("--push-n", type=int, default=None, help="pushed comparison size (default: --n; 0: skip)")
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--sub-chunks", type=int, default=16)
+    parser.add_argument("--sub-chunks", type=int, default=64)
     args = parser.parse_args()
     push_n = args.n if args.push_n is None else args.push_n
     print(f"K={K} Gaussian mixture, 2 ranks, sub_chunks={args.sub_chunks}; rank columns read 'rank 0 / rank 1'")
@@ -152,13 +152,15 @@ def main() -> None:
             per_obs[n] = results[0]["step_s"] / results[0]["count"]
             _row("from_npy", results, _peak_rss_mb())
     notebook_before_push = _peak_rss_mb()
+    print(f"\nnotebook peak RSS before any push: {notebook_before_push:.0f} MB (target < 300)")
+    print(f"per-observation step cost, N={args.n:.3g} vs N={args.small_n:.3g}: "
+          f"{per_obs[args.n] / per_obs[args.small_n]:.2f}x (target within 1.3x)")
+    if push_n == 0:
+        return
     x = draw_all(push_n)
     results = run_local(_rank, 2, timeout=3600, path=None, data=x, steps=args.steps, sub_chunks=args.sub_chunks)
     del x
     _row("pushed from notebook", results, _peak_rss_mb())
-    print(f"\nnotebook peak RSS before the pushed run: {notebook_before_push:.0f} MB (target < 300)")
-    print(f"per-observation step cost, N={args.n:.3g} vs N={args.small_n:.3g}: "
-          f"{per_obs[args.n] / per_obs[args.small_n]:.2f}x (target within 1.3x)")
 
 
 if __name__ == "__main__":
