@@ -98,8 +98,13 @@ class _Shard:
 
 
 def squared_norms(x: torch.Tensor, origin: np.ndarray) -> torch.Tensor:
-    """``|x - origin|²`` of each column of ``x`` (D, N)."""
-    return (x - torch.from_numpy(origin)[:, None]).square_().sum(dim=0)
+    """``|x - origin|²`` of each column of ``x`` (D, N), by blocks whose temporaries stay in cache."""
+    o = torch.from_numpy(origin)[:, None]
+    out = torch.empty(x.shape[1], dtype=torch.float64)
+    step = max(256, DISTANCE_BLOCK_ELEMENTS // max(len(origin), 1))
+    for start in range(0, x.shape[1], step):
+        torch.sum((x[:, start : start + step] - o).square_(), dim=0, out=out[start : start + step])
+    return out
 
 
 def _nearest(x: torch.Tensor, norms: torch.Tensor, centres: np.ndarray,
@@ -277,25 +282,25 @@ def lloyd(shard: _Shard, centres: np.ndarray, exchange: Exchange, iterations: in
     return centres
 
 
-def model_from_centres(chunks: Sequence[Any], estimator: Estimator, centres: np.ndarray, exchange: Exchange):
+def model_from_centres(chunks: Sequence[Any], shard: _Shard, estimator: Estimator, centres: np.ndarray,
+                       exchange: Exchange):
     """The mixture estimated from hard labels: each observation wholly in its nearest centre's
     component. One pass and one fold; the same model on every rank."""
     acc = estimator.accumulator_factory().make()
     k = len(centres)
     count = 0.0
-    for enc in chunks:
-        for _, _, block in blocks(enc, k):
-            x = encoded_points(block)
-            _, index = _nearest(x, squared_norms(x, centres[0]), centres, centres[0])
-            resp = torch.zeros(k, x.shape[1], dtype=torch.float64)
-            resp[index, torch.arange(x.shape[1])] = 1.0
+    for enc, norms in zip(chunks, shard.norms):
+        for start, stop, block in blocks(enc, k):
+            _, index = _nearest(encoded_points(block), norms[start:stop], centres, shard.origin)
+            resp = torch.zeros(k, stop - start, dtype=torch.float64)
+            resp[index, torch.arange(stop - start)] = 1.0
             acc.seq_update_responsibilities(block, resp)
-            count += x.shape[1]
+            count += stop - start
     return m_step(estimator, exchange.fold(estimator, count, acc), acc)
 
 
 def kmeans_init(chunks: Sequence[Any], estimator: Estimator, rng: Any, exchange: Exchange,
-                init: str = "kmeans++", *, lloyd_iterations: int = 2):
+                init: str = "kmeans++", *, lloyd_iterations: int = 1):
     """A mixture start from centres: ``"kmeans++"`` (k-means‖ then ``lloyd_iterations`` Lloyd
     iterations over all the data) or ``"random_from_data"`` (``K`` observations drawn
     uniformly); then the hard-assignment M-step, whose means are one more Lloyd iteration's
@@ -311,7 +316,8 @@ def kmeans_init(chunks: Sequence[Any], estimator: Estimator, rng: Any, exchange:
         raise ValueError("no observations to start from")
     if init == "random_from_data":
         centres = random_centres(shard, k, seed, sizes, exchange)
+        shard.set_origin(centres[0])
     else:
         centres = kmeans_parallel_centres(shard, k, seed, sizes, proposals, exchange)
         centres = lloyd(shard, centres, exchange, lloyd_iterations)
-    return model_from_centres(chunks, estimator, centres, exchange)
+    return model_from_centres(chunks, shard, estimator, centres, exchange)
