@@ -408,6 +408,37 @@ def test_ctrl_c_during_a_blocking_cluster_run_stops_worker_and_ranks(em_cluster)
                                rtol=1e-10)
 
 
+
+def test_ctrl_c_during_blocking_training_stops_worker_and_ranks(cluster2):
+    import os
+    import signal
+    import threading
+
+    from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm, stdlib_text
+
+    text = stdlib_text(40_000)
+    tokenizer = CharTokenizer.fit(text)
+    module = build_causal_lm(tokenizer.vocab_size, d_model=32, n_layer=1, n_head=2, block=16)
+    cluster2.push(ids=tokenizer.encode(text), test=StreamingTransformerLeafEstimator(module, lr=1e-2))
+    cluster2.run(_make_token_handle)
+    pids = sorted(row.pid for row in cluster2.status())
+    panel = TrainPanel(cluster2, handle="th", estimator="test", chunk_steps=1000, report_every=2)
+
+    def interrupt_once_training():
+        wait_until(lambda: len(panel.curves.get(0, [])) >= 2, 120, "two progress reports")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Thread(target=interrupt_once_training, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        panel.train()
+    assert not panel.running and "interrupted" in panel.status.value
+    reports = len(panel.curves[0])
+    time.sleep(1.0)
+    assert len(panel.curves[0]) == reports
+    assert cluster2.state == "running" and sorted(row.pid for row in cluster2.status()) == pids
+    assert cluster2.run(sum, [1, 2]) == [3, 3]  # the next call works
+
 def _engine_pid(cluster, rank: int) -> int:
     return next(row.pid for row in cluster.status() if row.rank == rank)
 
