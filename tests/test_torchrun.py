@@ -1,6 +1,7 @@
 """TorchRunEncodedData on real gloo process groups against single-process EM."""
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -105,6 +106,9 @@ def _rank_checks(rank, world):
         out["tiny"] = fit(tiny, estimator, start, steps=2)
         out["tiny_shard"] = tiny.local_count
     out["destroyed_own_group"] = not dist.is_initialized()
+    # a new store on a new port: on the old one a fast rank could reach the slow rank's store
+    # before that rank has shut it down, and the two would meet in different groups
+    os.environ["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1)
     dist.init_process_group("gloo")
     TorchRunEncodedData(x, estimator=estimator).close()
     out["kept_existing_group"] = dist.is_initialized()

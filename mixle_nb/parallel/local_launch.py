@@ -32,11 +32,11 @@ def free_port() -> int:
     raise RuntimeError(f"no free loopback port in {PORTS.start}-{PORTS.stop - 1}")
 
 
-def _child(fn, rank: int, world: int, port: int, out_path: str, kwargs: dict, stack_after: float) -> None:
+def _child(fn, rank: int, world: int, port: int, out_path: str, kwargs: dict, stacks_at: float) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     stacks = open(out_path + ".stacks", "w")  # where this rank was, if it is about to be killed
-    faulthandler.dump_traceback_later(stack_after, file=stacks)
+    faulthandler.dump_traceback_later(max(0.5, stacks_at - time.time()), file=stacks)
     import torch
 
     torch.set_num_threads(1)
@@ -60,8 +60,8 @@ def run_local(fn, world: int, timeout: float = 180.0, **kwargs) -> list:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         paths = [os.path.join(tmp, f"rank{r}.pkl") for r in range(world)]
-        stack_after = max(1.0, timeout - 2.0)
-        procs = [ctx.Process(target=_child, args=(fn, r, world, port, paths[r], kwargs, stack_after))
+        stacks_at = time.time() + max(1.0, timeout - 2.0)  # wall clock: the children start seconds later
+        procs = [ctx.Process(target=_child, args=(fn, r, world, port, paths[r], kwargs, stacks_at))
                  for r in range(world)]
         for p in procs:
             p.start()
