@@ -195,7 +195,8 @@ def init_quality(seeds: int = 10) -> list:
     rows = []
     for ds in datasets():
         x = ds.x.reshape(len(ds.x), -1)
-        reference = GaussianMixture(ds.k, covariance_type=ds.sklearn_covariance, random_state=0).fit(x).score(x) * len(x)
+        gm = GaussianMixture(ds.k, covariance_type=ds.sklearn_covariance, random_state=0).fit(x)
+        reference = gm.score(x) * len(x)
         enc = seq_encode(ds.x, estimator=ds.estimator())
         reached = {}
         for init in ("kmeans++", "random_from_data", "random"):
@@ -229,9 +230,9 @@ def main() -> None:
         r = run_init(n, dim, k, max(1, args.repeats // 2))
         print(f"\nInitialisation, N={n} D={dim} K={k}, one thread per rank (best of {max(1, args.repeats // 2)}):")
         print(f"{'':<30}{'init ms':>10}{'EM step ms':>12}{'init / EM step':>16}")
-        for world in ("1 rank", "2 rank"):
+        for world, label in (("1 rank", "k-means‖, 1 rank"), ("2 rank", "k-means‖, 2 ranks")):
             t = r[world]
-            print(f"{'k-means‖, ' + world + ('s' if world[0] != '1' else ''):<30}{t['init']*1e3:>10.1f}{t['em']*1e3:>12.1f}{t['init']/t['em']:>16.2f}")
+            print(f"{label:<30}{t['init']*1e3:>10.1f}{t['em']*1e3:>12.1f}{t['init']/t['em']:>16.2f}")
         local = r["local"]
         print("interleaved in this process (local data):")
         for name, label in (("init", "k-means‖ (local data)"), ("kmeans++", "sklearn kmeans_plusplus"),
