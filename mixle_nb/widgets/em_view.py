@@ -76,6 +76,8 @@ class EMView:
             changed = True
         for bar, s in zip(self.bars, seconds):
             bar.set_height(s)
+        if not seconds:
+            return changed
         return fit_limits(self.ranks, [0.0, *seconds], floor=0.0) or changed
 
 

@@ -51,7 +51,8 @@ class LossView:
         self.ax.set_xlim(0, 10)
         self.raw: dict[int, object] = {}
         self.mean = self.live.dynamic(self.ax.plot([], [], lw=2.5, color="black", label="mean (smoothed)")[0])
-        self.held_out = self.live.dynamic(self.ax.plot([], [], "D", color="#c0392b", ms=6, label="held-out")[0])
+        # in the legend once there is a held-out point (an underscore label is left out)
+        self.held_out = self.live.dynamic(self.ax.plot([], [], "D", color="#c0392b", ms=6, label="_held-out")[0])
         if entropy_floor is not None:
             self.ax.axhline(entropy_floor, ls="--", color="gray", label=f"entropy floor {entropy_floor:.3f}")
         self._legend()
@@ -79,6 +80,10 @@ class LossView:
             x, y = np.asarray(mean).T
             self.mean.set_data(x, smoothed(y, self.smoothing))
         if held_out:
+            if self.held_out.get_label() != "held-out":
+                self.held_out.set_label("held-out")
+                self._legend()
+                changed = True
             arr = np.asarray(held_out, dtype=float)
             self.held_out.set_data(arr[:, column], arr[:, 2])
             xs.append(arr[:, column].max())
