@@ -38,7 +38,7 @@ $(SSHD):
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server iproute2
 
 test: venv browser multihost
-	OMP_NUM_THREADS=1 MIXLE_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q
+	OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q
 
 demo: venv
 	$(PY) -m mixle_nb.demo

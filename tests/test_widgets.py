@@ -14,6 +14,7 @@ from nbclient import NotebookClient
 from mixle_nb.inference import optimize
 from mixle_nb.stats import GaussianDistribution, MixtureDistribution, seq_encode
 from mixle_nb.widgets import EMPanel, TrainPanel
+from strictness import import_or_unavailable
 
 pytestmark = pytest.mark.cluster
 
@@ -294,7 +295,7 @@ def test_models_it_cannot_draw_say_so():
 
 
 def test_mixle_models_are_drawn_from_their_parameters():
-    mixle_stats = pytest.importorskip("mixle.stats")
+    mixle_stats = import_or_unavailable("mixle.stats")
     from mixle_nb.widgets.em_view import EMView
 
     gm = mixle_stats.MixtureDistribution([mixle_stats.GaussianDistribution(-2.0, 1.0),
@@ -577,7 +578,7 @@ def _make_mixle_handle():
 
 
 def test_em_panel_steps_a_mixle_model_on_the_cluster_and_shows_mixle_errors_like_ours(cluster2):
-    mixle_stats = pytest.importorskip("mixle.stats")
+    mixle_stats = import_or_unavailable("mixle.stats")
 
     x, _ = em_problem(4000)
     start = mixle_stats.MixtureDistribution([mixle_stats.GaussianDistribution(-1.0, 1.0),

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Optional
 
 import psutil
-import pytest
+from strictness import unavailable
 
 HERE = Path(__file__).resolve().parent
 NOTEBOOKS = HERE / "notebooks"
@@ -56,16 +56,9 @@ open_pages: list["LabPage"] = []  # pages whose screenshot and console log a fai
 # --------------------------------------------------------------------------- requirements
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
-
-
 def missing(reason: str):
-    """Skip locally; fail in CI, where a missing browser must not pass silently."""
-    if in_ci():
-        pytest.fail(f"{reason} (CI=true: browser tests must run, not skip; `make test` installs Chromium)",
-                    pytrace=False)
-    pytest.skip(reason)
+    """Skip locally; fail in CI and under `make test`, which installs Chromium."""
+    unavailable(reason)
 
 
 def chromium_executable() -> Optional[str]:
