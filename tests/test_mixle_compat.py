@@ -104,11 +104,16 @@ def _rank_checks(rank, world):
     from mixle_nb.inference import optimize
     from mixle_nb.parallel import TorchRunEncodedData
 
+    import torch.distributed as dist
+
+    # One group for every handle below (they adopt it): a handle that made its own group destroys
+    # it at close, and re-forming one on the same port races a slow rank's closing store.
+    dist.init_process_group("gloo")
     out = {}
     for name, problem in PROBLEMS.items():
         data, start = problem()
         estimator = start.estimator()
-        with TorchRunEncodedData(data, estimator=estimator, init_process_group=True) as h:
+        with TorchRunEncodedData(data, estimator=estimator) as h:
             model = _our_fit(h, estimator, start)
             out[name] = {"model": model, "repr": repr(model), "density_sum": h.pysp_seq_log_density_sum(model),
                          "count": len(h), "path": "gather" if h._agreed.plan is None else "allreduce",
@@ -142,6 +147,7 @@ def _rank_checks(rank, world):
                                    root_only=root_only)
         out[f"tiny_{root_only}"] = (_our_fit(tiny, estimator, start, steps=2), tiny.local_count)
         tiny.close()
+    dist.destroy_process_group()
     return out
 
 

@@ -328,8 +328,11 @@ def test_the_group_stays_in_step_after_failures(bad_input_results):
 # -- each rank reads its own part: from a .npy file, or from files dealt out to ranks ---------
 
 def _from_disk(rank, world, npy, wide_npy, files):
+    import torch.distributed as dist
+
     from mixle_nb.parallel import TorchRunEncodedData, shards
 
+    dist.init_process_group("gloo")  # one group for all the handles (see _rank_checks on re-forming)
     x, start = gaussian_problem()
     xt, tstart, testimator = tied_problem()
     shards.READ_BLOCK_BYTES = 64  # a few rows per read, so parts span many reads
@@ -349,6 +352,7 @@ def _from_disk(rank, world, npy, wide_npy, files):
         out["files_shard"] = dealt.local_count
     out["missing"] = _outcome(lambda: TorchRunEncodedData.from_npy(npy + ".gone" if rank == 1 else npy,
                                                                    estimator=start.estimator()))
+    dist.destroy_process_group()
     return out
 
 
