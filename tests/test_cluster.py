@@ -9,6 +9,7 @@ import time
 import numpy as np
 import psutil
 import pytest
+from rank_functions import allreduce_sum, late_allreduce
 
 from mixle_nb.cluster import (MAX_ENGINES, MixleCluster, RankDiedError, RankError, current)
 
@@ -16,14 +17,6 @@ pytestmark = pytest.mark.cluster
 
 
 # ---- functions run on the ranks (module level: engines import them from this file's module)
-
-def allreduce_sum(value):
-    import torch
-    import torch.distributed as dist
-
-    t = torch.tensor([float(value)])
-    dist.all_reduce(t)
-    return t.item()
 
 
 def rank_and_world():
@@ -49,17 +42,6 @@ def publish_then_wait(seconds):
     publish_data({"step": 1, "rank": dist.get_rank()})
     time.sleep(seconds)
     return dist.get_rank()
-
-
-def late_allreduce(late_rank, delay):
-    """``late_rank`` joins the collective after ``delay`` s; the others block in it meanwhile."""
-    import time
-
-    import torch.distributed as dist
-
-    if dist.get_rank() == late_rank:
-        time.sleep(delay)
-    return allreduce_sum(1)
 
 
 def alive(pids):

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import pytest
+from rank_functions import allreduce_sum, late_allreduce
 
 from mixle_nb.cluster import RankDiedError, RankError
 from mixle_nb.magics import run_cell
@@ -27,24 +28,6 @@ BOUND_S = 8.0  # the target is 2 s; a hang lasts the group timeout (20 s here) o
 
 
 # ---- functions run on the ranks (module level: engines import them from this file)
-
-
-def allreduce_sum(value):
-    import torch
-    import torch.distributed as dist
-
-    t = torch.tensor([float(value)])
-    dist.all_reduce(t)
-    return t.item()
-
-
-def late_allreduce(late_rank, delay):
-    """``late_rank`` joins the collective after ``delay`` s; the others block in it meanwhile."""
-    import torch.distributed as dist
-
-    if dist.get_rank() == late_rank:
-        time.sleep(delay)
-    return allreduce_sum(1)
 
 
 def build_handle(name="h", data="x", estimator="est", **options):
