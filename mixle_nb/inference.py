@@ -15,7 +15,8 @@ import numpy as np
 
 from .stats.base import Distribution, Estimator, as_generator
 from .stats.diagonal_gaussian import DiagonalGaussianEstimator
-from .stats.estimation import EMStep, accumulate, em_step, seq_encode, seq_initialize, seq_log_density_sum
+from .stats.estimation import (EMStep, accumulate, em_step, seq_encode, seq_initialize, seq_log_density_sum,
+                               tie_keys)
 from .stats.kmeans import SingleProcess, kmeans_init
 from .stats.mixture import MixtureEstimator
 from .stats.multivariate_gaussian import MultivariateGaussianEstimator
@@ -48,15 +49,17 @@ class IterationRecord:
 
 
 def streaming_accumulate(enc: Any, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
-    """``(count, accumulator)`` of the data under ``model``, folded but not yet key-tied, for
-    blending with older statistics (online EM). Finish with ``stats.m_step``."""
-    if hasattr(enc, "pysp_stream_accumulate"):  # a handle returns (count, value), key-tied, as mixle's do
+    """``(count, accumulator)`` of the data under ``model``, folded and key-tied (a handle's
+    ``pysp_stream_accumulate`` returns tied values, as mixle's do), for blending with older
+    statistics (online EM). Finish with ``estimator.estimate(count, acc.value())``: tying again
+    (``stats.m_step``) would add tied statistics twice."""
+    if hasattr(enc, "pysp_stream_accumulate"):
         count, value = enc.pysp_stream_accumulate(estimator, model)
         folded = estimator.accumulator_factory().make()
         folded.from_value(value)
         return count, folded
     acc = accumulate([enc], estimator, model)
-    return acc.count, acc.accumulator
+    return acc.count, tie_keys(acc.accumulator)
 
 
 def default_init(estimator: Estimator) -> str:

@@ -213,6 +213,16 @@ def test_keys_tie_component_statistics():
     assert a.sigma2 == pytest.approx(x.var(), rel=1e-10)
 
 
+def test_streaming_accumulate_ties_keys_once():
+    x = np.random.default_rng(1).normal(2.0, 3.0, size=1000)
+    estimator = MixtureEstimator([GaussianEstimator(keys="shared"), GaussianEstimator(keys="shared")])
+    start = MixtureDistribution([GaussianDistribution(0, 1), GaussianDistribution(4, 1)], [0.5, 0.5])
+    count, acc = streaming_accumulate(seq_encode(x, model=start), estimator, start)
+    model = estimator.estimate(count, acc.value())
+    assert model.components[0].mu == pytest.approx(x.mean(), rel=1e-12)
+    assert model.components[0].sigma2 == pytest.approx(x.var(), rel=1e-10)
+
+
 def test_emptied_component_stays_finite():
     x = np.random.default_rng(2).normal(size=500)
     start = MixtureDistribution([GaussianDistribution(0, 1), GaussianDistribution(1e6, 1)], [0.5, 0.5])
@@ -235,7 +245,7 @@ def test_seq_initialize_is_reproducible_and_uses_a_fraction():
         seq_initialize(enc, est, 0, 0.0)
 
 
-def test_streaming_accumulate_returns_count_and_untied_statistics():
+def test_streaming_accumulate_returns_count_and_statistics():
     x = np.random.default_rng(0).normal(size=300)
     model = GaussianDistribution(0.0, 1.0)
     count, acc = streaming_accumulate(seq_encode(x, model=model), GaussianEstimator(), model)
