@@ -409,19 +409,25 @@ def test_ctrl_c_during_a_blocking_cluster_run_stops_worker_and_ranks(em_cluster)
                                rtol=1e-10)
 
 
+def _push_long_training(cluster):
+    """A token handle ``th`` and an estimator ``test`` on the ranks, long enough to interrupt;
+    returns ``(tokenizer, text, module)`` to rebuild them."""
+    from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm, stdlib_text
+
+    text = stdlib_text(40_000)
+    tokenizer = CharTokenizer.fit(text)
+    module = build_causal_lm(tokenizer.vocab_size, d_model=32, n_layer=1, n_head=2, block=16)
+    cluster.push(ids=tokenizer.encode(text), test=StreamingTransformerLeafEstimator(module, lr=1e-2))
+    cluster.run(_make_token_handle)
+    return tokenizer, text, module
+
 
 def test_ctrl_c_during_blocking_training_stops_worker_and_ranks(cluster2):
     import os
     import signal
     import threading
 
-    from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm, stdlib_text
-
-    text = stdlib_text(40_000)
-    tokenizer = CharTokenizer.fit(text)
-    module = build_causal_lm(tokenizer.vocab_size, d_model=32, n_layer=1, n_head=2, block=16)
-    cluster2.push(ids=tokenizer.encode(text), test=StreamingTransformerLeafEstimator(module, lr=1e-2))
-    cluster2.run(_make_token_handle)
+    _push_long_training(cluster2)
     pids = sorted(row.pid for row in cluster2.status())
     panel = TrainPanel(cluster2, handle="th", estimator="test", chunk_steps=1000, report_every=2)
 
@@ -482,13 +488,9 @@ def test_kill_9_during_training_shows_rank_died_and_keeps_the_curves(cluster2):
     import signal
 
     from mixle_nb.cluster import RankDiedError
-    from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm, stdlib_text
+    from mixle_nb.neural import StreamingTransformerLeafEstimator
 
-    text = stdlib_text(40_000)
-    tokenizer = CharTokenizer.fit(text)
-    module = build_causal_lm(tokenizer.vocab_size, d_model=32, n_layer=1, n_head=2, block=16)
-    cluster2.push(ids=tokenizer.encode(text), test=StreamingTransformerLeafEstimator(module, lr=1e-2))
-    cluster2.run(_make_token_handle)
+    tokenizer, text, module = _push_long_training(cluster2)
     panel = TrainPanel(cluster2, handle="th", estimator="test", chunk_steps=1000, report_every=2)
     panel.train(block=False)
     wait_until(lambda: len(panel.curves.get(0, [])) >= 3, 120, "three progress reports")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from rank_functions import allreduce_sum, late_allreduce
 
 from mixle_nb.cluster import RankDiedError
 from mixle_nb.neural import StreamingTransformerLeafEstimator, build_causal_lm, stream_sequence_source
@@ -88,23 +89,6 @@ def rank_network():
     sockets = [(c.laddr.ip, c.raddr.ip if c.raddr else None, c.raddr.port if c.raddr else None)
                for c in psutil.Process().net_connections("inet")]
     return socket.gethostname(), os.environ.get("GLOO_SOCKET_IFNAME"), dist.get_backend(), sockets
-
-
-def allreduce_sum(value):
-    import torch.distributed as dist
-
-    t = torch.tensor([float(value)])
-    dist.all_reduce(t)
-    return t.item()
-
-
-def late_allreduce(late_rank, delay):
-    """``late_rank`` joins the collective after ``delay`` s; the others block in it meanwhile."""
-    import torch.distributed as dist
-
-    if dist.get_rank() == late_rank:
-        time.sleep(delay)
-    return allreduce_sum(1)
 
 
 _interrupted = False
