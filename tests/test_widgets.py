@@ -52,10 +52,10 @@ def wait_until(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def fresh_panel(cluster) -> EMPanel:
+def fresh_panel(cluster, **options) -> EMPanel:
     """A panel on the shared handle, started from the start model (earlier panels advanced it)."""
     cluster.push(start=em_problem()[1])
-    return EMPanel(cluster, handle="h", estimator="est", model="start")
+    return EMPanel(cluster, handle="h", estimator="est", model="start", **options)
 
 
 def reference_log_densities(steps: int) -> list:
@@ -91,7 +91,7 @@ def test_back_then_step_reproduces_the_same_next_model(em_cluster):
 
 
 def test_pause_stops_a_run_within_one_step(em_cluster):
-    panel = fresh_panel(em_cluster)
+    panel = fresh_panel(em_cluster, batch_seconds=0)  # one step a call
     panel.run(10_000, block=False)
     wait_until(lambda: len(panel.history) >= 2, 60, "two steps of the run")
     seen = len(panel.history)
@@ -99,6 +99,69 @@ def test_pause_stops_a_run_within_one_step(em_cluster):
     panel.wait(30)
     assert not panel.running
     assert len(panel.history) <= seen + 1
+
+
+def test_a_run_sends_batches_of_steps_sized_to_the_call_time(em_cluster):
+    panel = fresh_panel(em_cluster, batch_seconds=0.15)
+    panel.run(60)
+    assert panel.error is None and [r.step for r in panel.history] == list(range(1, 61))
+    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(60), rtol=1e-10)
+    assert panel.history[0].count == 20_000 and all(len(r.rank_seconds) == 2 for r in panel.history)
+    # a step on 10,000 observations a rank takes milliseconds: far fewer calls than steps
+    assert panel.step_calls < 20, panel.step_calls
+    assert repr(em_cluster.pull("start")) == repr(panel.model)  # the ranks hold the last step's model
+    one_a_call = fresh_panel(em_cluster, batch_seconds=0)
+    one_a_call.run(5)
+    assert one_a_call.step_calls == 5
+
+
+def test_pause_stops_a_batched_run_after_its_current_call(em_cluster):
+    panel = fresh_panel(em_cluster, batch_seconds=0.15)
+    panel.run(100_000, block=False)
+    wait_until(lambda: panel.step_calls >= 3, 60, "three calls of the run")
+    panel.pause()
+    calls = panel.step_calls
+    panel.wait(30)
+    assert not panel.running and panel.error is None
+    assert panel.step_calls <= calls + 1  # the call in flight when paused finishes, no other starts
+    np.testing.assert_allclose([r.log_density for r in panel.history[:100]],
+                               reference_log_densities(min(100, len(panel.history))), rtol=1e-10)
+
+
+class _FailingHandle:
+    """The handle ``h`` until its ``fail_at``-th EM step, which raises on every rank before any
+    collective (so the ranks stay in step and alive)."""
+
+    def __init__(self, inner, fail_at: int):
+        self.inner, self.fail_at, self.steps = inner, fail_at, 0
+
+    def pysp_em_step(self, estimator, model):
+        self.steps += 1
+        if self.steps == self.fail_at:
+            raise ValueError(f"injected failure in step {self.steps}")
+        return self.inner.pysp_em_step(estimator, model)
+
+
+def _wrap_handle_failing_at(fail_at: int) -> None:
+    from mixle_nb.cluster.rank_side import rank_namespace
+
+    ns = rank_namespace()
+    ns["h_failing"] = _FailingHandle(ns["h"], fail_at)
+
+
+def test_a_call_failing_mid_batch_keeps_the_steps_it_completed(em_cluster):
+    em_cluster.push(start=em_problem()[1])
+    em_cluster.run(_wrap_handle_failing_at, 7)
+    panel = EMPanel(em_cluster, handle="h_failing", estimator="est", model="start", batch_seconds=10.0)
+    panel.run(2)  # two calls: one step (measuring), then the one step left
+    panel.run(20)  # one step, then a batch of four (the growth limit) failing in its fourth step
+    assert "injected failure in step 7" in str(panel.error)
+    assert [r.step for r in panel.history] == list(range(1, 7))  # 4, 5 and 6 came from the failed call
+    assert panel.step_calls == 4 and "step 7 failed" in panel.status.value
+    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(6), rtol=1e-10)
+    assert repr(em_cluster.pull("start")) == repr(panel.model)  # the last good model is back on the ranks
+    panel.run(2)  # the wrapped handle steps on: the reference run continues
+    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(8), rtol=1e-10)
 
 
 def test_failed_step_keeps_history_and_the_last_good_model(em_cluster):

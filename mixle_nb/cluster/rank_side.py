@@ -44,9 +44,33 @@ def em_step_on_rank(handle: str, estimator: str, model: str) -> dict:
     return {
         "model": step.model,
         "log_density": step.log_density,
+        "count": step.count,
         "e_step_s": timings.e_step_s if timings is not None else time.perf_counter() - t0,
         "fold_s": timings.fold_s if timings is not None else float("nan"),
+        "step_s": time.perf_counter() - t0,
     }
+
+
+# The steps the last em_steps_on_rank call completed on this rank, kept here so that a call
+# failing (or interrupted) mid-batch loses nothing: the client fetches them afterwards.
+_completed: dict = {"call": None, "steps": []}
+
+
+def em_steps_on_rank(handle: str, estimator: str, model: str, n_steps: int, call_id: str) -> list:
+    """``n_steps`` EM steps in one call, each as :func:`em_step_on_rank` records it; the
+    batch size is fixed by the client, so every rank runs the same collectives and no rank's
+    clock decides when to stop. Each completed step is kept for :func:`completed_steps_on_rank`."""
+    steps: list = []
+    _completed["call"], _completed["steps"] = call_id, steps
+    for _ in range(n_steps):
+        steps.append(em_step_on_rank(handle, estimator, model))
+    return steps
+
+
+def completed_steps_on_rank(call_id: str) -> list:
+    """The steps call ``call_id`` of :func:`em_steps_on_rank` completed here (all of them if it
+    finished; those before the failing step if it raised or was interrupted)."""
+    return list(_completed["steps"]) if _completed["call"] == call_id else []
 
 
 def data_sample_on_rank(handle: str, n: int) -> Optional[np.ndarray]:
@@ -73,10 +97,26 @@ def train_on_rank(handle: str, estimator: str, model: str, steps: int, every: in
     h.max_steps = max(0, min(steps, h.total_steps - h.steps_done))
     h.progress, h.progress_every = publish_data, every
     try:
-        rank_namespace()[model] = h.pysp_seq_estimate(lookup(estimator), None)
+        leaf = rank_namespace()[model] = h.pysp_seq_estimate(lookup(estimator), None)
     finally:
         h.max_steps, h.progress, h.progress_every = saved
-    return {"steps_done": h.steps_done, "total_steps": h.total_steps}
+    return {"steps_done": h.steps_done, "total_steps": h.total_steps, "state": _root_state(leaf.module)}
+
+
+def _root_state(module) -> Optional[dict]:
+    """The trained module's weights as CPU tensors, from the group's rank 0 only (every rank
+    holds the same weights; one copy is enough for the client to keep)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return None
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+
+
+def load_module_state_on_rank(estimator: str, state: dict) -> None:
+    """Load ``state`` (a ``state_dict``) into the named estimator's module, so training
+    continues from those weights."""
+    lookup(estimator).module.load_state_dict(state)
 
 
 def training_progress_on_rank(handle: str) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -21,6 +22,9 @@ from .panel import Panel, plot_image, resolve_cluster
 
 PANEL_MODEL_NAME = "_mixle_panel_model"
 DATA_SAMPLE_SIZE = 2000
+BATCH_SECONDS = 0.15  # a run's call of several steps lasts about this long: the plot redraws
+# at most 5 times a second anyway, and one round trip per call is then a few % of the ranks' time
+BATCH_GROWTH = 4  # a call at most 4x the steps of the last: one fast measurement cannot make a long call
 
 
 @dataclass
@@ -32,6 +36,7 @@ class StepRecord:
     model: Any
     log_density: float
     rank_seconds: list
+    count: float = float("nan")  # observations, all ranks together
 
 
 class EMPanel(Panel):
@@ -47,12 +52,20 @@ class EMPanel(Panel):
 
     ``picture_dims`` chooses the two dimensions drawn for D > 2 Gaussians (default: the data
     sample's first two principal components).
+
+    On a cluster, ``run(n)`` sends calls that each run several steps on the ranks, sized from
+    the measured step time so that one call lasts about ``batch_seconds`` (0: one step a call):
+    the client's round trip is paid once a call, not once a step. Pause therefore stops after
+    the current call; Ctrl-C still stops within one step; a call failing part way keeps the
+    steps it completed.
     """
 
     def __init__(self, cluster=None, *, handle, estimator, model=None, data_sample=None,
                  picture_dims: Optional[Sequence[int]] = None, init: Optional[str] = None, seed: int = 0,
-                 model_selection: bool = False):
+                 model_selection: bool = False, batch_seconds: float = BATCH_SECONDS):
         super().__init__()
+        self.batch_seconds = validation.real("batch_seconds", batch_seconds, at_least=0.0)
+        self.step_calls = 0  # calls of steps sent to the ranks (a run's call may hold several steps)
         self.history: list[StepRecord] = []
         self._lock = threading.Lock()
         self._pause = threading.Event()
@@ -96,11 +109,12 @@ class EMPanel(Panel):
 
     def history_rows(self) -> list[dict]:
         """One dict per step: ``step``, ``log_density`` (of the model the step started from),
-        ``gain`` over the previous step, ``e_step_s_rank<r>`` and ``model`` (its repr)."""
+        ``gain`` over the previous step, ``count`` (observations), ``e_step_s_rank<r>`` and
+        ``model`` (its repr)."""
         rows, previous = [], None
         for r in list(self.history):
             row = {"step": r.step, "log_density": r.log_density,
-                   "gain": float("nan") if previous is None else r.log_density - previous}
+                   "gain": float("nan") if previous is None else r.log_density - previous, "count": r.count}
             row.update({f"e_step_s_rank{i}": s for i, s in enumerate(r.rank_seconds)})
             row["model"] = repr(r.model)
             rows.append(row)
@@ -113,13 +127,14 @@ class EMPanel(Panel):
         """One EM step on every rank; blocks until it is recorded."""
         self._interrupted.clear()
         with self._lock:
-            record = self._step_once()
+            record = self._steps(1)[0][0]
         self.request_redraw()
         return record
 
     def run(self, n: int, block: bool = True) -> None:
         """``n`` steps; ``block=False`` returns at once (the Run button) and ``pause()`` stops
-        the run before its next step. Ctrl-C during a blocking run stops it within one step."""
+        the run after its current call (on a cluster: of about ``batch_seconds``; locally: one
+        step). Ctrl-C during a blocking run stops it within one step."""
         n = validation.positive_int("run(n)", n)
         if self.running:
             raise RuntimeError("a run is already going: pause() it or wait() for it first")
@@ -129,7 +144,7 @@ class EMPanel(Panel):
             self.wait()
 
     def pause(self) -> None:
-        """Stop a run before its next step."""
+        """Stop a run after its current call (several steps on a cluster, see ``batch_seconds``)."""
         self._pause.set()
 
     def back(self, k: int = 1) -> None:
@@ -234,25 +249,60 @@ class EMPanel(Panel):
 
     # -- work --------------------------------------------------------------------------------
 
-    def _step_once(self) -> StepRecord:
+    def _steps(self, n: int) -> tuple[list[StepRecord], float]:
+        """``n`` steps in one call (locally: one step); (their records, the slowest rank's
+        seconds per step). On failure the steps completed before it are recorded, then raised."""
         try:
             if self.cluster is not None:
-                call = self.cluster.run_async(rank_side.em_step_on_rank, self.handle, self.estimator,
-                                              self.model_name)
-                results = self._await(call)
-                model, log_density = results[0]["model"], results[0]["log_density"]
-                seconds = [r["e_step_s"] for r in results]
+                records, step_s = self._steps_on_cluster(n)
             else:
                 t0 = time.perf_counter()
                 result = em_step(self.handle, self.estimator, self.model)
-                model, log_density, seconds = result.model, result.log_density, [time.perf_counter() - t0]
+                step_s = time.perf_counter() - t0
+                records = self._record([[{"model": result.model, "log_density": result.log_density,
+                                          "count": result.count, "e_step_s": step_s}]])
         except BaseException as exc:
             self._fail(exc)
             raise
-        record = StepRecord(len(self.history) + 1, model, float(log_density), seconds)
-        self.history.append(record)
         self.error = None
-        return record
+        return records, step_s
+
+    def _steps_on_cluster(self, n: int) -> tuple[list[StepRecord], float]:
+        call_id = uuid.uuid4().hex
+        self.step_calls += 1
+        call = self.cluster.run_async(rank_side.em_steps_on_rank, self.handle, self.estimator, self.model_name,
+                                      n, call_id)
+        try:
+            per_rank = self._await(call)
+        except BaseException:
+            self._keep_completed(call_id)
+            raise
+        step_s = max(sum(s["step_s"] for s in steps) for steps in per_rank) / n
+        return self._record(per_rank), step_s
+
+    def _keep_completed(self, call_id: str) -> None:
+        """Record the steps a failed call completed on every rank (fetched from the ranks, which
+        keep them; nothing to fetch when a rank died)."""
+        try:
+            self._record(self.cluster.run(rank_side.completed_steps_on_rank, call_id))
+        except Exception:  # a dead rank: the steps of this one call are lost with it
+            pass
+
+    def _record(self, per_rank: list) -> list[StepRecord]:
+        """Append the steps every rank completed (a rank interrupted just after a step may have
+        one more than the others): rank 0's model and log-density, each rank's E-step seconds."""
+        completed = min(len(steps) for steps in per_rank)
+        records = [StepRecord(len(self.history) + 1 + i, per_rank[0][i]["model"],
+                              float(per_rank[0][i]["log_density"]), [steps[i]["e_step_s"] for steps in per_rank],
+                              float(per_rank[0][i]["count"])) for i in range(completed)]
+        self.history.extend(records)
+        return records
+
+    def _next_batch(self, size: int, step_s: float) -> int:
+        """Steps in the next call: about ``batch_seconds`` of the ranks' measured step time."""
+        if self.cluster is None or self.batch_seconds == 0 or step_s <= 0:
+            return 1
+        return max(1, min(BATCH_GROWTH * size, int(self.batch_seconds / step_s)))
 
     def _fail(self, exc: BaseException) -> None:
         """Show the failure (first line: which rank, what error), keep the last good model."""
@@ -271,15 +321,16 @@ class EMPanel(Panel):
 
     def _run_loop(self, n: int) -> None:
         self.progress.max, self.progress.value = n, 0
-        for i in range(n):
-            if self._pause.is_set():
-                break
+        done, size = 0, 1  # the first call measures the step time
+        while done < n and not self._pause.is_set():
             try:
                 with self._lock:
-                    self._step_once()
+                    records, step_s = self._steps(min(size, n - done))
             except BaseException:
-                break  # _step_once has shown the error and kept the last good model
-            self.progress.value = i + 1
+                break  # _steps has recorded what completed, shown the error, kept the last good model
+            done += len(records)
+            self.progress.value = done
+            size = self._next_batch(size, step_s)
             self.request_redraw()
         self.request_redraw()
 

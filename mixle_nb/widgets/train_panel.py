@@ -32,7 +32,9 @@ class TrainPanel(Panel):
     ``curves`` maps rank -> [(step, loss)]; ``points`` rank -> [(step, targets, loss)] where
     targets count the tokens whose loss was taken; ``held_out`` [(step, targets, loss)].
     ``train()`` and ``stop()`` are the buttons' twins; after a ``restart()``, ``attach(...)``
-    continues the curves on a new handle.
+    continues the curves on a new handle, and the training from the last weights the panel
+    kept: ``model_state`` (a ``state_dict`` of CPU tensors) is taken from rank 0 after every
+    chunk (locally: after training), ``model_state_step`` is the step it was taken at.
     """
 
     def __init__(self, cluster=None, *, handle, estimator, tokenizer=None, prompt: str = "",
@@ -54,6 +56,8 @@ class TrainPanel(Panel):
         self.updates = 0  # progress reports received, all ranks together
         self.sample_text = ""
         self.last_model = None  # the trained leaf after the last finished chunk (local runs)
+        self.model_state: Optional[dict] = None
+        self.model_state_step = 0
         self._offset = (0, 0)  # (steps, targets) trained on earlier handles, before attach()
         self._stop = threading.Event()
         self._rates: dict[int, float] = {}
@@ -83,15 +87,25 @@ class TrainPanel(Panel):
         self._stop.set()
 
     def attach(self, cluster=None, *, handle, estimator, validation=None) -> None:
-        """Continue on a new handle (after ``restart()`` and a rebuild): the curves are kept and
-        the new handle's steps and targets are counted on from the last ones seen."""
+        """Continue on a new handle (after ``restart()`` and a rebuild): the curves are kept,
+        the new handle's steps and targets are counted on from the last ones seen, and the kept
+        weights (``model_state``) are loaded into the new estimator's module before training
+        continues. After a rank died mid-chunk those are the weights of the last finished chunk;
+        the optimizer's moments start afresh."""
         if self.running:
             raise RuntimeError("training is running: stop() it or wait() for it first")
         last = [pts[-1] for pts in self.points.values() if pts]
         self._offset = (max((p[0] for p in last), default=0), max((p[1] for p in last), default=0))
         self._bind(cluster, handle, estimator, validation)
+        weights = ""
+        if self.model_state is not None:
+            if self.cluster is not None:
+                self.cluster.run(rank_side.load_module_state_on_rank, estimator, self.model_state)
+            else:
+                estimator.module.load_state_dict(self.model_state)
+            weights = f" with the weights of step {self.model_state_step}"
         self.error = None
-        self._show_status(f"attached to {handle!r}; continuing from step {self._offset[0]}")
+        self._show_status(f"attached to {handle!r}; continuing from step {self._offset[0]}{weights}")
 
     def history_rows(self) -> list[dict]:
         """One dict per progress report (``kind="train"``, per rank) and per held-out
@@ -135,6 +149,7 @@ class TrainPanel(Panel):
             results = self._await(call, on_slice=lambda: self._record(call.data))
             self._record(call.data)
             steps_done = results[0]["steps_done"]
+            self.model_state, self.model_state_step = results[0]["state"], self._offset[0] + steps_done
             if self.validation is not None:
                 loss = self.cluster.run(rank_side.held_out_loss_on_rank, self.validation, PANEL_LEAF_NAME)[0]
                 self._add_held_out(loss)
@@ -150,6 +165,8 @@ class TrainPanel(Panel):
             self.last_model = h.pysp_seq_estimate(self.estimator, None)
         finally:
             h.progress, h.progress_every, h.stop = saved
+        self.model_state = {k: v.detach().cpu().clone() for k, v in self.last_model.module.state_dict().items()}
+        self.model_state_step = self._offset[0] + h.steps_done
         if self.validation is not None:
             count, total = self.validation.pysp_seq_log_density_sum(self.last_model)
             self._add_held_out(-total / count)
