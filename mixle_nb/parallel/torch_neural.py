@@ -268,7 +268,10 @@ class StreamingTokenEncodedData(HandleLifetime):
     def _device(self, estimator) -> torch.device:
         device = torch.device(getattr(estimator, "device", "cpu"))
         if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+            # The group's device: a cluster's engines set_device without LOCAL_RANK, and
+            # cuda:0 on every rank would put all of a host's ranks on one GPU.
+            own = self._membership.device
+            device = own if own.type == "cuda" else torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         return device
 
     def _check_module(self, estimator) -> nn.Module:
@@ -339,6 +342,7 @@ class StreamingTokenEncodedData(HandleLifetime):
 
     def _shard_fsdp(self, module: nn.Module) -> nn.Module:
         """Shard each block, then the root; return a meta-device twin to export full weights into."""
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         blocks = getattr(module, "blocks", None)
@@ -348,9 +352,11 @@ class StreamingTokenEncodedData(HandleLifetime):
         replica = copy.deepcopy(module).to("meta")
         policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
                   if self.precision == "bf16" else MixedPrecisionPolicy())
+        # fully_shard's default mesh is the accelerator's whenever one exists, even for a CPU module
+        mesh = init_device_mesh(next(module.parameters()).device.type, (dist.get_world_size(),))
         for blk in blocks:
-            fully_shard(blk, mp_policy=policy)
-        fully_shard(module, mp_policy=policy)
+            fully_shard(blk, mesh=mesh, mp_policy=policy)
+        fully_shard(module, mesh=mesh, mp_policy=policy)
         return replica
 
     # -- training --------------------------------------------------------------------------
