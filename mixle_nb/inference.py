@@ -122,13 +122,16 @@ def fit(
     rng: Any = None,
     out: Optional[TextIO] = sys.stdout,
     on_step: Optional[Callable[[IterationRecord], None]] = None,
+    device: Any = None,
 ) -> FitResult:
     """EM from ``n_init`` starts, keeping the one with the best final log-density.
 
     ``init`` is a start name (see :func:`initial_model`; ``None`` picks :func:`default_init`)
     or a model. Each start runs until the gain in log-density per observation falls below
     ``delta``, or its magnitude below ``tol`` (scikit-learn's meaning), or ``max_its``
-    iterations. ``enc_data`` (local encoded data or any handle) skips encoding ``data``. One
+    iterations. ``enc_data`` (local encoded data or any handle) skips encoding ``data``;
+    ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``; ``None``: the CPU) is
+    where ``data`` are encoded and every E-step kernel runs, the M-step staying on the host. One
     line per iteration goes to ``out`` (``None`` silences it); ``on_step`` gets every
     :class:`IterationRecord`. Ctrl-C returns the best start so far (the interrupted one
     with its last good model); any other failure raises :class:`FitError` carrying it.
@@ -145,7 +148,10 @@ def fit(
     if enc_data is None:
         if data is None:
             raise ValueError("fit needs data or enc_data")
-        enc_data = seq_encode(data, model=start_model, estimator=estimator)
+        enc_data = seq_encode(data, model=start_model, estimator=estimator, device=device)
+    elif device is not None:
+        raise ValueError("device= places the data fit encodes; enc_data is encoded already (encode it "
+                         "with seq_encode(data, device=...) or build the handle with device=...)")
     rng = as_generator(rng)
     best: Optional[FitResult] = None
     finals = []
@@ -179,15 +185,16 @@ def optimize(
     rng: Any = None,
     out: Optional[TextIO] = sys.stdout,
     on_step: Optional[Callable[[IterationRecord], None]] = None,
+    device: Any = None,
 ) -> Distribution:
     """:func:`fit`, returning only the model (as the reference's ``optimize`` does).
-    ``prev_estimate`` is the same as ``init=<model>``."""
+    ``prev_estimate`` is the same as ``init=<model>``; ``device`` as in :func:`fit`."""
     if prev_estimate is not None:
         if init is not None:
             raise ValueError("pass prev_estimate or init, not both (prev_estimate is init=<model>)")
         init = prev_estimate
     return fit(data, estimator, enc_data=enc_data, init=init, n_init=n_init, max_its=max_its, delta=delta,
-               tol=tol, init_p=init_p, rng=rng, out=out, on_step=on_step).model
+               tol=tol, init_p=init_p, rng=rng, out=out, on_step=on_step, device=device).model
 
 
 def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start) -> tuple[FitResult, bool]:

@@ -63,3 +63,32 @@ def choice(name: str, value: Any, options: Iterable[Any]) -> Any:
     if value not in options:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, options))}; got {value!r}")
     return value
+
+
+def device(name: str, value: Any):
+    """``None``, or ``value`` (a ``torch.device`` or its name) as a ``torch.device`` that this
+    process can use: ``"cpu"``, or a CUDA device that exists here (``"cuda"`` names the
+    current one)."""
+    import torch  # here, not at the top: the other checks serve client code that needs no torch
+
+    if value is None:
+        return None
+    if not isinstance(value, (str, torch.device)):
+        raise ValueError(f"{name} must be a torch.device or its name ('cpu', 'cuda', 'cuda:1'); got {value!r}")
+    try:
+        parsed = torch.device(value)
+    except RuntimeError:
+        raise ValueError(f"{name} {value!r} is not a device name; use 'cpu', 'cuda' or 'cuda:N'") from None
+    if parsed.type == "cpu":
+        return torch.device("cpu")
+    if parsed.type != "cuda":
+        raise ValueError(f"{name} is {value!r}, but only 'cpu' and CUDA devices are supported")
+    if not torch.cuda.is_available():
+        raise ValueError(f"{name} is {value!r}, but CUDA is not available in this process "
+                         "(torch.cuda.is_available() is False): pass device='cpu' or None, or run where "
+                         "a GPU and a CUDA build of torch are installed")
+    index = torch.cuda.current_device() if parsed.index is None else parsed.index
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"{name} is {value!r}, but this process sees {torch.cuda.device_count()} CUDA "
+                         f"device(s): pick one of cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    return torch.device("cuda", index)

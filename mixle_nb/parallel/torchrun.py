@@ -31,10 +31,10 @@ import torch
 import torch.distributed as dist
 
 from ..stats.base import Distribution, Estimator
-from ..stats.estimation import EMStep, accumulate, m_step, tie_keys
+from ..stats.estimation import EMStep, accumulate, encode, log_density_total, m_step, takes_device, tie_keys
 from ..stats.kmeans import kmeans_init
 from ..stats.values import FoldPlan, flatten_value, fold_plan, value_layout
-from ..validation import choice, fraction, positive_int
+from ..validation import choice, device as checked_device, fraction, positive_int
 from .fail_together import (agreed, agreement_slots, failure_message, fingerprint, odd_ones_out,
                             raise_failures)
 from .group import join_group
@@ -118,6 +118,11 @@ class TorchRunEncodedData(HandleLifetime):
     statistics flatten to the same layout on every rank (agreed once per estimator; dict
     statistics, whose keys differ by rank, are gathered). ``last_timings`` holds this rank's
     :class:`StepTimings`.
+
+    ``device``: where the encodings live and every E-step kernel runs (``"cpu"``, ``"cuda"``,
+    ``"cuda:1"``, a ``torch.device``); ``None`` is the group's device: the rank's CUDA device
+    under nccl, else the CPU. An encoder without ``device=`` (mixle's) encodes on the CPU. A
+    device this rank cannot use fails on every rank together, before any data are read.
     """
 
     def __init__(
@@ -134,12 +139,13 @@ class TorchRunEncodedData(HandleLifetime):
         backend: Optional[str] = None,
         *,
         fold: str = "auto",
+        device: Any = None,
     ):
         sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
                                 backend, fold)
         error, shards, shard, signature = None, None, None, None
         try:  # whatever fails here is carried to the peers in the count exchange
-            encoder = _choose_encoder(estimator, model, encoder)
+            encoder = self._place(_choose_encoder(estimator, model, encoder), device)
             if root_only and self.rank == self.root:
                 if data is None:
                     raise ValueError(f"root_only=True needs the data on the root (rank {self.root}), "
@@ -161,7 +167,7 @@ class TorchRunEncodedData(HandleLifetime):
     def from_npy(cls, path: Any, estimator: Optional[Estimator] = None, model: Optional[Distribution] = None,
                  encoder: Any = None, sub_chunks: int = 1, group: Any = None, root: int = 0,
                  init_process_group: bool = True, backend: Optional[str] = None, *,
-                 fold: str = "auto") -> "TorchRunEncodedData":
+                 fold: str = "auto", device: Any = None) -> "TorchRunEncodedData":
         """Each rank reads its own rows of the ``.npy`` file at ``path`` (a path every rank can
         open): rows ``rank, rank + world, ...``, the same shard — and so the same model (bit for
         bit in our 1-D test; to rounding where BLAS treats a strided view and a contiguous copy
@@ -178,7 +184,7 @@ class TorchRunEncodedData(HandleLifetime):
                                 backend, fold)
         error, parts, signature = None, (), None
         try:
-            encoder = _choose_encoder(estimator, model, encoder)
+            encoder = self._place(_choose_encoder(estimator, model, encoder), device)
             rows = NpyRows(path, self.rank, self.world)
             parts, signature, empty = rows.parts(sub_chunks), rows.describe(), rows.empty()
         except Exception as exc:
@@ -191,7 +197,7 @@ class TorchRunEncodedData(HandleLifetime):
                    model: Optional[Distribution] = None, encoder: Any = None, sub_chunks: int = 1,
                    group: Any = None, root: int = 0, init_process_group: bool = True,
                    backend: Optional[str] = None, *, reader: Callable[[str], Any] = load_npy,
-                   fold: str = "auto") -> "TorchRunEncodedData":
+                   fold: str = "auto", device: Any = None) -> "TorchRunEncodedData":
         """Files dealt out to ranks: rank ``r`` reads ``paths[r::world]`` with ``reader`` (default: a
         memory-mapped ``np.load``; any function from a path to a sequence of observations), one
         file at a time, each file encoded in ``sub_chunks`` parts. Every rank passes the same
@@ -202,7 +208,7 @@ class TorchRunEncodedData(HandleLifetime):
                                 backend, fold)
         error, parts, counts, signature = None, (), [], None
         try:
-            encoder = _choose_encoder(estimator, model, encoder)
+            encoder = self._place(_choose_encoder(estimator, model, encoder), device)
             names = [os.fspath(p) for p in paths]
             signature = f"the file list {names}"
             parts = file_parts(dealt_files(names, self.rank, self.world), reader, sub_chunks, counts)
@@ -222,7 +228,8 @@ class TorchRunEncodedData(HandleLifetime):
             raise ValueError("TorchRunEncodedData needs encoder=, model= or estimator= to encode the data")
         self._membership = join_group(group, init_process_group=init_process_group, backend=backend)
         self.group, self.rank, self.world = group, self._membership.rank, self._membership.world
-        self.device = self._membership.device
+        self.device = self._membership.device  # where the encodings live; see _place
+        self._encode_device = None
         if not 0 <= root < self.world:
             self._membership.release()
             raise ValueError(f"root must be a rank in [0, {self.world}); got {root}")
@@ -235,6 +242,19 @@ class TorchRunEncodedData(HandleLifetime):
         self.last_timings: Optional[StepTimings] = None
         self.last_fold_floats: Optional[int] = None  # float64s the last all-reduce fold sent; None: gathered
         return sub_chunks
+
+    def _place(self, encoder, device: Any):
+        """Check ``device`` on this rank and choose where ``encoder`` puts the encodings: there, or
+        by default on the group's device (the CPU for an encoder without ``device=``). Runs
+        inside the constructor's carried ``try``, so a device that one rank cannot use fails
+        every rank together in the count exchange. Returns ``encoder``."""
+        ours = takes_device(encoder)
+        chosen = checked_device(f"device on rank {self.rank}", device)
+        if chosen is None:
+            chosen = self._membership.device if ours else torch.device("cpu")
+        self.device = chosen
+        self._encode_device = chosen if ours else device  # encode() refuses a GPU for mixle's encoders
+        return encoder
 
     def _scatter(self, shards):
         """The root's shards, one per rank (``None`` everywhere when the root failed)."""
@@ -257,7 +277,7 @@ class TorchRunEncodedData(HandleLifetime):
                 for part in parts:
                     sizes.append(len(part))
                     if len(part):  # an empty part has nothing to encode (some encoders refuse it)
-                        self.chunks.append(encoder.seq_encode(part))
+                        self.chunks.append(encode(encoder, part, self._encode_device))
                         self._counts.append(len(part))
                     del part
                     release_freed_memory()
@@ -283,7 +303,7 @@ class TorchRunEncodedData(HandleLifetime):
 
     def _encode_empty(self, encoder, empty) -> None:
         try:
-            empty = encoder.seq_encode(np.zeros(0) if empty is None else empty)
+            empty = encode(encoder, np.zeros(0) if empty is None else empty, self._encode_device)
         except Exception:  # mixle's encoders refuse empty data; the shard then holds no chunk
             return
         self.chunks.append(empty)
@@ -300,11 +320,12 @@ class TorchRunEncodedData(HandleLifetime):
         whose exchange would move over ``EXCHANGE_MAX_FLOATS`` take ``all_reduce``."""
         if self.world == 1:
             return np.array(numbers, dtype=np.float64)
-        local = torch.as_tensor(np.asarray(numbers, dtype=np.float64), device=self.device)
+        device = self._membership.device  # the backend's (nccl: CUDA), not necessarily the encodings'
+        local = torch.as_tensor(np.asarray(numbers, dtype=np.float64), device=device)
         if local.numel() * self.world > EXCHANGE_MAX_FLOATS:
             dist.all_reduce(local, group=self.group)
             return local.cpu().numpy()
-        received = torch.empty(self.world, local.numel(), dtype=local.dtype, device=self.device)
+        received = torch.empty(self.world, local.numel(), dtype=local.dtype, device=device)
         _finish(dist.all_to_all_single(received, local.repeat(self.world), group=self.group, async_op=True))
         total = received[0].clone()
         for row in received[1:]:
@@ -533,7 +554,7 @@ class TorchRunEncodedData(HandleLifetime):
         error, total, model_print = None, 0.0, None
         try:
             model_print = fingerprint(estimate)
-            total = sum(float(np.sum(estimate.seq_log_density(c))) for c in self.chunks)
+            total = sum(log_density_total(estimate, c) for c in self.chunks)
         except Exception as exc:
             error = exc
         header = [0.0 if error is None else 1.0] + agreement_slots(model_print, self.world)

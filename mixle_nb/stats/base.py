@@ -3,6 +3,10 @@
 Values returned by ``Accumulator.value()`` are sums, so combining per-chunk or per-rank
 values in any order equals one pass over all the data. Numeric values are flat float64
 arrays (the distributed fold can add them as one tensor); anything else is folded by gather.
+
+Devices: an encoding's tensors live on the device it was encoded for (``seq_encode(data,
+device=)``), and every kernel that reads it runs there; what leaves the device is small (a
+value's sums, a log-density total) or asked for (``seq_log_density``, which returns numpy).
 """
 from __future__ import annotations
 
@@ -10,6 +14,10 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
+
+from ..validation import device as checked_device
+
+CPU = torch.device("cpu")
 
 
 def as_generator(rng: Any) -> np.random.Generator:
@@ -38,6 +46,36 @@ def float_tensor(values) -> torch.Tensor:
     return torch.from_numpy(array if array.flags.writeable else array.copy())
 
 
+def device_tensor(values, device: torch.device) -> torch.Tensor:
+    """Weights or data (an array or a tensor) as a float64 tensor on ``device``; no copy when
+    they are there already."""
+    if isinstance(values, torch.Tensor):
+        return values.to(device=device, dtype=torch.float64)
+    return float_tensor(values).to(device)
+
+
+def encoding_device(enc: Any) -> torch.device:
+    """Where an encoding's tensors live: ours say so, anything else (mixle's) is on the CPU."""
+    return getattr(enc, "device", CPU)
+
+
+def resolve_device(device: Any) -> torch.device:
+    """An encoder's ``device=`` argument, checked; ``None`` is the CPU."""
+    return checked_device("device", device) or CPU
+
+
+def resident(values: torch.Tensor):
+    """Per-observation results where they live: numpy on the CPU (a view, no copy), the tensor
+    itself on another device, where copying it to the host every step would cost more than
+    the step; callers that need only its sum take :func:`total`."""
+    return values.numpy() if values.device.type == "cpu" else values
+
+
+def total(values) -> float:
+    """The sum of per-observation results, an array or a tensor on any device."""
+    return float(values.sum()) if isinstance(values, torch.Tensor) else float(np.sum(values))
+
+
 class AccumulatorFactory:
     """``estimator.accumulator_factory().make()`` builds a fresh, empty accumulator."""
 
@@ -46,10 +84,15 @@ class AccumulatorFactory:
 
 
 class Distribution:
-    """A fitted model: densities, sampling, and how to encode data for it."""
+    """A fitted model: densities, sampling, and how to encode data for it. A family implements
+    ``device_log_density``; ``seq_log_density`` is its result copied to the host."""
+
+    def device_log_density(self, enc: Any) -> torch.Tensor:
+        """``(N,)`` float64 log-densities on the encoding's device."""
+        raise NotImplementedError
 
     def seq_log_density(self, enc: Any) -> np.ndarray:
-        raise NotImplementedError
+        return self.device_log_density(enc).cpu().numpy()
 
     def dist_to_encoder(self) -> "Encoder":
         raise NotImplementedError
@@ -59,9 +102,10 @@ class Distribution:
 
 
 class Encoder:
-    """Turns raw observations into the resident arrays the ``seq_*`` kernels read."""
+    """Turns raw observations into the resident arrays the ``seq_*`` kernels read, on
+    ``device`` (a ``torch.device`` or its name; ``None``: the CPU)."""
 
-    def seq_encode(self, data: Any) -> Any:
+    def seq_encode(self, data: Any, device: Any = None) -> Any:
         raise NotImplementedError
 
 
@@ -84,7 +128,8 @@ class Accumulator:
     """Sufficient statistics. Subclasses implement the ``seq_*`` kernels and the value codec.
 
     ``seq_update`` may return the per-observation log-density of ``model`` when it computes it
-    anyway (a mixture does, in its E-step); otherwise it returns ``None``.
+    anyway (a mixture does, in its E-step; see :func:`resident`); otherwise it returns ``None``.
+    ``weights`` may be ``None`` (every observation weighs 1), a float64 array or a tensor.
     """
 
     keys: Optional[str] = None

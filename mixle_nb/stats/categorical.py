@@ -1,12 +1,16 @@
-"""Categorical over arbitrary hashable, mutually comparable labels."""
+"""Categorical over arbitrary hashable, mutually comparable labels.
+
+The labels themselves are Python objects and stay on the host; each observation's index into
+them lives on the encoding's device, where log-densities are gathered and counts summed."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+import torch
 
-from .base import Accumulator, Distribution, Encoder, Estimator
+from .base import Accumulator, Distribution, Encoder, Estimator, device_tensor, resolve_device
 from .sampler import Sampler
 
 
@@ -15,17 +19,21 @@ class LabelEncoding:
     """Distinct ``labels`` of a shard and each observation's ``index`` into them."""
 
     labels: np.ndarray
-    index: np.ndarray
+    index: torch.Tensor
 
     def __len__(self) -> int:
         return len(self.index)
+
+    @property
+    def device(self) -> torch.device:
+        return self.index.device
 
     def rows(self, start: int, stop: int) -> "LabelEncoding":
         return LabelEncoding(self.labels, self.index[start:stop])
 
 
 class CategoricalEncoder(Encoder):
-    def seq_encode(self, data) -> LabelEncoding:
+    def seq_encode(self, data, device=None) -> LabelEncoding:
         values = np.asarray(data)
         if values.ndim != 1:
             raise ValueError(f"Categorical expects a 1-D sequence of labels; got shape {values.shape}")
@@ -35,7 +43,7 @@ class CategoricalEncoder(Encoder):
             labels, index = np.unique(values, return_inverse=True)
         except TypeError:
             raise ValueError("Categorical labels must be mutually comparable (e.g. all str or all int)") from None
-        return LabelEncoding(labels, index.reshape(-1))
+        return LabelEncoding(labels, torch.from_numpy(index.reshape(-1).astype(np.int64)).to(resolve_device(device)))
 
 
 class CategoricalDistribution(Distribution):
@@ -52,10 +60,10 @@ class CategoricalDistribution(Distribution):
     def __repr__(self) -> str:
         return f"CategoricalDistribution({self.pmap!r})"
 
-    def seq_log_density(self, enc: LabelEncoding) -> np.ndarray:
+    def device_log_density(self, enc: LabelEncoding) -> torch.Tensor:
         probs = np.array([self.pmap.get(label, 0.0) for label in enc.labels.tolist()], dtype=np.float64)
         with np.errstate(divide="ignore"):
-            return np.log(probs)[enc.index]
+            return torch.from_numpy(np.log(probs)).to(enc.device)[enc.index]
 
     def dist_to_encoder(self) -> Encoder:
         return CategoricalEncoder()
@@ -79,8 +87,9 @@ class CategoricalAccumulator(Accumulator):
         self.keys = keys
 
     def seq_update(self, enc: LabelEncoding, weights, model):
-        sums = np.bincount(enc.index, weights=weights, minlength=len(enc.labels))
-        self.combine(dict(zip(enc.labels.tolist(), sums.tolist())))
+        w = None if weights is None else device_tensor(weights, enc.device)
+        sums = torch.bincount(enc.index, weights=w, minlength=len(enc.labels))
+        self.combine(dict(zip(enc.labels.tolist(), sums.cpu().double().tolist())))
 
     def value(self) -> dict:
         return dict(self.counts)

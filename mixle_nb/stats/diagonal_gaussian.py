@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import partial
 from typing import Optional
 
 import numpy as np
 import torch
 
-from .base import (ArrayAccumulator, Distribution, Encoder, Estimator, check_finite, combine_rows, float_tensor,
-                   merge_into)
+from .base import (CPU, ArrayAccumulator, Distribution, Encoder, Estimator, check_finite, combine_rows,
+                   device_tensor, float_tensor, merge_into, resolve_device)
 from .sampler import Sampler
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -31,28 +30,44 @@ class MomentEncoding:
     def __len__(self) -> int:
         return self.features.shape[1]
 
+    @property
+    def device(self) -> torch.device:
+        return self.features.device
+
     def rows(self, start: int, stop: int) -> "MomentEncoding":
         return MomentEncoding(self.features[:, start:stop])
 
 
-def moment_encoding(x: np.ndarray) -> MomentEncoding:
-    xt = float_tensor(x).T
-    return MomentEncoding(torch.cat([torch.ones(1, len(x), dtype=torch.float64), xt, xt * xt]))
+def moment_encoding(x: np.ndarray, device: torch.device) -> MomentEncoding:
+    """The features of ``x`` (N, D), built on ``device`` (only ``x`` crosses to it)."""
+    xt = float_tensor(x).to(device).T
+    return MomentEncoding(torch.cat([torch.ones(1, len(x), dtype=torch.float64, device=device), xt, xt * xt]))
 
 
-def feature_log_density(enc, coefficients: torch.Tensor) -> torch.Tensor:
-    """``(K, N)`` log-densities of a family whose log-density is linear in the encoded
-    features: ``coefficients`` (K, F) times ``enc.features`` (F, N)."""
-    return coefficients @ enc.features
+class FeatureKernel:
+    """``enc -> (K, N)`` log-densities of a family whose log-density is linear in the encoded
+    features: ``coefficients`` (K, F) times ``enc.features`` (F, N). The coefficients are
+    prepared once per model and copied once to each device an encoding asks for."""
+
+    def __init__(self, coefficients: np.ndarray):
+        self._on = {CPU: torch.from_numpy(coefficients)}
+
+    def __call__(self, enc) -> torch.Tensor:
+        features = enc.features
+        coefficients = self._on.get(features.device)
+        if coefficients is None:
+            coefficients = self._on[features.device] = self._on[CPU].to(features.device)
+        return coefficients @ features
 
 
 def weighted_moments(enc: MomentEncoding, weights) -> np.ndarray:
     """Sums of the weights, weighted x and weighted x²: ``(1+2D,)`` for weights ``None`` or of
-    shape (N,), ``(K, 1+2D)`` for weights of shape (K, N)."""
+    shape (N,), ``(K, 1+2D)`` for weights of shape (K, N). Summed on the encoding's device;
+    only the sums come back."""
     if weights is None:
-        return enc.features.sum(dim=1).numpy()
-    w = weights if isinstance(weights, torch.Tensor) else float_tensor(weights)
-    return (enc.features @ w if w.ndim == 1 else w @ enc.features.T).numpy()
+        return enc.features.sum(dim=1).cpu().numpy()
+    w = device_tensor(weights, enc.device)
+    return (enc.features @ w if w.ndim == 1 else w @ enc.features.T).cpu().numpy()
 
 
 def check_vectors(data, dim: Optional[int], name: str) -> np.ndarray:
@@ -71,8 +86,8 @@ class DiagonalGaussianEncoder(Encoder):
     def __init__(self, dim: Optional[int] = None):
         self.dim = dim
 
-    def seq_encode(self, data) -> MomentEncoding:
-        return moment_encoding(check_vectors(data, self.dim, "DiagonalGaussian"))
+    def seq_encode(self, data, device=None) -> MomentEncoding:
+        return moment_encoding(check_vectors(data, self.dim, "DiagonalGaussian"), resolve_device(device))
 
 
 class DiagonalGaussianDistribution(Distribution):
@@ -101,10 +116,10 @@ class DiagonalGaussianDistribution(Distribution):
         if log_weights is not None:
             const = const + log_weights
         coefficients = np.concatenate([const[:, None], 2.0 * mu * half_precision, -half_precision], axis=1)
-        return partial(feature_log_density, coefficients=torch.from_numpy(coefficients))
+        return FeatureKernel(coefficients)
 
-    def seq_log_density(self, enc: MomentEncoding) -> np.ndarray:
-        return self.stacked_kernel([self])(enc)[0].numpy()
+    def device_log_density(self, enc: MomentEncoding) -> torch.Tensor:
+        return self.stacked_kernel([self])(enc)[0]
 
     def dist_to_encoder(self) -> Encoder:
         return DiagonalGaussianEncoder(len(self.mu))

@@ -2,12 +2,13 @@
 ``pysp_*`` method (recognised by the method, never by type)."""
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from .base import Accumulator, Distribution, Estimator, as_generator
+from .base import Accumulator, Distribution, Estimator, as_generator, total
 
 
 @dataclass
@@ -29,8 +30,9 @@ class EMStep:
     log_density: float
 
 
-def seq_encode(data: Any, model: Distribution = None, estimator: Estimator = None) -> Any:
-    """Encode ``data`` once for repeated ``seq_*`` calls, with the model's or estimator's encoder."""
+def seq_encode(data: Any, model: Distribution = None, estimator: Estimator = None, device: Any = None) -> Any:
+    """Encode ``data`` once for repeated ``seq_*`` calls, with the model's or estimator's encoder,
+    on ``device`` (``None``: the CPU; see :func:`encode`)."""
     if model is not None:
         encoder = model.dist_to_encoder()
     elif estimator is not None:
@@ -39,7 +41,29 @@ def seq_encode(data: Any, model: Distribution = None, estimator: Estimator = Non
         raise ValueError("seq_encode needs model= or estimator= to choose an encoder")
     if len(data) == 0:
         raise ValueError("no observations: pass at least one data point")
-    return encoder.seq_encode(data)
+    return encode(encoder, data, device)
+
+
+def takes_device(encoder: Any) -> bool:
+    """Whether ``encoder.seq_encode`` takes ``device=`` (ours do; mixle's encode on the CPU)."""
+    try:
+        return "device" in inspect.signature(encoder.seq_encode).parameters
+    except (TypeError, ValueError):  # a builtin or extension method without a signature
+        return False
+
+
+def encode(encoder: Any, data: Any, device: Any = None) -> Any:
+    """``encoder.seq_encode(data)``, the encoding on ``device``. An encoder without ``device=``
+    (mixle's) encodes on the CPU: ``None`` and ``"cpu"`` work with it, another device is an error."""
+    if device is None:
+        return encoder.seq_encode(data)
+    if takes_device(encoder):
+        return encoder.seq_encode(data, device=device)
+    if str(device) == "cpu":
+        return encoder.seq_encode(data)
+    raise ValueError(f"{type(encoder).__module__}.{type(encoder).__name__} encodes on the CPU only (its "
+                     f"seq_encode takes no device=), so device={str(device)!r} cannot be honoured: pass "
+                     "device=None or 'cpu'")
 
 
 def encoded_count(enc: Any, estimator: Estimator = None) -> int:
@@ -60,19 +84,28 @@ def accumulate(chunks: Sequence[Any], estimator: Estimator, model: Distribution 
     update does not, as mixle's, would pay a second pass).
 
     ``counts`` are the chunks' observation counts (a handle knows them from the raw data);
-    without them each chunk is counted with :func:`encoded_count`. Every ``seq_update`` gets a
-    float64 weight array, as mixle's accumulators require."""
+    without them each chunk is counted with :func:`encoded_count`. Our accumulators get
+    ``None`` for unit weights, so no array of ones is built or sent to the encoding's device
+    every step; another package's (mixle's) get a float64 array of ones, as they require."""
     acc = estimator.accumulator_factory().make()
     if counts is None:
         counts = [encoded_count(enc, estimator) for enc in chunks]
-    total = 0.0
+    summed = 0.0
     for enc, n in zip(chunks, counts):
-        log_density = acc.seq_update(enc, np.ones(n), model)
+        log_density = acc.seq_update(enc, None if isinstance(acc, Accumulator) else np.ones(n), model)
         if model is not None:
             if log_density is None and with_log_density:
-                log_density = model.seq_log_density(enc)
-            total += float(np.sum(log_density)) if log_density is not None else float("nan")
-    return Accumulated(float(sum(counts)), acc, total if model is not None else float("nan"))
+                summed += log_density_total(model, enc)
+            else:
+                summed += total(log_density) if log_density is not None else float("nan")
+    return Accumulated(float(sum(counts)), acc, summed if model is not None else float("nan"))
+
+
+def log_density_total(model: Distribution, enc: Any) -> float:
+    """The summed log-density of one encoding, summed where it lives (only the total leaves a device)."""
+    if hasattr(model, "device_log_density"):
+        return total(model.device_log_density(enc))
+    return total(model.seq_log_density(enc))
 
 
 def tie_keys(acc: Accumulator) -> Accumulator:
@@ -129,5 +162,5 @@ def seq_log_density_sum(enc: Any, model: Distribution) -> tuple[float, float]:
     """``(count, total log-density)`` of the data under ``model``."""
     if hasattr(enc, "pysp_seq_log_density_sum"):
         return enc.pysp_seq_log_density_sum(model)
-    total = float(np.sum(model.seq_log_density(enc)))
-    return float(encoded_count(enc, model.estimator() if hasattr(model, "estimator") else None)), total
+    summed = log_density_total(model, enc)
+    return float(encoded_count(enc, model.estimator() if hasattr(model, "estimator") else None)), summed

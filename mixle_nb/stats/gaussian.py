@@ -6,7 +6,7 @@ from typing import Optional
 
 import numpy as np
 
-from .base import Encoder, check_finite
+from .base import Encoder, check_finite, resolve_device
 from .diagonal_gaussian import (
     DiagonalGaussianDistribution,
     DiagonalGaussianEstimator,
@@ -18,7 +18,7 @@ from .diagonal_gaussian import (
 
 
 class GaussianEncoder(Encoder):
-    def seq_encode(self, data) -> MomentEncoding:
+    def seq_encode(self, data, device=None) -> MomentEncoding:
         x = np.asarray(data, dtype=np.float64)
         if x.ndim == 2 and x.shape[1] == 1:
             x = x[:, 0]
@@ -27,7 +27,7 @@ class GaussianEncoder(Encoder):
                 f"GaussianDistribution expects a 1-D sequence of numbers; got shape {x.shape}. "
                 "For vectors use DiagonalGaussianEstimator or MultivariateGaussianEstimator"
             )
-        return moment_encoding(check_finite(x, "Gaussian")[:, None])
+        return moment_encoding(check_finite(x, "Gaussian")[:, None], resolve_device(device))
 
 
 class GaussianDistribution(DiagonalGaussianDistribution):

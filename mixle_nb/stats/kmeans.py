@@ -21,10 +21,10 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 import torch
 
-from .base import Estimator, as_generator
+from .base import CPU, Estimator, as_generator
 from .diagonal_gaussian import MomentEncoding
 from .estimation import m_step
-from .mixture import MixtureAccumulator, blocks
+from .mixture import MixtureAccumulator, block_rows, blocks
 from .multivariate_gaussian import QuadraticEncoding
 
 INITS = ("kmeans++", "random_from_data")
@@ -57,12 +57,12 @@ class SingleProcess:
 
 
 def encoded_points(enc: Any) -> torch.Tensor:
-    """The observations of a Gaussian-family encoding as a (D, N) float64 view."""
+    """The observations of a Gaussian-family encoding as a (D, N) float64 view, on its device."""
     if isinstance(enc, MomentEncoding):
         d = (enc.features.shape[0] - 1) // 2
         return enc.features[1 : 1 + d]
     if isinstance(enc, QuadraticEncoding):
-        return torch.from_numpy(enc.x).T
+        return enc.x.T
     raise ValueError(f"k-means starts need Gaussian-family data (vectors or numbers); got a "
                      f"{type(enc).__name__} encoding. Use init='random'")
 
@@ -80,12 +80,14 @@ def check_kmeans_estimator(estimator: Estimator, chunks: Sequence[Any]) -> int:
 class _Shard:
     """A rank's points, (D, N) per chunk. Distances are taken relative to an ``origin`` shared
     by every rank (the first centre), so data far from zero keep their precision: squared
-    norms ``|x - origin|²`` are computed once, when the origin is set."""
+    norms ``|x - origin|²`` are computed once, when the origin is set. Distances are taken on
+    the encodings' device; centres, candidates and per-centre sums are small host arrays."""
 
     def __init__(self, chunks: Sequence[Any]):
         self.points = [encoded_points(enc) for enc in chunks]
         self.sizes = [x.shape[1] for x in self.points]
         self.dim = self.points[0].shape[0] if self.points else 0
+        self.device = self.points[0].device if self.points else CPU
         self.origin, self.norms = None, None
 
     def set_origin(self, origin: np.ndarray) -> None:
@@ -99,12 +101,19 @@ class _Shard:
 
 def squared_norms(x: torch.Tensor, origin: np.ndarray) -> torch.Tensor:
     """``|x - origin|²`` of each column of ``x`` (D, N), by blocks whose temporaries stay in cache."""
-    o = torch.from_numpy(origin)[:, None]
-    out = torch.empty(x.shape[1], dtype=torch.float64)
-    step = max(256, DISTANCE_BLOCK_ELEMENTS // max(len(origin), 1))
+    o = torch.from_numpy(origin).to(x.device)[:, None]
+    out = torch.empty(x.shape[1], dtype=torch.float64, device=x.device)
+    step = _distance_rows(x.device, len(origin))
     for start in range(0, x.shape[1], step):
         torch.sum((x[:, start : start + step] - o).square_(), dim=0, out=out[start : start + step])
     return out
+
+
+def _distance_rows(device: torch.device, width: int) -> int:
+    """Rows per distance block with ``width`` temporaries per row (in cache on the CPU)."""
+    if device.type != "cpu":
+        return block_rows(device, width)
+    return max(256, DISTANCE_BLOCK_ELEMENTS // max(width, 1))
 
 
 def _nearest(x: torch.Tensor, norms: torch.Tensor, centres: np.ndarray,
@@ -113,13 +122,13 @@ def _nearest(x: torch.Tensor, norms: torch.Tensor, centres: np.ndarray,
     row-wise minimum per block of rows, ``|x-o|²`` (the same for every centre) added after
     the minimum. The product's rounding is relative to ``|o|·|c-o|``, not ``|x|²``."""
     shifted = np.ascontiguousarray(centres, dtype=np.float64) - origin
-    c = torch.from_numpy(shifted)
-    const = torch.from_numpy(2.0 * shifted @ origin + (shifted * shifted).sum(axis=1))[None, :]
+    c = torch.from_numpy(shifted).to(x.device)
+    const = torch.from_numpy(2.0 * shifted @ origin + (shifted * shifted).sum(axis=1)).to(x.device)[None, :]
     rows = x.T  # (N, D)
     n = rows.shape[0]
-    best = torch.empty(n, dtype=torch.float64)
-    index = torch.empty(n, dtype=torch.long)
-    step = max(256, DISTANCE_BLOCK_ELEMENTS // max(len(c), 1))
+    best = torch.empty(n, dtype=torch.float64, device=x.device)
+    index = torch.empty(n, dtype=torch.long, device=x.device)
+    step = _distance_rows(x.device, len(c))
     for start in range(0, n, step):
         stop = min(start + step, n)
         d2 = torch.addmm(const, rows[start:stop], c.T, alpha=-2.0)
@@ -154,9 +163,12 @@ def _points_at(shard: _Shard, sizes: np.ndarray, global_index: np.ndarray, rank:
     out = np.zeros((len(global_index), shard.dim))
     local = global_index - int(sizes[:rank].sum())
     starts = np.cumsum([0] + shard.sizes)
-    for row in np.flatnonzero((local >= 0) & (local < sizes[rank])):
-        chunk = int(np.searchsorted(starts, local[row], side="right")) - 1
-        out[row] = shard.points[chunk][:, int(local[row] - starts[chunk])].numpy()
+    rows = np.flatnonzero((local >= 0) & (local < sizes[rank]))
+    chunk_of = np.searchsorted(starts, local[rows], side="right") - 1
+    for chunk in np.unique(chunk_of):  # one copy from the device per chunk
+        picked = rows[chunk_of == chunk]
+        columns = torch.from_numpy(local[picked] - starts[chunk]).to(shard.device)
+        out[picked] = shard.points[chunk][:, columns].T.cpu().numpy()
     return out
 
 
@@ -194,14 +206,15 @@ def kmeans_parallel_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray,
     cap = int(math.ceil(4 * ell))
     for _ in range(rounds):
         local_cost = sum(float(d2.sum()) for d2, _ in nearest)
-        ratio = [torch.from_numpy(local_rng.random(len(d2))).div_(d2) for d2, _ in nearest]  # u / d²; inf at d² = 0
+        # u / d² (inf at d² = 0); u drawn on the host, so a seed gives the same start on any device
+        ratio = [torch.from_numpy(local_rng.random(len(d2))).to(d2.device).div_(d2) for d2, _ in nearest]
         ratio_all = torch.cat(ratio) if ratio else torch.zeros(0, dtype=torch.float64)
         order = torch.nonzero(ratio_all * local_cost < ell).flatten()
         if len(order) > cap:
             order = order[torch.argsort(ratio_all[order])[:cap]]
         sent = np.full((cap, 1 + shard.dim), np.inf)
-        sent[: len(order), 0] = ratio_all[order].numpy()
-        sent[: len(order), 1:] = _points_at(shard, sizes[exchange.rank: exchange.rank + 1], order.numpy(), 0)
+        sent[: len(order), 0] = ratio_all[order].cpu().numpy()
+        sent[: len(order), 1:] = _points_at(shard, sizes[exchange.rank: exchange.rank + 1], order.cpu().numpy(), 0)
         received = _slots(exchange, np.concatenate([[local_cost], sent.ravel()]))
         cost = float(received[:, 0].sum())
         if cost <= 0.0:  # every point is a candidate already
@@ -218,7 +231,7 @@ def kmeans_parallel_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray,
         candidates = np.concatenate([candidates, new])
     counts = np.zeros(len(candidates))
     for _, index in nearest:
-        counts += np.bincount(index.numpy(), minlength=len(candidates))
+        counts += np.bincount(index.cpu().numpy(), minlength=len(candidates))
     weights = exchange.sum(counts)
     reduced = np.zeros((k, candidates.shape[1]))
     if exchange.rank == 0:
@@ -269,9 +282,9 @@ def lloyd(shard: _Shard, centres: np.ndarray, exchange: Exchange, iterations: in
     for _ in range(iterations):
         stats = np.zeros((k, d + 1))
         for x, (_, index) in zip(shard.points, shard.nearest(centres)):
-            idx = index.numpy()
-            stats[:, 0] += np.bincount(idx, minlength=k)
-            stats[:, 1:] += torch.zeros(k, d, dtype=torch.float64).index_add_(0, index, x.T).numpy()
+            stats[:, 0] += np.bincount(index.cpu().numpy(), minlength=k)
+            sums = torch.zeros(k, d, dtype=torch.float64, device=x.device).index_add_(0, index, x.T)
+            stats[:, 1:] += sums.cpu().numpy()
         stats = exchange.sum(stats.ravel()).reshape(k, d + 1)
         mass = stats[:, :1]
         moved = np.where(mass > 0, stats[:, 1:] / np.maximum(mass, 1.0), centres)
@@ -292,8 +305,8 @@ def model_from_centres(chunks: Sequence[Any], shard: _Shard, estimator: Estimato
     for enc, norms in zip(chunks, shard.norms):
         for start, stop, block in blocks(enc, k):
             _, index = _nearest(encoded_points(block), norms[start:stop], centres, shard.origin)
-            resp = torch.zeros(k, stop - start, dtype=torch.float64)
-            resp[index, torch.arange(stop - start)] = 1.0
+            resp = torch.zeros(k, stop - start, dtype=torch.float64, device=index.device)
+            resp[index, torch.arange(stop - start, device=index.device)] = 1.0
             acc.seq_update_responsibilities(block, resp)
             count += stop - start
     return m_step(estimator, exchange.fold(estimator, count, acc), acc)

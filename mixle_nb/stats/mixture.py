@@ -7,13 +7,24 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from .base import Accumulator, Distribution, Encoder, Estimator, float_tensor, merge_into
+from .base import (Accumulator, Distribution, Encoder, Estimator, device_tensor, encoding_device, merge_into,
+                   resident)
 from .sampler import Sampler
 
 # Components x rows per E-step block: the block's (K, rows) temporaries stay in the L2 cache,
 # so the E-step reads the encoded data once instead of streaming (K, N) arrays through memory.
 BLOCK_ELEMENTS = 1 << 17
+# On a GPU a block costs kernel launches and a copy of its statistics to the host, and the
+# device's memory bandwidth does not need the cache: blocks as large as memory comfortably
+# allows (each (K, rows) float64 temporary is 512 MB at most).
+DEVICE_BLOCK_ELEMENTS = 1 << 26
 LOWEST = torch.finfo(torch.float64).min
+
+
+def block_rows(device: torch.device, width: int, cpu_elements: int = BLOCK_ELEMENTS) -> int:
+    """Rows per block whose temporaries hold ``width`` float64s per row, on ``device``."""
+    elements = cpu_elements if device.type == "cpu" else DEVICE_BLOCK_ELEMENTS
+    return max(512, elements // max(width, 1))
 
 
 def blocks(enc, k: int):
@@ -23,7 +34,8 @@ def blocks(enc, k: int):
     if not hasattr(enc, "rows"):
         yield 0, n, enc
         return
-    step = max(512, BLOCK_ELEMENTS // k)
+    device = encoding_device(enc)
+    step = block_rows(device, k if device.type == "cpu" else max(k, getattr(enc, "built_features", 0)))
     for start in range(0, max(n, 1), step):
         stop = min(start + step, n)
         yield start, stop, enc.rows(start, stop)
@@ -49,12 +61,20 @@ def posterior(log_joint: torch.Tensor, weights, peak: torch.Tensor, total: torch
     torch.sum(resp, dim=0, out=total)  # >= 1 (the peak's own term) unless impossible
     scale = total.clamp(min=1.0).reciprocal_()
     if weights is not None:
-        scale.mul_(float_tensor(weights))
+        scale.mul_(device_tensor(weights, scale.device))
     return resp.mul_(scale)
 
 
 def log_density(peak: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
     return total.log().add_(peak)
+
+
+def component_log_density(component: Distribution, enc) -> torch.Tensor:
+    """A component's ``(N,)`` log-densities on the encoding's device; a component of another
+    package (mixle's, whose encodings are on the CPU) through its ``seq_log_density``."""
+    if hasattr(component, "device_log_density"):
+        return component.device_log_density(enc)
+    return torch.from_numpy(np.asarray(component.seq_log_density(enc), np.float64))
 
 
 class MixtureDistribution(Distribution):
@@ -90,17 +110,16 @@ class MixtureDistribution(Distribution):
         return self._kernel(enc)
 
     def _per_component(self, enc) -> torch.Tensor:
-        lp = torch.stack([torch.from_numpy(np.asarray(c.seq_log_density(enc), np.float64))
-                          for c in self.components])
-        return lp.add_(torch.from_numpy(self._log_w)[:, None])
+        lp = torch.stack([component_log_density(c, enc) for c in self.components])
+        return lp.add_(torch.from_numpy(self._log_w).to(lp.device)[:, None])
 
-    def seq_log_density(self, enc) -> np.ndarray:
-        return torch.logsumexp(self.log_joint(enc), dim=0).numpy()
+    def device_log_density(self, enc) -> torch.Tensor:
+        return torch.logsumexp(self.log_joint(enc), dim=0)
 
     def seq_posterior(self, enc) -> np.ndarray:
         """``(N, K)`` component responsibilities."""
-        peak, total = torch.empty(2, len(enc), dtype=torch.float64)
-        return posterior(self.log_joint(enc), None, peak, total).T.numpy()
+        peak, total = torch.empty(2, len(enc), dtype=torch.float64, device=encoding_device(enc))
+        return posterior(self.log_joint(enc), None, peak, total).T.cpu().numpy()
 
     def dist_to_encoder(self) -> Encoder:
         return self.components[0].dist_to_encoder()
@@ -130,27 +149,28 @@ class MixtureAccumulator(Accumulator):
 
     def _update_components(self, enc, resp: torch.Tensor, models=None, initialize_rng=None) -> None:
         """Responsibilities ``(K, N)`` become component weights: an update under ``models``, or a
-        random initialisation when ``initialize_rng`` is given."""
+        random initialisation when ``initialize_rng`` is given. Our accumulators take the rows
+        where they are; another package's (mixle's) and every initialisation take numpy rows."""
         stacked = _stacked_kernel(self.accumulators, "stacked_seq_update")
         if stacked is not None:
             self.counts += stacked(self.accumulators, enc, resp)
             return
-        self.counts += resp.sum(dim=1).numpy()
-        rows = resp.numpy()
+        self.counts += resp.sum(dim=1).cpu().numpy()
         if initialize_rng is not None:
-            for acc, weights in zip(self.accumulators, rows):
+            for acc, weights in zip(self.accumulators, resp.cpu().numpy()):
                 acc.seq_initialize(enc, weights, initialize_rng)
         else:
-            for acc, weights, model in zip(self.accumulators, rows, models):
-                acc.seq_update(enc, weights, model)
+            for acc, weights, model in zip(self.accumulators, resp, models):
+                acc.seq_update(enc, weights if isinstance(acc, Accumulator) else weights.cpu().numpy(), model)
 
-    def seq_update(self, enc, weights, model: MixtureDistribution) -> np.ndarray:
-        peak, total = torch.empty(2, len(enc), dtype=torch.float64)
+    def seq_update(self, enc, weights, model: MixtureDistribution):
+        """The E-step; returns the per-observation log-density of ``model`` (see ``resident``)."""
+        peak, total = torch.empty(2, len(enc), dtype=torch.float64, device=encoding_device(enc))
         for start, stop, block in blocks(enc, len(self.accumulators)):
             w = None if weights is None else weights[start:stop]
             resp = posterior(model.log_joint(block), w, peak[start:stop], total[start:stop])
             self._update_components(block, resp, models=model.components)
-        return log_density(peak, total).numpy()
+        return resident(log_density(peak, total))
 
     def seq_update_responsibilities(self, enc, resp: torch.Tensor) -> None:
         """Add ``enc`` with given ``(K, N)`` responsibilities (hard labels, say) and no E-step."""
@@ -162,7 +182,8 @@ class MixtureAccumulator(Accumulator):
         resp = rng.dirichlet(np.full(k, 1.0 / (k * k)), size=len(enc))
         if weights is not None:
             resp *= np.asarray(weights, dtype=np.float64)[:, None]
-        self._update_components(enc, torch.from_numpy(np.ascontiguousarray(resp.T)), initialize_rng=rng)
+        resp = torch.from_numpy(np.ascontiguousarray(resp.T)).to(encoding_device(enc))
+        self._update_components(enc, resp, initialize_rng=rng)
 
     def value(self):
         return self.counts.copy(), [acc.value() for acc in self.accumulators]

@@ -7,14 +7,15 @@ about 1e4): centre such data before fitting.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import lru_cache
 from typing import Optional
 
 import numpy as np
 import torch
 
-from .base import ArrayAccumulator, Distribution, Encoder, Estimator, combine_rows, float_tensor, merge_into
-from .diagonal_gaussian import LOG_2PI, check_vectors, feature_log_density
+from .base import (CPU, ArrayAccumulator, Distribution, Encoder, Estimator, combine_rows, device_tensor,
+                   float_tensor, merge_into, resolve_device)
+from .diagonal_gaussian import LOG_2PI, FeatureKernel, check_vectors
 from .sampler import Sampler
 
 # Up to this dimension the encoding keeps each row's quadratic features, (D+1)(D+2)/2 floats;
@@ -23,20 +24,21 @@ STORED_FEATURES_MAX_DIM = 16
 
 
 @lru_cache(maxsize=None)
-def _layout(d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Upper-triangle row/column indices, and for each of the D² cells of xxᵀ its triangle slot."""
+def _layout(d: int, device: torch.device = CPU) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Upper-triangle row/column indices, and for each of the D² cells of xxᵀ its triangle
+    slot, on ``device``."""
     upper = torch.triu_indices(d, d)
     slot = torch.empty(d, d, dtype=torch.long)
     slot[upper[0], upper[1]] = torch.arange(upper.shape[1])
     slot[upper[1], upper[0]] = torch.arange(upper.shape[1])
-    return upper[0], upper[1], slot.reshape(-1)
+    return upper[0].to(device), upper[1].to(device), slot.reshape(-1).to(device)
 
 
-def quadratic_features(x: np.ndarray) -> torch.Tensor:
-    """Features ``[1; x; x_i·x_j for i <= j]``, one column per row of ``x``."""
-    xt = float_tensor(x).T
-    row, col, _ = _layout(x.shape[1])
-    return torch.cat([torch.ones(1, len(x), dtype=torch.float64), xt, xt[row] * xt[col]])
+def quadratic_features(x: torch.Tensor) -> torch.Tensor:
+    """Features ``[1; x; x_i·x_j for i <= j]``, one column per row of ``x`` (N, D), on its device."""
+    xt = x.T
+    row, col, _ = _layout(x.shape[1], x.device)
+    return torch.cat([torch.ones(1, len(x), dtype=torch.float64, device=x.device), xt, xt[row] * xt[col]])
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,22 @@ class QuadraticEncoding:
     """Vectors ``x`` (N, D) and, for small D, their stored quadratic features (F, N): one
     product with the features gives every component's log-density, another every weighted moment."""
 
-    x: np.ndarray
+    x: torch.Tensor
     stored: Optional[torch.Tensor] = None
 
     @property
     def features(self) -> torch.Tensor:
         return self.stored if self.stored is not None else quadratic_features(self.x)
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
+
+    @property
+    def built_features(self) -> int:
+        """Features built per block (none when stored): a block's rows are sized by them."""
+        d = self.x.shape[1]
+        return 0 if self.stored is not None else (d + 1) * (d + 2) // 2
 
     def __len__(self) -> int:
         return len(self.x)
@@ -64,8 +76,9 @@ class MultivariateGaussianEncoder(Encoder):
     def __init__(self, dim: Optional[int] = None):
         self.dim = dim
 
-    def seq_encode(self, data) -> QuadraticEncoding:
-        x = np.ascontiguousarray(check_vectors(data, self.dim, "MultivariateGaussian"))
+    def seq_encode(self, data, device=None) -> QuadraticEncoding:
+        x = float_tensor(np.ascontiguousarray(check_vectors(data, self.dim, "MultivariateGaussian")))
+        x = x.to(resolve_device(device))
         return QuadraticEncoding(x, quadratic_features(x) if x.shape[1] <= STORED_FEATURES_MAX_DIM else None)
 
 
@@ -109,10 +122,10 @@ class MultivariateGaussianDistribution(Distribution):
         coefficients = np.stack(coefficients)
         if log_weights is not None:
             coefficients[:, 0] += log_weights
-        return partial(feature_log_density, coefficients=torch.from_numpy(coefficients))
+        return FeatureKernel(coefficients)
 
-    def seq_log_density(self, enc: QuadraticEncoding) -> np.ndarray:
-        return self.stacked_kernel([self])(enc)[0].numpy()
+    def device_log_density(self, enc: QuadraticEncoding) -> torch.Tensor:
+        return self.stacked_kernel([self])(enc)[0]
 
     def dist_to_encoder(self) -> Encoder:
         return MultivariateGaussianEncoder(len(self.mu))
@@ -131,7 +144,7 @@ def _second_moments(enc: QuadraticEncoding, weights: torch.Tensor) -> torch.Tens
     """``(K, 1 + D + D²)`` rows ``[Σw, Σw·x, Σw·xxᵀ]`` for weights of shape (K, N)."""
     d = enc.x.shape[1]
     sums = weights @ enc.features.T
-    return torch.cat([sums[:, : 1 + d], sums[:, 1 + d :][:, _layout(d)[2]]], dim=1)
+    return torch.cat([sums[:, : 1 + d], sums[:, 1 + d :][:, _layout(d, sums.device)[2]]], dim=1)
 
 
 class MultivariateGaussianAccumulator(ArrayAccumulator):
@@ -162,13 +175,14 @@ class MultivariateGaussianAccumulator(ArrayAccumulator):
                 s2[:] = n * pooled[1:].reshape(s2.shape) / pooled[0] + np.outer(s1, s1) / n
 
     def seq_update(self, enc: QuadraticEncoding, weights, model):
-        w = torch.ones(1, len(enc), dtype=torch.float64) if weights is None else float_tensor(weights)[None]
-        self.combine(_second_moments(enc, w)[0].numpy())
+        w = (torch.ones(1, len(enc), dtype=torch.float64, device=enc.device) if weights is None
+             else device_tensor(weights, enc.device)[None])
+        self.combine(_second_moments(enc, w)[0].cpu().numpy())
 
     @staticmethod
     def stacked_seq_update(accumulators, enc: QuadraticEncoding, resp: torch.Tensor) -> np.ndarray:
         """Add column k of ``resp`` as the weights of accumulator k; returns each one's weight total."""
-        return combine_rows(accumulators, _second_moments(enc, resp).numpy())
+        return combine_rows(accumulators, _second_moments(enc, resp).cpu().numpy())
 
     def acc_to_encoder(self) -> Encoder:
         return MultivariateGaussianEncoder(self.dim)

@@ -7,33 +7,39 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .base import ArrayAccumulator, Distribution, Encoder, Estimator, check_finite, float_tensor
+from .base import (ArrayAccumulator, Distribution, Encoder, Estimator, check_finite, device_tensor, float_tensor,
+                   resolve_device)
 from .sampler import Sampler
 
 
 @dataclass(frozen=True)
 class CountEncoding:
-    """Counts as float64 and their ``log(x!)``, computed once per shard."""
+    """Counts as float64 and their ``log(x!)``, computed once per shard, on its device."""
 
-    x: np.ndarray
-    log_factorial: np.ndarray
+    x: torch.Tensor
+    log_factorial: torch.Tensor
 
     def __len__(self) -> int:
         return len(self.x)
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
 
     def rows(self, start: int, stop: int) -> "CountEncoding":
         return CountEncoding(self.x[start:stop], self.log_factorial[start:stop])
 
 
 class PoissonEncoder(Encoder):
-    def seq_encode(self, data) -> CountEncoding:
+    def seq_encode(self, data, device=None) -> CountEncoding:
         x = check_finite(np.asarray(data, dtype=np.float64), "Poisson")
         if x.ndim != 1:
             raise ValueError(f"Poisson expects a 1-D sequence of counts; got shape {x.shape}")
         if np.any(x < 0) or np.any(x != np.floor(x)):
             bad = int(np.flatnonzero((x < 0) | (x != np.floor(x)))[0])
             raise ValueError(f"Poisson counts must be non-negative integers; observation {bad} is {x[bad]!r}")
-        return CountEncoding(x, torch.lgamma(float_tensor(x) + 1.0).numpy())
+        counts = float_tensor(x).to(resolve_device(device))
+        return CountEncoding(counts, torch.lgamma(counts + 1.0))
 
 
 class PoissonDistribution(Distribution):
@@ -47,7 +53,7 @@ class PoissonDistribution(Distribution):
     def __repr__(self) -> str:
         return f"PoissonDistribution(lam={self.lam!r})"
 
-    def seq_log_density(self, enc: CountEncoding) -> np.ndarray:
+    def device_log_density(self, enc: CountEncoding) -> torch.Tensor:
         return enc.x * np.log(self.lam) - self.lam - enc.log_factorial
 
     def dist_to_encoder(self) -> Encoder:
@@ -71,9 +77,10 @@ class PoissonAccumulator(ArrayAccumulator):
 
     def seq_update(self, enc: CountEncoding, weights, model):
         if weights is None:
-            self.stats += (len(enc), enc.x.sum())
+            self.stats += (len(enc), float(enc.x.sum()))
         else:
-            self.stats += (weights.sum(), weights @ enc.x)
+            w = device_tensor(weights, enc.device)
+            self.stats += (float(w.sum()), float(w @ enc.x))
 
     def acc_to_encoder(self) -> Encoder:
         return PoissonEncoder()
