@@ -546,7 +546,14 @@ def test_kill_9_during_a_run_shows_rank_died_then_attach_continues(em_cluster):
                                rtol=1e-10)
 
 
-def test_kill_9_during_training_shows_rank_died_and_keeps_the_curves(cluster2):
+def _module_state(estimator: str) -> dict:
+    """On a rank: the named estimator's module weights, as numpy arrays."""
+    from mixle_nb.cluster.rank_side import lookup
+
+    return {k: v.detach().cpu().numpy() for k, v in lookup(estimator).module.state_dict().items()}
+
+
+def test_kill_9_during_training_keeps_the_curves_and_attach_continues_from_the_kept_weights(cluster2):
     import os
     import signal
 
@@ -554,22 +561,35 @@ def test_kill_9_during_training_shows_rank_died_and_keeps_the_curves(cluster2):
     from mixle_nb.neural import StreamingTransformerLeafEstimator
 
     tokenizer, text, module = _push_long_training(cluster2)
-    panel = TrainPanel(cluster2, handle="th", estimator="test", chunk_steps=1000, report_every=2)
+    panel = TrainPanel(cluster2, handle="th", estimator="test", chunk_steps=20, report_every=2)
     panel.train(block=False)
-    wait_until(lambda: len(panel.curves.get(0, [])) >= 3, 120, "three progress reports")
+    wait_until(lambda: panel.model_state is not None and len(panel.curves.get(0, [])) >= 12, 120,
+               "a finished chunk and twelve progress reports")
     os.kill(_engine_pid(cluster2, 1), signal.SIGKILL)
     panel.wait(30)
     assert not panel.running
     assert isinstance(panel.error, RankDiedError) and "RankDiedError" in panel.status.value
     assert len(panel.curves[0]) >= 3 and len(panel.history_rows()) >= 3
     kept = panel.curves[0][-1][0]
+    assert panel.model_state_step % 20 == 0 and 20 <= panel.model_state_step <= kept
+    trained_loss = dict(panel.curves[0])[panel.model_state_step]
+    untrained_loss = panel.curves[0][0][1]
     cluster2.restart()
+    # the estimator pushed again carries the untrained module, as a notebook's re-run cell would
     cluster2.push(ids=tokenizer.encode(text[:8000]), test=StreamingTransformerLeafEstimator(module, lr=1e-2))
     total = cluster2.run(_make_token_handle)[0]
     panel.attach(cluster2, handle="th", estimator="test")
+    assert f"weights of step {panel.model_state_step}" in panel.status.value
+    for state in cluster2.run(_module_state, "test"):  # every rank now holds the kept weights
+        assert state.keys() == panel.model_state.keys()
+        assert all(np.array_equal(state[k], panel.model_state[k].numpy()) for k in state)
     panel.train()
     assert panel.error is None
     assert panel.curves[0][-1][0] == kept + total  # the new handle's steps counted on
+    # training continued from the kept weights: the first loss after attach is near the trained
+    # loss, not back at the untrained one
+    resumed_loss = next(loss for step, loss in panel.curves[0] if step > kept)
+    assert resumed_loss < (trained_loss + untrained_loss) / 2, (untrained_loss, trained_loss, resumed_loss)
     _rebuild_em_handle(cluster2)  # leave the module's EM handle as em_cluster made it
 
 
