@@ -4,6 +4,10 @@ These functions are shipped to the engines by reference, so they live at module 
 import torch inside (the client never needs it). The engine remembers which sockets its gloo
 group opened, so that :func:`sever_group` can close them: a peer blocked in a collective on
 this engine then fails at once ("Connection closed by peer") instead of at the group timeout.
+
+Every request the cluster sends carries the ranks it was sent to, as its ipyparallel label
+(:func:`call_label`); :func:`call_ranks` reads it back on the engine, so a handle asked to
+work on only some ranks raises at once instead of waiting for the others.
 """
 from __future__ import annotations
 
@@ -15,6 +19,26 @@ import psutil
 
 # (fd, "socket:[inode]") of the connections the current group opened on this engine
 _group_sockets: dict[int, str] = {}
+_CALL_LABEL = "mixle_nb call on ranks "
+
+
+def call_label(ranks) -> str:
+    """The label of a request sent to ``ranks`` (carried in its metadata: no extra message)."""
+    return _CALL_LABEL + ",".join(str(r) for r in ranks)
+
+
+def call_ranks() -> list[int] | None:
+    """The ranks the request running on this engine was sent to; ``None`` for a request that
+    did not come from the cluster's calls (ipyparallel's own ``%px``, a view of one's own)."""
+    from IPython import get_ipython
+
+    kernel = getattr(get_ipython(), "kernel", None)
+    if kernel is None:
+        return None
+    label = (kernel.get_parent("shell").get("metadata") or {}).get("label")
+    if not isinstance(label, str) or not label.startswith(_CALL_LABEL):
+        return None
+    return [int(r) for r in label[len(_CALL_LABEL):].split(",")]
 
 
 def describe() -> dict:
@@ -95,7 +119,10 @@ def form_group(rank: int, world: int, backend: str, timeout_s: float, threads: i
     import torch
     import torch.distributed as dist
 
+    from ..parallel.group import set_call_ranks_source
+
     leave_group()
+    set_call_ranks_source(call_ranks)
     torch.set_num_threads(threads)
     timeout = timedelta(seconds=timeout_s)
     if store_path is not None:
@@ -117,10 +144,16 @@ def form_group(rank: int, world: int, backend: str, timeout_s: float, threads: i
 
 
 def leave_group() -> None:
-    """Leave the process group, if this engine is in one."""
+    """Leave the process group, if this engine is in one.
+
+    Its connections are shut down first. An interrupt can leave an operation in flight that a
+    peer never joins, and ``destroy_process_group`` waits for it; the peer's own destroy does
+    not always end it, because a request object kept alive there (by the interrupt's traceback)
+    keeps gloo's connections open. Then the wait lasts the group timeout."""
     import torch.distributed as dist
 
     if dist.is_initialized():
+        sever_group()
         dist.destroy_process_group()
     _group_sockets.clear()
 

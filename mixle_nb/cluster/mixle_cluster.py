@@ -324,16 +324,16 @@ class MixleCluster:
         self.state, self.broken_reason = ClusterState.BROKEN, reason
 
     def call_finished(self, call: RankCall) -> None:
-        """Remember the call for the status table; re-form the group if a rank's collective
-        failed (timed out, lost its peer), since the ranks may now disagree on its state."""
+        """Remember the call for the status table. After a failure, form the group again if a
+        rank's collective failed (timed out, lost its peer) or the ranks disagree on how many
+        collectives they started: a rank that raised may have left one in flight."""
         for r in call.ranks:
             self._last_call[r] = call
         if (self._forming_group or call.stopped() or self.state != ClusterState.RUNNING
                 or not call.failed_ranks()):
             return  # a success, or stop_call has settled the group already
         errors = [e for e in call.outcomes() if hasattr(e, "ename")]
-        if any(collective_broken(e.evalue) for e in errors):
-            self._repair_group(severed=True)
+        self._repair_group(severed=any(collective_broken(e.evalue) for e in errors))
 
     def interrupt(self, ranks: Sequence[int]) -> None:
         """SIGINT to ``ranks`` (KeyboardInterrupt in their running task; an idle engine ignores
@@ -425,7 +425,8 @@ class MixleCluster:
     def _view_on(self, ranks: list[int]):
         key = tuple(ranks)
         if key not in self._views:
-            self._views[key] = self.client[list(ranks)]
+            view = self._views[key] = self.client[list(ranks)]
+            view.label = engine.call_label(ranks)  # tells the ranks who else runs the call
         return self._views[key]
 
     def _start_call(self, targets, launch: Callable[[Any], Any], check: bool = True) -> RankCall:

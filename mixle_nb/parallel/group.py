@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Collection, Optional
 
 import torch
 import torch.distributed as dist
 
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+# Which default-group ranks the running call was sent to, or None when unknown (torchrun: every
+# rank runs the script). A MixleCluster's engines install one (mixle_nb/cluster/engine.py).
+_call_ranks: Optional[Callable[[], Optional[Collection[int]]]] = None
 
 
 @dataclass
@@ -78,3 +82,27 @@ def join_group(group: Any = None, *, init_process_group: bool = True,
     device = _device_for(backend)
     dist.init_process_group(backend=backend)
     return GroupMembership(dist.get_rank(), dist.get_world_size(), None, device, owned=True)
+
+
+def set_call_ranks_source(source: Optional[Callable[[], Optional[Collection[int]]]]) -> None:
+    """Install ``source()``: the default-group ranks the running call was sent to (``None``:
+    not known). Without a source, every call counts as running on every rank."""
+    global _call_ranks
+    _call_ranks = source
+
+
+def require_every_rank(membership: GroupMembership, operation: str) -> None:
+    """Raise, before any collective, when the running call was sent to only some ranks of
+    ``membership``'s group: those would wait in the first collective for ranks that never come,
+    until the group timeout. Costs no communication; every rank sent the call raises alike."""
+    if _call_ranks is None or membership.world == 1:
+        return
+    ranks = _call_ranks()
+    if ranks is None:
+        return
+    members = [membership.global_rank(r) for r in range(membership.world)]
+    if set(members) <= set(ranks):
+        return
+    running = sorted(set(members) & set(ranks))
+    raise RuntimeError(f"{operation} needs every rank of the group; this call runs on ranks {running} "
+                       f"of {members} (--targets / targets=): run it on every rank, without --targets")

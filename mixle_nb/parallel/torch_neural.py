@@ -31,7 +31,7 @@ from ..neural.leaf import StreamingTransformerLeaf
 from ..neural.source import (SequenceOrder, as_token_array, check_window_args, gather_sequences,
                              gather_windows, window_view)
 from .fail_together import PeerRankError, raise_together
-from .group import join_group
+from .group import join_group, require_every_rank
 from .handle import HandleLifetime
 
 _PARALLEL_MODES = ("auto", "ddp", "fsdp", "none")
@@ -170,6 +170,7 @@ class StreamingTokenEncodedData(HandleLifetime):
                  progress: Callable[[dict], None] | None = None, progress_every: int = 10,
                  seed: int = 0, max_steps: int | None = None, stop: Any = None):
         self._membership = join_group(init_process_group=init_process_group, backend=backend)
+        require_every_rank(self._membership, "building a StreamingTokenEncodedData")
         self.rank, self.world = self._membership.rank, self._membership.world
         failure, n_tokens, max_id = None, 0, -1
         try:  # everything that can fail on one rank only, before the construction exchange
@@ -476,6 +477,7 @@ class StreamingTokenEncodedData(HandleLifetime):
         earlier call with the same estimator (same module: optimizer state and data cursor
         kept). Returns a leaf on the live module; ``prev_estimate`` is not needed because the
         module carries the state."""
+        require_every_rank(self._membership, "training on a StreamingTokenEncodedData")
         tr = self._training_for(estimator)
         n_steps = self.total_steps
         if self.max_steps is not None:
@@ -496,6 +498,8 @@ class StreamingTokenEncodedData(HandleLifetime):
         Scores the reference's windows (a full ``block`` of context before every token after
         the first ``block``) through ``model.seq_log_density``. A rank that fails still joins
         the count exchange, with a failed word, so every rank raises together."""
+        if self.shard_by_rank:  # replicated tokens are scored whole on each rank: no exchange
+            require_every_rank(self._membership, "a log-density sum on a StreamingTokenEncodedData")
         n_windows = len(self.tokens) - self.block
         count, total, failure = 0.0, 0.0, None
         try:

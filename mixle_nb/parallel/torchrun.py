@@ -37,7 +37,7 @@ from ..stats.values import FoldPlan, flatten_value, fold_plan, value_layout
 from ..validation import choice, device as checked_device, fraction, positive_int
 from .fail_together import (agreed, agreement_slots, failure_message, fingerprint, odd_ones_out,
                             raise_failures)
-from .group import join_group
+from .group import join_group, require_every_rank
 from .handle import HandleLifetime
 from .rank_exchange import HandleExchange, map_shard
 from .shards import (NpyRows, dealt_files, describe, describe_rows, file_parts, load_npy, rank_slice,
@@ -227,6 +227,7 @@ class TorchRunEncodedData(HandleLifetime):
         if encoder is None and model is None and estimator is None:
             raise ValueError("TorchRunEncodedData needs encoder=, model= or estimator= to encode the data")
         self._membership = join_group(group, init_process_group=init_process_group, backend=backend)
+        require_every_rank(self._membership, "building a TorchRunEncodedData")
         self.group, self.rank, self.world = group, self._membership.rank, self._membership.world
         self.device = self._membership.device  # where the encodings live; see _place
         self._encode_device = None
@@ -502,6 +503,7 @@ class TorchRunEncodedData(HandleLifetime):
         one pass over the shard, one collective. ``with_log_density=False`` skips a separate
         log-density pass for families whose update does not yield it (the log-density is then
         NaN unless the update gave it)."""
+        require_every_rank(self._membership, "an EM step on a TorchRunEncodedData")
         t0 = time.perf_counter()
         local, error = self._local_statistics(estimator, prev_estimate, with_log_density)
         t1 = time.perf_counter()
@@ -526,6 +528,7 @@ class TorchRunEncodedData(HandleLifetime):
         take part with probability ``p`` and its accumulators get a ``RandomState``. The result
         is reproducible for a seed and world size, but differs from a one-process
         ``seq_initialize`` with the same seed (each rank draws its own subset)."""
+        require_every_rank(self._membership, "initialising from a TorchRunEncodedData")
         error, seeds = None, None
         try:
             p = fraction("initialisation fraction p", p)
@@ -551,6 +554,7 @@ class TorchRunEncodedData(HandleLifetime):
 
     def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
         """Allreduced count and summed log density."""
+        require_every_rank(self._membership, "a log-density sum on a TorchRunEncodedData")
         error, total, model_print = None, 0.0, None
         try:
             model_print = fingerprint(estimate)
@@ -567,6 +571,7 @@ class TorchRunEncodedData(HandleLifetime):
         """Globally folded, key-tied batch sufficient statistics for streaming EM: ``(count,
         value)`` as mixle's handle returns them (mixle's streaming driver rebuilds the
         accumulator with ``from_value``)."""
+        require_every_rank(self._membership, "stream accumulate on a TorchRunEncodedData")
         local, error = self._local_statistics(estimator, model, with_log_density=False)
         acc = None if local is None else local.accumulator
         count, _ = self._fold(estimator, 0.0 if local is None else local.count, acc,
@@ -578,11 +583,14 @@ class TorchRunEncodedData(HandleLifetime):
         """A mixture start from k-means‖ (``"kmeans++"``) or random observations
         (``"random_from_data"``) run on the shards where they live; identical on every rank
         and reproducible for a seed and world size (mixle_nb/stats/kmeans.py)."""
+        require_every_rank(self._membership, "a k-means start on a TorchRunEncodedData")
         return kmeans_init(self.chunks, estimator, rng, HandleExchange(self), init)
 
     def pysp_shard_map(self, function, gather: bool = False) -> np.ndarray:
         """``function(enc)`` over this rank's shard; ``gather=True``: every observation's, in
         the original order, on every rank (mixle_nb/parallel/rank_exchange.py)."""
+        if gather:  # without it, each rank scores its own shard: no collective
+            require_every_rank(self._membership, "gathering the scores of a TorchRunEncodedData")
         return map_shard(self, function, gather)
 
     def close(self) -> None:
