@@ -6,7 +6,7 @@ Then mixle's hidden Markov model over ragged sequences on 2 ranks: per-step time
 against mixle's own TorchRunEncodedData, same data and start, interleaved in one process group
 (the step mixle's dispatch calls, ``pysp_seq_estimate``; target: at most 0.5x mixle's), beside
 mixle's own E-step and M-step on one rank's shard with no handle, which both handles share.
-Run: .venv/bin/python benchmarks/distributed_em_bench.py [--big N] [--hmm-sequences S]
+Run: .venv/bin/python benchmarks/distributed_em_bench.py [--big N] [--hmm-sequences S] [--worlds 1,2,4]
 """
 from __future__ import annotations
 
@@ -113,9 +113,10 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=1_000_000)
     parser.add_argument("--hmm-sequences", type=int, default=2_000)
     parser.add_argument("--hmm-only", action="store_true", help="skip the Gaussian-mixture table")
+    parser.add_argument("--worlds", default="1,2,4", help="rank counts of the Gaussian-mixture table, e.g. 4")
     args = parser.parse_args()
     if not args.hmm_only:
-        _gaussian_table(args.big)
+        _gaussian_table(args.big, [int(w) for w in args.worlds.split(",")])
     t = run_local(_hmm_rank, 2, timeout=900, sequences=args.hmm_sequences, steps=3, rounds=5)[0]
     ours, theirs, floor = (t["best"][name] for name in ("ours", "mixle", "mixle E+M on the shard"))
     print(f"\nmixle HMM, 3 states, {args.hmm_sequences} ragged sequences (~20 values each), 2 ranks, "
@@ -128,10 +129,10 @@ def main() -> None:
           "both handles run unchanged; a handle's step cannot be faster than it.")
 
 
-def _gaussian_table(big: int) -> None:
+def _gaussian_table(big: int, worlds: list) -> None:
     print(f"{'workload':<18}{'ranks':>6}{'gather ms':>11}{'allreduce ms':>14}{'E-step ms':>11}{'raw 2-value all_reduce ms':>27}")
     for n, steps in ((big, 5), (1_000, 200)):
-        for world in (1, 2, 4):
+        for world in worlds:
             t = run_local(_rank, world, timeout=600, n=n, steps=steps)[0]
             print(f"{'N=' + str(n):<18}{world:>6}{t['gather'] * 1e3:>11.2f}{t['allreduce'] * 1e3:>14.2f}"
                   f"{t['allreduce_e_step'] * 1e3:>11.2f}{t['raw_all_reduce'] * 1e3:>27.3f}")
