@@ -50,6 +50,18 @@ def em_steps(steps, handle="h", estimator="est", model="model"):
     return out["log_density"]
 
 
+def train_fsdp2(fail_at=None):
+    """Six FSDP2 training steps of a tiny causal LM on a rank; rank 1's forward raises at call
+    ``fail_at`` (a stand-in for running out of memory), leaving rank 0 in FSDP's all-gather."""
+    import torch.distributed as dist
+    from test_streaming_handle import failing_model, handle
+
+    from mixle_nb.neural import StreamingTransformerLeafEstimator
+
+    model = failing_model(fail_at if dist.get_rank() == 1 else None)
+    handle(max_steps=6, parallel="fsdp").pysp_seq_estimate(StreamingTransformerLeafEstimator(model, lr=1e-2), None)
+
+
 def interrupted_between_folds():
     """Where Ctrl-C can catch two ranks in a run of folds: rank 0 just after issuing a fold that
     rank 1 never joins, rank 1 still holding its previous fold's request (its traceback keeps
@@ -249,6 +261,17 @@ def test_exception_in_one_ranks_e_step_fails_every_rank_promptly(cluster):
     assert [r for r, _, _ in err.errors] == [0, 1]  # rank 0's consequence is listed too
     assert seconds < BOUND_S
     assert_running_and_usable(cluster, pids)
+
+
+def test_exception_in_one_ranks_fsdp2_step_fails_every_rank_promptly(cluster):
+    pids = engine_pids(cluster)
+    err, seconds = time_error(cluster.run, train_fsdp2, 3)
+    assert isinstance(err, RankError) and err.rank == 1, err
+    assert "forward call 3 ran out of memory" in err.evalue
+    assert [(r, name) for r, name, _ in err.errors] == [(0, "PeerRankError"), (1, "RuntimeError")]
+    assert seconds < BOUND_S
+    assert_running_and_usable(cluster, pids)  # the group the failed rank severed is formed again
+    cluster.run(train_fsdp2)
 
 
 def test_root_cause_is_named_first_whichever_rank_fails():

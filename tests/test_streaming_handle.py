@@ -474,6 +474,70 @@ def test_a_fault_on_one_rank_raises_on_every_rank_promptly(extras, fault, messag
     assert max(own[3], peer[3]) - injected < 5
 
 
+# -- FSDP2 fails together too: 2 gloo ranks, a group per fault (a failed FSDP2 step leaves the
+# group unusable: its peers are woken by the failed rank shutting its connections down)
+
+FSDP_FAULTS = ["forward_3", "progress", "last_step"]
+
+
+def _fsdp_fault_runs(rank, world, store_dir):
+    from mixle_nb.parallel.group import group_severed, init_default_group, leave_default_group
+
+    def fsdp_handle(**kw):
+        return handle(parallel="fsdp", **kw)
+
+    bad = rank == 1
+    est = lambda: StreamingTransformerLeafEstimator(tiny_model(), lr=LR)  # noqa: E731
+    cases = {  # each as FAULTS are run above; "last_step" fails after the last exchange of training
+        "forward_3": lambda: fsdp_handle(max_steps=6).pysp_seq_estimate(
+            StreamingTransformerLeafEstimator(failing_model(3 if bad else None), lr=LR), None),
+        "progress": lambda: fsdp_handle(max_steps=5, progress_every=1, progress=_raise_at_step_2 if bad else None)
+        .pysp_seq_estimate(est(), None),
+        "last_step": lambda: fsdp_handle(max_steps=2, progress_every=1, progress=_raise_at_step_2 if bad else None)
+        .pysp_seq_estimate(est(), None),
+        "after": lambda: state(fsdp_handle(max_steps=3).pysp_seq_estimate(est(), None).module),
+    }
+    out = {}
+    for name, run in cases.items():
+        init_default_group("gloo", store=dist.FileStore(os.path.join(store_dir, name), 2), rank=rank,
+                           world_size=2, timeout=timedelta(seconds=60))
+        try:
+            out[name] = run() if name == "after" else _outcome(run)
+            out[f"{name}_severed"] = group_severed()
+        except Exception:  # noqa: BLE001 - recorded so the test fails with the real reason
+            out["fsdp_error"] = traceback.format_exc()
+        finally:
+            leave_default_group()
+    out["fault_times"] = list(FAULT_TIME)
+    return out
+
+
+@pytest.fixture(scope="module")
+def fsdp_faults(tmp_path_factory):
+    return run_local(_fsdp_fault_runs, 2, timeout=240, store_dir=str(tmp_path_factory.mktemp("stores")))
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("forward_3", "forward call 3 ran out of memory"),
+    ("progress", "progress sink is full"),
+    ("last_step", "progress sink is full"),
+])
+def test_an_fsdp2_fault_on_one_rank_raises_on_every_rank_promptly(fsdp_faults, fault, message):
+    assert "fsdp_error" not in fsdp_faults[0] and "fsdp_error" not in fsdp_faults[1], fsdp_faults
+    own, peer = fsdp_faults[1][fault], fsdp_faults[0][fault]
+    assert own is not None and own[0] == "RuntimeError" and message in own[1]
+    assert peer is not None and peer[0] == "PeerRankError" and peer[2] == 1 and message in peer[1]
+    injected = fsdp_faults[1]["fault_times"][FSDP_FAULTS.index(fault)]
+    assert max(own[3], peer[3]) - injected < 5  # the group timeout is 60 s
+    assert fsdp_faults[1][f"{fault}_severed"]  # the failed rank marked its group to be formed again
+
+
+def test_fsdp2_trains_in_a_new_group_after_its_faults(fsdp_faults):
+    assert not fsdp_faults[0]["after_severed"] and not fsdp_faults[1]["after_severed"]
+    for k, v in fsdp_faults[0]["after"].items():
+        assert torch.equal(v, fsdp_faults[1]["after"][k]), k
+
+
 def test_training_resumes_on_the_same_handle_after_a_failed_step(extras):
     for k, v in extras[0]["retry"].items():
         assert torch.equal(v, extras[1]["retry"][k]), k

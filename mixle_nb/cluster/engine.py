@@ -1,9 +1,10 @@
 """What the cluster runs on its engines: describe the engine, join, leave and sever the group.
 
 These functions are shipped to the engines by reference, so they live at module level and
-import torch inside (the client never needs it). The engine remembers which sockets its gloo
-group opened, so that :func:`sever_group` can close them: a peer blocked in a collective on
-this engine then fails at once ("Connection closed by peer") instead of at the group timeout.
+import torch inside (the client never needs it). The group is formed through
+:func:`mixle_nb.parallel.group.init_default_group`, which remembers its connections, so that
+:func:`sever_group` can shut them down: a peer blocked in a collective on this engine then fails
+at once ("Connection closed by peer") instead of at the group timeout.
 
 Every request the cluster sends carries the ranks it was sent to, as its ipyparallel label
 (:func:`call_label`); :func:`call_ranks` reads it back on the engine, so a handle asked to
@@ -17,8 +18,6 @@ from datetime import timedelta
 
 import psutil
 
-# (fd, "socket:[inode]") of the connections the current group opened on this engine
-_group_sockets: dict[int, str] = {}
 _CALL_LABEL = "mixle_nb call on ranks "
 
 
@@ -99,18 +98,6 @@ def rendezvous_address() -> tuple[str, int]:
         return address, probe.getsockname()[1]
 
 
-def _open_sockets() -> dict[int, str]:
-    found = {}
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            link = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # closed while listing
-            continue
-        if link.startswith("socket:["):
-            found[int(fd)] = link
-    return found
-
-
 def form_group(rank: int, world: int, backend: str, timeout_s: float, threads: int,
                store_path: str | None = None, master: tuple[str, int] | None = None,
                device: int | None = None) -> dict:
@@ -119,7 +106,7 @@ def form_group(rank: int, world: int, backend: str, timeout_s: float, threads: i
     import torch
     import torch.distributed as dist
 
-    from ..parallel.group import set_call_ranks_source
+    from ..parallel.group import init_default_group, set_call_ranks_source
 
     leave_group()
     set_call_ranks_source(call_ranks)
@@ -137,54 +124,33 @@ def form_group(rank: int, world: int, backend: str, timeout_s: float, threads: i
         store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=timeout)
     if device is not None:
         torch.cuda.set_device(device)
-    before = _open_sockets()
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
-    _group_sockets.update({fd: link for fd, link in _open_sockets().items() if before.get(fd) != link})
+    init_default_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
     return {"rank": dist.get_rank(), "world": dist.get_world_size(), "backend": backend}
 
 
 def leave_group() -> None:
-    """Leave the process group, if this engine is in one.
+    """Leave the process group, if this engine is in one (its connections shut down first)."""
+    from ..parallel.group import leave_default_group
 
-    Its connections are shut down first. An interrupt can leave an operation in flight that a
-    peer never joins, and ``destroy_process_group`` waits for it; the peer's own destroy does
-    not always end it, because a request object kept alive there (by the interrupt's traceback)
-    keeps gloo's connections open. Then the wait lasts the group timeout."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        sever_group()
-        dist.destroy_process_group()
-    _group_sockets.clear()
+    leave_default_group()
 
 
 def sever_group() -> int:
-    """Shut down this engine's connections to its peers (not the listening socket, whose
-    loss gloo treats as fatal), so a peer waiting on this engine in a collective raises now.
-    The group is unusable afterwards; :func:`form_group` forms a new one. Returns how many
-    connections were shut down."""
-    still_open = _open_sockets()
-    severed = 0
-    for fd, link in _group_sockets.items():
-        if still_open.get(fd) != link:  # gloo closed it, and the number may be reused
-            continue
-        sock = socket.socket(fileno=fd)
-        try:
-            if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-                sock.shutdown(socket.SHUT_RDWR)
-                severed += 1
-        except OSError:  # already disconnected
-            pass
-        finally:
-            sock.detach()  # gloo still owns the descriptor
-    return severed
+    """Shut down this engine's group connections (see
+    :func:`mixle_nb.parallel.group.sever_group`); how many were shut down."""
+    from ..parallel.group import sever_group as sever
+
+    return sever()
 
 
 def group_state() -> tuple[bool, int]:
-    """(in a group, collectives started in it): equal counts on every rank mean no rank was
-    left inside a collective the others have finished or never entered."""
+    """(in a usable group, collectives started in it): equal counts on every rank mean no rank
+    was left inside a collective the others have finished or never entered. A group whose
+    connections were shut down (by a handle's failure path or the cluster) is not usable."""
     import torch.distributed as dist
 
-    if not dist.is_initialized():
+    from ..parallel.group import group_severed
+
+    if not dist.is_initialized() or group_severed():
         return False, -1
     return True, dist.distributed_c10d._get_default_group()._get_sequence_number_for_group()

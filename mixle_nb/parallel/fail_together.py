@@ -6,16 +6,28 @@ result; when any status says "failed", every rank joins one more exchange — on
 failure path — that shares each failed rank's message. The failed rank then re-raises its own
 error; every other rank raises :class:`PeerRankError`, naming the failed rank(s) and their
 messages, so a cluster can tell the root cause (the original error) from its consequences.
+
+Where the peers may wait inside collectives the failed rank cannot stand in for (FSDP2's own
+all-gathers and reduce-scatters), :func:`fail_by_severing` is the failure path instead: the
+message goes to the group's store and the failed rank's connections are shut down.
 """
 from __future__ import annotations
 
 import hashlib
 import pickle
+import re
+import time
 import zlib
 from collections import Counter
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, NoReturn, Optional
 
 import torch.distributed as dist
+
+from .group import sever_group
+
+ANNOUNCE_WAIT_S = 2.0  # how long a rank whose collective broke looks for a peer's message
+_BROKEN = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|Timed out waiting",
+                     re.IGNORECASE)
 
 
 class PeerRankError(RuntimeError):
@@ -73,6 +85,43 @@ def raise_failures(failures: Mapping[int, str], rank: int, local_error: Optional
     if rank in failures:
         raise ValueError(failures[rank])
     raise PeerRankError(failures, operation)
+
+
+def fail_by_severing(error: BaseException, rank: int, world: int, operation: str = "") -> NoReturn:
+    """The failure path when peers may be blocked in collectives this rank cannot join.
+
+    If ``error`` is this rank's collective breaking because a peer failed first, raise
+    :class:`PeerRankError` with the message that peer left in the store. Otherwise this rank
+    failed: leave the message in the default group's store, shut down its connections (every
+    peer's pending collective fails at once) and re-raise ``error``. The group is unusable
+    afterwards; a MixleCluster forms it again. Without known connections (a group created by
+    ``init_process_group`` outside :mod:`mixle_nb.parallel.group`) the peers learn only at the
+    group timeout, and then name this rank all the same."""
+    if world == 1:
+        raise error
+    store = dist.distributed_c10d._get_default_store()  # the rendezvous store every rank shares
+    broken = bool(_BROKEN.search(str(error)))
+    failures = _announced_failures(store, rank, world, ANNOUNCE_WAIT_S if broken else 0.0)
+    if failures:
+        raise PeerRankError(failures, operation) from error
+    store.set(_announce_key(rank), failure_message(error))
+    sever_group()
+    raise error
+
+
+def _announce_key(rank: int) -> str:
+    return f"mixle_nb/failed/{rank}"
+
+
+def _announced_failures(store: Any, rank: int, world: int, wait_s: float) -> dict:
+    """``{rank: message}`` the other ranks left in the store, polled for up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = {r: store.get(_announce_key(r)).decode() for r in range(world)
+                 if r != rank and store.check([_announce_key(r)])}
+        if found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.01)
 
 
 # -- agreement: do all ranks hold the same thing? Checked inside a summed vector the step already

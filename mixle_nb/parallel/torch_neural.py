@@ -10,6 +10,10 @@ gradient all-reduce itself, so a rank that raises before or inside a step still 
 that exchange with zeros and "failed", and every rank then raises at once (the failed rank its
 own error, the others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it).
 Construction and the log-density sum carry the same word in the one exchange each makes.
+Under FSDP2 the peers of a failed rank wait inside FSDP's own all-gathers and reduce-scatters,
+which it cannot stand in for: it leaves its message in the group's store and shuts its
+connections down, so they raise at once too, and the group must be formed again
+(:func:`~mixle_nb.parallel.fail_together.fail_by_severing`; nothing is added to a good step).
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from .. import validation
 from ..neural.leaf import StreamingTransformerLeaf
 from ..neural.source import (SequenceOrder, as_token_array, check_window_args, gather_sequences,
                              gather_windows, window_view)
-from .fail_together import PeerRankError, raise_together
+from .fail_together import PeerRankError, fail_by_severing, raise_together
 from .group import join_group, require_every_rank
 from .handle import HandleLifetime
 
@@ -159,8 +163,8 @@ class StreamingTokenEncodedData(HandleLifetime):
     Errors: construction, every DDP training step and the log-density sum fail together (see
     the module docstring). After a failed step every rank drops its optimizer state (the
     parameters are those before the failed step), so the next call starts a fresh AdamW.
-    FSDP2 steps do not fail together yet: a rank that fails there leaves its peers waiting
-    for the group timeout.
+    A failed FSDP2 step leaves the group unusable (see the module docstring): on a
+    MixleCluster the group is formed again by itself; train a new model after it.
     """
 
     def __init__(self, token_ids: Any, *, block: int, batch_size: int, epochs: int = 1,
@@ -399,6 +403,8 @@ class StreamingTokenEncodedData(HandleLifetime):
         """Raise on every rank at once: drop the training state (DDP's reducer may be mid-step),
         and under DDP meet the peers in the exchange they wait in, then in the message exchange."""
         self._training = None
+        if tr.mode == "fsdp":
+            fail_by_severing(error, self.rank, self.world, f"training step {tr.step + 1}")
         if tr.mode != "ddp":
             raise error
         if error is not None and exchange_pending:
@@ -483,7 +489,14 @@ class StreamingTokenEncodedData(HandleLifetime):
         if self.max_steps is not None:
             n_steps = min(n_steps, self.max_steps)
         self._train(tr, n_steps)
-        return StreamingTransformerLeaf(self._export(tr), tr.device)
+        try:
+            module = self._export(tr)
+        except Exception as error:  # noqa: BLE001 - FSDP2's gather of the weights is collective
+            if tr.mode != "fsdp":
+                raise
+            self._training = None
+            fail_by_severing(error, self.rank, self.world, "gathering the trained weights")
+        return StreamingTransformerLeaf(module, tr.device)
 
     def pysp_seq_initialize(self, estimator: Any, rng: Any, p: float) -> Any:
         """The estimator's module as an untrained leaf (``rng`` and ``p`` are unused: the
