@@ -140,6 +140,13 @@ def test_kmeans_start_on_an_explicit_device_matches_the_default():
     np.testing.assert_allclose(_params(on_device.model), _params(default.model), rtol=1e-12, atol=1e-12)
 
 
+def test_fit_refuses_a_device_for_data_already_encoded():
+    x = np.random.default_rng(4).normal(size=40)
+    estimator = MixtureEstimator([GaussianEstimator()] * 2)
+    with pytest.raises(ValueError, match=r"enc_data is encoded already.*seq_encode\(data, device=...\)"):
+        fit(None, estimator, enc_data=seq_encode(x, estimator=estimator), device="cpu", out=None)
+
+
 def test_mixle_encoders_encode_on_the_cpu_only():
     import_or_unavailable("mixle.stats")
     from mixle.stats import GaussianEstimator as MixleGaussianEstimator
