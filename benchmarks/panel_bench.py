@@ -1,14 +1,16 @@
 """What the live panels cost, side by side in one run on a 2-engine cluster.
 
-    .venv/bin/python benchmarks/panel_bench.py [--redraws 200] [--steps 20] [--rounds 3]
+    .venv/bin/python benchmarks/panel_bench.py [--redraws 200] [--steps 40] [--rounds 3]
 
 Redraw: the notebook's CPU (thread CPU time) and wall time per redraw of each panel, with the
 figure kept and only the changed artists redrawn (what the panels do), against building a new
 figure for every redraw (what they did), over a growing 200-step history. Target: 20 ms.
 
-Run N: ``panel.run(n)`` wall time per step against the ranks' own step (n EM steps in one call
-on every rank, timed there) and against one bare ``cluster.run`` per step (the client's round
-trip, nothing drawn), at N = 1e6 and N = 1e3 observations, interleaved round by round so all
+Run N: ``panel.run(n)`` wall time per step (batched: calls of several steps, about
+``batch_seconds`` each, the first call one step to measure) against the ranks' own step (n EM
+steps in one call on every rank, timed there), against one bare ``cluster.run`` per step (the
+client's round trip, nothing drawn) and against the panel sending one step a call
+(``batch_seconds=0``), at N = 1e6 and N = 1e3 observations, interleaved round by round so all
 see the same machine load. Target at N = 1e6: the panel's step at most 1.1x the ranks'.
 """
 from __future__ import annotations
@@ -109,34 +111,46 @@ def own_steps_on_rank(n: int) -> float:
     return (_time.perf_counter() - t0) / n
 
 
-def run_bench(cluster: MixleCluster, n_obs: int, steps: int, rounds: int) -> tuple[float, float]:
+def panel_step_seconds(panel: EMPanel, steps: int) -> tuple[float, float]:
+    """(wall seconds per step of ``panel.run(steps)`` from the start model, steps per call)."""
+    panel.reset()
+    calls = panel.step_calls
+    t0 = time.perf_counter()
+    panel.run(steps)
+    elapsed = time.perf_counter() - t0
+    assert panel.error is None and len(panel.history) == steps, panel.error
+    return elapsed / steps, steps / (panel.step_calls - calls)
+
+
+def run_bench(cluster: MixleCluster, n_obs: int, steps: int, rounds: int) -> dict:
     x, start = problem(n_obs)
     cluster.push(bench_x=x, bench_est=start.estimator(), bench_start=start)
     cluster.run(make_handle)
-    panel = EMPanel(cluster, handle="bench_h", estimator="bench_est", model=start)
-    own, bare, via_panel = [], [], []
+    batched = EMPanel(cluster, handle="bench_h", estimator="bench_est", model=start)
+    one_a_call = EMPanel(cluster, handle="bench_h", estimator="bench_est", model=start, batch_seconds=0)
+    times: dict = {"ranks": [], "bare": [], "one a call": [], "batched": [], "steps/call": []}
     cluster.run(own_steps_on_rank, 2)  # warm every path
-    panel.run(2)
+    batched.run(2)
+    one_a_call.run(2)
     for _ in range(rounds):
-        own.append(max(cluster.run(own_steps_on_rank, steps)))
-        panel.reset()
+        times["ranks"].append(max(cluster.run(own_steps_on_rank, steps)))
+        batched.reset()
         t0 = time.perf_counter()
         for _ in range(steps):  # one call per step, nothing drawn: the client's round trip alone
             cluster.run(em_step_on_rank, "bench_h", "bench_est", "bench_start")
-        bare.append((time.perf_counter() - t0) / steps)
-        panel.reset()
-        t0 = time.perf_counter()
-        panel.run(steps)
-        via_panel.append((time.perf_counter() - t0) / steps)
-        assert panel.error is None, panel.error
+        times["bare"].append((time.perf_counter() - t0) / steps)
+        times["one a call"].append(panel_step_seconds(one_a_call, steps)[0])
+        per_step, per_call = panel_step_seconds(batched, steps)
+        times["batched"].append(per_step)
+        times["steps/call"].append(per_call)
     cluster.run(drop_handle)
-    return statistics.median(own), statistics.median(bare), statistics.median(via_panel)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redraws", type=int, default=200)
-    parser.add_argument("--steps", type=int, default=20, help="EM steps per timed run")
+    parser.add_argument("--steps", type=int, default=40, help="EM steps per timed run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-redraw", action="store_true", help="only the Run N comparison")
     args = parser.parse_args()
@@ -144,12 +158,17 @@ def main():
         redraw_bench(args.redraws)
     print(f"\npanel.run({args.steps}) per step against the ranks' own step, 2 engines, "
           f"median of {args.rounds} interleaved rounds (target at N=1e6: <= 1.1x)")
-    print(f"{'N':>9} {'ranks ms':>9} {'run() ms':>9} {'panel ms':>9} {'run()/ranks':>11} {'panel/ranks':>11}")
+    print("ms per step: the ranks' own; one bare cluster.run a step; the panel at one step a call; "
+          "the panel batched (steps/call: its mean)")
+    print(f"{'N':>9} {'ranks':>8} {'run()':>8} {'1/call':>8} {'batched':>8} {'steps/call':>10} "
+          f"{'run()/ranks':>11} {'1/call/ranks':>12} {'batched/ranks':>13}")
     with MixleCluster(2) as cluster:
         for n_obs in (1_000_000, 1_000):
-            own, bare, via_panel = run_bench(cluster, n_obs, args.steps, args.rounds)
-            print(f"{n_obs:>9,} {own * 1e3:>9.2f} {bare * 1e3:>9.2f} {via_panel * 1e3:>9.2f} "
-                  f"{bare / own:>11.2f} {via_panel / own:>11.2f}")
+            t = run_bench(cluster, n_obs, args.steps, args.rounds)
+            own = t["ranks"]
+            print(f"{n_obs:>9,} {own * 1e3:>8.2f} {t['bare'] * 1e3:>8.2f} {t['one a call'] * 1e3:>8.2f} "
+                  f"{t['batched'] * 1e3:>8.2f} {t['steps/call']:>10.1f} {t['bare'] / own:>11.2f} "
+                  f"{t['one a call'] / own:>12.2f} {t['batched'] / own:>13.2f}")
 
 
 if __name__ == "__main__":

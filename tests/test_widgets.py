@@ -377,6 +377,24 @@ def test_mixle_models_are_drawn_from_their_parameters():
     assert EMView(pois, None, distributed=False).picture.kind == "poisson"
 
 
+def test_limits_fit_once_for_a_single_value_and_shrink_around_narrow_values():
+    from matplotlib.figure import Figure
+
+    from mixle_nb.widgets.live_figure import fit_limits
+
+    ax = Figure().subplots()
+    assert fit_limits(ax, [-1234.5]) and not fit_limits(ax, [-1234.5])  # one value: fitted once, then kept
+    lo, hi = ax.get_ylim()
+    assert lo < -1234.5 < hi
+    log_ax = Figure().subplots()
+    log_ax.set_yscale("log")
+    assert fit_limits(log_ax, [3e-2], log=True) and not fit_limits(log_ax, [3e-2], log=True)
+    assert log_ax.get_ylim() == (1e-4, 1e1)  # two decades of headroom, to whole decades
+    assert fit_limits(ax, [0.0, 1.0]) and ax.get_ylim() == (-0.25, 1.25)
+    assert not fit_limits(ax, [0.2, 0.35])  # within, and the limits (1.5) not ten times a fit (0.225)
+    assert fit_limits(ax, [0.5, 0.51]) and ax.get_ylim() == pytest.approx((0.4975, 0.5125))
+
+
 def test_redraws_are_throttled_and_a_blocking_run_ends_drawn():
     from mixle_nb.widgets.panel import REDRAW_INTERVAL_S
 

@@ -113,8 +113,8 @@ def static_png(fig: Figure) -> bytes:
 def fit_limits(ax, values, axis: str = "y", log: bool = False, floor: Optional[float] = None) -> bool:
     """Make the axis' limits cover ``values`` (finite ones; positive ones on a log axis), with
     headroom so that later values rarely force a change. Returns whether the limits changed
-    (the caller then invalidates the background). Limits also shrink once the values fill
-    less than a tenth of them, so a converged curve does not stay a flat line at the edge."""
+    (the caller then invalidates the background). Limits also shrink once they are more than
+    ten times what a fit would give, so a converged curve does not stay a flat line at the edge."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
     if log:
@@ -125,10 +125,11 @@ def fit_limits(ax, values, axis: str = "y", log: bool = False, floor: Optional[f
     get, set_ = (ax.get_ylim, ax.set_ylim) if axis == "y" else (ax.get_xlim, ax.set_xlim)
     cur_lo, cur_hi = (math.log10(b) if log else b for b in get())
     span = hi - lo
-    inside = cur_lo <= lo and hi <= cur_hi
-    if inside and span >= 0.1 * (cur_hi - cur_lo):
-        return False
     pad = max(0.25 * span, 2.0 if log else 1e-9 * max(abs(lo), abs(hi), 1.0))  # log: two decades
+    # measured against what a fit would give, not the values' span alone: a single value (span 0)
+    # would otherwise re-fit, and redraw the axes' background, at every render
+    if cur_lo <= lo and hi <= cur_hi and cur_hi - cur_lo <= 10 * (span + 2 * pad):
+        return False
     new_lo, new_hi = lo - pad, hi + pad
     if log:
         new_lo, new_hi = math.floor(new_lo), math.ceil(new_hi)

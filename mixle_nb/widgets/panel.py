@@ -13,6 +13,8 @@ import ipywidgets as w
 from .. import cluster as cluster_module
 
 REDRAW_INTERVAL_S = 0.2  # at most 5 redraws a second (the issue allows 10): the ranks keep the cores
+REDRAW_CPU_SHARE = 0.05  # and redraws take at most this share of one core: a redraw whose limits
+# changed draws axes and text again (100-200 ms), which early in a run happens at nearly every redraw
 AWAIT_SLICE_S = 0.1  # how often a worker waiting on the ranks checks for an interrupt
 STOP_DEADLINE_S = 30.0  # how long Ctrl-C waits for the worker (a cancel may re-form the group)
 
@@ -37,7 +39,8 @@ def plot_image():
 
 class Panel:
     """A widget with one background worker (so clicks never block the kernel), a status line
-    and a plot image redrawn at most every :data:`REDRAW_INTERVAL_S` from a timer thread, so
+    and a plot image redrawn at most every :data:`REDRAW_INTERVAL_S` (and less often when
+    redraws are costly: at most :data:`REDRAW_CPU_SHARE` of a core) from a timer thread, so
     neither the kernel nor the worker waits on drawing."""
 
     widget = image = status = None  # built by subclasses
@@ -53,6 +56,7 @@ class Panel:
         self._timer: Optional[threading.Timer] = None
         self._dirty = False  # a redraw was requested since the timer's last one began
         self._last_draw = 0.0
+        self._last_draw_cpu = 0.0  # CPU seconds the last redraw took
 
     # -- the worker --------------------------------------------------------------------------
 
@@ -110,15 +114,17 @@ class Panel:
     # -- drawing -----------------------------------------------------------------------------
 
     def request_redraw(self) -> None:
-        """Redraw soon, never more often than every REDRAW_INTERVAL_S; never blocks. One timer
-        at a time: requests while it waits or draws are folded into it or the next one."""
+        """Redraw soon, never more often than every REDRAW_INTERVAL_S nor so often that redraws
+        take more than REDRAW_CPU_SHARE of a core; never blocks. One timer at a time: requests
+        while it waits or draws are folded into it or the next one."""
         with self._timer_lock:
             self._dirty = True
             if self._timer is None:
                 self._schedule()
 
     def _schedule(self) -> None:
-        delay = max(0.0, self._last_draw + REDRAW_INTERVAL_S - time.monotonic())
+        interval = max(REDRAW_INTERVAL_S, self._last_draw_cpu / REDRAW_CPU_SHARE)
+        delay = max(0.0, self._last_draw + interval - time.monotonic())
         timer = threading.Timer(delay, lambda: self._timed_redraw(timer))
         timer.daemon = True
         self._timer = timer
@@ -146,7 +152,9 @@ class Panel:
     def redraw(self) -> None:
         with self._redraw_lock:
             self._last_draw = time.monotonic()  # from the start: requests meanwhile wait a full interval
+            cpu = time.thread_time()
             self.image.value = self._render()
+            self._last_draw_cpu = time.thread_time() - cpu
             self.redraws += 1
 
     def _render(self) -> bytes:
