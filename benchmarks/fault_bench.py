@@ -3,10 +3,12 @@
     .venv/bin/python benchmarks/fault_bench.py [--engines 2] [--timeout 60]
 
 Injects the faults of ``tests/test_faults.py`` (its rank-side functions) on one cluster with the
-default 60 s group timeout: bad input on one rank, an exception in one rank's E-step, kill -9
-mid-step and mid-collective, Ctrl-C during each blocking call. For each it prints what was
-raised (and the rank named first), the seconds until the client had the error, and the state
-after: ``running`` on the same engines with a working group, or what one ``restart()`` took.
+default 60 s group timeout: bad input on one rank, a handle built or stepped on one rank only,
+an exception in one rank's E-step or FSDP2 training step, kill -9 mid-step and mid-collective,
+Ctrl-C during each blocking call. For each it prints what was raised (and the rank named
+first), the seconds until the client had the error, and the state after: ``running`` on the
+same engines with a working group, or what one ``restart()`` took. Fewer observations than
+ranks is allowed (as in mixle's handle): its rows show the root's warning and the build time.
 Target: every time to error at most 2 s.
 """
 from __future__ import annotations
@@ -44,6 +46,16 @@ def bad_input(cluster, values, targets_values=None, **options):
     return inject
 
 
+def warned_input(cluster, values, **options):
+    """Input that builds, with a warning on the root: (the warning, seconds the build took)."""
+    def inject():
+        cluster.push(**values)
+        t0 = time.monotonic()
+        (_, warned), _ = cluster.run(faults.build_handle_and_warnings, **options)
+        return (f"warned: {warned[0]}" if warned else "NO WARNING"), time.monotonic() - t0
+    return inject
+
+
 def step_after(cluster, rank1_values):
     def inject():
         faults.push_problem(cluster)
@@ -57,6 +69,14 @@ def built_on_rank_0_only(cluster):
     def inject():
         faults.push_problem(cluster)
         return faults.time_error(cluster.run, faults.build_handle, targets=[0])
+    return inject
+
+
+def stepped_on_rank_1_only(cluster):
+    def inject():
+        faults.push_problem(cluster)
+        cluster.run(faults.build_handle)
+        return faults.time_error(cluster.run, faults.em_steps, 1, targets=[1])
     return inject
 
 
@@ -84,6 +104,8 @@ def ctrl_c(cluster, call, em=False):
 
 
 def describe(err) -> str:
+    if isinstance(err, str):
+        return err[:72]
     if isinstance(err, RankError):
         return f"RankError rank {err.rank} {err.ename}: {err.evalue.splitlines()[0][:50]}"
     return f"{type(err).__name__} {str(err).splitlines()[0][:50] if str(err) else ''}".strip()
@@ -119,14 +141,16 @@ def main() -> None:
             ("wrong dimensionality on rank 1",
              bad_input(cluster, {"x": np.zeros((40, 2)), "est": faults.mixture(2, d=2).estimator()},
                        {"x": np.zeros((40, 3))})),
-            ("N < world", bad_input(cluster, {"x": np.array([0.5]), "est": est})),
-            ("N < world, root_only", bad_input(cluster, {"x": np.array([0.5]), "est": est}, root_only=True)),
+            ("N < world", warned_input(cluster, {"x": np.array([0.5]), "est": est})),
+            ("N < world, root_only", warned_input(cluster, {"x": np.array([0.5]), "est": est}, root_only=True)),
             ("root_only, no data on root",
              bad_input(cluster, {"x": None, "est": est}, {"x": np.zeros(10)}, root_only=True)),
             ("other estimator on rank 1 (step)",
              step_after(cluster, {"est": faults.mixture(3).estimator(), "model": faults.mixture(3)})),
             ("handle built on rank 0 only", built_on_rank_0_only(cluster)),
+            ("EM step on rank 1 only", stepped_on_rank_1_only(cluster)),
             ("exception in rank 1's E-step", step_after(cluster, {"model": "not a model"})),
+            ("exception in rank 1's FSDP2 step", lambda: faults.time_error(cluster.run, faults.train_fsdp2, 3)),
             ("kill -9 during an EM step", kill_9(cluster, faults.em_steps, 100_000, em=True)),
             ("kill -9 during a collective", kill_9(cluster, faults.late_allreduce, 1, 60)),
             ("Ctrl-C: run, rank 0 in a collective",

@@ -52,25 +52,28 @@ def parse_targets(text: Optional[str]) -> Optional[list[int]]:
     return ranks
 
 
-def run_cell(cluster: MixleCluster, code: str, targets=None, all_ranks: bool = False, out=None) -> None:
+def run_cell(cluster: MixleCluster, code: str, targets=None, all_ranks: bool = False, out=None,
+             err=None) -> None:
     """Execute ``code`` on the ranks, streaming output while it runs: rank 0's (or the first
-    target's) by default, every rank's labelled ``[rank r]`` with ``all_ranks``. Errors come
-    back as :class:`RankError` naming the rank, with its traceback. An interrupt (Ctrl-C)
-    stops every rank before it propagates."""
-    out = out or sys.stdout
+    target's) by default, every rank's labelled ``[rank r]`` with ``all_ranks``; what they
+    write to stderr (warnings) goes to ``err``. Errors come back as :class:`RankError` naming
+    the rank, with its traceback. An interrupt (Ctrl-C) stops every rank before it propagates."""
+    streams = {"stdout": out or sys.stdout, "stderr": err or sys.stderr}
     call = cluster.execute_async(code, targets=targets)
     shown = call.ranks if all_ranks else call.ranks[:1]
-    printed = {r: 0 for r in shown}
+    printed = {(name, r): 0 for name in streams for r in shown}
 
     def flush() -> None:
-        for rank, text in call.stdout.items():
-            if rank in printed and len(text) > printed[rank]:
-                new = text[printed[rank]:]
-                printed[rank] = len(text)
-                if all_ranks:
-                    new = "".join(f"[rank {rank}] {line}" for line in new.splitlines(keepends=True))
-                out.write(new)
-        out.flush()
+        for name, stream in streams.items():
+            for rank, text in getattr(call, name).items():
+                key = (name, rank)
+                if key in printed and len(text) > printed[key]:
+                    new = text[printed[key]:]
+                    printed[key] = len(text)
+                    if all_ranks:
+                        new = "".join(f"[rank {rank}] {line}" for line in new.splitlines(keepends=True))
+                    stream.write(new)
+            stream.flush()
 
     try:
         while True:

@@ -8,6 +8,7 @@ still fails on a hang: the session cluster's group timeout is 20 s) and the stat
 from __future__ import annotations
 
 import _thread
+import io
 import os
 import signal
 import threading
@@ -39,6 +40,16 @@ def build_handle(name="h", data="x", estimator="est", **options):
     handle = TorchRunEncodedData(lookup(data), estimator=lookup(estimator), **options)
     rank_namespace()[name] = handle
     return handle.local_count
+
+
+def build_handle_and_warnings(**options):
+    """``build_handle`` on a rank, and the warnings it raised there."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        count = build_handle(**options)
+    return count, [str(w.message) for w in caught]
 
 
 def em_steps(steps, handle="h", estimator="est", model="model"):
@@ -180,13 +191,22 @@ def test_wrong_dimensionality_on_one_rank(cluster):
 @pytest.mark.parametrize("root_only", [False, True])
 def test_fewer_observations_than_ranks(cluster, root_only):
     """Not an error, as in mixle's handle (interchangeability): the empty rank contributes zero
-    statistics. What must hold is that it neither hangs nor breaks the cluster."""
+    statistics, and the model is single-process EM's. It neither hangs nor breaks the cluster,
+    and the root warns, naming the empty ranks and the fix."""
     cluster.push(x=np.array([0.5]), est=mixture().estimator())
     pids = engine_pids(cluster)
     t0 = time.monotonic()
-    assert cluster.run(build_handle, root_only=root_only) == [1, 0]
+    (count0, warned0), (count1, warned1) = cluster.run(build_handle_and_warnings, root_only=root_only)
+    assert [count0, count1] == [1, 0]
     assert time.monotonic() - t0 < BOUND_S
+    assert len(warned0) == 1 and "ranks [1] of 2 hold no observations" in warned0[0], warned0
+    assert "start fewer ranks" in warned0[0] and warned1 == []
     assert_running_and_usable(cluster, pids)
+    if not root_only:  # %%mixle shows the ranks' warnings
+        err = io.StringIO()
+        cell = "from mixle_nb.parallel import TorchRunEncodedData\nh = TorchRunEncodedData(x, estimator=est)\n"
+        run_cell(cluster, cell, out=open(os.devnull, "w"), err=err)
+        assert "ranks [1] of 2 hold no observations" in err.getvalue()
 
 
 def test_root_only_without_data_on_the_root(cluster):

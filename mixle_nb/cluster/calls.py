@@ -145,6 +145,11 @@ class RankCall:
         """rank -> everything the rank has printed in this call so far."""
         return dict(zip(self.ranks, self._ar["stdout"]))
 
+    @property
+    def stderr(self) -> dict[int, str]:
+        """rank -> everything the rank has written to stderr (warnings) in this call so far."""
+        return dict(zip(self.ranks, self._ar["stderr"]))
+
     def cancelled(self) -> bool:
         """Whether :meth:`cancel` was called (or the client was interrupted while waiting)."""
         return self._cancelled

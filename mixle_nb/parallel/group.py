@@ -105,14 +105,38 @@ def _open_sockets() -> dict[int, str]:
     return found
 
 
+def _ports(fd: int) -> set[int]:
+    """The local and remote TCP ports of the socket ``fd`` (empty for other sockets)."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:  # closed since it was listed
+        return set()
+    try:
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return set()
+        ports = {sock.getsockname()[1]}
+        try:
+            ports.add(sock.getpeername()[1])
+        except OSError:  # not connected
+            pass
+        return ports
+    except OSError:
+        return set()
+    finally:
+        sock.detach()
+
+
 def init_default_group(backend: str, **options: Any) -> None:
     """``torch.distributed.init_process_group(backend, **options)``, remembering the
-    connections it opens for :func:`sever_group`."""
+    connections it opens for :func:`sever_group` — not those of a rendezvous store it opens
+    itself at ``MASTER_PORT``, which the failure path still needs."""
     global _severed
     before = _open_sockets()
     dist.init_process_group(backend, **options)
+    store_port = None if "store" in options else int(os.environ.get("MASTER_PORT", "0"))
     _group_sockets.clear()
-    _group_sockets.update({fd: link for fd, link in _open_sockets().items() if before.get(fd) != link})
+    _group_sockets.update({fd: link for fd, link in _open_sockets().items()
+                           if before.get(fd) != link and store_port not in _ports(fd)})
     _severed = False
 
 
@@ -127,7 +151,10 @@ def sever_group() -> int:
     for fd, link in _group_sockets.items():
         if still_open.get(fd) != link:  # gloo closed it, and the number may be reused
             continue
-        sock = socket.socket(fileno=fd)
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:  # closed since it was listed
+            continue
         try:
             if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
                 sock.shutdown(socket.SHUT_RDWR)

@@ -23,6 +23,7 @@ import io
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -290,7 +291,9 @@ class TorchRunEncodedData(HandleLifetime):
             error = exc
         self.local_count = int(sum(self._counts))
         header = [0.0 if error is None else 1.0] + agreement_slots(signature, self.world)
-        summed = self._sum_across_ranks(header + [float(self.local_count)])
+        empty = [0.0] * self.world  # which ranks hold no observation, for the warning below
+        empty[self.rank] = float(self.local_count == 0)
+        summed = self._sum_across_ranks(header + [float(self.local_count)] + empty)
         if summed[0] > 0 or not agreed(summed[1:4]):
             self.chunks, self._counts = [], []
             try:
@@ -301,6 +304,11 @@ class TorchRunEncodedData(HandleLifetime):
         if self._count == 0:
             self.close()
             raise ValueError("TorchRunEncodedData got no observations on any rank")
+        empty_ranks = [r for r in range(self.world) if summed[5 + r] > 0]
+        if empty_ranks and self.rank == self.root:  # allowed, as in mixle's handle, but visible
+            warnings.warn(f"TorchRunEncodedData: ranks {empty_ranks} of {self.world} hold no observations "
+                          f"({self._count} in all): each step still waits for them, and the model is "
+                          "single-process EM's; start fewer ranks, or give every rank data", stacklevel=3)
 
     def _encode_empty(self, encoder, empty) -> None:
         try:
