@@ -153,11 +153,11 @@ def test_a_call_failing_mid_batch_keeps_the_steps_it_completed(em_cluster):
     em_cluster.push(start=em_problem()[1])
     em_cluster.run(_wrap_handle_failing_at, 7)
     panel = EMPanel(em_cluster, handle="h_failing", estimator="est", model="start", batch_seconds=10.0)
-    panel.run(2)  # two calls: one step (measuring), then the one step left
-    panel.run(20)  # one step, then a batch of four (the growth limit) failing in its fourth step
+    panel.run(2)  # two calls: one step (measuring), then the one step left (of a batch of 4)
+    panel.run(20)  # one call of 16 steps (the growth limit: 4 x 4) failing in its fifth step
     assert "injected failure in step 7" in str(panel.error)
-    assert [r.step for r in panel.history] == list(range(1, 7))  # 4, 5 and 6 came from the failed call
-    assert panel.step_calls == 4 and "step 7 failed" in panel.status.value
+    assert [r.step for r in panel.history] == list(range(1, 7))  # 3 to 6 came from the failed call
+    assert panel.step_calls == 3 and "step 7 failed" in panel.status.value
     np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(6), rtol=1e-10)
     assert repr(em_cluster.pull("start")) == repr(panel.model)  # the last good model is back on the ranks
     panel.run(2)  # the wrapped handle steps on: the reference run continues

@@ -22,8 +22,8 @@ from .panel import Panel, plot_image, resolve_cluster
 
 PANEL_MODEL_NAME = "_mixle_panel_model"
 DATA_SAMPLE_SIZE = 2000
-BATCH_SECONDS = 0.15  # a run's call of several steps lasts about this long: the plot redraws
-# at most 5 times a second anyway, and one round trip per call is then a few % of the ranks' time
+BATCH_SECONDS = 0.2  # a run's call of several steps lasts about this long: the plot redraws at
+# most 5 times a second anyway, and one round trip (10-15 ms on a busy 2-core host) is then ~5-7%
 BATCH_GROWTH = 4  # a call at most 4x the steps of the last: one fast measurement cannot make a long call
 
 
@@ -85,6 +85,7 @@ class EMPanel(Panel):
         """Take the handle, estimator and model to step with (on ``cluster``'s ranks, or local)."""
         self.cluster = resolve_cluster(cluster, handle, estimator)
         self.handle, self.estimator = handle, estimator
+        self._batch = 1  # steps in a run's next call; the first call on a handle measures the step time
         if self.cluster is not None:
             if model is None:
                 self.model_name, self._current_model = PANEL_MODEL_NAME, None
@@ -321,16 +322,16 @@ class EMPanel(Panel):
 
     def _run_loop(self, n: int) -> None:
         self.progress.max, self.progress.value = n, 0
-        done, size = 0, 1  # the first call measures the step time
+        done = 0
         while done < n and not self._pause.is_set():
             try:
                 with self._lock:
-                    records, step_s = self._steps(min(size, n - done))
+                    records, step_s = self._steps(min(self._batch, n - done))
             except BaseException:
                 break  # _steps has recorded what completed, shown the error, kept the last good model
             done += len(records)
             self.progress.value = done
-            size = self._next_batch(size, step_s)
+            self._batch = self._next_batch(self._batch, step_s)
             self.request_redraw()
         self.request_redraw()
 
