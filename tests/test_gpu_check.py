@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-from strictness import unavailable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUMBER = r"([0-9.]+(?:e[+-]?\d+)?)"
@@ -15,11 +14,6 @@ NUMBER = r"([0-9.]+(?:e[+-]?\d+)?)"
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     """The smoke run's exit status, stdout and the report it wrote to $OUT."""
-    try:
-        import mixle  # noqa: F401 - distributed_em_bench.py's HMM comparison needs it
-    except ImportError as exc:
-        unavailable(f"the smoke runs distributed_em_bench.py, which needs mixle ({exc}): "
-                    "pip install 'mixle_nb[mixle]'")
     out = tmp_path_factory.mktemp("gpu_check")
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--cpu-smoke"], cwd=ROOT, env=env,
