@@ -114,6 +114,7 @@ def own_steps_on_rank(n: int) -> float:
 def panel_step_seconds(panel: EMPanel, steps: int) -> tuple[float, float]:
     """(wall seconds per step of ``panel.run(steps)`` from the start model, steps per call)."""
     panel.reset()
+    panel.flush()  # the reset's redraw now, not inside the timed run
     calls = panel.step_calls
     t0 = time.perf_counter()
     panel.run(steps)
