@@ -333,7 +333,11 @@ class MixleCluster:
                 or not call.failed_ranks()):
             return  # a success, or stop_call has settled the group already
         errors = [e for e in call.outcomes() if hasattr(e, "ename")]
-        self._repair_group(severed=any(collective_broken(e.evalue) for e in errors))
+        broken = any(collective_broken(e.evalue) for e in errors)
+        # a call on some ranks starts no collective that counts (the handles refuse it), and the
+        # other ranks may be busy: asking them would wait behind their work
+        if broken or len(call.ranks) == self.n:
+            self._repair_group(severed=broken)
 
     def interrupt(self, ranks: Sequence[int]) -> None:
         """SIGINT to ``ranks`` (KeyboardInterrupt in their running task; an idle engine ignores
