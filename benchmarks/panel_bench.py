@@ -111,16 +111,22 @@ def own_steps_on_rank(n: int) -> float:
     return (_time.perf_counter() - t0) / n
 
 
-def panel_step_seconds(panel: EMPanel, steps: int) -> tuple[float, float]:
-    """(wall seconds per step of ``panel.run(steps)`` from the start model, steps per call)."""
+def panel_step_seconds(panel: EMPanel, steps: int) -> tuple[float, float, float]:
+    """(wall seconds per step of ``panel.run(steps)`` from the start model, steps per call,
+    seconds of the final draw that ``run`` ends with), ``run(steps)`` being
+    ``run(steps, block=False)`` then ``wait()``, which draws the final state."""
     panel.reset()
     panel.flush()  # the reset's redraw now, not inside the timed run
     calls = panel.step_calls
     t0 = time.perf_counter()
-    panel.run(steps)
-    elapsed = time.perf_counter() - t0
+    panel.run(steps, block=False)
+    while panel.running:
+        time.sleep(0.002)
+    t1 = time.perf_counter()
+    panel.wait()
+    t2 = time.perf_counter()
     assert panel.error is None and len(panel.history) == steps, panel.error
-    return elapsed / steps, steps / (panel.step_calls - calls)
+    return (t2 - t0) / steps, steps / (panel.step_calls - calls), t2 - t1
 
 
 def run_bench(cluster: MixleCluster, n_obs: int, steps: int, rounds: int) -> dict:
@@ -129,21 +135,24 @@ def run_bench(cluster: MixleCluster, n_obs: int, steps: int, rounds: int) -> dic
     cluster.run(make_handle)
     batched = EMPanel(cluster, handle="bench_h", estimator="bench_est", model=start)
     one_a_call = EMPanel(cluster, handle="bench_h", estimator="bench_est", model=start, batch_seconds=0)
-    times: dict = {"ranks": [], "bare": [], "one a call": [], "batched": [], "steps/call": []}
+    times: dict = {name: [] for name in ("ranks", "bare", "one a call", "batched", "steps/call", "final draw",
+                                         "bare/ranks", "one a call/ranks", "batched/ranks")}
     cluster.run(own_steps_on_rank, 2)  # warm every path
     batched.run(2)
     one_a_call.run(2)
     for _ in range(rounds):
-        times["ranks"].append(max(cluster.run(own_steps_on_rank, steps)))
-        batched.reset()
+        own = max(cluster.run(own_steps_on_rank, steps))
         t0 = time.perf_counter()
         for _ in range(steps):  # one call per step, nothing drawn: the client's round trip alone
             cluster.run(em_step_on_rank, "bench_h", "bench_est", "bench_start")
-        times["bare"].append((time.perf_counter() - t0) / steps)
-        times["one a call"].append(panel_step_seconds(one_a_call, steps)[0])
-        per_step, per_call = panel_step_seconds(batched, steps)
-        times["batched"].append(per_step)
-        times["steps/call"].append(per_call)
+        bare = (time.perf_counter() - t0) / steps
+        one = panel_step_seconds(one_a_call, steps)[0]
+        per_step, per_call, final_draw = panel_step_seconds(batched, steps)
+        # ratios within a round: the machine's load drifts between rounds more than within one
+        for name, value in (("ranks", own), ("bare", bare), ("one a call", one), ("batched", per_step),
+                            ("steps/call", per_call), ("final draw", final_draw), ("bare/ranks", bare / own),
+                            ("one a call/ranks", one / own), ("batched/ranks", per_step / own)):
+            times[name].append(value)
     cluster.run(drop_handle)
     return {name: statistics.median(values) for name, values in times.items()}
 
@@ -158,18 +167,17 @@ def main():
     if not args.skip_redraw:
         redraw_bench(args.redraws)
     print(f"\npanel.run({args.steps}) per step against the ranks' own step, 2 engines, "
-          f"median of {args.rounds} interleaved rounds (target at N=1e6: <= 1.1x)")
+          f"median of {args.rounds} interleaved rounds, ratios taken within each round (target at N=1e6: <= 1.1x)")
     print("ms per step: the ranks' own; one bare cluster.run a step; the panel at one step a call; "
-          "the panel batched (steps/call: its mean)")
-    print(f"{'N':>9} {'ranks':>8} {'run()':>8} {'1/call':>8} {'batched':>8} {'steps/call':>10} "
+          "the panel batched (steps/call: its mean; draw: ms of the final draw run() ends with)")
+    print(f"{'N':>9} {'ranks':>8} {'run()':>8} {'1/call':>8} {'batched':>8} {'steps/call':>10} {'draw':>6} "
           f"{'run()/ranks':>11} {'1/call/ranks':>12} {'batched/ranks':>13}")
     with MixleCluster(2) as cluster:
         for n_obs in (1_000_000, 1_000):
             t = run_bench(cluster, n_obs, args.steps, args.rounds)
-            own = t["ranks"]
-            print(f"{n_obs:>9,} {own * 1e3:>8.2f} {t['bare'] * 1e3:>8.2f} {t['one a call'] * 1e3:>8.2f} "
-                  f"{t['batched'] * 1e3:>8.2f} {t['steps/call']:>10.1f} {t['bare'] / own:>11.2f} "
-                  f"{t['one a call'] / own:>12.2f} {t['batched'] / own:>13.2f}")
+            print(f"{n_obs:>9,} {t['ranks'] * 1e3:>8.2f} {t['bare'] * 1e3:>8.2f} {t['one a call'] * 1e3:>8.2f} "
+                  f"{t['batched'] * 1e3:>8.2f} {t['steps/call']:>10.1f} {t['final draw'] * 1e3:>6.0f} "
+                  f"{t['bare/ranks']:>11.2f} {t['one a call/ranks']:>12.2f} {t['batched/ranks']:>13.2f}")
 
 
 if __name__ == "__main__":

@@ -324,6 +324,10 @@ class EMPanel(Panel):
         self.progress.max, self.progress.value = n, 0
         done = 0
         while done < n and not self._pause.is_set():
+            if self.cluster is not None and done + self._batch >= n and done:
+                # the last call: draw the steps so far while the ranks run it, so the final
+                # draw after it (which a blocking run waits for) finds the limits fitted
+                threading.Thread(target=self.redraw, daemon=True).start()
             try:
                 with self._lock:
                     records, step_s = self._steps(min(self._batch, n - done))
