@@ -408,6 +408,35 @@ def test_redraws_are_throttled_and_a_blocking_run_ends_drawn():
     assert f"step 200 · log-density {panel.history[-1].log_density:.6g}" in panel.status.value
 
 
+def test_costly_redraws_take_a_tenth_of_a_core_yet_come_twice_a_second():
+    from mixle_nb.widgets.panel import REDRAW_CPU_SHARE, REDRAW_MAX_INTERVAL_S, Panel, plot_image
+
+    class BurningPanel(Panel):
+        """A panel whose render burns ``cpu_s`` of CPU (a redraw whose limits changed)."""
+
+        def __init__(self, cpu_s: float):
+            super().__init__()
+            self.image, self.cpu_s, self.starts = plot_image(), cpu_s, []
+
+        def _render(self) -> bytes:
+            self.starts.append(time.monotonic())
+            end = time.thread_time() + self.cpu_s
+            while time.thread_time() < end:
+                pass
+            return b""
+
+    for cpu_s in (0.03, 0.15):
+        panel = BurningPanel(cpu_s)
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:  # something new to draw all the time, as in a run
+            panel.request_redraw()
+            time.sleep(0.01)
+        gaps = np.diff(panel.starts)
+        spacing = min(cpu_s / REDRAW_CPU_SHARE, REDRAW_MAX_INTERVAL_S)  # 0.3 s, then the cap 0.5 s (not 1.5)
+        assert len(gaps) >= 3 and gaps.min() >= 0.95 * spacing, (cpu_s, gaps)
+        assert np.median(gaps) < spacing + 0.3, (cpu_s, gaps)
+
+
 def test_ctrl_c_during_a_blocking_local_run_stops_the_worker():
     import os
     import signal

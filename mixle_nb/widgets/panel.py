@@ -13,8 +13,9 @@ import ipywidgets as w
 from .. import cluster as cluster_module
 
 REDRAW_INTERVAL_S = 0.2  # at most 5 redraws a second (the issue allows 10): the ranks keep the cores
-REDRAW_CPU_SHARE = 0.05  # and redraws take at most this share of one core: a redraw whose limits
+REDRAW_CPU_SHARE = 0.1  # and, within that, at most this share of one core: a redraw whose limits
 # changed draws axes and text again (100-200 ms), which early in a run happens at nearly every redraw
+REDRAW_MAX_INTERVAL_S = 0.5  # but at least 2 redraws a second while there is something new to show
 AWAIT_SLICE_S = 0.1  # how often a worker waiting on the ranks checks for an interrupt
 STOP_DEADLINE_S = 30.0  # how long Ctrl-C waits for the worker (a cancel may re-form the group)
 
@@ -39,9 +40,10 @@ def plot_image():
 
 class Panel:
     """A widget with one background worker (so clicks never block the kernel), a status line
-    and a plot image redrawn at most every :data:`REDRAW_INTERVAL_S` (and less often when
-    redraws are costly: at most :data:`REDRAW_CPU_SHARE` of a core) from a timer thread, so
-    neither the kernel nor the worker waits on drawing."""
+    and a plot image redrawn at most every :data:`REDRAW_INTERVAL_S` (less often when redraws
+    are costly, to take at most :data:`REDRAW_CPU_SHARE` of a core, but at least every
+    :data:`REDRAW_MAX_INTERVAL_S`) from a timer thread, so neither the kernel nor the worker
+    waits on drawing."""
 
     widget = image = status = None  # built by subclasses
 
@@ -115,15 +117,15 @@ class Panel:
 
     def request_redraw(self) -> None:
         """Redraw soon, never more often than every REDRAW_INTERVAL_S nor so often that redraws
-        take more than REDRAW_CPU_SHARE of a core; never blocks. One timer at a time: requests
-        while it waits or draws are folded into it or the next one."""
+        take more than REDRAW_CPU_SHARE of a core (up to REDRAW_MAX_INTERVAL_S); never blocks.
+        One timer at a time: requests while it waits or draws are folded into it or the next one."""
         with self._timer_lock:
             self._dirty = True
             if self._timer is None:
                 self._schedule()
 
     def _schedule(self) -> None:
-        interval = max(REDRAW_INTERVAL_S, self._last_draw_cpu / REDRAW_CPU_SHARE)
+        interval = min(max(REDRAW_INTERVAL_S, self._last_draw_cpu / REDRAW_CPU_SHARE), REDRAW_MAX_INTERVAL_S)
         delay = max(0.0, self._last_draw + interval - time.monotonic())
         timer = threading.Timer(delay, lambda: self._timed_redraw(timer))
         timer.daemon = True
