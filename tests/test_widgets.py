@@ -494,6 +494,37 @@ def test_train_panel_locally_with_held_out_loss_entropy_floor_and_targets(tmp_pa
     assert any(abs(line.get_ydata()[0] - 1.0) < 1e-12 for line in panel.view.ax.lines if line.get_linestyle() == "--")
 
 
+def test_local_train_panel_attach_loads_the_kept_weights_into_the_new_module():
+    import torch
+
+    from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm, stdlib_text
+    from mixle_nb.parallel import StreamingTokenEncodedData
+
+    text = stdlib_text(3_000)
+    tokenizer = CharTokenizer.fit(text)
+    ids = tokenizer.encode(text)
+
+    def handle():
+        return StreamingTokenEncodedData(ids, block=8, batch_size=8, epochs=1, init_process_group=False)
+
+    def fresh_module():
+        torch.manual_seed(0)
+        return build_causal_lm(tokenizer.vocab_size, d_model=16, n_layer=1, n_head=2, block=8)
+
+    trained = fresh_module()
+    panel = TrainPanel(handle=handle(), estimator=StreamingTransformerLeafEstimator(trained, lr=1e-2))
+    panel.train()
+    first = handle()
+    assert panel.error is None and panel.model_state_step == first.total_steps
+    for k, v in trained.state_dict().items():  # kept: a copy of the trained weights
+        assert torch.equal(panel.model_state[k], v) and panel.model_state[k].data_ptr() != v.data_ptr()
+    untrained = fresh_module()
+    assert not all(torch.equal(untrained.state_dict()[k], v) for k, v in trained.state_dict().items())
+    panel.attach(handle=handle(), estimator=StreamingTransformerLeafEstimator(untrained, lr=1e-2))
+    assert all(torch.equal(untrained.state_dict()[k], v) for k, v in trained.state_dict().items())
+    assert f"weights of step {first.total_steps}" in panel.status.value
+
+
 # ---------------------------------------------------------------- interrupts and dead ranks
 
 
