@@ -86,7 +86,7 @@ def test_em_panel_steps_runs_and_pauses_from_browser_clicks(notebook):
     shot = save_screenshot(panel, "em_panel_after_3_steps.png")
     assert shot.stat().st_size > 10_000
 
-    n = 500
+    n = 100_000  # minutes of steps: Run N sends batches of about 0.2 s, so a short run could end before Pause lands
     n_box = panel.locator(".widget-inline-hbox input[type=number]")
     n_box.fill(str(n))
     n_box.press("Enter")
