@@ -1,6 +1,17 @@
-"""Functions the cluster tests run on every rank. They live in a module of their own so that
-engines import them by reference (tests/ is on the engines' PYTHONPATH, see conftest.py)."""
+"""Functions the cluster and process-group tests run on every rank. They live in a module of
+their own so that engines import them by reference (tests/ is on the engines' PYTHONPATH, see
+conftest.py)."""
 import time
+
+
+def outcome(fn):
+    """What ``fn()`` raised on this rank (type, message) and how long it took to raise."""
+    start = time.perf_counter()
+    try:
+        fn()
+    except Exception as exc:
+        return type(exc).__name__, str(exc), time.perf_counter() - start
+    return None, None, time.perf_counter() - start
 
 
 def allreduce_sum(value):

@@ -1,5 +1,4 @@
 """MixleCluster with real processes: group, data movement, errors, faults, cleanup, exposure."""
-import _thread
 import asyncio
 import os
 import signal
@@ -9,6 +8,7 @@ import time
 import numpy as np
 import psutil
 import pytest
+from interrupts import interrupt_after, kernel_interrupts
 from rank_functions import allreduce_sum, late_allreduce
 
 from mixle_nb.cluster import (MAX_ENGINES, MixleCluster, RankDiedError, RankError, current)
@@ -198,14 +198,10 @@ def test_keyboard_interrupt_stops_a_long_call(cluster2, work):
     fn, args = calls[work]
     engine_pids = [r.pid for r in cluster2.status()]
     pids = cluster2.pids
-    # A notebook kernel turns SIGINT into KeyboardInterrupt: make sure this process does too,
-    # whatever handler a library used by an earlier test left installed.
-    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(1.0, _thread.interrupt_main)
     t0 = time.monotonic()
-    timer.start()
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with kernel_interrupts(), pytest.raises(KeyboardInterrupt):
+            timer = interrupt_after(1.0)
             cluster2.run(fn, *args)
         elapsed = time.monotonic() - t0
         state, reason = cluster2.state, cluster2.broken_reason
@@ -213,7 +209,6 @@ def test_keyboard_interrupt_stops_a_long_call(cluster2, work):
         works = cluster2.run(allreduce_sum, 1) if state == "running" else None
     finally:
         timer.cancel()
-        signal.signal(signal.SIGINT, previous_handler)
         if cluster2.state != "running":  # for the next tests; this one has failed by then
             cluster2.restart()
     assert elapsed < 10

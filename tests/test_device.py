@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import time
 import warnings
 
 import numpy as np
@@ -31,6 +30,7 @@ from mixle_nb.stats import (
     em_step,
     seq_encode,
 )
+from rank_functions import outcome
 from strictness import import_or_unavailable
 
 CPU = torch.device("cpu")
@@ -168,15 +168,6 @@ def _steps(handle, estimator, model, steps=5):
     return _params(model), log_densities
 
 
-def _outcome(fn):
-    start = time.perf_counter()
-    try:
-        fn()
-    except Exception as exc:
-        return type(exc).__name__, str(exc), time.perf_counter() - start
-    return None, None, time.perf_counter() - start
-
-
 def _refusing_reader(path):
     raise AssertionError("the data were read although the device was refused")
 
@@ -203,9 +194,9 @@ def _ranks_on_device(rank, world, npy):
             out[name + "_files"] = _steps(h, estimator, start)
         with TorchRunEncodedData(labels, model=lstart, device=device) as h:
             out[name + "_labels"] = _steps(h, lstart.estimator(), lstart)
-    out["everywhere"] = _outcome(lambda: TorchRunEncodedData.from_files(
+    out["everywhere"] = outcome(lambda: TorchRunEncodedData.from_files(
         [npy], estimator=estimator, device=BOGUS, reader=_refusing_reader))
-    out["rank_one"] = _outcome(lambda: TorchRunEncodedData.from_files(
+    out["rank_one"] = outcome(lambda: TorchRunEncodedData.from_files(
         [npy], estimator=estimator, device=BOGUS if rank == 1 else "cpu", reader=np.load))
     with TorchRunEncodedData(x, estimator=estimator, device="cpu") as h:  # the group is still in step
         out["after"] = _steps(h, estimator, start, steps=1)

@@ -7,15 +7,14 @@ still fails on a hang: the session cluster's group timeout is 20 s) and the stat
 """
 from __future__ import annotations
 
-import _thread
 import io
 import os
 import signal
-import threading
 import time
 
 import numpy as np
 import pytest
+from interrupts import interrupt_after, kernel_interrupts
 from rank_functions import allreduce_sum, late_allreduce
 
 from mixle_nb.cluster import RankDiedError, RankError
@@ -127,20 +126,10 @@ def time_error(fn, *args, **kwargs):
     raise AssertionError(f"{fn.__name__} raised nothing")
 
 
-def interrupt_after(seconds):
-    """Deliver KeyboardInterrupt to this (main) thread after ``seconds``, as a kernel would."""
-    timer = threading.Timer(seconds, _thread.interrupt_main)
-    timer.start()
-    return timer
-
-
 @pytest.fixture
 def sigint_raises():
-    # A notebook kernel turns SIGINT into KeyboardInterrupt: make sure this process does too,
-    # whatever handler a library used by an earlier test left installed.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
+    with kernel_interrupts():
+        yield
 
 
 @pytest.fixture

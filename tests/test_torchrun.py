@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from rank_functions import outcome
 
 from mixle_nb.inference import streaming_accumulate
 from mixle_nb.parallel.local_launch import run_local
@@ -237,16 +238,6 @@ def test_run_local_reports_every_failed_or_killed_rank():
 
 # -- fail together: one rank's error reaches every rank at once, named, without a hang ----------
 
-def _outcome(fn):
-    """What ``fn()`` raised on this rank (type, message) and how long it took to raise."""
-    start = time.perf_counter()
-    try:
-        fn()
-    except Exception as exc:
-        return type(exc).__name__, str(exc), time.perf_counter() - start
-    return None, None, time.perf_counter() - start
-
-
 def _bad_inputs(rank, world):
     from mixle_nb.parallel import TorchRunEncodedData
     from mixle_nb.stats import DiagonalGaussianEstimator, em_step
@@ -257,27 +248,27 @@ def _bad_inputs(rank, world):
     with TorchRunEncodedData(x, estimator=estimator) as ready:  # forms the group for the rest
         nan_x = x.copy()
         nan_x[3] = np.nan  # observation 3 lives on rank 1 (local index 1)
-        out["nan"] = _outcome(lambda: TorchRunEncodedData(nan_x, estimator=estimator))
+        out["nan"] = outcome(lambda: TorchRunEncodedData(nan_x, estimator=estimator))
         wide = np.ones((40, 3 if rank == 1 else 2))
-        out["dimension"] = _outcome(lambda: TorchRunEncodedData(wide, estimator=DiagonalGaussianEstimator()))
-        out["no_root_data"] = _outcome(lambda: TorchRunEncodedData(None if rank == 0 else x, estimator=estimator,
+        out["dimension"] = outcome(lambda: TorchRunEncodedData(wide, estimator=DiagonalGaussianEstimator()))
+        out["no_root_data"] = outcome(lambda: TorchRunEncodedData(None if rank == 0 else x, estimator=estimator,
                                                                    root_only=True))
-        out["no_data"] = _outcome(lambda: TorchRunEncodedData(None if rank == 1 else x, estimator=estimator))
+        out["no_data"] = outcome(lambda: TorchRunEncodedData(None if rank == 1 else x, estimator=estimator))
         other = MixtureDistribution([GaussianDistribution(-1, 2), GaussianDistribution(0.5, 1),
                                      GaussianDistribution(2, 1)], [0.3, 0.3, 0.4])
-        out["model_first_step"] = _outcome(lambda: em_step(ready, estimator, other if rank == 1 else start))
+        out["model_first_step"] = outcome(lambda: em_step(ready, estimator, other if rank == 1 else start))
         em_step(ready, estimator, start)  # a good step: the fold plan is agreed now
-        out["model_later_step"] = _outcome(lambda: em_step(ready, estimator, other if rank == 1 else start))
+        out["model_later_step"] = outcome(lambda: em_step(ready, estimator, other if rank == 1 else start))
         tuned = start.estimator(pseudo_count=1.0)
-        out["estimator"] = _outcome(lambda: em_step(ready, tuned if rank == 1 else estimator, start))
-        out["density_model"] = _outcome(lambda: ready.pysp_seq_log_density_sum(other if rank == 1 else start))
+        out["estimator"] = outcome(lambda: em_step(ready, tuned if rank == 1 else estimator, start))
+        out["density_model"] = outcome(lambda: ready.pysp_seq_log_density_sum(other if rank == 1 else start))
         good_chunks = ready.chunks
         if rank == 1:
             ready.chunks = ["not an encoding"]  # this rank's E-step raises inside the step
-        out["e_step"] = _outcome(lambda: em_step(ready, estimator, start))
-        out["init"] = _outcome(lambda: ready.pysp_seq_initialize(estimator, 3, 0.5))
-        out["density"] = _outcome(lambda: ready.pysp_seq_log_density_sum(start))
-        out["stream"] = _outcome(lambda: ready.pysp_stream_accumulate(estimator, start))
+        out["e_step"] = outcome(lambda: em_step(ready, estimator, start))
+        out["init"] = outcome(lambda: ready.pysp_seq_initialize(estimator, 3, 0.5))
+        out["density"] = outcome(lambda: ready.pysp_seq_log_density_sum(start))
+        out["stream"] = outcome(lambda: ready.pysp_stream_accumulate(estimator, start))
         ready.chunks = good_chunks
         out["after"] = params(em_step(ready, estimator, start).model)  # the group is still in step
     return out
@@ -350,7 +341,7 @@ def _from_disk(rank, world, npy, wide_npy, files):
     with TorchRunEncodedData.from_files(files, model=start, sub_chunks=2) as dealt:
         out["files"] = fit(dealt, start.estimator(), start)
         out["files_shard"] = dealt.local_count
-    out["missing"] = _outcome(lambda: TorchRunEncodedData.from_npy(npy + ".gone" if rank == 1 else npy,
+    out["missing"] = outcome(lambda: TorchRunEncodedData.from_npy(npy + ".gone" if rank == 1 else npy,
                                                                    estimator=start.estimator()))
     dist.destroy_process_group()
     return out

@@ -14,6 +14,7 @@ from nbclient import NotebookClient
 from mixle_nb.inference import optimize
 from mixle_nb.stats import GaussianDistribution, MixtureDistribution, seq_encode
 from mixle_nb.widgets import EMPanel, TrainPanel
+from interrupts import interrupt_after, kernel_interrupts
 from strictness import import_or_unavailable
 
 pytestmark = pytest.mark.cluster
@@ -437,20 +438,22 @@ def test_costly_redraws_take_a_tenth_of_a_core_yet_come_twice_a_second():
         assert np.median(gaps) < spacing + 0.3, (cpu_s, gaps)
 
 
-def test_ctrl_c_during_a_blocking_local_run_stops_the_worker():
-    import os
-    import signal
-    import threading
-
-    panel, _ = local_panel(20_000)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
-    with pytest.raises(KeyboardInterrupt):
+def interrupt_run(panel, after_s: float) -> int:
+    """Ctrl-C ``after_s`` into a blocking ``panel.run``: it raises, and no step follows; the
+    steps done."""
+    with kernel_interrupts(), pytest.raises(KeyboardInterrupt):
+        interrupt_after(after_s)
         panel.run(100_000)
     assert not panel.running
     steps = len(panel.history)
     time.sleep(1.0)
     assert len(panel.history) == steps and 0 < steps < 100_000
+    return steps
+
+
+def test_ctrl_c_during_a_blocking_local_run_stops_the_worker():
+    panel, _ = local_panel(20_000)
+    interrupt_run(panel, 1.0)
 
 
 def test_train_panel_locally_with_held_out_loss_entropy_floor_and_targets(tmp_path):
@@ -529,20 +532,9 @@ def test_local_train_panel_attach_loads_the_kept_weights_into_the_new_module():
 
 
 def test_ctrl_c_during_a_blocking_cluster_run_stops_worker_and_ranks(em_cluster):
-    import os
-    import signal
-    import threading
-
     pids = sorted(row.pid for row in em_cluster.status())
     panel = fresh_panel(em_cluster)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT)).start()
-    with pytest.raises(KeyboardInterrupt):
-        panel.run(100_000)
-    assert not panel.running
-    steps = len(panel.history)
-    time.sleep(1.0)
-    assert len(panel.history) == steps and 0 < steps < 100_000
+    steps = interrupt_run(panel, 1.5)
     assert "interrupted" in panel.status.value
     assert em_cluster.state.value == "running" and sorted(row.pid for row in em_cluster.status()) == pids
     panel.run(2)  # the ranks hold the last good model: the steps continue the reference run
@@ -576,9 +568,8 @@ def test_ctrl_c_during_blocking_training_stops_worker_and_ranks(cluster2):
         wait_until(lambda: len(panel.curves.get(0, [])) >= 2, 120, "two progress reports")
         os.kill(os.getpid(), signal.SIGINT)
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=interrupt_once_training, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
+    with kernel_interrupts(), pytest.raises(KeyboardInterrupt):
         panel.train()
     assert not panel.running and "interrupted" in panel.status.value
     reports = len(panel.curves[0])

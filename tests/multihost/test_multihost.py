@@ -4,16 +4,14 @@ PID namespaces, the group formed through a TCPStore with gloo over the bridge.
 The tests share one cluster and run in file order: the link test restarts it, the kill test
 leaves it broken, and the last test stops it and checks every host for leftovers.
 """
-import _thread
 import ipaddress
-import signal
-import threading
 import time
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from interrupts import interrupt_after, kernel_interrupts
 from rank_functions import allreduce_sum, late_allreduce
 
 from mixle_nb.cluster import RankDiedError
@@ -198,18 +196,14 @@ def test_ddp_training_matches_one_process_on_the_union_of_batches(ssh_cluster):
 
 
 def test_ctrl_c_reaches_the_remote_ranks(ssh_cluster):
-    # a notebook kernel turns SIGINT into KeyboardInterrupt: make sure this process does too
-    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(1.0, _thread.interrupt_main)
     t0 = time.monotonic()
-    timer.start()
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with kernel_interrupts(), pytest.raises(KeyboardInterrupt):
+            timer = interrupt_after(1.0)
             ssh_cluster.run(sleep_noting_interrupt, 60)
         elapsed = time.monotonic() - t0
     finally:
         timer.cancel()
-        signal.signal(signal.SIGINT, previous_handler)
     assert elapsed < 10
     assert ssh_cluster.state == "running"
     assert ssh_cluster.run(was_interrupted) == [True, True]  # through each engine's nanny
