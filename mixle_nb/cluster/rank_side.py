@@ -93,19 +93,27 @@ def data_sample_on_rank(handle: str, n: int) -> Optional[np.ndarray]:
 def train_on_rank(handle: str, estimator: str, model: str, steps: int, every: int) -> dict:
     """Train up to ``steps`` more optimizer steps, publishing ``{step, loss, tokens,
     tokens_per_s, rank}`` every ``every`` steps through ipyparallel's data channel (no
-    collective). The trained leaf is bound to ``model`` on the rank."""
+    collective). The trained leaf is bound to ``model`` on the rank. The result repeats the
+    call's last report: published data can reach the client after the result does."""
     from ipyparallel.datapub import publish_data
 
     h = lookup(handle)
     saved = h.max_steps, h.progress, h.progress_every
     # the last chunk stops at the end of the handle's epochs instead of running past it
     h.max_steps = max(0, min(steps, h.total_steps - h.steps_done))
-    h.progress, h.progress_every = publish_data, every
+    last_report: dict = {}
+
+    def report(progress: dict) -> None:
+        last_report.update(progress)
+        publish_data(progress)
+
+    h.progress, h.progress_every = report, every
     try:
         leaf = rank_namespace()[model] = h.pysp_seq_estimate(lookup(estimator), None)
     finally:
         h.max_steps, h.progress, h.progress_every = saved
-    return {"steps_done": h.steps_done, "total_steps": h.total_steps, "state": _root_state(leaf.module)}
+    return {"steps_done": h.steps_done, "total_steps": h.total_steps, "state": _root_state(leaf.module),
+            "last_report": last_report or None}
 
 
 def _root_state(module) -> Optional[dict]:

@@ -148,6 +148,7 @@ class TrainPanel(Panel):
                                           PANEL_LEAF_NAME, self.chunk_steps, self.report_every)
             results = self._await(call, on_slice=lambda: self._record(call.data))
             self._record(call.data)
+            self._record({r: res["last_report"] for r, res in zip(call.ranks, results) if res["last_report"]})
             steps_done = results[0]["steps_done"]
             self.model_state, self.model_state_step = results[0]["state"], self._offset[0] + steps_done
             if self.validation is not None:
