@@ -7,8 +7,9 @@ figure kept and only the changed artists redrawn (what the panels do), against b
 figure for every redraw (what they did), over a growing 200-step history. Target: 20 ms.
 
 Run N: ``panel.run(n)`` wall time per step (batched: calls of several steps, about
-``batch_seconds`` each, the first call one step to measure) against the ranks' own step (n EM
-steps in one call on every rank, timed there), against one bare ``cluster.run`` per step (the
+``batch_seconds`` each, the first call one step to measure, the next call queued behind the
+running one) against the ranks' own step (n EM steps in one call on every rank, timed there,
+the mean of one such call at the start of the round and one at its end), against one bare ``cluster.run`` per step (the
 client's round trip, nothing drawn) and against the panel sending one step a call
 (``batch_seconds=0``), at N = 1e6 and N = 1e3 observations, interleaved round by round so all
 see the same machine load. Target at N = 1e6: the panel's step at most 1.1x the ranks'.
@@ -114,14 +115,15 @@ def own_steps_on_rank(n: int) -> float:
 def panel_step_seconds(panel: EMPanel, steps: int) -> tuple[float, float, float]:
     """(wall seconds per step of ``panel.run(steps)`` from the start model, steps per call,
     seconds of the final draw that ``run`` ends with), ``run(steps)`` being
-    ``run(steps, block=False)`` then ``wait()``, which draws the final state."""
+    ``run(steps, block=False)`` then ``wait()``, which draws the final state. The reset before
+    it keeps the plot's axes as the last run left them, as Reset does in a notebook."""
     panel.reset()
     panel.flush()  # the reset's redraw now, not inside the timed run
     calls = panel.step_calls
     t0 = time.perf_counter()
     panel.run(steps, block=False)
     while panel.running:
-        time.sleep(0.002)
+        time.sleep(0.01)
     t1 = time.perf_counter()
     panel.wait()
     t2 = time.perf_counter()
@@ -141,27 +143,29 @@ def run_bench(cluster: MixleCluster, n_obs: int, steps: int, rounds: int) -> dic
     batched.run(2)
     one_a_call.run(2)
     for _ in range(rounds):
-        own = max(cluster.run(own_steps_on_rank, steps))
+        own_before = max(cluster.run(own_steps_on_rank, steps))
         t0 = time.perf_counter()
         for _ in range(steps):  # one call per step, nothing drawn: the client's round trip alone
             cluster.run(em_step_on_rank, "bench_h", "bench_est", "bench_start")
         bare = (time.perf_counter() - t0) / steps
         one = panel_step_seconds(one_a_call, steps)[0]
         per_step, per_call, final_draw = panel_step_seconds(batched, steps)
+        own = (own_before + max(cluster.run(own_steps_on_rank, steps))) / 2  # before and after the rest
         # ratios within a round: the machine's load drifts between rounds more than within one
         for name, value in (("ranks", own), ("bare", bare), ("one a call", one), ("batched", per_step),
                             ("steps/call", per_call), ("final draw", final_draw), ("bare/ranks", bare / own),
                             ("one a call/ranks", one / own), ("batched/ranks", per_step / own)):
             times[name].append(value)
     cluster.run(drop_handle)
-    return {name: statistics.median(values) for name, values in times.items()}
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    return medians | {"batched/ranks, by round": times["batched/ranks"]}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redraws", type=int, default=200)
-    parser.add_argument("--steps", type=int, default=40, help="EM steps per timed run")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=200, help="EM steps per timed run")
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--skip-redraw", action="store_true", help="only the Run N comparison")
     args = parser.parse_args()
     if not args.skip_redraw:
@@ -172,12 +176,16 @@ def main():
           "the panel batched (steps/call: its mean; draw: ms of the final draw run() ends with)")
     print(f"{'N':>9} {'ranks':>8} {'run()':>8} {'1/call':>8} {'batched':>8} {'steps/call':>10} {'draw':>6} "
           f"{'run()/ranks':>11} {'1/call/ranks':>12} {'batched/ranks':>13}")
+    rounds = []
     with MixleCluster(2) as cluster:
         for n_obs in (1_000_000, 1_000):
             t = run_bench(cluster, n_obs, args.steps, args.rounds)
             print(f"{n_obs:>9,} {t['ranks'] * 1e3:>8.2f} {t['bare'] * 1e3:>8.2f} {t['one a call'] * 1e3:>8.2f} "
                   f"{t['batched'] * 1e3:>8.2f} {t['steps/call']:>10.1f} {t['final draw'] * 1e3:>6.0f} "
                   f"{t['bare/ranks']:>11.2f} {t['one a call/ranks']:>12.2f} {t['batched/ranks']:>13.2f}")
+            rounds.append((n_obs, t["batched/ranks, by round"]))
+    for n_obs, ratios in rounds:  # the spread the medians hide: this machine's load drifts
+        print(f"batched/ranks at N={n_obs:,}, by round: {' '.join(f'{r:.2f}' for r in ratios)}")
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ def test_a_run_sends_batches_of_steps_sized_to_the_call_time(em_cluster):
     assert one_a_call.step_calls == 5
 
 
-def test_pause_stops_a_batched_run_after_its_current_call(em_cluster):
+def test_pause_stops_a_batched_run_after_the_calls_already_sent(em_cluster):
     panel = fresh_panel(em_cluster, batch_seconds=0.15)
     panel.run(100_000, block=False)
     wait_until(lambda: panel.step_calls >= 3, 60, "three calls of the run")
@@ -124,7 +124,7 @@ def test_pause_stops_a_batched_run_after_its_current_call(em_cluster):
     calls = panel.step_calls
     panel.wait(30)
     assert not panel.running and panel.error is None
-    assert panel.step_calls <= calls + 1  # the call in flight when paused finishes, no other starts
+    assert panel.step_calls <= calls + 1  # the calls sent when paused finish, no other starts
     np.testing.assert_allclose([r.log_density for r in panel.history[:100]],
                                reference_log_densities(min(100, len(panel.history))), rtol=1e-10)
 
@@ -150,19 +150,45 @@ def _wrap_handle_failing_at(fail_at: int) -> None:
     ns["h_failing"] = _FailingHandle(ns["h"], fail_at)
 
 
+def _failing_handle_steps() -> int:
+    from mixle_nb.cluster.rank_side import rank_namespace
+
+    return rank_namespace()["h_failing"].steps
+
+
+def failing_panel(cluster, fail_at: int) -> EMPanel:
+    """A panel on a handle failing in its ``fail_at``-th step that has run 2 steps in two calls
+    of one step: its next run sends 4 steps, then 16 queued behind them (``batch_seconds`` is
+    large, so the growth limit, 4x the last call, sizes the calls)."""
+    cluster.push(start=em_problem()[1])
+    cluster.run(_wrap_handle_failing_at, fail_at)
+    panel = EMPanel(cluster, handle="h_failing", estimator="est", model="start", batch_seconds=10.0)
+    panel.run(2)
+    assert panel.step_calls == 2 and panel.error is None
+    return panel
+
+
 def test_a_call_failing_mid_batch_keeps_the_steps_it_completed(em_cluster):
-    em_cluster.push(start=em_problem()[1])
-    em_cluster.run(_wrap_handle_failing_at, 7)
-    panel = EMPanel(em_cluster, handle="h_failing", estimator="est", model="start", batch_seconds=10.0)
-    panel.run(2)  # two calls: one step (measuring), then the one step left (of a batch of 4)
-    panel.run(20)  # one call of 16 steps (the growth limit: 4 x 4) failing in its fifth step
-    assert "injected failure in step 7" in str(panel.error)
-    assert [r.step for r in panel.history] == list(range(1, 7))  # 3 to 6 came from the failed call
-    assert panel.step_calls == 3 and "step 7 failed" in panel.status.value
-    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(6), rtol=1e-10)
+    panel = failing_panel(em_cluster, fail_at=9)
+    panel.run(20)  # a call of steps 3-6, then one of 7-22 failing in its third step
+    assert "injected failure in step 9" in str(panel.error)
+    assert [r.step for r in panel.history] == list(range(1, 9))  # 7 and 8 came from the failed call
+    assert panel.step_calls == 4 and "step 9 failed" in panel.status.value
+    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(8), rtol=1e-10)
     assert repr(em_cluster.pull("start")) == repr(panel.model)  # the last good model is back on the ranks
     panel.run(2)  # the wrapped handle steps on: the reference run continues
-    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(8), rtol=1e-10)
+    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(10), rtol=1e-10)
+
+
+def test_the_call_queued_behind_a_failed_one_runs_no_step(em_cluster):
+    panel = failing_panel(em_cluster, fail_at=5)
+    panel.run(20)  # a call of steps 3-6 failing in its third step, with 7-22 queued behind it
+    assert "injected failure in step 5" in str(panel.error) and panel.step_calls == 4
+    assert [r.step for r in panel.history] == list(range(1, 5))
+    assert em_cluster.run(_failing_handle_steps) == [5, 5]  # the queued call stepped on no rank
+    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(4), rtol=1e-10)
+    panel.run(3)
+    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(7), rtol=1e-10)
 
 
 def test_failed_step_keeps_history_and_the_last_good_model(em_cluster):
@@ -394,6 +420,45 @@ def test_limits_fit_once_for_a_single_value_and_shrink_around_narrow_values():
     assert fit_limits(ax, [0.0, 1.0]) and ax.get_ylim() == (-0.25, 1.25)
     assert not fit_limits(ax, [0.2, 0.35])  # within, and the limits (1.5) not ten times a fit (0.225)
     assert fit_limits(ax, [0.5, 0.51]) and ax.get_ylim() == pytest.approx((0.4975, 0.5125))
+
+
+def test_limits_of_a_growing_history_only_widen():
+    from matplotlib.figure import Figure
+
+    from mixle_nb.widgets.live_figure import fit_limits
+
+    ax = Figure().subplots()
+    assert fit_limits(ax, [0.0, 2.0], shrink=False) and ax.get_ylim() == (-0.5, 2.5)
+    assert not fit_limits(ax, [0.5], shrink=False)  # a fit would shrink them: kept
+    assert fit_limits(ax, [0.0, 4.0], shrink=False) and ax.get_ylim() == (-1.0, 5.0)
+
+
+def test_a_run_draws_its_step_axes_once_for_all_its_steps():
+    """The step axes reach the run's last step from its first redraw, and a reset keeps them,
+    so neither a run nor a run after Reset redraws those axes as it goes."""
+    from mixle_nb.widgets import live_figure
+
+    panel, _ = local_panel(500)
+    panel.run(150)
+    assert panel.view.objective.get_xlim() == panel.view.convergence.get_xlim() == (0.5, 160.5)
+    stale = []
+    invalidate = live_figure.LiveFigure.invalidate
+    panel.view.live.invalidate = lambda ax=None: (stale.append(ax), invalidate(panel.view.live, ax))
+    panel.reset()
+    panel.run(150)
+    assert panel.view.objective not in stale and panel.view.convergence not in stale, stale
+
+
+def test_png_encoding_is_lossless():
+    import io
+
+    from PIL import Image
+
+    from mixle_nb.widgets.live_figure import encode_png
+
+    rgba = np.random.default_rng(0).integers(0, 256, (37, 53, 4), dtype=np.uint8)
+    decoded = np.asarray(Image.open(io.BytesIO(encode_png(rgba))).convert("RGB"))
+    np.testing.assert_array_equal(decoded, rgba[..., :3])
 
 
 def test_redraws_are_throttled_and_a_blocking_run_ends_drawn():

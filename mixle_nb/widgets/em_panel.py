@@ -3,6 +3,7 @@ log-density per step (all-reduced across ranks) and its gain on a log scale, the
 the data, and per-rank E-step times."""
 from __future__ import annotations
 
+import collections
 import threading
 import time
 import uuid
@@ -54,10 +55,11 @@ class EMPanel(Panel):
     sample's first two principal components).
 
     On a cluster, ``run(n)`` sends calls that each run several steps on the ranks, sized from
-    the measured step time so that one call lasts about ``batch_seconds`` (0: one step a call):
-    the client's round trip is paid once a call, not once a step. Pause therefore stops after
-    the current call; Ctrl-C still stops within one step; a call failing part way keeps the
-    steps it completed.
+    the measured step time so that one call lasts about ``batch_seconds`` (0: one step a call,
+    none queued), and keeps the next call queued behind the running one, so the ranks never
+    wait on the client's round trip. Pause therefore stops after the calls already sent (at most two);
+    Ctrl-C still stops within one step; a call failing part way keeps the steps it completed,
+    and the call queued behind it runs none.
     """
 
     def __init__(self, cluster=None, *, handle, estimator, model=None, data_sample=None,
@@ -67,6 +69,7 @@ class EMPanel(Panel):
         self.batch_seconds = validation.real("batch_seconds", batch_seconds, at_least=0.0)
         self.step_calls = 0  # calls of steps sent to the ranks (a run's call may hold several steps)
         self.history: list[StepRecord] = []
+        self._planned_steps = 0  # the last step of the latest run: the plot's step axes reach it
         self._lock = threading.Lock()
         self._pause = threading.Event()
         self.picture_dims = picture_dims
@@ -85,7 +88,8 @@ class EMPanel(Panel):
         """Take the handle, estimator and model to step with (on ``cluster``'s ranks, or local)."""
         self.cluster = resolve_cluster(cluster, handle, estimator)
         self.handle, self.estimator = handle, estimator
-        self._batch = 1  # steps in a run's next call; the first call on a handle measures the step time
+        self._step_s: Optional[float] = None  # the ranks' seconds a step, measured by this handle's first call
+        self._last_sent = 0  # steps in the last call sent
         if self.cluster is not None:
             if model is None:
                 self.model_name, self._current_model = PANEL_MODEL_NAME, None
@@ -134,18 +138,20 @@ class EMPanel(Panel):
 
     def run(self, n: int, block: bool = True) -> None:
         """``n`` steps; ``block=False`` returns at once (the Run button) and ``pause()`` stops
-        the run after its current call (on a cluster: of about ``batch_seconds``; locally: one
-        step). Ctrl-C during a blocking run stops it within one step."""
+        the run after the calls already sent (on a cluster: at most two, of about
+        ``batch_seconds`` each; locally: one step). Ctrl-C during a blocking run stops it
+        within one step."""
         n = validation.positive_int("run(n)", n)
         if self.running:
             raise RuntimeError("a run is already going: pause() it or wait() for it first")
         self._pause.clear()
+        self._planned_steps = len(self.history) + n
         self._start_worker(self._run_loop, n)
         if block:
             self.wait()
 
     def pause(self) -> None:
-        """Stop a run after its current call (several steps on a cluster, see ``batch_seconds``)."""
+        """Stop a run after the calls already sent (on a cluster at most two, see ``batch_seconds``)."""
         self._pause.set()
 
     def back(self, k: int = 1) -> None:
@@ -253,33 +259,49 @@ class EMPanel(Panel):
     def _steps(self, n: int) -> tuple[list[StepRecord], float]:
         """``n`` steps in one call (locally: one step); (their records, the slowest rank's
         seconds per step). On failure the steps completed before it are recorded, then raised."""
+        if self.cluster is not None:
+            return self._collect(*self._send(n))
         try:
-            if self.cluster is not None:
-                records, step_s = self._steps_on_cluster(n)
-            else:
-                t0 = time.perf_counter()
-                result = em_step(self.handle, self.estimator, self.model)
-                step_s = time.perf_counter() - t0
-                records = self._record([[{"model": result.model, "log_density": result.log_density,
-                                          "count": result.count, "e_step_s": step_s}]])
+            t0 = time.perf_counter()
+            result = em_step(self.handle, self.estimator, self.model)
+            step_s = time.perf_counter() - t0
+            records = self._record([[{"model": result.model, "log_density": result.log_density,
+                                      "count": result.count, "e_step_s": step_s}]])
         except BaseException as exc:
             self._fail(exc)
             raise
         self.error = None
         return records, step_s
 
-    def _steps_on_cluster(self, n: int) -> tuple[list[StepRecord], float]:
+    def _send(self, n: int, after: Optional[str] = None) -> tuple[Any, str, int]:
+        """Start ``n`` steps on the ranks, behind the call ``after`` (see ``em_steps_on_rank``);
+        (the call, its id, ``n``)."""
         call_id = uuid.uuid4().hex
         self.step_calls += 1
-        call = self.cluster.run_async(rank_side.em_steps_on_rank, self.handle, self.estimator, self.model_name,
-                                      n, call_id)
+        self._last_sent = n
+        return self.cluster.run_async(rank_side.em_steps_on_rank, self.handle, self.estimator, self.model_name,
+                                      n, call_id, after), call_id, n
+
+    def _collect(self, call, call_id: str, n: int, sent_after: Sequence = ()) -> tuple[list[StepRecord], float]:
+        """Record the steps of a sent call (the caller holds the lock); (their records, the
+        slowest rank's seconds per step). If it failed, the calls ``sent_after`` it (which then run no step) are awaited,
+        the steps it completed are recorded, the failure shown and raised."""
         try:
             per_rank = self._await(call)
-        except BaseException:
+        except BaseException as exc:
+            for later in sent_after:
+                try:
+                    self._await(later)
+                except BaseException:
+                    pass
             self._keep_completed(call_id)
+            self._fail(exc)
             raise
-        step_s = max(sum(s["step_s"] for s in steps) for steps in per_rank) / n
-        return self._record(per_rank), step_s
+        records = self._record(per_rank)
+        self.error = None
+        if records:
+            self._step_s = max(sum(s["step_s"] for s in steps) for steps in per_rank) / n
+        return records, self._step_s
 
     def _keep_completed(self, call_id: str) -> None:
         """Record the steps a failed call completed on every rank (fetched from the ranks, which
@@ -299,11 +321,12 @@ class EMPanel(Panel):
         self.history.extend(records)
         return records
 
-    def _next_batch(self, size: int, step_s: float) -> int:
-        """Steps in the next call: about ``batch_seconds`` of the ranks' measured step time."""
-        if self.cluster is None or self.batch_seconds == 0 or step_s <= 0:
+    def _next_batch(self) -> int:
+        """Steps in the next call: one until the step time is measured, then about
+        ``batch_seconds`` of it, at most ``BATCH_GROWTH`` times the last call's."""
+        if self._step_s is None or self.batch_seconds == 0:
             return 1
-        return max(1, min(BATCH_GROWTH * size, int(self.batch_seconds / step_s)))
+        return max(1, min(BATCH_GROWTH * self._last_sent, int(self.batch_seconds / self._step_s)))
 
     def _fail(self, exc: BaseException) -> None:
         """Show the failure (first line: which rank, what error), keep the last good model."""
@@ -322,22 +345,42 @@ class EMPanel(Panel):
 
     def _run_loop(self, n: int) -> None:
         self.progress.max, self.progress.value = n, 0
-        done = 0
-        while done < n and not self._pause.is_set():
-            if self.cluster is not None and done + self._batch >= n and done:
-                # the last call: draw the steps so far while the ranks run it, so the final
-                # draw after it (which a blocking run waits for) finds the limits fitted
-                threading.Thread(target=self.redraw, daemon=True).start()
+        if self.cluster is not None:
+            self._run_on_cluster(n)
+        else:
+            while self.progress.value < n and not self._pause.is_set():
+                try:
+                    with self._lock:
+                        self._steps(1)
+                except BaseException:
+                    break  # _steps has shown the error and kept the last good model
+                self.progress.value += 1
+                self.request_redraw()
+        self.request_redraw()
+
+    def _run_on_cluster(self, n: int) -> None:
+        """Send calls of several steps, keeping one queued behind the running one (once the
+        step time is measured; not at one step a call, so Pause stops within a step) so the
+        ranks go from call to call without waiting on the round trip; record each as it returns."""
+        sent, flight, last_id = 0, collections.deque(), None
+        while True:
+            depth = 1 if self._step_s is None or self.batch_seconds == 0 else 2
+            while len(flight) < depth and sent < n and not self._pause.is_set():
+                call = self._send(min(self._next_batch(), n - sent), last_id)
+                flight.append(call)
+                sent, last_id = sent + call[2], call[1]
+            if not flight:
+                return
+            call, call_id, size = flight.popleft()
             try:
                 with self._lock:
-                    records, step_s = self._steps(min(self._batch, n - done))
+                    records, _ = self._collect(call, call_id, size, [c for c, _, _ in flight])
             except BaseException:
-                break  # _steps has recorded what completed, shown the error, kept the last good model
-            done += len(records)
-            self.progress.value = done
-            self._batch = self._next_batch(self._batch, step_s)
+                return  # _collect has recorded what completed, shown the error, kept the last good model
+            if not records:  # the ranks ran nothing (a call behind an interrupted one): stop
+                self._pause.set()
+            self.progress.value += len(records)
             self.request_redraw()
-        self.request_redraw()
 
     def _push_current(self) -> None:
         if self.cluster is not None:
@@ -406,7 +449,7 @@ class EMPanel(Panel):
     def _render(self) -> bytes:
         history = list(self.history)
         png = self.view.render([r.log_density for r in history], self.model,
-                               history[-1].rank_seconds if history else [])
+                               history[-1].rank_seconds if history else [], self._planned_steps)
         if self.error is None:
             last = f" · log-density {history[-1].log_density:.6g}" if history else ""
             stopped = " · interrupted (Ctrl-C): run stopped" if self._interrupted.is_set() else ""

@@ -45,17 +45,26 @@ class EMView:
         self.ranks.set_xlabel("rank", fontsize=9, labelpad=1)
         self.ranks.set_ylim(0, 1)
         self.bars: list = []
+        self.shown_steps = 0  # steps in the last render
         for ax in (self.objective, self.convergence):
             fit_steps(ax, 0)
         self.model = model
 
-    def render(self, log_densities: Sequence[float], model, rank_seconds: Sequence[float]) -> bytes:
+    def render(self, log_densities: Sequence[float], model, rank_seconds: Sequence[float],
+               planned_steps: int = 0) -> bytes:
+        """Draw the steps so far; the step axes cover at least ``planned_steps`` (a run's last
+        step), so a run never redraws their axes as it goes."""
         steps = np.arange(1, len(log_densities) + 1)
         g = gains(log_densities)
         self.objective_line.set_data(steps, log_densities)
         self.gain_line.set_data(steps[1:], g)
-        changed = {self.objective: fit_steps(self.objective, len(steps)) | fit_limits(self.objective, log_densities),
-                   self.convergence: fit_steps(self.convergence, len(steps)) | fit_limits(self.convergence, g, log=True),
+        last = max(len(steps), planned_steps)
+        shrink = len(steps) < self.shown_steps  # limits only widen while the history grows
+        self.shown_steps = len(steps)
+        changed = {self.objective: fit_steps(self.objective, last)
+                   | fit_limits(self.objective, log_densities, shrink=shrink),
+                   self.convergence: fit_steps(self.convergence, last)
+                   | fit_limits(self.convergence, g, log=True, shrink=shrink),
                    self.ranks: self._rank_bars(rank_seconds)}
         if model is not self.model:
             changed[self.picture.ax] = self.picture.update(model)
@@ -67,17 +76,19 @@ class EMView:
 
     def _rank_bars(self, seconds: Sequence[float]) -> bool:
         changed = False
-        if len(seconds) != len(self.bars):
+        if seconds and len(seconds) != len(self.bars):  # no steps (a reset): keep the bars, at 0
             self.live.forget(self.bars)
             container = self.ranks.bar(np.arange(len(seconds)), np.zeros(len(seconds)), color="#2980b9")
             self.bars = [self.live.dynamic(p) for p in container.patches]
             self.ranks.set_xticks(np.arange(len(seconds)), [str(r) for r in range(len(seconds))])
             self.ranks.set_xlim(-0.6, max(len(seconds), 1) - 0.4)
             changed = True
+        if not seconds:
+            for bar in self.bars:
+                bar.set_height(0.0)
+            return changed
         for bar, s in zip(self.bars, seconds):
             bar.set_height(s)
-        if not seconds:
-            return changed
         return fit_limits(self.ranks, [0.0, *seconds], floor=0.0) or changed
 
 

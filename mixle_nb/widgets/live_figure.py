@@ -11,17 +11,18 @@ the last one. No pyplot backend is selected, so the notebook's own (inline) back
 """
 from __future__ import annotations
 
-import io
 import math
+import struct
+import zlib
 from typing import Optional
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from PIL import Image
 
 DPI = 72
-PNG_COMPRESS_LEVEL = 1  # zlib level 1: a third of the encode time of the default 6, files ~5% larger
+PNG_COMPRESS_LEVEL = 1  # zlib level 1: fastest; a plot's mostly flat rows compress well anyway
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 class LiveFigure:
@@ -42,12 +43,12 @@ class LiveFigure:
         return artist
 
     def forget(self, artists) -> None:
-        """Remove dynamic artists from the figure (a view rebuilding its picture)."""
+        """Remove dynamic artists from the figure (a view rebuilding its picture). The
+        background never holds them, so it stays valid."""
         for artist in artists:
             if artist in self._dynamic:
                 self._dynamic.remove(artist)
             artist.remove()
-        self.invalidate()
 
     def invalidate(self, ax=None) -> None:
         """Static content or limits changed (of ``ax`` only, or of the whole figure): the next
@@ -97,10 +98,23 @@ class LiveFigure:
 
 
 def encode_png(rgba) -> bytes:
-    pixels = np.asarray(rgba)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels[..., :3]).save(buffer, format="png", compress_level=PNG_COMPRESS_LEVEL)
-    return buffer.getvalue()
+    """PNG of the RGB part of an RGBA buffer, written directly: every row with PNG's "up"
+    filter (a row minus the row above, which leaves mostly zeros in a plot) and zlib level 1.
+    Half the time of PIL's encoder at its fastest level, for files of the same size."""
+    pixels = np.asarray(rgba)[..., :3]
+    height, width = pixels.shape[:2]
+    rows = np.empty((height, 1 + 3 * width), dtype=np.uint8)
+    rows[:, 0] = 2  # filter type "up"
+    flat = pixels.reshape(height, 3 * width)
+    rows[0, 1:] = flat[0]
+    np.subtract(flat[1:], flat[:-1], out=rows[1:, 1:])  # modulo 256, as the filter defines
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return (PNG_SIGNATURE + _png_chunk(b"IHDR", header)
+            + _png_chunk(b"IDAT", zlib.compress(rows, PNG_COMPRESS_LEVEL)) + _png_chunk(b"IEND", b""))
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
 def static_png(fig: Figure) -> bytes:
@@ -110,11 +124,13 @@ def static_png(fig: Figure) -> bytes:
     return encode_png(canvas.buffer_rgba())
 
 
-def fit_limits(ax, values, axis: str = "y", log: bool = False, floor: Optional[float] = None) -> bool:
+def fit_limits(ax, values, axis: str = "y", log: bool = False, floor: Optional[float] = None,
+               shrink: bool = True) -> bool:
     """Make the axis' limits cover ``values`` (finite ones; positive ones on a log axis), with
     headroom so that later values rarely force a change. Returns whether the limits changed
-    (the caller then invalidates the background). Limits also shrink once they are more than
-    ten times what a fit would give, so a converged curve does not stay a flat line at the edge."""
+    (the caller then invalidates the background). With ``shrink``, limits also shrink once they
+    are more than ten times what a fit would give, so a converged curve does not stay a flat
+    line at the edge; without it (a history that only grows) they only ever widen."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
     if log:
@@ -128,7 +144,7 @@ def fit_limits(ax, values, axis: str = "y", log: bool = False, floor: Optional[f
     pad = max(0.25 * span, 2.0 if log else 1e-9 * max(abs(lo), abs(hi), 1.0))  # log: two decades
     # measured against what a fit would give, not the values' span alone: a single value (span 0)
     # would otherwise re-fit, and redraw the axes' background, at every render
-    if cur_lo <= lo and hi <= cur_hi and cur_hi - cur_lo <= 10 * (span + 2 * pad):
+    if cur_lo <= lo and hi <= cur_hi and (not shrink or cur_hi - cur_lo <= 10 * (span + 2 * pad)):
         return False
     new_lo, new_hi = lo - pad, hi + pad
     if log:
