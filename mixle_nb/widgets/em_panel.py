@@ -58,9 +58,9 @@ class EMPanel(Panel):
     On a cluster, ``run(n)`` sends calls that each run several steps on the ranks, sized from
     the measured step time so that one call lasts about ``batch_seconds`` (0: one step a call,
     none queued), and keeps the next call queued behind the running one, so the ranks never
-    wait on the client's round trip. Pause therefore stops after the calls already sent (at most two);
-    Ctrl-C still stops within one step; a call failing part way keeps the steps it completed,
-    and the call queued behind it runs none.
+    wait on the client's round trip. Pause therefore stops after the calls already sent (at
+    most two); Ctrl-C still stops within one step; a call failing part way keeps the steps it
+    completed, and the call queued behind it runs none.
     """
 
     def __init__(self, cluster=None, *, handle, estimator, model=None, data_sample=None,
@@ -285,8 +285,9 @@ class EMPanel(Panel):
 
     def _collect(self, call, call_id: str, n: int, sent_after: Sequence = ()) -> tuple[list[StepRecord], float]:
         """Record the steps of a sent call (the caller holds the lock); (their records, the
-        slowest rank's seconds per step). If it failed, the calls ``sent_after`` it (which then run no step) are awaited,
-        the steps it completed are recorded, the failure shown and raised."""
+        slowest rank's seconds per step). If it failed, the calls ``sent_after`` it (which then
+        run no step) are awaited, the steps it completed are recorded, the failure shown and
+        raised."""
         try:
             per_rank = self._await(call)
         except BaseException as exc:
