@@ -13,15 +13,19 @@ the mean of one such call at the start of the round and one at its end), against
 ``cluster.run`` per step (the client's round trip, nothing drawn) and against the panel
 sending one step a call (``batch_seconds=0``), at N = 1e6 and N = 1e3 observations,
 interleaved round by round so all see the same machine load; the batched ratio of every round
-is printed too. Target at N = 1e6: the panel's step at most 1.1x the ranks'.
+is printed too. Target at N = 1e6: the panel's step at most 1.1x the ranks'. ``--pin`` puts
+both engines on core 0 and this process and the controller on core 1, as on a host where the
+notebook has a core of its own.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
 import numpy as np
+import psutil
 
 from mixle_nb.cluster import MixleCluster
 from mixle_nb.cluster.rank_side import em_step_on_rank
@@ -132,6 +136,17 @@ def panel_step_seconds(panel: EMPanel, steps: int) -> tuple[float, float, float]
     return (t2 - t0) / steps, steps / (panel.step_calls - calls), t2 - t1
 
 
+def pin_cores() -> None:
+    """Both engines on core 0; this process (the notebook's stand-in) and the controller on
+    core 1: a host where the notebook does not share the ranks' cores, emulated on two."""
+    processes = [psutil.Process(), *psutil.Process().children(recursive=True)]
+    for p in processes:
+        command = " ".join(p.cmdline())
+        core = 0 if "ipyparallel.engine" in command and "nanny" not in command else 1
+        for thread in p.threads():  # threads started later inherit their creator's cores
+            os.sched_setaffinity(thread.id, {core})
+
+
 def run_bench(cluster: MixleCluster, n_obs: int, steps: int, rounds: int) -> dict:
     x, start = problem(n_obs)
     cluster.push(bench_x=x, bench_est=start.estimator(), bench_start=start)
@@ -168,10 +183,13 @@ def main():
     parser.add_argument("--steps", type=int, default=200, help="EM steps per timed run")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--skip-redraw", action="store_true", help="only the Run N comparison")
+    parser.add_argument("--pin", action="store_true",
+                        help="engines on core 0, this process and the controller on core 1")
     args = parser.parse_args()
     if not args.skip_redraw:
         redraw_bench(args.redraws)
-    print(f"\npanel.run({args.steps}) per step against the ranks' own step, 2 engines, "
+    print(f"\npanel.run({args.steps}) per step against the ranks' own step, 2 engines"
+          f"{' on core 0, the notebook and controller on core 1' if args.pin else ''}, "
           f"median of {args.rounds} interleaved rounds, ratios taken within each round (target at N=1e6: <= 1.1x)")
     print("ms per step: the ranks' own; one bare cluster.run a step; the panel at one step a call; "
           "the panel batched (steps/call: its mean; draw: ms of the final draw run() ends with)")
@@ -179,6 +197,8 @@ def main():
           f"{'run()/ranks':>11} {'1/call/ranks':>12} {'batched/ranks':>13}")
     rounds = []
     with MixleCluster(2) as cluster:
+        if args.pin:
+            pin_cores()
         for n_obs in (1_000_000, 1_000):
             t = run_bench(cluster, n_obs, args.steps, args.rounds)
             print(f"{n_obs:>9,} {t['ranks'] * 1e3:>8.2f} {t['bare'] * 1e3:>8.2f} {t['one a call'] * 1e3:>8.2f} "

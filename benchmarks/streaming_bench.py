@@ -56,6 +56,12 @@ def markov_chain(n: int, seed: int) -> tuple[np.ndarray, float]:
     return out, entropy_rate
 
 
+def chain_tokens() -> tuple[np.ndarray, np.ndarray, float]:
+    """The training and held-out tokens every contender sees, and the chain's entropy rate."""
+    train, entropy_rate = markov_chain(N_TRAIN, seed=1)
+    return train, markov_chain(N_HELD_OUT, seed=2)[0], entropy_rate
+
+
 def held_out_nll(module, tokens: np.ndarray) -> float:
     """Mean next-token NLL of every held-out token after the first ``BLOCK``, each with a full
     ``BLOCK`` of context: the same scorer (our leaf on the module) for every contender."""
@@ -101,8 +107,7 @@ def _race(rank: int, world: int, names: list, budget: float, rate_rounds: int) -
     """Every contender trains epoch by epoch, in turn (so machine load hits all alike), until
     its held-out NLL is within 5% or it has trained ``budget`` seconds; then targets/s of short
     runs of the same handles, alternated ``rate_rounds`` times. Only training is timed."""
-    train, entropy_rate = markov_chain(N_TRAIN, seed=1)
-    held_out, _ = markov_chain(N_HELD_OUT, seed=2)
+    train, held_out, entropy_rate = chain_tokens()
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
     try:
         runs = {}
@@ -196,8 +201,7 @@ def bigram_nll(train: np.ndarray, held_out: np.ndarray, alpha: float = 0.05) -> 
 
 def _one_epoch_sweep(rank: int, world: int) -> dict:
     """Held-out NLL after one epoch of our handle for each (batch a rank, lr) of the sweep."""
-    train, entropy_rate = markov_chain(N_TRAIN, seed=1)
-    held_out, _ = markov_chain(N_HELD_OUT, seed=2)
+    train, held_out, entropy_rate = chain_tokens()
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
     try:
         found = {}

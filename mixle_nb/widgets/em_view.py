@@ -65,7 +65,7 @@ class EMView:
                    | fit_limits(self.objective, log_densities, shrink=shrink),
                    self.convergence: fit_steps(self.convergence, last)
                    | fit_limits(self.convergence, g, log=True, shrink=shrink),
-                   self.ranks: self._rank_bars(rank_seconds)}
+                   self.ranks: self._rank_bars(rank_seconds, shrink)}
         if model is not self.model:
             changed[self.picture.ax] = self.picture.update(model)
             self.model = model
@@ -74,7 +74,7 @@ class EMView:
                 self.live.invalidate(ax)
         return self.live.png()
 
-    def _rank_bars(self, seconds: Sequence[float]) -> bool:
+    def _rank_bars(self, seconds: Sequence[float], shrink: bool) -> bool:
         changed = False
         if seconds and len(seconds) != len(self.bars):  # no steps (a reset): keep the bars, at 0
             self.live.forget(self.bars)
@@ -89,7 +89,7 @@ class EMView:
             return changed
         for bar, s in zip(self.bars, seconds):
             bar.set_height(s)
-        return fit_limits(self.ranks, [0.0, *seconds], floor=0.0) or changed
+        return fit_limits(self.ranks, [0.0, *seconds], floor=0.0, shrink=shrink) or changed
 
 
 def choose_k_png(k: Sequence[int], bic: Sequence[float], aic: Sequence[float]) -> bytes:
