@@ -3,6 +3,8 @@ their own so that engines import them by reference (tests/ is on the engines' PY
 conftest.py)."""
 import time
 
+import numpy as np
+
 
 def outcome(fn):
     """What ``fn()`` raised on this rank (type, message) and how long it took to raise."""
@@ -31,3 +33,31 @@ def late_allreduce(late_rank, delay):
     if dist.get_rank() == late_rank:
         time.sleep(delay)
     return allreduce_sum(1)
+
+
+def params(model) -> np.ndarray:
+    """Every number of a model, flattened, for exact or toleranced comparison."""
+    from mixle_nb.stats import CategoricalDistribution, MixtureDistribution, MultivariateGaussianDistribution
+
+    if isinstance(model, MixtureDistribution):
+        return np.concatenate([model.w] + [params(c) for c in model.components])
+    if isinstance(model, CategoricalDistribution):
+        return np.array([model.pmap[k] for k in sorted(model.pmap)])
+    if isinstance(model, MultivariateGaussianDistribution):
+        return np.concatenate([model.mu, model.covar.ravel()])
+    return np.atleast_1d(np.concatenate([np.atleast_1d(model.mu), np.atleast_1d(model.sigma2)]))
+
+
+EM_STEPS = 5
+
+
+def em_steps(handle, estimator, model, steps: int = EM_STEPS):
+    """(the parameters after ``steps`` EM steps from ``model``, the log-density of each step)."""
+    from mixle_nb.stats import em_step
+
+    log_densities = []
+    for _ in range(steps):
+        step = em_step(handle, estimator, model)
+        model = step.model
+        log_densities.append(step.log_density)
+    return params(model), log_densities

@@ -30,7 +30,7 @@ from mixle_nb.stats import (
     em_step,
     seq_encode,
 )
-from rank_functions import outcome
+from rank_functions import em_steps, outcome, params
 from strictness import import_or_unavailable
 
 CPU = torch.device("cpu")
@@ -97,15 +97,6 @@ def _sklearn_problem(covariance_type: str, dim: int, k: int = 8, n: int = 4000):
     return x[:, 0], start, MixtureEstimator([GaussianEstimator() for _ in range(k)]), start_means
 
 
-def _params(model) -> np.ndarray:
-    """Every number of a mixture of Gaussian-family or categorical components, flattened."""
-    def component(c):
-        if isinstance(c, CategoricalDistribution):
-            return np.array([c.pmap[label] for label in sorted(c.pmap)])
-        return np.concatenate([np.atleast_1d(c.mu), np.atleast_1d(c.sigma2)])
-    return np.concatenate([model.w] + [component(c) for c in model.components])
-
-
 @pytest.mark.parametrize("covariance_type, dim", [("spherical", 1), ("diag", 8)])
 def test_fit_on_an_explicit_device_matches_the_default_and_scikit_learn(covariance_type, dim):
     iterations = 20
@@ -114,7 +105,7 @@ def test_fit_on_an_explicit_device_matches_the_default_and_scikit_learn(covarian
     default = fit(x, estimator, init=start, max_its=iterations, delta=0.0, out=None)
     assert on_device.n_iter == default.n_iter
     iterations = on_device.n_iter  # EM may converge (gain <= 0) first: scikit-learn runs as many
-    np.testing.assert_allclose(_params(on_device.model), _params(default.model), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(params(on_device.model), params(default.model), rtol=1e-12, atol=1e-12)
     assert on_device.log_density == pytest.approx(default.log_density, rel=1e-12)
 
     k = len(start.components)
@@ -137,7 +128,7 @@ def test_kmeans_start_on_an_explicit_device_matches_the_default():
     x, _, estimator, _ = _sklearn_problem("diag", 4, k=4, n=2000)
     on_device = fit(x, estimator, init="kmeans++", max_its=3, out=None, rng=5, device="cpu")
     default = fit(x, estimator, init="kmeans++", max_its=3, out=None, rng=5)
-    np.testing.assert_allclose(_params(on_device.model), _params(default.model), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(params(on_device.model), params(default.model), rtol=1e-12, atol=1e-12)
 
 
 def test_fit_refuses_a_device_for_data_already_encoded():
@@ -159,15 +150,6 @@ def test_mixle_encoders_encode_on_the_cpu_only():
 
 # -- a real 2-rank gloo group --------------------------------------------------------------------
 
-def _steps(handle, estimator, model, steps=5):
-    log_densities = []
-    for _ in range(steps):
-        step = em_step(handle, estimator, model)
-        model = step.model
-        log_densities.append(step.log_density)
-    return _params(model), log_densities
-
-
 def _refusing_reader(path):
     raise AssertionError("the data were read although the device was refused")
 
@@ -185,21 +167,21 @@ def _ranks_on_device(rank, world, npy):
     out = {}
     for name, device in (("default", None), ("cpu", "cpu"), ("torch_device", CPU)):
         with TorchRunEncodedData(x, estimator=estimator, device=device) as h:
-            out[name] = _steps(h, estimator, start, steps=20)
+            out[name] = em_steps(h, estimator, start, steps=20)
             out[name + "_placed"] = (str(h.device), sorted({str(t.device) for c in h.chunks for t in _tensors(c)}))
-            out[name + "_kmeans"] = _params(h.pysp_kmeans_init(estimator, 7))
+            out[name + "_kmeans"] = params(h.pysp_kmeans_init(estimator, 7))
         with TorchRunEncodedData.from_npy(npy, estimator=estimator, device=device, sub_chunks=2) as h:
-            out[name + "_npy"] = _steps(h, estimator, start)
+            out[name + "_npy"] = em_steps(h, estimator, start)
         with TorchRunEncodedData.from_files([npy], estimator=estimator, device=device) as h:
-            out[name + "_files"] = _steps(h, estimator, start)
+            out[name + "_files"] = em_steps(h, estimator, start)
         with TorchRunEncodedData(labels, model=lstart, device=device) as h:
-            out[name + "_labels"] = _steps(h, lstart.estimator(), lstart)
+            out[name + "_labels"] = em_steps(h, lstart.estimator(), lstart)
     out["everywhere"] = outcome(lambda: TorchRunEncodedData.from_files(
         [npy], estimator=estimator, device=BOGUS, reader=_refusing_reader))
     out["rank_one"] = outcome(lambda: TorchRunEncodedData.from_files(
         [npy], estimator=estimator, device=BOGUS if rank == 1 else "cpu", reader=np.load))
     with TorchRunEncodedData(x, estimator=estimator, device="cpu") as h:  # the group is still in step
-        out["after"] = _steps(h, estimator, start, steps=1)
+        out["after"] = em_steps(h, estimator, start, steps=1)
     dist.destroy_process_group()
     return out
 
@@ -248,4 +230,4 @@ def test_an_unusable_device_fails_every_rank_together_before_reading(rank_result
     x, start, estimator, _ = _sklearn_problem("diag", 8)
     one_step = em_step(seq_encode(x, model=start), estimator, start).model
     for r in rank_results:  # the group is still in step after the refusals
-        np.testing.assert_allclose(r["after"][0], _params(one_step), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(r["after"][0], params(one_step), rtol=1e-10, atol=1e-12)

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from rank_functions import outcome
+from rank_functions import EM_STEPS, em_steps, outcome, params
 
 from mixle_nb.inference import streaming_accumulate
 from mixle_nb.parallel.local_launch import run_local
@@ -20,8 +20,6 @@ from mixle_nb.stats import (
     MultivariateGaussianEstimator,
     seq_encode,
 )
-
-STEPS = 5
 
 
 def gaussian_problem():
@@ -49,28 +47,6 @@ def label_problem():
     return labels, start
 
 
-def params(model) -> np.ndarray:
-    """Every number of a model, flattened, for exact or toleranced comparison."""
-    if isinstance(model, MixtureDistribution):
-        return np.concatenate([model.w] + [params(c) for c in model.components])
-    if isinstance(model, CategoricalDistribution):
-        return np.array([model.pmap[k] for k in sorted(model.pmap)])
-    if isinstance(model, MultivariateGaussianDistribution):
-        return np.concatenate([model.mu, model.covar.ravel()])
-    return np.atleast_1d(np.concatenate([np.atleast_1d(model.mu), np.atleast_1d(model.sigma2)]))
-
-
-def fit(handle, estimator, model, steps=STEPS):
-    from mixle_nb.stats import em_step
-
-    log_densities = []
-    for _ in range(steps):
-        step = em_step(handle, estimator, model)
-        model = step.model
-        log_densities.append(step.log_density)
-    return params(model), log_densities
-
-
 def _rank_checks(rank, world):
     """Everything one world size is asked, in one process group to keep the suite fast."""
     import torch.distributed as dist
@@ -82,29 +58,30 @@ def _rank_checks(rank, world):
     out = {}
     with TorchRunEncodedData(x, estimator=estimator, fold="allreduce") as h:
         assert dist.is_initialized() and len(h) == len(x)
-        out["allreduce"] = fit(h, estimator, start)
+        out["allreduce"] = em_steps(h, estimator, start)
         out["timings"] = h.last_timings
         from mixle_nb.parallel import torchrun
 
         small_fold_limit, torchrun.EXCHANGE_MAX_FLOATS = torchrun.EXCHANGE_MAX_FLOATS, 0
-        out["allreduce_ring"] = fit(TorchRunEncodedData(x, estimator=estimator), estimator, start)  # large-fold path
+        # the large-fold path
+        out["allreduce_ring"] = em_steps(TorchRunEncodedData(x, estimator=estimator), estimator, start)
         torchrun.EXCHANGE_MAX_FLOATS = small_fold_limit
         out["init"] = params(h.pysp_seq_initialize(estimator, np.random.default_rng(9), 0.5))
         out["density_sum"] = h.pysp_seq_log_density_sum(start)
         out["stream"] = h.pysp_stream_accumulate(estimator, start)  # (count, key-tied value), as mixle's
         gather = TorchRunEncodedData(x, estimator=estimator, fold="gather")
-        out["gather"] = fit(gather, estimator, start)
+        out["gather"] = em_steps(gather, estimator, start)
         root_only = TorchRunEncodedData(x if rank == 0 else None, model=start, root_only=True, sub_chunks=3)
-        out["root_only"] = fit(root_only, estimator, start)
+        out["root_only"] = em_steps(root_only, estimator, start)
         out["root_only_shard"] = root_only.local_count
         xt, tstart, testimator = tied_problem()
-        out["tied"] = fit(TorchRunEncodedData(xt, estimator=testimator), testimator, tstart)
+        out["tied"] = em_steps(TorchRunEncodedData(xt, estimator=testimator), testimator, tstart)
         labels, lstart = label_problem()
         lhandle = TorchRunEncodedData(labels, model=lstart)
-        out["labels"] = fit(lhandle, lstart.estimator(), lstart)
+        out["labels"] = em_steps(lhandle, lstart.estimator(), lstart)
         out["labels_fold"] = lhandle._fold_path(lstart.estimator(), {})[0]
         tiny = TorchRunEncodedData(x[:3], estimator=estimator)  # fewer points than ranks
-        out["tiny"] = fit(tiny, estimator, start, steps=2)
+        out["tiny"] = em_steps(tiny, estimator, start, steps=2)
         out["tiny_shard"] = tiny.local_count
     out["destroyed_own_group"] = not dist.is_initialized()
     # a new store on a new port: on the old one a fast rank could reach the slow rank's store
@@ -122,8 +99,8 @@ def world_results(request):
     return request.param, run_local(_rank_checks, request.param)
 
 
-def single_process(x, start, estimator, steps=STEPS):
-    return fit(seq_encode(x, model=start), estimator, start, steps)
+def single_process(x, start, estimator, steps=EM_STEPS):
+    return em_steps(seq_encode(x, model=start), estimator, start, steps)
 
 
 def assert_identical_on_all_ranks(results, key):
@@ -329,17 +306,17 @@ def _from_disk(rank, world, npy, wide_npy, files):
     shards.READ_BLOCK_BYTES = 64  # a few rows per read, so parts span many reads
     out = {}
     with TorchRunEncodedData(x, estimator=start.estimator(), sub_chunks=3) as memory:
-        out["memory"] = fit(memory, start.estimator(), start)
+        out["memory"] = em_steps(memory, start.estimator(), start)
         out["memory_chunks"] = [len(c) for c in memory.chunks]
     with TorchRunEncodedData.from_npy(npy, estimator=start.estimator(), sub_chunks=3) as disk:
-        out["npy"] = fit(disk, start.estimator(), start)
+        out["npy"] = em_steps(disk, start.estimator(), start)
         out["npy_chunks"] = [len(c) for c in disk.chunks]
         out["npy_len"] = len(disk)
-    out["wide_memory"] = fit(TorchRunEncodedData(xt, estimator=testimator), testimator, tstart)
-    out["wide_npy"] = fit(TorchRunEncodedData.from_npy(wide_npy, estimator=testimator, sub_chunks=2),
+    out["wide_memory"] = em_steps(TorchRunEncodedData(xt, estimator=testimator), testimator, tstart)
+    out["wide_npy"] = em_steps(TorchRunEncodedData.from_npy(wide_npy, estimator=testimator, sub_chunks=2),
                           testimator, tstart)
     with TorchRunEncodedData.from_files(files, model=start, sub_chunks=2) as dealt:
-        out["files"] = fit(dealt, start.estimator(), start)
+        out["files"] = em_steps(dealt, start.estimator(), start)
         out["files_shard"] = dealt.local_count
     out["missing"] = outcome(lambda: TorchRunEncodedData.from_npy(npy + ".gone" if rank == 1 else npy,
                                                                    estimator=start.estimator()))
