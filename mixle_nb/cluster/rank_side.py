@@ -135,6 +135,11 @@ def _root_state(module) -> Optional[dict]:
 
     if dist.is_initialized() and dist.get_rank() != 0:
         return None
+    return cpu_state(module)
+
+
+def cpu_state(module) -> dict:
+    """A copy of ``module.state_dict()`` as CPU tensors, which later training does not change."""
     return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
 
 

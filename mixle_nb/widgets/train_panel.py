@@ -166,7 +166,7 @@ class TrainPanel(Panel):
             self.last_model = h.pysp_seq_estimate(self.estimator, None)
         finally:
             h.progress, h.progress_every, h.stop = saved
-        self.model_state = {k: v.detach().cpu().clone() for k, v in self.last_model.module.state_dict().items()}
+        self.model_state = rank_side.cpu_state(self.last_model.module)
         self.model_state_step = self._offset[0] + h.steps_done
         if self.validation is not None:
             count, total = self.validation.pysp_seq_log_density_sum(self.last_model)
