@@ -7,6 +7,8 @@ is ignored, as Python ignores one.
 """
 from __future__ import annotations
 
+import atexit
+import signal
 import sys
 from typing import Optional
 
@@ -115,6 +117,24 @@ def parse(magic, line: str):
     return parse_argstring(magic, line)
 
 
+def _stop_current_cluster() -> None:
+    """At exit: stop the current cluster, not to be cut short by the SIGTERM that a kernel
+    manager sends a kernel still exiting after half its grace period (2.5 s of jupyter_client's
+    5), which left an engine and the rendezvous folder behind."""
+    cluster = cluster_module.current()
+    if cluster is not None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the manager's SIGKILL still ends a hang
+        cluster.stop()
+
+
+def stop_first_at_exit() -> None:
+    """Stop the current cluster first when the kernel exits: before the handlers that the
+    cluster's new ipyparallel client registered, which close it (stopping after them waits
+    for a timeout)."""
+    atexit.unregister(_stop_current_cluster)
+    atexit.register(_stop_current_cluster)
+
+
 def defined_on_rank(name: str) -> bool:
     """Whether ``name`` is bound in this rank's namespace (runs on the engines)."""
     from .cluster.rank_side import rank_namespace
@@ -147,11 +167,13 @@ class MixleMagics(Magics):
     def mixle_cluster(self, line):
         """Start, stop, restart or show the mixle cluster.
 
+        ``restart`` starts fresh engines (names defined on the ranks are gone: push and build
+        them again); ``stop`` ends every process of the cluster, as a kernel shutdown does.
+
         Example::
 
             %mixle_cluster start 2          # 2 engines, one gloo group; binds `mixle`
             %mixle_cluster status
-            %mixle_cluster stop             # ends every process of the cluster
         """
         args = parse(self.mixle_cluster, line)
         if args is None:
@@ -167,6 +189,7 @@ class MixleMagics(Magics):
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
             cluster.start(progress=lambda message: print(message, flush=True))
+            stop_first_at_exit()
             cluster.view.activate()  # ipyparallel's own %px targets these engines too
             self.shell.user_ns[args.name] = cluster
             display(cluster.status())
@@ -176,6 +199,7 @@ class MixleMagics(Magics):
         elif args.action == "restart":
             cluster = running_cluster()
             cluster.restart(progress=lambda message: print(message, flush=True))
+            stop_first_at_exit()
             cluster.view.activate()
             display(cluster.status())
         else:
