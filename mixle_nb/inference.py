@@ -24,7 +24,7 @@ from .stats.mixture import MixtureEstimator
 from .stats.multivariate_gaussian import MultivariateGaussianEstimator
 from .stats.parameters import free_parameters
 from .stats.spherical_gaussian import SphericalGaussianEstimator
-from .validation import choice, non_negative_real, optional_int, positive_int, positive_real
+from .validation import choice, non_negative_real, optional_int, positive_int
 
 INITS = ("kmeans++", "random_from_data", "random")
 ROOT_STDOUT = "stdout on the root rank"  # the default ``out``: sys.stdout, on a handle's root rank only
@@ -120,7 +120,7 @@ def fit(
     init: Union[str, Distribution, None] = None,
     n_init: int = 1,
     max_its: int = 100,
-    delta: float = 1e-9,
+    delta: Optional[float] = 1e-9,
     tol: Optional[float] = None,
     init_p: float = 0.1,
     rng: Any = None,
@@ -133,6 +133,7 @@ def fit(
     ``init`` is a start name (see :func:`initial_model`; ``None`` picks :func:`default_init`)
     or a model. Each start runs until the gain in log-density per observation falls below
     ``delta``, or its magnitude below ``tol`` (scikit-learn's meaning), or ``max_its``
+    (``delta=None`` and ``tol=None`` or ``0``: exactly ``max_its``, as scikit-learn's ``tol=0``)
     iterations. ``data`` may be raw observations or any handle (``fit(h, est)``); ``enc_data``
     (local encoded data or any handle) skips encoding ``data``;
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``; ``None``: the CPU) is
@@ -144,8 +145,8 @@ def fit(
     """
     max_its = positive_int("max_its", max_its)
     n_init = positive_int("n_init", n_init)
-    delta = non_negative_real("delta", delta)
-    tol = None if tol is None else positive_real("tol", tol)
+    delta = None if delta is None else non_negative_real("delta", delta)
+    tol = None if tol is None else non_negative_real("tol", tol)
     start_model = None if init is None or isinstance(init, str) else init
     name = "model" if start_model is not None else choice("init", init or default_init(estimator), INITS)
     if start_model is not None and n_init > 1:
@@ -190,7 +191,7 @@ def optimize(
     init: Union[str, Distribution, None] = None,
     n_init: int = 1,
     max_its: int = 100,
-    delta: float = 1e-9,
+    delta: Optional[float] = 1e-9,
     tol: Optional[float] = None,
     init_p: float = 0.1,
     rng: Any = None,
@@ -228,7 +229,7 @@ def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start) -> tupl
         if on_step is not None:
             on_step(record)
         model, previous = step.model, step.log_density
-        if gain < delta or (tol is not None and abs(gain) < tol):
+        if (delta is not None and gain < delta) or (tol is not None and abs(gain) < tol):
             return FitResult(model, previous, history, True, iteration, ""), False
     return FitResult(model, previous, history, False, max_its, ""), False
 

@@ -315,3 +315,14 @@ def test_5_9_panel_on_the_cluster_wrong_model_and_a_handle_gone(shell, cluster2)
     message = str(info.value)
     assert "build it on the ranks again" in message and "panel.attach(handle='fh_h'" in message
     assert "%mixle_push fh_h" not in message
+
+
+def test_no_stopping_rule_runs_exactly_max_its():
+    """For the scikit-learn face (REQUESTS.md): ``delta=None`` with ``tol=0`` or ``None`` never stops
+    early, as scikit-learn's ``tol=0``; the iterations are those of EM, step for step."""
+    x, est = blobs(), mixture_2d()
+    for tol in (0.0, None):
+        result = fit(x, est, init="kmeans++", rng=0, delta=None, tol=tol, max_its=40, out=None)
+        assert result.n_iter == 40 and not result.converged and len(result.history) == 40
+    stopped = fit(x, est, init="kmeans++", rng=0, max_its=40, out=None)
+    assert stopped.n_iter < 40 and stopped.converged

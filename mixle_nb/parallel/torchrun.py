@@ -212,6 +212,7 @@ class TorchRunEncodedData(HandleLifetime):
         self._encode(encoder, parts, None, signature, error, "the shard", empty,
                      locate=lambda part, row, _: f"row {row} of the shard passed on rank {self.rank}", fix=SAME_ROWS)
         return self
+
     @classmethod
     def from_npy(cls, path: Any, estimator: Optional[Estimator] = None, model: Optional[Distribution] = None,
                  encoder: Any = None, sub_chunks: int = 1, group: Any = None, root: int = 0,
@@ -298,7 +299,7 @@ class TorchRunEncodedData(HandleLifetime):
         self.last_timings: Optional[StepTimings] = None
         self.last_fold_floats: Optional[int] = None  # float64s the last all-reduce fold sent; None: gathered
         self.interleaved = True  # rank r holds observations r, r + world, ... (see from_shards)
-        self._no_rows: Any = None  # no observations of the data's kind, to check a model against
+        self._sample: Any = None  # one observation (none on an empty rank), to check a model against
         return sub_chunks
 
     def _place(self, encoder, device: Any):
@@ -339,8 +340,8 @@ class TorchRunEncodedData(HandleLifetime):
                 sizes = []
                 for number, part in enumerate(parts):
                     sizes.append(len(part))
-                    if self._no_rows is None and hasattr(part, "__getitem__"):
-                        self._no_rows = part[:0]
+                    if self._sample is None and len(part):
+                        self._sample = _copy(part[:1])
                     if len(part):  # an empty part has nothing to encode (some encoders refuse it)
                         try:
                             self.chunks.append(encode(encoder, part, self._encode_device))
@@ -350,8 +351,8 @@ class TorchRunEncodedData(HandleLifetime):
                         self._counts.append(len(part))
                     del part
                     release_freed_memory()
-                if self._no_rows is None:
-                    self._no_rows = empty
+                if self._sample is None:
+                    self._sample = empty
                 if not self.chunks:  # an empty shard: keep its empty encoding where the encoder
                     self._encode_empty(encoder, empty)  # takes one (it tells k-means‖ the dimension)
                 if counts is not None and sum(counts) != sum(sizes):
@@ -576,12 +577,12 @@ class TorchRunEncodedData(HandleLifetime):
 
     def _explained(self, error: BaseException, model: Any) -> BaseException:
         """``error`` of a step under ``model``, or, when ``model`` does not fit the data (a
-        model of another dimension), the error its own encoder gives for rows of this shard's
-        kind, which names the mismatch. Only on the failure path: a step pays nothing for it."""
-        if model is None or self._no_rows is None or not hasattr(model, "dist_to_encoder"):
+        model of another dimension), the error its own encoder gives for an observation of this
+        shard, which names the mismatch. Only on the failure path: a step pays nothing for it."""
+        if model is None or self._sample is None or not hasattr(model, "dist_to_encoder"):
             return error
         try:
-            model.dist_to_encoder().seq_encode(self._no_rows)
+            model.dist_to_encoder().seq_encode(self._sample)
         except Exception as mismatch:
             return ValueError(f"the model does not fit the data on rank {self.rank}: {mismatch}. Pass a "
                               "model of the data's dimension, or start from the data (init='kmeans++')")
@@ -690,6 +691,11 @@ class TorchRunEncodedData(HandleLifetime):
 
     def __len__(self) -> int:
         return self._count
+
+
+def _copy(rows: Any) -> Any:
+    """``rows`` as a copy that holds no reference to the part they came from (a memory map)."""
+    return np.array(rows) if isinstance(rows, np.ndarray) else list(rows)
 
 
 def _located(error: BaseException, part: Any, start: int, locate: Callable[[int, int], str],
