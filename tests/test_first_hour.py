@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 import pytest
+from IPython import get_ipython
 from IPython.core.error import UsageError
 from IPython.testing.globalipapp import start_ipython
 from rank_functions import outcome
@@ -246,7 +247,7 @@ def _build_on_scattered(name: str, use_from_shards: bool):
 
 @pytest.fixture(scope="module")
 def shell(cluster2):
-    ip = start_ipython()
+    ip = start_ipython() or get_ipython()  # start_ipython answers None once another module started it
     ip.run_line_magic("load_ext", "mixle_nb")
     previous = cluster_module.current()
     cluster_module.set_current(cluster2)

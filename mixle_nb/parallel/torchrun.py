@@ -47,7 +47,7 @@ from .shards import (NpyRows, dealt_files, describe, describe_rows, empty_like_r
 FOLDS = ("auto", "gather", "allreduce")
 EXCHANGE_MAX_FLOATS = 1 << 18  # world × vector length; above it the fold uses all_reduce
 POLL_S = 0.005  # how long a small fold polls before it blocks
-SAME_DATA = ("rank {rank} holds other data: pass the same full data on every rank (each keeps "
+SAME_DATA = ("pass the same full data on every rank (each keeps "
              "data[rank::world] of it), or root_only=True with the data on the root. Did you %mixle_scatter "
              "it? For data already split across ranks use TorchRunEncodedData.from_shards(shard, estimator=...)")
 SAME_ROWS = "every rank's observations must have the same shape and dtype"
@@ -177,7 +177,7 @@ class TorchRunEncodedData(HandleLifetime):
         parts = () if shard is None else split_parts(shard, sub_chunks)
         self._encode(encoder, parts, None, signature, error, "the data", None if shard is None else shard[:0],
                      locate=lambda part, row, _: f"row {self.rank + self.world * row} of the data",
-                     fix=SAME_ROWS if root_only else SAME_DATA)
+                     fix=SAME_ROWS if root_only else "rank {rank} holds other data: " + SAME_DATA)
 
     @classmethod
     def from_shards(cls, shard: Sequence, estimator: Optional[Estimator] = None,
