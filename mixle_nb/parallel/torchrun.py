@@ -193,7 +193,9 @@ class TorchRunEncodedData(HandleLifetime):
         ``interleaved=True`` (the scatter's layout): per-observation results gathered with
         ``gather=True`` come back in the original order of the scattered sequence; ``False``:
         the shards are consecutive blocks, gathered back as rank 0's rows, then rank 1's, ...
-        Ranks agree on the observations' shape and dtype; every other argument is as for the
+        Ranks agree on the observations' shape and dtype; a rank with no observations of
+        vector data passes an empty array of their shape (``np.empty((0, D))``), which is what
+        a scatter of fewer rows than ranks gives it. Every other argument is as for the
         constructor."""
         self = cls.__new__(cls)
         sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
