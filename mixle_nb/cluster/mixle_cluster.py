@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 from .. import validation
 from . import engine
 from .calls import POLL_S, RankCall, RankDiedError, collective_broken
+from .lifeline import Lifeline
 from .processes import OwnedProcesses, RankProcess
 from .state import ClusterState
 from .status import ClusterStatus, RankStatus
@@ -82,7 +83,7 @@ class MixleCluster:
         self.state = ClusterState.NEW
         self.broken_reason = ""
         self.client = self.view = None
-        self._ipp = self._store_dir = None
+        self._ipp = self._store_dir = self._lifeline = None
         self._ranks: dict[int, RankProcess] = {}
         self._processes = OwnedProcesses()
         self._views: dict[tuple[int, ...], Any] = {}
@@ -151,6 +152,7 @@ class MixleCluster:
         controller_args += list(options.pop("controller_args", []))
         options.setdefault("log_level", logging.WARNING)
         self._ipp = ipp.Cluster(engines=self.launcher, controller_args=controller_args, **options)
+        self._start_lifeline()
         self._ipp.start_controller_sync()
         self._processes.own(self._ipp.controller.pid)
         report("controller started")
@@ -163,6 +165,14 @@ class MixleCluster:
                 self._processes.own(launcher.pid)
         self.client = self._ipp.connect_client_sync()
         self._await_engines(report)
+
+    def _start_lifeline(self) -> None:
+        """Every process and file of this cluster ends with this process, by any signal."""
+        self._lifeline = self._processes.lifeline = Lifeline()
+        profile, cluster_id = self._ipp.profile_dir, self._ipp.cluster_id
+        self._lifeline.remove(self._ipp.cluster_file)
+        self._lifeline.remove(os.path.join(profile, "security", f"ipcontroller-{cluster_id}-*.json"))
+        self._lifeline.remove(os.path.join(profile, "log", f"*-{cluster_id}-*.log"))
 
     def _await_engines(self, report) -> None:
         """Wait for all engines, asking each to describe itself as soon as it registers."""
@@ -224,6 +234,7 @@ class MixleCluster:
         if self._single_host():
             if self._store_dir is None:
                 self._store_dir = tempfile.mkdtemp(prefix="mixle-rendezvous-")  # mode 0700
+                self._lifeline.remove(self._store_dir)
             return {"store_path": os.path.join(self._store_dir, f"store-{self._group_generation}")}
         # engine 0 listens on its address toward the controller, which every host reaches
         return {"master": self._view_on([0]).apply_sync(engine.rendezvous_address)[0]}
@@ -265,6 +276,9 @@ class MixleCluster:
             self._processes.reap()  # whatever went wrong above, no process of ours outlives stop()
             if self._store_dir:
                 shutil.rmtree(self._store_dir, ignore_errors=True)
+            if self._lifeline is not None:
+                self._lifeline.close()
+            self._processes.lifeline = self._lifeline = None
             self.client = self.view = self._ipp = self._store_dir = None
             self._ranks, self._views, self._last_call = {}, {}, {}
             self.group_backend = None
