@@ -61,6 +61,22 @@ class Lifeline:
         """End the watcher, touching nothing (the owner stopped the cluster itself)."""
         self._finish("close")
 
+    def cut(self, wait_s: float = 0.0) -> None:
+        """End the cluster now, as the owner's death would: the watcher ends every process and
+        file it was told of, without the owner waiting for them (at exit: no polite goodbye
+        that could outlast the kernel's grace period). Waits up to ``wait_s`` for it to finish."""
+        if self._proc.stdin is None:
+            return
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
+        self._proc.stdin = None
+        try:
+            self._proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+
     def release(self) -> None:
         """End the watcher, touching nothing: the cluster is detached and outlives its owner."""
         self._finish("release")

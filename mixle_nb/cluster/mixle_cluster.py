@@ -28,9 +28,10 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from .. import validation
+from . import detached as detached_records
 from . import engine
 from .calls import POLL_S, RankCall, RankDiedError, collective_broken
-from .lifeline import Lifeline
+from .lifeline import TERM_GRACE_S, Lifeline
 from .processes import OwnedProcesses, RankProcess
 from .state import ClusterState
 from .status import ClusterStatus, RankStatus
@@ -53,7 +54,12 @@ class MixleCluster:
     """``n`` ipyparallel engines forming one torch.distributed group (rank = engine id).
 
     ``launcher`` names an ipyparallel engine launcher ("local", "mpi", "ssh", "slurm", ...);
-    ``ipyparallel_options`` go to ``ipyparallel.Cluster``. ``%px`` is not activated here:
+    ``ipyparallel_options`` go to ``ipyparallel.Cluster``.
+
+    Its processes end with the process that started it, by any signal (see
+    :mod:`~mixle_nb.cluster.lifeline`), unless it is ``detached`` (or :meth:`detach` is
+    called): then it runs on until :meth:`stop`, and a new process attaches to it with
+    :meth:`attach` (:meth:`list_detached` lists this user's). ``%px`` is not activated here:
     the magics call ``cluster.view.activate()``.
 
     Example::
@@ -63,7 +69,7 @@ class MixleCluster:
     """
 
     def __init__(self, n: int, *, backend: str = "auto", timeout: float = 60.0,
-                 launcher: str = "local", threads: int = 1, **ipyparallel_options):
+                 launcher: str = "local", threads: int = 1, detached: bool = False, **ipyparallel_options):
         n = validation.positive_int("n", n)
         if n > MAX_ENGINES:
             raise ValueError(f"n must be at most {MAX_ENGINES} engines; got {n}")
@@ -79,6 +85,8 @@ class MixleCluster:
                                  "use backend='gloo' or 'auto'")
         self.n, self.backend, self.timeout, self.threads = n, backend, timeout, threads
         self.launcher = launcher
+        self.detached = bool(detached)
+        self._record: str | None = None  # a detached cluster's record (mixle_nb/cluster/detached.py)
         self._options = ipyparallel_options
         self.state = ClusterState.NEW
         self.broken_reason = ""
@@ -117,7 +125,69 @@ class MixleCluster:
         self.view.block = True
         self.state = ClusterState.RUNNING
         _registry().set_current(self)
+        if self.detached:
+            self.detach()
         return self
+
+    def detach(self) -> None:
+        """Let the cluster outlive this process: it runs on, with everything on its ranks, until
+        :meth:`stop` here or in the process that :meth:`attach` es to it."""
+        if self.state != ClusterState.RUNNING:
+            raise RuntimeError(f"only a running cluster can be detached; this one is {self.state}")
+        if self._lifeline is not None:
+            self._lifeline.release()
+        self._processes.lifeline = self._lifeline = None
+        self._record = detached_records.write_record(self)
+        self.detached = True
+
+    @classmethod
+    def attach(cls, cluster_id: str | None = None, *, profile_dir: str | None = None) -> MixleCluster:
+        """The detached cluster ``cluster_id`` (or the only one), running, with its group and
+        everything on its ranks as it was; it stays detached. It becomes the current cluster."""
+        import ipyparallel as ipp
+
+        record = detached_records.choose(detached_records.detached_clusters(profile_dir), cluster_id)
+        cluster = cls(record["n"], backend=record["backend"], timeout=record["timeout"],
+                      launcher=record["launcher"], threads=record["threads"], detached=True)
+        cluster._ipp = ipp.Cluster.from_file(cluster_id=record["cluster_id"], profile_dir=record["profile_dir"],
+                                             log_level=logging.WARNING, shutdown_atexit=False)
+        cluster.client = cluster._ipp.connect_client_sync()
+        cluster.client.wait_for_engines(cluster.n, timeout=cluster._ipp.engine_timeout)
+        cluster._ranks = detached_records.rank_processes(record)
+        described = cluster.client[list(range(cluster.n))].apply_sync(engine.describe)
+        for r, (rank, info) in enumerate(zip(cluster._ranks.values(), described)):
+            if (rank.pid, rank.host) != (info["pid"], info["host"]):
+                raise RuntimeError(f"engine {r} is pid {info['pid']} on {info['host']}, not the rank "
+                                   f"detached ({rank.pid} on {rank.host}): the cluster was changed since")
+            if rank.host == cluster._here:
+                cluster._processes.own(rank.pid)
+                rank.process = cluster._processes.get(rank.pid)
+        cluster._processes.own(record["controller_pid"])
+        cluster._processes.own_children()
+        cluster._store_dir, cluster.group_backend = record["store_dir"], record["group_backend"]
+        cluster._group_generation = record["group_generation"]
+        cluster._record = detached_records.record_path(record["profile_dir"], record["cluster_id"])
+        cluster.view = cluster.client[:]
+        cluster.view.block = True
+        cluster.state = ClusterState.RUNNING
+        _registry().set_current(cluster)
+        return cluster
+
+    @staticmethod
+    def list_detached(profile_dir: str | None = None) -> list[dict]:
+        """This user's detached clusters that still run: ``cluster_id``, ``n``, ``launcher``,
+        ``detached_at`` (epoch seconds), ``detached_by`` (pid) and more, oldest first."""
+        return detached_records.detached_clusters(profile_dir)
+
+    def end_at_exit(self) -> None:
+        """End the cluster at once through its lifeline, as this process's death would (for
+        exit handlers: no goodbye to the ranks that could outlast a kernel's shutdown grace);
+        a detached cluster is left running."""
+        lifeline = self._lifeline
+        if lifeline is not None:
+            lifeline.cut(wait_s=2 * TERM_GRACE_S + 1.0)
+            self._processes.lifeline = self._lifeline = None
+            self.state = ClusterState.STOPPED
 
     def stop(self) -> None:
         """Destroy the group, stop engines and controller, and wait until their processes exit."""
@@ -139,7 +209,8 @@ class MixleCluster:
 
     def __del__(self):
         try:
-            self.stop()
+            if not self.detached:
+                self.stop()
         except Exception:  # interpreter shutdown: modules may already be gone
             pass
 
@@ -151,6 +222,7 @@ class MixleCluster:
         controller_args = [f"--HeartMonitor.period={_HEARTBEAT_MS}"]
         controller_args += list(options.pop("controller_args", []))
         options.setdefault("log_level", logging.WARNING)
+        options.setdefault("shutdown_atexit", False)  # the lifeline ends it at exit (_end_all_at_exit)
         self._ipp = ipp.Cluster(engines=self.launcher, controller_args=controller_args, **options)
         self._start_lifeline()
         self._ipp.start_controller_sync()
@@ -279,6 +351,9 @@ class MixleCluster:
             if self._lifeline is not None:
                 self._lifeline.close()
             self._processes.lifeline = self._lifeline = None
+            if self._record is not None and os.path.exists(self._record):
+                os.remove(self._record)
+            self._record = None
             self.client = self.view = self._ipp = self._store_dir = None
             self._ranks, self._views, self._last_call = {}, {}, {}
             self.group_backend = None
@@ -513,9 +588,9 @@ class MixleCluster:
 
 
 @atexit.register
-def _stop_all_at_exit() -> None:
+def _end_all_at_exit() -> None:
+    """At interpreter exit, end every cluster this process owns through its lifeline: at once,
+    without the polite goodbye to the ranks (which waits on a client that ipyparallel's own
+    exit handlers may have closed, and could outlast a kernel's shutdown grace)."""
     for cluster in list(_live):
-        try:
-            cluster.stop()
-        except Exception:
-            pass
+        cluster.end_at_exit()
