@@ -75,3 +75,51 @@ def test_a_rank_killed_mid_save_resumes_from_the_checkpoint_before_bit_for_bit(c
     last = np.mean([loss for losses in whole for _, loss in losses[-5:]])
     assert abs(np.mean([loss for _, loss in alone[:5]]) - last) < 0.25 * last
     assert np.mean([loss for _, loss in alone[:5]]) < 0.5 * np.mean([loss for _, loss in fresh[:5]])
+
+
+def test_an_fsdp2_checkpoint_of_two_ranks_resumes_on_one_process(cluster2, tmp_path):
+    """Under FSDP2 each rank saves only its shards; DCP gathers them into a whole module here."""
+    root = str(tmp_path / "fsdp")
+    sharded = cluster2.run(train, root, EVERY, parallel="fsdp")
+    assert checkpoint_dirs(root) == {"step-00000020": True}
+    alone = train(root, 5, init_process_group=False)
+    assert [s for s, _ in alone] == list(range(EVERY + 1, EVERY + 6))
+    last = np.mean([loss for losses in sharded for _, loss in losses[-5:]])
+    assert abs(np.mean([loss for _, loss in alone]) - last) < 0.25 * last
+
+
+def build_panel_handle(root):
+    """A handle of 60 steps (5 epochs) checkpointing every 20 into ``root``, and a new module."""
+    from mixle_nb.cluster.rank_side import rank_namespace
+
+    rank_namespace().update(
+        ck_handle=StreamingTokenEncodedData(TOKENS, block=BLOCK, batch_size=BATCH, seed=SEED, epochs=5,
+                                            checkpoint=root, checkpoint_every=EVERY),
+        ck_estimator=StreamingTransformerLeafEstimator(
+            build_causal_lm(VOCAB, d_model=32, n_layer=2, n_head=2, block=BLOCK, seed=0), lr=LR))
+
+
+def test_a_train_panel_attached_to_a_checkpointing_handle_redraws_the_lost_steps_as_they_were(cluster2, tmp_path):
+    import shutil
+
+    from mixle_nb.widgets import TrainPanel
+
+    root = str(tmp_path / "panel")
+    cluster2.run(build_panel_handle, root)
+    panel = TrainPanel(cluster2, handle="ck_handle", estimator="ck_estimator", chunk_steps=EVERY, report_every=1)
+    panel.train()
+    # the panel draws the reports it sees (ipyparallel's data channel keeps the latest), and each
+    # chunk's last: every point is (step, targets, that step's loss)
+    whole = {r: {s: (t, loss) for s, t, loss in points} for r, points in panel.points.items()}
+    assert {20, 40, 60} <= set(whole[0]) and max(whole[0]) == 60
+    shutil.rmtree(os.path.join(root, "step-00000060"))  # as if the ranks died before saving it
+
+    cluster2.run(build_panel_handle, root)  # as after restart(): a new handle and module
+    panel.attach(handle="ck_handle", estimator="ck_estimator")
+    assert max(s for s, _, _ in panel.points[0]) == 40  # cut back to the checkpoint
+    panel.train()
+    for rank, points in panel.points.items():  # steps 41..60 again, bit for bit, targets counted on
+        again = {s: (t, loss) for s, t, loss in points if s > 40}
+        assert 60 in again
+        assert {s: again[s] for s in set(again) & set(whole[rank])} == \
+            {s: whole[rank][s] for s in set(again) & set(whole[rank])}

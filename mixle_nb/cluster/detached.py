@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import time
 from typing import Optional
 
 import psutil
 
+from . import engine
 from .processes import RankProcess
 
 PREFIX = "mixle-"
@@ -91,5 +93,29 @@ def choose(records: list[dict], cluster_id: Optional[str]) -> dict:
     return records[0]
 
 
-def rank_processes(record: dict) -> dict[int, RankProcess]:
-    return {r: RankProcess(pid, host, gpus) for r, (pid, host, gpus) in enumerate(record["ranks"])}
+def reconnect(cluster, record: dict) -> None:
+    """Give the new ``cluster`` object the detached cluster of ``record``: its ipyparallel
+    cluster and client, its ranks (checked to be the engines detached), its local processes and
+    its group's settings."""
+    import ipyparallel as ipp
+
+    cluster._ipp = ipp.Cluster.from_file(cluster_id=record["cluster_id"], profile_dir=record["profile_dir"],
+                                         log_level=logging.WARNING, shutdown_atexit=False)
+    cluster.client = cluster._ipp.connect_client_sync()
+    cluster.client.wait_for_engines(cluster.n, timeout=cluster._ipp.engine_timeout)
+    ranks = {r: RankProcess(pid, host, gpus) for r, (pid, host, gpus) in enumerate(record["ranks"])}
+    described = cluster.client[list(range(cluster.n))].apply_sync(engine.describe)
+    for r, info in enumerate(described):
+        rank = ranks[r]
+        if (rank.pid, rank.host) != (info["pid"], info["host"]):
+            raise RuntimeError(f"engine {r} is pid {info['pid']} on {info['host']}, not the rank "
+                               f"detached ({rank.pid} on {rank.host}): the cluster was changed since")
+        if rank.host == cluster._here:
+            cluster._processes.own(rank.pid)
+            rank.process = cluster._processes.get(rank.pid)
+    cluster._processes.own(record["controller_pid"])
+    cluster._processes.own_children()
+    cluster._ranks = ranks
+    cluster._store_dir, cluster.group_backend = record["store_dir"], record["group_backend"]
+    cluster._group_generation = record["group_generation"]
+    cluster._record = record_path(record["profile_dir"], record["cluster_id"])

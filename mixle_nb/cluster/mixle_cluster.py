@@ -144,29 +144,10 @@ class MixleCluster:
     def attach(cls, cluster_id: str | None = None, *, profile_dir: str | None = None) -> MixleCluster:
         """The detached cluster ``cluster_id`` (or the only one), running, with its group and
         everything on its ranks as it was; it stays detached. It becomes the current cluster."""
-        import ipyparallel as ipp
-
         record = detached_records.choose(detached_records.detached_clusters(profile_dir), cluster_id)
         cluster = cls(record["n"], backend=record["backend"], timeout=record["timeout"],
                       launcher=record["launcher"], threads=record["threads"], detached=True)
-        cluster._ipp = ipp.Cluster.from_file(cluster_id=record["cluster_id"], profile_dir=record["profile_dir"],
-                                             log_level=logging.WARNING, shutdown_atexit=False)
-        cluster.client = cluster._ipp.connect_client_sync()
-        cluster.client.wait_for_engines(cluster.n, timeout=cluster._ipp.engine_timeout)
-        cluster._ranks = detached_records.rank_processes(record)
-        described = cluster.client[list(range(cluster.n))].apply_sync(engine.describe)
-        for r, (rank, info) in enumerate(zip(cluster._ranks.values(), described)):
-            if (rank.pid, rank.host) != (info["pid"], info["host"]):
-                raise RuntimeError(f"engine {r} is pid {info['pid']} on {info['host']}, not the rank "
-                                   f"detached ({rank.pid} on {rank.host}): the cluster was changed since")
-            if rank.host == cluster._here:
-                cluster._processes.own(rank.pid)
-                rank.process = cluster._processes.get(rank.pid)
-        cluster._processes.own(record["controller_pid"])
-        cluster._processes.own_children()
-        cluster._store_dir, cluster.group_backend = record["store_dir"], record["group_backend"]
-        cluster._group_generation = record["group_generation"]
-        cluster._record = detached_records.record_path(record["profile_dir"], record["cluster_id"])
+        detached_records.reconnect(cluster, record)
         cluster.view = cluster.client[:]
         cluster.view.block = True
         cluster.state = ClusterState.RUNNING

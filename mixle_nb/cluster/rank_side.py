@@ -150,6 +150,18 @@ def load_module_state_on_rank(estimator: str, state: dict) -> None:
     lookup(estimator).module.load_state_dict(state)
 
 
+def checkpoint_step(handle) -> Optional[int]:
+    """The step of ``handle``'s newest complete training checkpoint (None: none, or no
+    checkpoints configured)."""
+    checkpoints = getattr(handle, "checkpoints", None)
+    found = checkpoints.latest() if checkpoints is not None else None
+    return None if found is None else found[0]
+
+
+def checkpoint_step_on_rank(handle: str) -> Optional[int]:
+    return checkpoint_step(lookup(handle))
+
+
 def training_progress_on_rank(handle: str) -> dict:
     h = lookup(handle)
     return {"steps_done": h.steps_done, "total_steps": h.total_steps}

@@ -495,8 +495,12 @@ class StreamingTokenEncodedData(HandleLifetime):
 
     @property
     def steps_done(self) -> int:
-        """Optimizer steps taken so far with the current module (0 before training)."""
-        return 0 if self._training is None else self._training.step
+        """Optimizer steps taken so far with the current module (before training: 0, or the
+        step of the checkpoint the first training call resumes from)."""
+        if self._training is not None:
+            return self._training.step
+        found = self.checkpoints.latest() if self.checkpoints is not None and not self._resumed else None
+        return 0 if found is None else found[0]
 
     @property
     def total_steps(self) -> int:
