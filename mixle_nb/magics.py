@@ -7,8 +7,6 @@ is ignored, as Python ignores one.
 """
 from __future__ import annotations
 
-import atexit
-import signal
 import sys
 from typing import Optional
 
@@ -117,24 +115,6 @@ def parse(magic, line: str):
     return parse_argstring(magic, line)
 
 
-def _stop_current_cluster() -> None:
-    """At exit: stop the current cluster, not to be cut short by the SIGTERM that a kernel
-    manager sends a kernel still exiting after half its grace period (2.5 s of jupyter_client's
-    5), which left an engine and the rendezvous folder behind."""
-    cluster = cluster_module.current()
-    if cluster is not None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the manager's SIGKILL still ends a hang
-        cluster.stop()
-
-
-def stop_first_at_exit() -> None:
-    """Stop the current cluster first when the kernel exits: before the handlers that the
-    cluster's new ipyparallel client registered, which close it (stopping after them waits
-    for a timeout)."""
-    atexit.unregister(_stop_current_cluster)
-    atexit.register(_stop_current_cluster)
-
-
 def defined_on_rank(name: str) -> bool:
     """Whether ``name`` is bound in this rank's namespace (runs on the engines)."""
     from .cluster.rank_side import rank_namespace
@@ -158,12 +138,15 @@ class MixleMagics(Magics):
 
     @line_magic
     @magic_arguments()
-    @argument("action", choices=["start", "stop", "status", "restart"], help="what to do with the cluster")
+    @argument("action", choices=["start", "stop", "status", "restart", "attach", "list"],
+              help="what to do with the cluster")
     @argument("n", nargs="?", type=int, help="number of engines (ranks), for start")
     @argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend")
     @argument("--timeout", type=float, default=60.0, help="collective timeout in seconds")
     @argument("--launcher", default="local", help="ipyparallel engine launcher: local, mpi, ssh, slurm")
     @argument("--name", default="mixle", help="notebook variable the cluster is bound to")
+    @argument("--detach", action="store_true", help="start: keep the cluster when the kernel dies")
+    @argument("--id", default=None, help="attach: which detached cluster (see list)")
     def mixle_cluster(self, line):
         """Start, stop, restart or show the mixle cluster.
 
@@ -174,6 +157,10 @@ class MixleMagics(Magics):
 
             %mixle_cluster start 2          # 2 engines, one gloo group; binds `mixle`
             %mixle_cluster status
+
+        ``start N --detach`` keeps the cluster when the kernel dies; in a new kernel
+        ``%mixle_cluster list`` shows this user's detached clusters and ``%mixle_cluster attach``
+        (``--id ID`` when there are several) reconnects to one and binds ``mixle``.
         """
         args = parse(self.mixle_cluster, line)
         if args is None:
@@ -185,11 +172,11 @@ class MixleMagics(Magics):
             if current is not None and current.state.has_processes:
                 raise UsageError("a mixle cluster is already running: %mixle_cluster stop (or restart) first")
             try:
-                cluster = MixleCluster(args.n, backend=args.backend, timeout=args.timeout, launcher=args.launcher)
+                cluster = MixleCluster(args.n, backend=args.backend, timeout=args.timeout, launcher=args.launcher,
+                                       detached=args.detach)
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
             cluster.start(progress=lambda message: print(message, flush=True))
-            stop_first_at_exit()
             cluster.view.activate()  # ipyparallel's own %px targets these engines too
             self.shell.user_ns[args.name] = cluster
             display(cluster.status())
@@ -199,9 +186,20 @@ class MixleMagics(Magics):
         elif args.action == "restart":
             cluster = running_cluster()
             cluster.restart(progress=lambda message: print(message, flush=True))
-            stop_first_at_exit()
             cluster.view.activate()
             display(cluster.status())
+        elif args.action == "attach":
+            try:
+                cluster = MixleCluster.attach(args.id)
+            except LookupError as exc:
+                raise UsageError(str(exc)) from None
+            cluster.view.activate()
+            self.shell.user_ns[args.name] = cluster
+            display(cluster.status())
+        elif args.action == "list":
+            records = MixleCluster.list_detached()
+            print("\n".join(f"{r['cluster_id']}  {r['n']} engines ({r['launcher']})  detached by pid "
+                            f"{r['detached_by']}" for r in records) or "no detached mixle cluster is running")
         else:
             display(running_cluster().status())
 
