@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Optional, TextIO, Union
 
 import numpy as np
 
+from .checkpoint import EMCheckpoint
 from .stats.base import Distribution, Estimator, as_generator
 from .stats.diagonal_gaussian import DiagonalGaussianEstimator
 from .stats.estimation import (EMStep, accumulate, em_step, encoded_count, seq_encode, seq_initialize,
@@ -127,6 +128,7 @@ def fit(
     out: Union[TextIO, str, None] = ROOT_STDOUT,
     on_step: Optional[Callable[[IterationRecord], None]] = None,
     device: Any = None,
+    checkpoint: Any = None,
 ) -> FitResult:
     """EM from ``n_init`` starts, keeping the one with the best final log-density.
 
@@ -142,6 +144,9 @@ def fit(
     a handle's root rank only, as ``torchrun_out`` does); ``on_step`` gets every
     :class:`IterationRecord`. Ctrl-C returns the best start so far (the interrupted one
     with its last good model); any other failure raises :class:`FitError` carrying it.
+    ``checkpoint`` (a path or an :class:`~mixle_nb.checkpoint.EMCheckpoint`) saves the run
+    atomically every step (or every ``EMCheckpoint.every``); if the file exists, the fit
+    continues from it, step for step the run it saved.
     """
     max_its = positive_int("max_its", max_its)
     n_init = positive_int("n_init", n_init)
@@ -165,19 +170,27 @@ def fit(
         raise ValueError("device= places the data fit encodes; enc_data is encoded already (encode it "
                          "with seq_encode(data, device=...) or build the handle with device=...)")
     rng = as_generator(rng)
-    best: Optional[FitResult] = None
-    finals = []
-    for start in range(n_init):
-        model = initial_model(enc_data, estimator, start_model if start_model is not None else name, rng, init_p)
+    saved = EMCheckpoint.of(checkpoint)
+    resumed = saved.resume_fit(n_init, name, rng) if saved else None
+    best: Optional[FitResult] = resumed["best"] if resumed else None
+    finals = resumed["finals"] if resumed else []
+    for start in range(resumed["start"] if resumed else 0, n_init):
+        begun = resumed["run"] if resumed and start == resumed["start"] else None
+        model = begun[0] if begun else initial_model(enc_data, estimator, start_model if start_model is not None
+                                                     else name, rng, init_p)
         if n_init > 1:
             _say(out, f"Start {start + 1} of {n_init} ({name})")
-        result, interrupted = _em(enc_data, estimator, model, max_its, delta, tol, out, on_step, start)
+        save = saved and (lambda step, run: saved.due(step) and saved.save_fit(n_init, name, rng, start, best,
+                                                                                 finals, run))
+        result, interrupted = _em(enc_data, estimator, model, max_its, delta, tol, out, on_step, start, begun, save)
         result.init = name
         finals.append(result.log_density)
         if best is None or result.log_density > best.log_density:
             best = result
         if interrupted:
             break
+        if saved:
+            saved.save_fit(n_init, name, rng, start + 1, best, finals)
     best.restarts = finals
     return best
 
@@ -209,11 +222,15 @@ def optimize(
                tol=tol, init_p=init_p, rng=rng, out=out, on_step=on_step, device=device).model
 
 
-def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start) -> tuple[FitResult, bool]:
-    """One start's EM loop; returns its result and whether Ctrl-C ended it."""
-    history: list[IterationRecord] = []
-    previous = -math.inf
-    for iteration in range(1, max_its + 1):
+def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start, begun=None,
+        save=None) -> tuple[FitResult, bool]:
+    """One start's EM loop, continuing ``begun`` (model, previous, history) if given, and
+    ``save(iteration, run)`` after each iteration; returns its result and whether Ctrl-C ended it."""
+    history: list[IterationRecord] = list(begun[2]) if begun else []
+    previous = begun[1] if begun else -math.inf
+    if history and ((delta is not None and history[-1].gain < delta) or (tol is not None and abs(history[-1].gain) < tol)):
+        return FitResult(model, previous, history, True, len(history), ""), False  # saved as it converged
+    for iteration in range(len(history) + 1, max_its + 1):
         try:
             step: EMStep = em_step(enc, estimator, model)
         except KeyboardInterrupt:
@@ -229,6 +246,8 @@ def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start) -> tupl
         if on_step is not None:
             on_step(record)
         model, previous = step.model, step.log_density
+        if save:
+            save(iteration, (model, previous, history))
         if (delta is not None and gain < delta) or (tol is not None and abs(gain) < tol):
             return FitResult(model, previous, history, True, iteration, ""), False
     return FitResult(model, previous, history, False, max_its, ""), False

@@ -158,12 +158,15 @@ class MixleMagics(Magics):
 
     @line_magic
     @magic_arguments()
-    @argument("action", choices=["start", "stop", "status", "restart"], help="what to do with the cluster")
+    @argument("action", choices=["start", "stop", "status", "restart", "attach", "list"],
+              help="what to do with the cluster")
     @argument("n", nargs="?", type=int, help="number of engines (ranks), for start")
     @argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend")
     @argument("--timeout", type=float, default=60.0, help="collective timeout in seconds")
     @argument("--launcher", default="local", help="ipyparallel engine launcher: local, mpi, ssh, slurm")
     @argument("--name", default="mixle", help="notebook variable the cluster is bound to")
+    @argument("--detach", action="store_true", help="start: keep the cluster when the kernel dies")
+    @argument("--id", default=None, help="attach: which detached cluster (see list)")
     def mixle_cluster(self, line):
         """Start, stop, restart or show the mixle cluster.
 
@@ -174,6 +177,10 @@ class MixleMagics(Magics):
 
             %mixle_cluster start 2          # 2 engines, one gloo group; binds `mixle`
             %mixle_cluster status
+            %mixle_cluster stop
+            %mixle_cluster start 4 --detach # survives the kernel; in a new kernel:
+            %mixle_cluster list             # this user's detached clusters
+            %mixle_cluster attach           # the only one (or --id ID); binds `mixle`
         """
         args = parse(self.mixle_cluster, line)
         if args is None:
@@ -185,7 +192,8 @@ class MixleMagics(Magics):
             if current is not None and current.state.has_processes:
                 raise UsageError("a mixle cluster is already running: %mixle_cluster stop (or restart) first")
             try:
-                cluster = MixleCluster(args.n, backend=args.backend, timeout=args.timeout, launcher=args.launcher)
+                cluster = MixleCluster(args.n, backend=args.backend, timeout=args.timeout, launcher=args.launcher,
+                                       detached=args.detach)
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
             cluster.start(progress=lambda message: print(message, flush=True))
@@ -202,6 +210,18 @@ class MixleMagics(Magics):
             stop_first_at_exit()
             cluster.view.activate()
             display(cluster.status())
+        elif args.action == "attach":
+            try:
+                cluster = MixleCluster.attach(args.id)
+            except LookupError as exc:
+                raise UsageError(str(exc)) from None
+            cluster.view.activate()
+            self.shell.user_ns[args.name] = cluster
+            display(cluster.status())
+        elif args.action == "list":
+            records = MixleCluster.list_detached()
+            print("\n".join(f"{r['cluster_id']}  {r['n']} engines ({r['launcher']})  detached by pid "
+                            f"{r['detached_by']}" for r in records) or "no detached mixle cluster is running")
         else:
             display(running_cluster().status())
 

@@ -43,16 +43,19 @@ def call_ranks() -> list[int] | None:
 def describe() -> dict:
     """Identity of this engine; importing torch here overlaps it with other engines' startup.
 
-    Also switches the engine to plain tracebacks: IPython's default context mode parses every
+    Also starts the engine's watch of its controller, and switches it to plain tracebacks: IPython's default context mode parses every
     frame's source file, which for torch.distributed's frames delays a rank's first error by
     about a second.
     """
     import torch
     from IPython import get_ipython
 
+    from . import controller_watch
+
     shell = get_ipython()
     if shell is not None:
         shell.InteractiveTB.set_mode("Plain")
+    controller_watch.start()  # the engine ends when its controller does (owner dead, not detached)
 
     return {"pid": os.getpid(), "host": socket.gethostname(),
             "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}

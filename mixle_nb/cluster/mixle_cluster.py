@@ -28,8 +28,10 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from .. import validation
+from . import detached as detached_records
 from . import engine
 from .calls import POLL_S, RankCall, RankDiedError, collective_broken
+from .lifeline import TERM_GRACE_S, Lifeline
 from .processes import OwnedProcesses, RankProcess
 from .state import ClusterState
 from .status import ClusterStatus, RankStatus
@@ -52,7 +54,12 @@ class MixleCluster:
     """``n`` ipyparallel engines forming one torch.distributed group (rank = engine id).
 
     ``launcher`` names an ipyparallel engine launcher ("local", "mpi", "ssh", "slurm", ...);
-    ``ipyparallel_options`` go to ``ipyparallel.Cluster``. ``%px`` is not activated here:
+    ``ipyparallel_options`` go to ``ipyparallel.Cluster``.
+
+    Its processes end with the process that started it, by any signal (see
+    :mod:`~mixle_nb.cluster.lifeline`), unless it is ``detached`` (or :meth:`detach` is
+    called): then it runs on until :meth:`stop`, and a new process attaches to it with
+    :meth:`attach` (:meth:`list_detached` lists this user's). ``%px`` is not activated here:
     the magics call ``cluster.view.activate()``.
 
     Example::
@@ -62,7 +69,7 @@ class MixleCluster:
     """
 
     def __init__(self, n: int, *, backend: str = "auto", timeout: float = 60.0,
-                 launcher: str = "local", threads: int = 1, **ipyparallel_options):
+                 launcher: str = "local", threads: int = 1, detached: bool = False, **ipyparallel_options):
         n = validation.positive_int("n", n)
         if n > MAX_ENGINES:
             raise ValueError(f"n must be at most {MAX_ENGINES} engines; got {n}")
@@ -78,11 +85,13 @@ class MixleCluster:
                                  "use backend='gloo' or 'auto'")
         self.n, self.backend, self.timeout, self.threads = n, backend, timeout, threads
         self.launcher = launcher
+        self.detached = bool(detached)
+        self._record: str | None = None  # a detached cluster's record (mixle_nb/cluster/detached.py)
         self._options = ipyparallel_options
         self.state = ClusterState.NEW
         self.broken_reason = ""
         self.client = self.view = None
-        self._ipp = self._store_dir = None
+        self._ipp = self._store_dir = self._lifeline = None
         self._ranks: dict[int, RankProcess] = {}
         self._processes = OwnedProcesses()
         self._views: dict[tuple[int, ...], Any] = {}
@@ -116,7 +125,50 @@ class MixleCluster:
         self.view.block = True
         self.state = ClusterState.RUNNING
         _registry().set_current(self)
+        if self.detached:
+            self.detach()
         return self
+
+    def detach(self) -> None:
+        """Let the cluster outlive this process: it runs on, with everything on its ranks, until
+        :meth:`stop` here or in the process that :meth:`attach` es to it."""
+        if self.state != ClusterState.RUNNING:
+            raise RuntimeError(f"only a running cluster can be detached; this one is {self.state}")
+        if self._lifeline is not None:
+            self._lifeline.release()
+        self._processes.lifeline = self._lifeline = None
+        self._record = detached_records.write_record(self)
+        self.detached = True
+
+    @classmethod
+    def attach(cls, cluster_id: str | None = None, *, profile_dir: str | None = None) -> MixleCluster:
+        """The detached cluster ``cluster_id`` (or the only one), running, with its group and
+        everything on its ranks as it was; it stays detached. It becomes the current cluster."""
+        record = detached_records.choose(detached_records.detached_clusters(profile_dir), cluster_id)
+        cluster = cls(record["n"], backend=record["backend"], timeout=record["timeout"],
+                      launcher=record["launcher"], threads=record["threads"], detached=True)
+        detached_records.reconnect(cluster, record)
+        cluster.view = cluster.client[:]
+        cluster.view.block = True
+        cluster.state = ClusterState.RUNNING
+        _registry().set_current(cluster)
+        return cluster
+
+    @staticmethod
+    def list_detached(profile_dir: str | None = None) -> list[dict]:
+        """This user's detached clusters that still run: ``cluster_id``, ``n``, ``launcher``,
+        ``detached_at`` (epoch seconds), ``detached_by`` (pid) and more, oldest first."""
+        return detached_records.detached_clusters(profile_dir)
+
+    def end_at_exit(self) -> None:
+        """End the cluster at once through its lifeline, as this process's death would (for
+        exit handlers: no goodbye to the ranks that could outlast a kernel's shutdown grace);
+        a detached cluster is left running."""
+        lifeline = self._lifeline
+        if lifeline is not None:
+            lifeline.cut(wait_s=2 * TERM_GRACE_S + 1.0)
+            self._processes.lifeline = self._lifeline = None
+            self.state = ClusterState.STOPPED
 
     def stop(self) -> None:
         """Destroy the group, stop engines and controller, and wait until their processes exit."""
@@ -138,7 +190,8 @@ class MixleCluster:
 
     def __del__(self):
         try:
-            self.stop()
+            if not self.detached:
+                self.stop()
         except Exception:  # interpreter shutdown: modules may already be gone
             pass
 
@@ -150,7 +203,9 @@ class MixleCluster:
         controller_args = [f"--HeartMonitor.period={_HEARTBEAT_MS}"]
         controller_args += list(options.pop("controller_args", []))
         options.setdefault("log_level", logging.WARNING)
+        options.setdefault("shutdown_atexit", False)  # the lifeline ends it at exit (_end_all_at_exit)
         self._ipp = ipp.Cluster(engines=self.launcher, controller_args=controller_args, **options)
+        self._start_lifeline()
         self._ipp.start_controller_sync()
         self._processes.own(self._ipp.controller.pid)
         report("controller started")
@@ -163,6 +218,14 @@ class MixleCluster:
                 self._processes.own(launcher.pid)
         self.client = self._ipp.connect_client_sync()
         self._await_engines(report)
+
+    def _start_lifeline(self) -> None:
+        """Every process and file of this cluster ends with this process, by any signal."""
+        self._lifeline = self._processes.lifeline = Lifeline()
+        profile, cluster_id = self._ipp.profile_dir, self._ipp.cluster_id
+        self._lifeline.remove(self._ipp.cluster_file)
+        self._lifeline.remove(os.path.join(profile, "security", f"ipcontroller-{cluster_id}-*.json"))
+        self._lifeline.remove(os.path.join(profile, "log", f"*-{cluster_id}-*.log"))
 
     def _await_engines(self, report) -> None:
         """Wait for all engines, asking each to describe itself as soon as it registers."""
@@ -224,6 +287,7 @@ class MixleCluster:
         if self._single_host():
             if self._store_dir is None:
                 self._store_dir = tempfile.mkdtemp(prefix="mixle-rendezvous-")  # mode 0700
+                self._lifeline.remove(self._store_dir)
             return {"store_path": os.path.join(self._store_dir, f"store-{self._group_generation}")}
         # engine 0 listens on its address toward the controller, which every host reaches
         return {"master": self._view_on([0]).apply_sync(engine.rendezvous_address)[0]}
@@ -265,6 +329,12 @@ class MixleCluster:
             self._processes.reap()  # whatever went wrong above, no process of ours outlives stop()
             if self._store_dir:
                 shutil.rmtree(self._store_dir, ignore_errors=True)
+            if self._lifeline is not None:
+                self._lifeline.close()
+            self._processes.lifeline = self._lifeline = None
+            if self._record is not None and os.path.exists(self._record):
+                os.remove(self._record)
+            self._record = None
             self.client = self.view = self._ipp = self._store_dir = None
             self._ranks, self._views, self._last_call = {}, {}, {}
             self.group_backend = None
@@ -499,9 +569,9 @@ class MixleCluster:
 
 
 @atexit.register
-def _stop_all_at_exit() -> None:
+def _end_all_at_exit() -> None:
+    """At interpreter exit, end every cluster this process owns through its lifeline: at once,
+    without the polite goodbye to the ranks (which waits on a client that ipyparallel's own
+    exit handlers may have closed, and could outlast a kernel's shutdown grace)."""
     for cluster in list(_live):
-        try:
-            cluster.stop()
-        except Exception:
-            pass
+        cluster.end_at_exit()

@@ -51,6 +51,7 @@ class OwnedProcesses:
 
     def __init__(self):
         self._procs: dict[int, psutil.Process] = {}
+        self.lifeline = None  # a Lifeline told of every process owned, while the cluster has one
 
     @property
     def pids(self) -> set[int]:
@@ -62,16 +63,22 @@ class OwnedProcesses:
     def own(self, pid: int) -> None:
         if pid not in self._procs:
             try:
-                self._procs[pid] = psutil.Process(pid)
+                self._add(psutil.Process(pid))
             except psutil.Error:  # already gone: nothing to clean up
                 pass
+
+    def _add(self, proc: psutil.Process) -> None:
+        self._procs[proc.pid] = proc
+        if self.lifeline is not None:
+            self.lifeline.watch(proc.pid, proc.create_time())
 
     def own_children(self) -> None:
         """Own the owned processes' descendants too (schedulers, nannies)."""
         for proc in list(self._procs.values()):
             try:
                 for child in proc.children(recursive=True):
-                    self._procs.setdefault(child.pid, child)
+                    if child.pid not in self._procs:
+                        self._add(child)
             except psutil.Error:
                 pass
 

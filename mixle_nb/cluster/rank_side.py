@@ -29,7 +29,8 @@ def rank_namespace() -> dict:
 def lookup(name: str) -> Any:
     namespace = rank_namespace()
     if name not in namespace:
-        raise NameError(f"{name!r} is not defined on this rank: push it first, e.g. %mixle_push {name}")
+        raise NameError(f"{name!r} is not defined on this rank: push it (%mixle_push {name}), or if it was "
+                        "built on the ranks (a handle), build it there again: a restart leaves the ranks empty")
     return namespace[name]
 
 
@@ -147,6 +148,18 @@ def load_module_state_on_rank(estimator: str, state: dict) -> None:
     """Load ``state`` (a ``state_dict``) into the named estimator's module, so training
     continues from those weights."""
     lookup(estimator).module.load_state_dict(state)
+
+
+def checkpoint_step(handle) -> Optional[int]:
+    """The step of ``handle``'s newest complete training checkpoint (None: none, or no
+    checkpoints configured)."""
+    checkpoints = getattr(handle, "checkpoints", None)
+    found = checkpoints.latest() if checkpoints is not None else None
+    return None if found is None else found[0]
+
+
+def checkpoint_step_on_rank(handle: str) -> Optional[int]:
+    return checkpoint_step(lookup(handle))
 
 
 def training_progress_on_rank(handle: str) -> dict:

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import validation
+from ..checkpoint.training import TrainingCheckpoints
 from ..neural.leaf import StreamingTransformerLeaf
 from ..neural.source import (SequenceOrder, as_token_array, check_window_args, gather_sequences,
                              gather_windows, window_view)
@@ -160,6 +161,18 @@ class StreamingTokenEncodedData(HandleLifetime):
       under FSDP2 one 1-element all-reduce runs every ``progress_every`` steps, only when
       ``stop`` is set (it must then be set on every rank); in one process it stops at once.
 
+    Checkpoints (``torch.distributed.checkpoint``; see :mod:`mixle_nb.checkpoint.training`):
+
+    - ``checkpoint``: a directory. Every ``checkpoint_every`` optimizer steps the module, the
+      optimizer, the data position (steps and targets taken) and each rank's RNG state are
+      saved there, sharded under FSDP2; with ``checkpoint_async`` (the default) the write
+      overlaps the following steps. The first training call with a new module resumes from the
+      newest complete checkpoint there, on any number of ranks (DCP reshards); a checkpoint a
+      rank died writing is never loaded. On CPU at the same world size the resumed run is the
+      uninterrupted one, bit for bit. Configured on the handle, not the estimator or a panel,
+      because the handle alone holds the optimizer and the data position and runs on every rank
+      (a notebook, ``torchrun`` or the cluster alike).
+
     Errors: construction, every DDP training step and the log-density sum fail together (see
     the module docstring). After a failed step every rank drops its optimizer state (the
     parameters are those before the failed step), so the next call starts a fresh AdamW.
@@ -172,7 +185,9 @@ class StreamingTokenEncodedData(HandleLifetime):
                  backend: str | None = None, parallel: str = "auto", precision: str = "fp32",
                  activation_checkpointing: bool = False,
                  progress: Callable[[dict], None] | None = None, progress_every: int = 10,
-                 seed: int = 0, max_steps: int | None = None, stop: Any = None):
+                 seed: int = 0, max_steps: int | None = None, stop: Any = None,
+                 checkpoint: str | os.PathLike | None = None, checkpoint_every: int = 50,
+                 checkpoint_async: bool = True):
         self._membership = join_group(init_process_group=init_process_group, backend=backend)
         require_every_rank(self._membership, "building a StreamingTokenEncodedData")
         self.rank, self.world = self._membership.rank, self._membership.world
@@ -189,6 +204,8 @@ class StreamingTokenEncodedData(HandleLifetime):
             validation.optional_int("max_steps", max_steps)
             if stop is not None and not (callable(stop) or hasattr(stop, "is_set")):
                 raise TypeError("stop must be None, a zero-argument callable, or have is_set()")
+            self.checkpoints = (None if checkpoint is None else
+                                TrainingCheckpoints(checkpoint, checkpoint_every, checkpoint_async))
             self._shard(tokens, block, batch_size, shard_by_rank,
                         mapped=isinstance(token_ids, np.memmap))
             max_id = int(self.tokens.max())  # of this rank's part only: a file is never read whole
@@ -206,6 +223,7 @@ class StreamingTokenEncodedData(HandleLifetime):
         self._order = SequenceOrder(len(self.tokens), block, batch_size, shuffle=shuffle,
                                     seed=seed if shard_by_rank else seed + self.rank)
         self._training: _Training | None = None
+        self._resumed = False  # the checkpoint is loaded into the first module trained only
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, *, dtype: Any = None, **kwargs) -> "StreamingTokenEncodedData":
@@ -343,6 +361,11 @@ class StreamingTokenEncodedData(HandleLifetime):
             replica = self._shard_fsdp(module)
         optimizer = torch.optim.AdamW(module.parameters(), lr=estimator.lr)
         self._training = _Training(module, wrapped, optimizer, mode, device, status, replica)
+        if self.checkpoints is not None and not self._resumed:
+            self._resumed = True
+            progress = self.checkpoints.load(module, optimizer)
+            if progress is not None:
+                self._training.step, self._training.targets = progress["step"], progress["targets"]
         return self._training
 
     def _shard_fsdp(self, module: nn.Module) -> nn.Module:
@@ -436,6 +459,8 @@ class StreamingTokenEncodedData(HandleLifetime):
                 n_targets = self.batch_size * self.block  # full batches only (drop_last)
                 tr.targets += n_targets
                 call_targets += n_targets
+                if self.checkpoints is not None and self.checkpoints.due(tr.step):
+                    self.checkpoints.save(tr.module, tr.optimizer, {"step": tr.step, "targets": tr.targets})
                 loss_sum += loss.detach()
                 since += 1
                 if self.progress is not None and (tr.step % self.progress_every == 0
@@ -470,8 +495,12 @@ class StreamingTokenEncodedData(HandleLifetime):
 
     @property
     def steps_done(self) -> int:
-        """Optimizer steps taken so far with the current module (0 before training)."""
-        return 0 if self._training is None else self._training.step
+        """Optimizer steps taken so far with the current module (before training: 0, or the
+        step of the checkpoint the first training call resumes from)."""
+        if self._training is not None:
+            return self._training.step
+        found = self.checkpoints.latest() if self.checkpoints is not None and not self._resumed else None
+        return 0 if found is None else found[0]
 
     @property
     def total_steps(self) -> int:
@@ -489,6 +518,8 @@ class StreamingTokenEncodedData(HandleLifetime):
         if self.max_steps is not None:
             n_steps = min(n_steps, self.max_steps)
         self._train(tr, n_steps)
+        if self.checkpoints is not None:
+            self.checkpoints.wait()
         try:
             module = self._export(tr)
         except Exception as error:  # noqa: BLE001 - FSDP2's gather of the weights is collective

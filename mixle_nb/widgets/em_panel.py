@@ -14,6 +14,7 @@ import ipywidgets as w
 import numpy as np
 
 from .. import validation
+from ..checkpoint import EMCheckpoint
 from ..cluster import rank_side
 from ..inference import INITS, choose_k, initial_model
 from ..stats import MixtureEstimator
@@ -70,11 +71,16 @@ class EMPanel(Panel):
     wait on the client's round trip. Pause therefore stops after the calls already sent (at
     most two); Ctrl-C still stops within one step; a call failing part way keeps the steps it
     completed, and the call queued behind it runs none.
+
+    ``checkpoint`` (a path or an :class:`~mixle_nb.checkpoint.EMCheckpoint`) keeps the start
+    model and the history in a file, replaced atomically every step (or every
+    ``EMCheckpoint.every``) and after Back, Reset and Init; a panel built with an existing
+    file continues from it (a new kernel after the old one died), pushing its model to the ranks.
     """
 
     def __init__(self, cluster=None, *, handle, estimator, model=None, data_sample=None,
                  picture_dims: Optional[Sequence[int]] = None, init: Optional[str] = None, seed: int = 0,
-                 model_selection: bool = False, batch_seconds: float = BATCH_SECONDS):
+                 model_selection: bool = False, batch_seconds: float = BATCH_SECONDS, checkpoint=None):
         super().__init__()
         self.batch_seconds = validation.real("batch_seconds", batch_seconds, at_least=0.0)
         self.step_calls = 0  # calls of steps sent to the ranks (a run's call may hold several steps)
@@ -88,8 +94,13 @@ class EMPanel(Panel):
             raise ValueError("give the start as model= (a model, or its name on the ranks) or as init= "
                              f"(one of {', '.join(INITS)}), not both and not neither")
         self._bind(cluster, handle, estimator, model, data_sample)
+        self.checkpoint = EMCheckpoint.of(checkpoint)
+        saved = self.checkpoint.load("panel") if self.checkpoint else None
         self.start_model = self._current_model
-        if init is not None:
+        if saved:
+            self.start_model, self.history = saved["start_model"], saved["history"]
+            self._push_current()
+        elif init is not None:
             self.start_model = self._initial_model(init, seed)
         self._build(model_selection, init or "kmeans++", seed)
         self.redraw()
@@ -175,6 +186,7 @@ class EMPanel(Panel):
         with self._lock:
             del self.history[len(self.history) - int(k):]
             self._push_current()
+            self._save_checkpoint(force=True)
         self.request_redraw()
 
     def reset(self) -> None:
@@ -182,6 +194,7 @@ class EMPanel(Panel):
         with self._lock:
             self.history.clear()
             self._push_current()
+            self._save_checkpoint(force=True)
         self.request_redraw()
 
     def attach(self, cluster=None, *, handle, estimator, data_sample=None) -> None:
@@ -210,6 +223,7 @@ class EMPanel(Panel):
             self.start_model = self._initial_model(init, seed)
             self.history.clear()
             self.error = None
+            self._save_checkpoint(force=True)
         self.view = EMView(self.model, self.data_sample, self.cluster is not None, self.picture_dims)
         self.request_redraw()
 
@@ -337,7 +351,12 @@ class EMPanel(Panel):
                               float(per_rank[0][i]["log_density"]), [steps[i]["e_step_s"] for steps in per_rank],
                               float(per_rank[0][i]["count"])) for i in range(completed)]
         self.history.extend(records)
+        self._save_checkpoint(before=len(self.history) - len(records))
         return records
+
+    def _save_checkpoint(self, before: Optional[int] = None, force: bool = False) -> None:
+        if self.checkpoint and (force or self.checkpoint.due(len(self.history), before)):
+            self.checkpoint.save("panel", {"start_model": self.start_model, "history": list(self.history)})
 
     def _next_batch(self) -> int:
         """Steps in the next call: one until the step time is measured, then about

@@ -91,14 +91,20 @@ class TrainPanel(Panel):
         the new handle's steps and targets are counted on from the last ones seen, and the kept
         weights (``model_state``) are loaded into the new estimator's module before training
         continues. After a rank died mid-chunk those are the weights of the last finished chunk;
-        the optimizer's moments start afresh."""
+        the optimizer's moments start afresh. A handle with a complete checkpoint (``checkpoint=``)
+        resumes from it instead, module, optimizer and data position together: the curves are
+        cut back to its step, and continue from there as the lost steps did."""
         if self.running:
             raise RuntimeError("training is running: stop() it or wait() for it first")
         last = [pts[-1] for pts in self.points.values() if pts]
         self._offset = (max((p[0] for p in last), default=0), max((p[1] for p in last), default=0))
         self._bind(cluster, handle, estimator, validation)
         weights = ""
-        if self.model_state is not None:
+        resume = self._checkpoint_step()
+        if resume is not None:
+            self._cut_back(resume)
+            weights = f" from the checkpoint of step {resume} (module, optimizer, data position)"
+        elif self.model_state is not None:
             if self.cluster is not None:
                 self.cluster.run(rank_side.load_module_state_on_rank, estimator, self.model_state)
             else:
@@ -106,6 +112,20 @@ class TrainPanel(Panel):
             weights = f" with the weights of step {self.model_state_step}"
         self.error = None
         self._show_status(f"attached to {handle!r}; continuing from step {self._offset[0]}{weights}")
+
+    def _checkpoint_step(self) -> Optional[int]:
+        """The step of the handle's newest complete checkpoint, where its training resumes."""
+        if self.cluster is not None:
+            return self.cluster.run(rank_side.checkpoint_step_on_rank, self.handle, targets=[0])[0]
+        return rank_side.checkpoint_step(self.handle)
+
+    def _cut_back(self, step: int) -> None:
+        """Drop what was drawn after ``step``; the resumed handle counts steps and targets on
+        from its checkpoint, so no offset is added."""
+        for points in (*self.points.values(), *self.curves.values()):
+            points[:] = [p for p in points if p[0] <= step]
+        self.held_out[:] = [p for p in self.held_out if p[0] <= step]
+        self._offset = (0, 0)
 
     def history_rows(self) -> list[dict]:
         """One dict per progress report (``kind="train"``, per rank) and per held-out

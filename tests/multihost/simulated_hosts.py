@@ -300,7 +300,7 @@ class SimulatedNetwork:
     def _sshd_config(self, host: SimulatedHost) -> str:
         """Key-only root login on the host's address; engines find the test modules through
         PYTHONPATH (functions run on ranks pickle by module and name), as an installed package
-        would be found on a real host."""
+        would be found on a real host, and this checkout's mixle_nb before any installed one."""
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
         tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         path = os.path.join(self.dir, f"sshd{host.index}_config")
@@ -311,7 +311,7 @@ class SimulatedNetwork:
                     "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
                     "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n"
                     "MaxStartups 100\nSubsystem sftp /usr/lib/openssh/sftp-server\n"
-                    f"SetEnv PYTHONPATH={tests}:{os.path.join(tests, 'multihost')}\n")
+                    f"SetEnv PYTHONPATH={os.path.dirname(tests)}:{tests}:{os.path.join(tests, 'multihost')}\n")
         return path
 
 

@@ -1,0 +1,151 @@
+"""Training checkpoints with ``torch.distributed.checkpoint`` (DCP): the module, the optimizer,
+the data position and every rank's RNG state, every N steps, sharded under FSDP2.
+
+Each checkpoint is a directory ``step-<8 digits>`` under the run's root. DCP writes the ranks'
+shards first and its ``.metadata`` file last, atomically (write, fsync, rename), once every
+rank has written its part: a directory without ``.metadata`` is torn (a rank died mid-save)
+and is never loaded, and removed when the run resumes. DCP reshards on load, so a checkpoint
+written by 2 ranks resumes on 1 or 4.
+
+``asynchronous=True`` uses ``dcp.async_save``: the state is copied to host memory at the step
+(which training must wait for, or it would change under the copy) and written to disk by a
+background thread while training goes on, over a gloo group of its own so that its
+collectives never interleave with the training step's. At most one save is in flight: the next
+one, and the end of a training call, wait for it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import warnings
+from contextlib import contextmanager
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from .. import validation
+
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+KEEP = 2  # complete checkpoints kept; older ones are removed once a newer one is complete
+
+
+@contextmanager
+def _one_process_quietly():
+    """DCP warns that it assumes one process whenever there is no group, even when told so."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def _complete(path: str) -> bool:
+    return os.path.exists(os.path.join(path, ".metadata"))
+
+
+class TrainingCheckpoints:
+    """The checkpoints of one training run under ``root``, one every ``every`` steps."""
+
+    def __init__(self, root: str | os.PathLike, every: int, asynchronous: bool = True):
+        self.root = os.fspath(root)
+        self.every = validation.positive_int("checkpoint_every", every)
+        self.asynchronous = bool(asynchronous)
+        self._pending = None  # the Future of the save in flight
+        self._group = None  # the gloo group async saves use
+
+    def __repr__(self) -> str:
+        return f"TrainingCheckpoints({self.root!r}, every={self.every}, asynchronous={self.asynchronous})"
+
+    def steps(self) -> list[tuple[int, str, bool]]:
+        """(step, directory, complete) of every checkpoint directory, oldest first."""
+        found = []
+        for name in os.listdir(self.root) if os.path.isdir(self.root) else []:
+            match = _STEP_DIR.match(name)
+            if match:
+                path = os.path.join(self.root, name)
+                found.append((int(match.group(1)), path, _complete(path)))
+        return sorted(found)
+
+    def latest(self) -> Optional[tuple[int, str]]:
+        """(step, directory) of the newest complete checkpoint, or None."""
+        complete = [(step, path) for step, path, done in self.steps() if done]
+        return complete[-1] if complete else None
+
+    def due(self, step: int) -> bool:
+        return step % self.every == 0
+
+    # ---- saving
+
+    def save(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, progress: dict) -> None:
+        """Checkpoint at ``progress["step"]`` (every rank calls this at the same step)."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        self.wait()
+        model_state, optim_state = get_state_dict(module, optimizer)
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        state = {"model": model_state, "optim": optim_state, "progress": dict(progress),
+                 "rng": {f"rank{rank}": torch.get_rng_state()}}
+        path = os.path.join(self.root, f"step-{progress['step']:08d}")
+        os.makedirs(path, exist_ok=True)
+        import torch.distributed.checkpoint as dcp
+
+        if self.asynchronous and dist.is_initialized():
+            if self._group is None:
+                self._group = dist.new_group(backend="gloo")
+            self._pending = dcp.async_save(state, checkpoint_id=path, process_group=self._group)
+        else:
+            with _one_process_quietly():
+                dcp.save(state, checkpoint_id=path, no_dist=not dist.is_initialized())
+            self._prune()
+
+    def wait(self) -> None:
+        """Finish the save in flight, if any (raising its error)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+            self._prune()
+
+    def _prune(self) -> None:
+        """On rank 0: remove all but the :data:`KEEP` newest complete checkpoints, and torn
+        directories older than the newest complete one."""
+        if dist.is_initialized() and dist.get_rank() != 0:
+            return
+        steps = self.steps()
+        complete = [step for step, _, done in steps if done]
+        kept = set(complete[-KEEP:])
+        for step, path, done in steps:
+            if step not in kept and complete and step < complete[-1]:
+                shutil.rmtree(path, ignore_errors=True)
+
+    # ---- loading
+
+    def load(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Optional[dict]:
+        """Load the newest complete checkpoint into ``module`` and ``optimizer`` (resharded to
+        this run's ranks), this rank's RNG state if it was saved; its ``progress``, or None
+        when there is none. Torn directories are removed (by rank 0)."""
+        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        import torch.distributed.checkpoint as dcp
+
+        found = self.latest()
+        if found is None:
+            return None
+        step, path = found
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        saved_keys = FileSystemReader(path).read_metadata().state_dict_metadata
+        model_state, optim_state = get_state_dict(module, optimizer)
+        state: dict[str, Any] = {"model": model_state, "optim": optim_state,
+                                 "progress": {"step": 0, "targets": 0}}
+        rng_key = f"rank{rank}"
+        if f"rng.{rng_key}" in saved_keys:  # a rank that did not exist then keeps its own
+            state["rng"] = {rng_key: torch.get_rng_state()}
+        with _one_process_quietly():
+            dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
+        set_state_dict(module, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        if "rng" in state:
+            torch.set_rng_state(state["rng"][rng_key])
+        if rank == 0:
+            for later, torn, done in self.steps():
+                if not done and later > step:
+                    shutil.rmtree(torn, ignore_errors=True)
+        return dict(state["progress"])

@@ -1,0 +1,72 @@
+"""On each engine: exit when the cluster's controller is gone, on whatever host the engine runs.
+
+The owner's lifeline (:mod:`mixle_nb.cluster.lifeline`) ends the controller when the owner
+dies, but cannot reach engines that ssh, Slurm or MPI started on other hosts. So each engine
+runs a thread that opens a TCP connection to the controller's registration port every
+:data:`PROBE_S` (closed again at once; the controller's socket drops it) and ends the engine
+when :data:`REFUSED` probes in a row are refused (the controller is gone, its host is up:
+about 1.5 s) or :data:`MISSES` in a row fail either way, unanswered within :data:`PROBE_S`
+(the host or the network is gone: at most about 8 s, after the controller itself, pinging every
+0.5 s and giving up after 10 misses, has dropped the engine). A thread, so an engine busy in a
+long call or a collective exits all the same; its nanny, which watches the engine, follows it.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+PROBE_S = 0.5
+REFUSED = 3
+MISSES = 8
+_thread: threading.Thread | None = None
+
+
+def controller_address() -> tuple[str, int] | None:
+    """(host, port) of the controller's registration socket as this engine reached it; None
+    outside an ipyparallel engine."""
+    try:
+        from ipyparallel.engine.app import IPEngine
+    except ImportError:
+        return None
+    if not IPEngine.initialized():
+        return None
+    url = IPEngine.instance().registration_url  # tcp://host:port
+    host, port = url.split("://", 1)[-1].rsplit(":", 1)
+    return host, int(port)
+
+
+def probe(address: tuple[str, int]) -> str:
+    """``"up"``, ``"refused"`` (nothing listens: the controller is gone) or ``"silent"``."""
+    try:
+        with socket.create_connection(address, timeout=PROBE_S):
+            return "up"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError:
+        return "silent"
+
+
+def _watch(address: tuple[str, int]) -> None:
+    refused = misses = 0
+    while refused < REFUSED and misses < MISSES:
+        answer = probe(address)
+        refused = refused + 1 if answer == "refused" else 0
+        misses = misses + 1 if answer != "up" else 0
+        time.sleep(PROBE_S)
+    os._exit(3)  # no cleanup to wait for: the cluster this engine served is gone
+
+
+def start() -> bool:
+    """Start the watch on this engine (once); False where there is no controller to watch."""
+    global _thread
+    if _thread is not None:
+        return True
+    address = controller_address()
+    if address is None:
+        return False
+    _thread = threading.Thread(target=_watch, args=(address,), name="mixle-controller-watch",
+                               daemon=True)
+    _thread.start()
+    return True
