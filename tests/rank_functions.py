@@ -61,3 +61,33 @@ def em_steps(handle, estimator, model, steps: int = EM_STEPS):
         model = step.model
         log_densities.append(step.log_density)
     return params(model), log_densities
+
+
+def build_elastic_handle(name: str, path: str, shards=None, sub_chunks: int = 2):
+    """Bind ``name`` on this rank to an elastic 2-Gaussian-mixture handle on the ``.npy`` file."""
+    from mixle_nb.cluster.rank_side import rank_namespace
+    from mixle_nb.parallel.torchrun import TorchRunEncodedData
+    from mixle_nb.stats import GaussianEstimator, MixtureEstimator
+
+    est = MixtureEstimator([GaussianEstimator()] * 2)
+    rank_namespace()[name] = TorchRunEncodedData.from_npy(path, est, shards=shards, sub_chunks=sub_chunks,
+                                                          elastic=True)
+    rank_namespace()["est"] = est
+
+
+def _kill_at(phase, step, at_phase, at_step):
+    import os
+    import signal
+
+    if phase == at_phase and (at_step is None or step == at_step):
+        os.kill(os.getpid(), signal.SIGKILL)  # kill -9, as from outside, at a chosen point
+
+
+def arm_kill(name: str, phase: str, step=None):
+    """This rank dies (SIGKILL) when the handle ``name`` reaches ``phase`` of EM step ``step``
+    (any step: ``None``); see TorchRunEncodedData._phase."""
+    import functools
+
+    from mixle_nb.cluster.rank_side import lookup
+
+    lookup(name).phase_hook = functools.partial(_kill_at, at_phase=phase, at_step=step)

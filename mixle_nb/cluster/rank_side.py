@@ -91,6 +91,12 @@ def completed_steps_on_rank(call_id: str) -> list:
     return list(_calls.get(call_id, {}).get("steps", []))
 
 
+def rejoin_on_rank(handle: str) -> list:
+    """The elastic handle ``handle`` goes on in the group the survivors formed, reading the lost
+    shards (mixle_nb/cluster/elastic.py); the shards this rank read."""
+    return lookup(handle).rejoin()
+
+
 def data_sample_on_rank(handle: str, n: int) -> Optional[np.ndarray]:
     """Up to ``n`` raw observations from this rank's encoded shard, for drawing; ``None`` if
     the encoding does not keep them."""
