@@ -45,3 +45,21 @@ def test_elastic_needs_data_that_can_be_read_again():
         TorchRunEncodedData(np.zeros(4), est, init_process_group=False, elastic=True)
     with pytest.raises(ValueError, match=r"scattered or pushed.*from_files"):
         TorchRunEncodedData.from_shards(np.zeros(4), est, init_process_group=False, elastic=True)
+
+
+def test_an_elastic_panel_needs_an_elastic_handle(cluster2):
+    from mixle_nb.cluster import RankError
+    from mixle_nb.widgets import EMPanel
+
+    import rank_functions
+
+    start = MixtureDistribution([GaussianDistribution(-1.0, 1.0), GaussianDistribution(1.0, 1.0)], [0.5, 0.5])
+    cluster2.run(rank_functions.build_in_memory_handle, "in_memory")
+    try:
+        with pytest.raises(RankError, match=r"'in_memory': elastic=True needs data the ranks can read again"):
+            EMPanel(cluster2, handle="in_memory", estimator="est", model=start, elastic=True)
+    finally:
+        cluster2.run(rank_functions.close_named, "in_memory")
+    with pytest.raises(ValueError, match="elastic=True needs a cluster"):
+        EMPanel(None, handle=np.zeros(4), estimator=MixtureEstimator([GaussianEstimator()] * 2), model=start,
+                elastic=True)

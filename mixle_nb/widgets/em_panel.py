@@ -106,6 +106,10 @@ class EMPanel(Panel):
             raise ValueError("give the start as model= (a model, or its name on the ranks) or as init= "
                              f"(one of {', '.join(INITS)}), not both and not neither")
         self._bind(cluster, handle, estimator, model, data_sample)
+        if self.elastic:
+            if self.cluster is None:
+                raise ValueError("elastic=True needs a cluster: it lets a run go on when one of its ranks dies")
+            self.cluster.run(rank_side.check_elastic_on_rank, handle, targets=[0])
         self.checkpoint = EMCheckpoint.of(checkpoint)
         saved = self.checkpoint.load("panel") if self.checkpoint else None
         self.start_model = self._current_model
