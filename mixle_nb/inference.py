@@ -368,7 +368,18 @@ def _per_observation(data_or_handle: Any, model: Distribution, function: Callabl
         if not hasattr(data_or_handle, "pysp_shard_map"):
             raise TypeError(f"{type(data_or_handle).__name__} has no pysp_shard_map: it cannot score "
                             "observations where they live; score the raw data instead")
-        return data_or_handle.pysp_shard_map(function, gather=gather)
+        explain = getattr(data_or_handle, "explain_failure", None)  # names a model of another dimension
+
+        def scored(enc):
+            try:
+                return function(enc)
+            except Exception as exc:
+                explained = exc if explain is None else explain(exc, model)
+                if explained is exc:
+                    raise
+                raise explained from exc
+
+        return data_or_handle.pysp_shard_map(scored, gather=gather)
     return function(model.dist_to_encoder().seq_encode(data_or_handle))
 
 

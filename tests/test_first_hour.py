@@ -84,6 +84,7 @@ def _handle_checks(rank, world, folder):
         out["wrong_dim_step"] = outcome(lambda: em_step(full, MixtureEstimator(
             [MultivariateGaussianEstimator() for _ in range(2)]), model_3d()))
         out["wrong_dim_bic"] = outcome(lambda: full.pysp_seq_log_density_sum(model_3d()))
+        out["wrong_dim_predict"] = outcome(lambda: predict(full, model_3d(), gather=True))
 
         # 4: a NaN in the user's row 7 is reported as row 7 (of the file, of the data)
         out["nan_npy"] = outcome(lambda: TorchRunEncodedData.from_npy(os.path.join(folder, "nan.npy"), estimator=est))
@@ -181,7 +182,7 @@ def test_4_a_nan_is_reported_at_the_users_row_and_file(rank_results, tmp_path):
 
 
 def test_5_a_model_of_another_dimension_names_the_mismatch_on_every_rank(rank_results):
-    for key in ("wrong_dim_step", "wrong_dim_bic"):
+    for key in ("wrong_dim_step", "wrong_dim_bic", "wrong_dim_predict"):
         both_ranks_say(rank_results, key, "dimension 3 but the data has 2 columns", "model of the data's dimension")
         assert "on rank 0" in rank_results[0][key][1] and "on rank 1" in rank_results[1][key][1]
 

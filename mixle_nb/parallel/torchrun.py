@@ -709,12 +709,12 @@ class TorchRunEncodedData(HandleLifetime):
                 self._kept = (key, {shard: kept[shard] for shard, _, _ in self._pieces})
             return pieces, None
         except Exception as exc:  # carried in the fold, so no peer waits for this rank
-            return None, self._explained(exc, model)
+            return None, self.explain_failure(exc, model)
 
-    def _explained(self, error: BaseException, model: Any) -> BaseException:
-        """``error`` of a step under ``model``, or, when ``model`` does not fit the data (a
-        model of another dimension), the error its own encoder gives for an observation of this
-        shard, which names the mismatch. Only on the failure path: a step pays nothing for it."""
+    def explain_failure(self, error: BaseException, model: Any) -> BaseException:
+        """``error`` of a step (or a score) under ``model``, or, when ``model`` does not fit the
+        data (a model of another dimension), the error its own encoder gives for an observation
+        of this shard, which names the mismatch. Only on the failure path: a step pays nothing."""
         if model is None or self._sample is None or not hasattr(model, "dist_to_encoder"):
             return error
         try:
@@ -793,7 +793,7 @@ class TorchRunEncodedData(HandleLifetime):
             model_print = fingerprint(estimate)
             total = sum(log_density_total(estimate, c) for c in self.chunks)
         except Exception as exc:
-            error = self._explained(exc, estimate)
+            error = self.explain_failure(exc, estimate)
         header = [0.0 if error is None else 1.0] + agreement_slots(model_print, self.world)
         summed = self._sum_across_ranks(header + [float(self.local_count), total])
         if summed[0] > 0 or not agreed(summed[1:4]):
