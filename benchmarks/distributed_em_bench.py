@@ -6,7 +6,13 @@ Then mixle's hidden Markov model over ragged sequences on 2 ranks: per-step time
 against mixle's own TorchRunEncodedData, same data and start, interleaved in one process group
 (the step mixle's dispatch calls, ``pysp_seq_estimate``; target: at most 0.5x mixle's), beside
 mixle's own E-step and M-step on one rank's shard with no handle, which both handles share.
+Then the fold in logical-shard order (issue 30) at 4 ranks beside today's rank-order fold: the
+fold seconds of a step of the in-memory handle (one shard per rank) and of a ``from_npy``
+handle with one and two shards per rank, against the old fold's work (one all-to-all of the
+rank's summed statistics, added in rank order, restored into the accumulator), each as a share
+of the step; target: the shard-order fold adds at most 10% of a step.
 Run: .venv/bin/python benchmarks/distributed_em_bench.py [--big N] [--hmm-sequences S] [--worlds 1,2,4] [--no-hmm]
+     [--fold-only]
 """
 from __future__ import annotations
 
@@ -54,6 +60,65 @@ def _rank(rank, world, n, steps):
     timings["raw_all_reduce"] = (time.perf_counter() - t0) / steps
     dist.destroy_process_group()
     return timings
+
+
+def _fold_rank(rank, world, n, steps, path):
+    import torch.distributed as dist
+
+    from mixle_nb.parallel import TorchRunEncodedData
+    from mixle_nb.parallel.fail_together import agreement_slots, fingerprint
+    from mixle_nb.stats.estimation import accumulate
+    from mixle_nb.stats.values import flatten_value
+
+    x, start = _problem(n)
+    estimator = start.estimator()
+    handles = {"in memory, 1 shard/rank": TorchRunEncodedData(x, estimator=estimator),
+               "from_npy, 1 shard/rank": TorchRunEncodedData.from_npy(path, estimator),
+               "from_npy, 2 shards/rank": TorchRunEncodedData.from_npy(path, estimator, shards=2 * world)}
+    out = {}
+    for name, handle in handles.items():
+        handle.pysp_em_step(estimator, start)  # warm-up; also agrees the fold plan
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            handle.pysp_em_step(estimator, start)
+        step = (time.perf_counter() - t0) / steps
+        # the fold alone, every rank starting it together (a step's fold_s also waits for the slowest E-step)
+        pieces, _ = handle._shard_statistics(estimator, start)
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            handle._fold_shards(estimator, pieces, handle.layout, model=start)
+        out[name] = (step, (time.perf_counter() - t0) / steps)
+    # today's fold (before logical shards): the rank's one accumulator, one exchange, rank order
+    handle = handles["in memory, 1 shard/rank"]
+    acc = accumulate(handle.chunks, estimator, start, handle._counts).accumulator
+    plan, value = handle._agreed.plan, acc.value()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        header = [0.0, 0.0] + agreement_slots(fingerprint(start), world) + [float(len(x)), 0.0]
+        summed = handle._sum_across_ranks(np.concatenate([header, flatten_value(value)]))
+        acc.from_value(plan.restore(summed[7:]))
+    out["today's fold"] = (out["in memory, 1 shard/rank"][0], (time.perf_counter() - t0) / steps)
+    return out
+
+
+def _fold_table(n: int, world: int = 4, steps: int = 20) -> None:
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "x.npy")
+        np.save(path, _problem(n)[0])
+        per_rank = run_local(_fold_rank, world, n=n, steps=steps, path=path)
+    print(f"\nfold at {world} ranks, N={n:,} K=8 (slowest rank's mean of {steps}; the fold alone, ranks "
+          "starting it together, as a share of a whole step)")
+    print(f"{'':<26} {'step ms':>8} {'fold ms':>8} {'fold/step':>9}")
+    for name in per_rank[0]:
+        step = max(r[name][0] for r in per_rank) * 1e3
+        fold = max(r[name][1] for r in per_rank) * 1e3
+        print(f"{name:<26} {step:8.3f} {fold:8.3f} {fold / step:9.1%}")
 
 
 def _hmm_problem(sequences: int):
@@ -115,7 +180,12 @@ def main() -> None:
     parser.add_argument("--hmm-only", action="store_true", help="skip the Gaussian-mixture table")
     parser.add_argument("--worlds", default="1,2,4", help="rank counts of the Gaussian-mixture table, e.g. 4")
     parser.add_argument("--no-hmm", action="store_true", help="skip mixle's HMM comparison (which needs mixle)")
+    parser.add_argument("--fold-only", action="store_true", help="only the shard-order fold's cost at 4 ranks")
     args = parser.parse_args()
+    if args.fold_only:
+        for n in (args.big, 1_000):
+            _fold_table(n)
+        return
     if not args.hmm_only:
         _gaussian_table(args.big, [int(w) for w in args.worlds.split(",")])
     if args.no_hmm:

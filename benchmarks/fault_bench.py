@@ -1,6 +1,6 @@
 """Faults on a real cluster: time to error and the state afterwards, one table.
 
-    .venv/bin/python benchmarks/fault_bench.py [--engines 2] [--timeout 60]
+    .venv/bin/python benchmarks/fault_bench.py [--engines 2] [--timeout 60] [--elastic-only] [--n 1000000]
 
 Injects the faults of ``tests/test_faults.py`` (its rank-side functions) on one cluster with the
 default 60 s group timeout: bad input on one rank, a handle built or stepped on one rank only,
@@ -10,6 +10,12 @@ first), the seconds until the client had the error, and the state after: ``runni
 same engines with a working group, or what one ``restart()`` took. Fewer observations than
 ranks is allowed (as in mixle's handle): its rows show the root's warning and the build time.
 Target: every time to error at most 2 s.
+
+Then elastic recovery (issue 30) beside ``restart()``, on one fresh cluster each: kill -9 of the
+last rank in its E-step of an EM step on ``--n`` observations read from a ``.npy`` file, and the
+seconds from the kill to the next completed step: the survivors taking over its shards, or
+``restart()``, building the handle again from the file, pushing the model and stepping.
+Target: elastic at most 2 s at N = 1e6 on 2 cores.
 """
 from __future__ import annotations
 
@@ -26,9 +32,11 @@ sys.path.insert(0, TESTS)
 # the engines import the rank-side functions from the test module, as in the test suite
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))
 
+import rank_functions  # noqa: E402
 import test_faults as faults  # noqa: E402
 
-from mixle_nb.cluster import MixleCluster, RankError  # noqa: E402
+from mixle_nb.cluster import MixleCluster, RankDiedError, RankError, rank_side  # noqa: E402
+from mixle_nb.cluster import elastic  # noqa: E402
 from mixle_nb.magics import run_cell  # noqa: E402
 
 COLLECTIVE_CELL = ("import torch, torch.distributed as dist\n"
@@ -139,12 +147,65 @@ def state_after(cluster, pids) -> str:
     return f"{cluster.state if cluster.state != 'running' else 'broken'} -> restart() {time.monotonic() - t0:.1f} s"
 
 
+def kill_to_next_step(engines: int, timeout: float, path: str, recover_elastically: bool) -> tuple:
+    """(seconds from a kill -9 mid-step to the next completed step, what the recovery was)."""
+    from mixle_nb.stats import GaussianDistribution, MixtureDistribution
+
+    start = MixtureDistribution([GaussianDistribution(-1.0, 4.0), GaussianDistribution(1.0, 4.0)], [0.5, 0.5])
+    stamp = path + ".killed"
+    with MixleCluster(engines, timeout=timeout) as cluster:
+        cluster.run(rank_functions.build_elastic_handle, "h", path)
+        cluster.push(m=start)
+        cluster.run(rank_side.em_steps_on_rank, "h", "est", "m", 2, "warm-up")
+        cluster.run(rank_functions.arm_kill, "h", "e_step", 4, stamp, targets=[engines - 1])
+        call = cluster.run_async(rank_side.em_steps_on_rank, "h", "est", "m", 5, "killed")
+        try:
+            call.result()
+            raise RuntimeError("the rank was not killed")
+        except RankDiedError as exc:
+            if recover_elastically:
+                event = elastic.recover(cluster, "h", exc.ranks, [call])
+                done = elastic.completed_on_survivors(cluster, ["killed"])
+                cluster.push(m=done[-1]["model"])
+                how = f"{event.world} survivor(s) read {sum(len(r) for r in event.read)} shard(s)"
+            else:
+                elastic.settle_survivors(cluster, [call], exc.ranks)
+                cluster.restart()
+                cluster.run(rank_functions.build_elastic_handle, "h", path)
+                cluster.push(m=start)  # a real session pushes its last good model
+                how = "restart(), handle built again, model pushed"
+        cluster.run(rank_side.em_step_on_rank, "h", "est", "m")
+        with open(stamp) as f:
+            return time.time() - float(f.read()), how
+
+
+def elastic_rows(args) -> None:
+    import tempfile
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "x.npy")
+        np.save(path, np.concatenate([rng.normal(-2, 1, args.n // 2), rng.normal(3, 0.5, args.n - args.n // 2)]))
+        print(f"\nkill -9 of rank {args.engines - 1} in its E-step, N = {args.n:,} from .npy, {args.engines} engines:")
+        for name, elastic_ in (("elastic recovery", True), ("restart()", False)):
+            seconds, how = kill_to_next_step(args.engines, args.timeout, path, elastic_)
+            print(f"{name:<38} {seconds:6.2f} s  kill -> next completed step ({how})", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=60.0, help="group timeout (s)")
+    parser.add_argument("--elastic-only", action="store_true", help="only the elastic rows")
+    parser.add_argument("--n", type=int, default=1_000_000, help="observations of the elastic rows")
     args = parser.parse_args()
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if not args.elastic_only:
+        faults_table(args)
+    elastic_rows(args)
+
+
+def faults_table(args) -> None:
     devnull = open(os.devnull, "w")
     with MixleCluster(args.engines, timeout=args.timeout) as cluster:
         x = np.random.default_rng(0).normal(size=4000)

@@ -228,7 +228,7 @@ def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start, begun=N
     ``save(iteration, run)`` after each iteration; returns its result and whether Ctrl-C ended it."""
     history: list[IterationRecord] = list(begun[2]) if begun else []
     previous = begun[1] if begun else -math.inf
-    if history and (history[-1].gain < delta or (tol is not None and abs(history[-1].gain) < tol)):
+    if history and ((delta is not None and history[-1].gain < delta) or (tol is not None and abs(history[-1].gain) < tol)):
         return FitResult(model, previous, history, True, len(history), ""), False  # saved as it converged
     for iteration in range(len(history) + 1, max_its + 1):
         try:

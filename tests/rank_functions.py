@@ -61,3 +61,54 @@ def em_steps(handle, estimator, model, steps: int = EM_STEPS):
         model = step.model
         log_densities.append(step.log_density)
     return params(model), log_densities
+
+
+def build_elastic_handle(name: str, path: str, shards=None, sub_chunks: int = 2):
+    """Bind ``name`` on this rank to an elastic 2-Gaussian-mixture handle on the ``.npy`` file."""
+    from mixle_nb.cluster.rank_side import rank_namespace
+    from mixle_nb.parallel.torchrun import TorchRunEncodedData
+    from mixle_nb.stats import GaussianEstimator, MixtureEstimator
+
+    est = MixtureEstimator([GaussianEstimator()] * 2)
+    rank_namespace()[name] = TorchRunEncodedData.from_npy(path, est, shards=shards, sub_chunks=sub_chunks,
+                                                          elastic=True)
+    rank_namespace()["est"] = est
+
+
+def _kill_at(phase, step, at_phase, at_step, stamp):
+    import os
+    import signal
+
+    if phase == at_phase and (at_step is None or step == at_step):
+        if stamp is not None:  # when it died, for a benchmark's clock (same host)
+            with open(stamp, "w") as f:
+                f.write(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)  # kill -9, as from outside, at a chosen point
+
+
+def arm_kill(name: str, phase: str, step=None, stamp=None):
+    """This rank dies (SIGKILL) when the handle ``name`` reaches ``phase`` of EM step ``step``
+    (any step: ``None``), first writing the time to the file ``stamp`` if given; see
+    TorchRunEncodedData._phase."""
+    import functools
+
+    from mixle_nb.cluster.rank_side import lookup
+
+    lookup(name).phase_hook = functools.partial(_kill_at, at_phase=phase, at_step=step, stamp=stamp)
+
+
+def build_in_memory_handle(name: str):
+    """Bind ``name`` on this rank to a handle on data in memory (every rank the same 40 values)."""
+    from mixle_nb.cluster.rank_side import rank_namespace
+    from mixle_nb.parallel.torchrun import TorchRunEncodedData
+    from mixle_nb.stats import GaussianEstimator, MixtureEstimator
+
+    est = MixtureEstimator([GaussianEstimator()] * 2)
+    rank_namespace()[name] = TorchRunEncodedData(np.linspace(-3.0, 3.0, 40), est)
+    rank_namespace()["est"] = est
+
+
+def close_named(name: str):
+    from mixle_nb.cluster.rank_side import rank_namespace
+
+    rank_namespace().pop(name).close()

@@ -84,6 +84,8 @@ class MixleCluster:
                 raise ValueError("backend='nccl' needs GPUs, and this host has none; "
                                  "use backend='gloo' or 'auto'")
         self.n, self.backend, self.timeout, self.threads = n, backend, timeout, threads
+        self._started_n = n  # n is the ranks in the group now: fewer after drop_ranks
+        self._engine_ids: list[int] = list(range(n))  # the engine behind each rank
         self.launcher = launcher
         self.detached = bool(detached)
         self._record: str | None = None  # a detached cluster's record (mixle_nb/cluster/detached.py)
@@ -182,6 +184,22 @@ class MixleCluster:
         self.stop()
         return self.start(progress)
 
+    def drop_ranks(self, dead: Sequence[int]) -> None:
+        """Go on without the ranks ``dead``: the survivors, renumbered 0..n-1 in their old order,
+        form a new group of their own (elastic recovery, mixle_nb/cluster/elastic.py). Every
+        survivor must be idle; a rank that dies meanwhile raises :class:`RankDiedError` naming it
+        in the new numbering."""
+        survivors = [r for r in range(self.n) if r not in set(dead)]
+        if not survivors:
+            raise RankDiedError(sorted(dead), "; no rank is left to go on")
+        self._engine_ids = [self._engine_ids[r] for r in survivors]
+        self._ranks = {i: self._ranks[r] for i, r in enumerate(survivors)}
+        self.n, self._views, self._last_call = len(survivors), {}, {}
+        self.view = self.client[list(self._engine_ids)]
+        self.view.block = True
+        self.state, self.broken_reason = ClusterState.RUNNING, ""
+        self._form_group()
+
     def __enter__(self) -> MixleCluster:
         return self.start() if self.state in (ClusterState.NEW, ClusterState.STOPPED) else self
 
@@ -241,6 +259,7 @@ class MixleCluster:
                                    f"{self._ipp.engine_timeout} s; see the engine logs in "
                                    f"{self._ipp.profile_dir}/log")
             time.sleep(POLL_S)
+        self._engine_ids = list(range(self.n))
         if sorted(asked) != list(range(self.n)):
             raise RuntimeError(f"engine ids {sorted(asked)} are not 0..{self.n - 1}; "
                                "the controller must be fresh (do not reuse its profile's engines)")
@@ -338,6 +357,7 @@ class MixleCluster:
             self.client = self.view = self._ipp = self._store_dir = None
             self._ranks, self._views, self._last_call = {}, {}, {}
             self.group_backend = None
+            self.n = self._started_n
 
     def _stop_ipyparallel(self) -> None:
         self._processes.own_children()
@@ -373,7 +393,7 @@ class MixleCluster:
 
     def _dead_ranks(self, ranks) -> list[int]:
         registered = set(self.client.ids)
-        return [r for r in ranks if r not in registered or not self._ranks[r].alive()]
+        return [r for r in ranks if self._engine_ids[r] not in registered or not self._ranks[r].alive()]
 
     def check_alive(self, ranks: Sequence[int]) -> None:
         """Raise :class:`RankDiedError` (marking the cluster broken) if any of ``ranks`` died."""
@@ -417,7 +437,7 @@ class MixleCluster:
             if self._ranks[r].local:
                 self._ranks[r].interrupt()
         if remote:
-            self.client.send_signal("SIGINT", targets=remote, block=False)
+            self.client.send_signal("SIGINT", targets=[self._engine_ids[r] for r in remote], block=False)
 
     def stop_call(self, call: RankCall) -> None:
         """Stop every rank still running ``call``, within about one step, keeping the engines.
@@ -499,7 +519,7 @@ class MixleCluster:
     def _view_on(self, ranks: list[int]):
         key = tuple(ranks)
         if key not in self._views:
-            view = self._views[key] = self.client[list(ranks)]
+            view = self._views[key] = self.client[[self._engine_ids[r] for r in ranks]]
             view.label = engine.call_label(ranks)  # tells the ranks who else runs the call
         return self._views[key]
 
@@ -557,7 +577,7 @@ class MixleCluster:
                 except Exception:  # exited since the liveness check
                     pass
             last = self._last_call.get(r)
-            rows.append(RankStatus(r, r, info.pid, info.host, r not in dead,
+            rows.append(RankStatus(self._engine_ids[r], r, info.pid, info.host, r not in dead,
                                    self.state == ClusterState.RUNNING and r not in dead, rss,
                                    None if last is None else last.rank_seconds(r)))
         return rows

@@ -92,6 +92,30 @@ def completed_steps_on_rank(call_id: str) -> list:
     return list(_calls.get(call_id, {}).get("steps", []))
 
 
+def check_elastic_on_rank(handle: str) -> None:
+    """Raise, before any step, unless the handle ``handle`` can go on after a rank dies."""
+    h = lookup(handle)
+    if getattr(h, "elastic", False) and hasattr(h, "rejoin"):
+        return
+    if hasattr(h, "rejoin") and getattr(h, "_shard_parts", None) is None:
+        from ..parallel.torchrun import NOT_ELASTIC
+
+        raise ValueError(f"{handle!r}: " + NOT_ELASTIC.format(what="its data (passed from memory)"))
+    if hasattr(h, "rejoin"):
+        raise ValueError(f"{handle!r} was built without elastic=True: build it again with "
+                         "from_npy/from_files(..., elastic=True), then attach the panel")
+    raise ValueError(f"{handle!r} (a {type(h).__name__}) cannot go on after a rank dies: elastic recovery covers "
+                     "EM handles read from files (TorchRunEncodedData.from_npy/from_files(..., elastic=True)). "
+                     "Streaming training resumes from its newest checkpoint instead: cluster.restart(), build "
+                     "the handle again with the same checkpoint= (any number of ranks), then TrainPanel.attach")
+
+
+def rejoin_on_rank(handle: str) -> list:
+    """The elastic handle ``handle`` goes on in the group the survivors formed, reading the lost
+    shards (mixle_nb/cluster/elastic.py); the shards this rank read."""
+    return lookup(handle).rejoin()
+
+
 def data_sample_on_rank(handle: str, n: int) -> Optional[np.ndarray]:
     """Up to ``n`` raw observations from this rank's encoded shard, for drawing; ``None`` if
     the encoding does not keep them."""

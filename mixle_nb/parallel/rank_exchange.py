@@ -1,6 +1,7 @@
 """What the stats-level starts and per-observation scores need from a TorchRunEncodedData's
 group: sums and gathers over its ranks, its statistics fold, and whole arrays put back in the
-original observation order (rank ``r`` holds observations ``r, r + world, ...``)."""
+original observation order (logical shard ``s`` of ``S`` holds observations ``s, s + S, ...``;
+on in-memory data shard ``s`` is rank ``s``'s)."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -51,15 +52,19 @@ def map_shard(handle: Any, function: Callable[[Any], np.ndarray], gather: bool =
 
     ``gather=True`` returns every rank's rows in the original observation order, on every
     rank; a rank whose ``function`` raised sends its error in that gather instead, and every
-    rank raises together (the failed rank its own error, the others PeerRankError)."""
+    rank raises together (the failed rank its own error, the others PeerRankError).
+    The rows go back in logical-shard order, whichever rank holds which shard."""
     if not gather:
         return np.concatenate([np.asarray(function(enc)) for enc in handle.chunks])
     try:
-        local, error = np.concatenate([np.asarray(function(enc)) for enc in handle.chunks]), None
+        local = [(shard, np.concatenate([np.asarray(function(enc)) for enc in handle.chunks[first:end]]))
+                 for shard, first, end in handle._pieces if end > first]
+        error = None
     except Exception as exc:  # carried in the gather, so no peer waits for this rank
         local, error = None, exc
     exchange = HandleExchange(handle)
     parts = exchange.gather(None if error is not None else local)
     if error is not None or any(p is None for p in parts):
         raise_together(error, handle.group, handle.world, "scoring the shards")
-    return in_order(parts, getattr(handle, "interleaved", True))
+    by_shard = sorted((shard, rows) for held in parts for shard, rows in held)
+    return in_order([rows for _, rows in by_shard], getattr(handle, "interleaved", True))

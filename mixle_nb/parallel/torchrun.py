@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from ..stats.base import Distribution, Estimator
-from ..stats.estimation import EMStep, accumulate, encode, log_density_total, m_step, takes_device, tie_keys
+from ..stats.estimation import Accumulated, EMStep, accumulate, encode, log_density_total, m_step, takes_device, tie_keys
 from ..stats.kmeans import kmeans_init
 from ..stats.values import FoldPlan, flatten_value, fold_plan, value_layout
 from ..validation import choice, device as checked_device, fraction, positive_int
@@ -40,6 +40,7 @@ from .fail_together import (agreed, agreement_slots, failure_message, fingerprin
                             raise_failures)
 from .group import join_group, require_every_rank
 from .handle import HandleLifetime
+from .logical_shards import ShardLayout, fold_in_shard_order, rebalance
 from .rank_exchange import HandleExchange, map_shard
 from .shards import (NpyRows, dealt_files, describe, describe_rows, empty_like_rows, file_parts, load_npy,
                      rank_slice, release_freed_memory, split_parts)
@@ -53,6 +54,9 @@ SAME_DATA = ("pass the same full data on every rank (each keeps "
 SAME_ROWS = "every rank's observations must have the same shape and dtype"
 SAME_FILES = "every rank must pass the same path (or list of paths); each rank reads its own part of it"
 SAME_MODEL = "every rank must pass the same model and estimator to the step"
+NOT_ELASTIC = ("elastic=True needs data the ranks can read again when a rank dies, and {what} lives only in "
+               "the ranks' memory (lost with a rank): save it (np.save) and build the handle with "
+               "TorchRunEncodedData.from_npy(path, ..., elastic=True) or from_files(paths, ..., elastic=True)")
 
 
 @dataclass
@@ -154,7 +158,10 @@ class TorchRunEncodedData(HandleLifetime):
         *,
         fold: str = "auto",
         device: Any = None,
+        elastic: bool = False,
     ):
+        if elastic:
+            raise ValueError(NOT_ELASTIC.format(what="data passed to the constructor"))
         sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
                                 backend, fold)
         error, shards, shard, signature = None, None, None, None
@@ -175,8 +182,9 @@ class TorchRunEncodedData(HandleLifetime):
             shard = self._scatter(shards)
             signature = None if shard is None else describe_rows(shard)
         parts = () if shard is None else split_parts(shard, sub_chunks)
-        self._encode(encoder, parts, None, signature, error, "the data", None if shard is None else shard[:0],
-                     locate=lambda part, row, _: f"row {self.rank + self.world * row} of the data",
+        self._encode(encoder, [(self.rank, parts)], None, signature, error, "the data",
+                     None if shard is None else shard[:0],
+                     locate=lambda _s, part, row, _: f"row {self.rank + self.world * row} of the data",
                      fix=SAME_ROWS if root_only else "rank {rank} holds other data: " + SAME_DATA)
 
     @classmethod
@@ -184,7 +192,7 @@ class TorchRunEncodedData(HandleLifetime):
                     model: Optional[Distribution] = None, encoder: Any = None, sub_chunks: int = 1,
                     group: Any = None, root: int = 0, init_process_group: bool = True,
                     backend: Optional[str] = None, *, interleaved: bool = True, fold: str = "auto",
-                    device: Any = None) -> "TorchRunEncodedData":
+                    device: Any = None, elastic: bool = False) -> "TorchRunEncodedData":
         """A handle on data already split across ranks: each rank passes its own observations
         ``shard`` and keeps all of them (sizes may differ). This is the constructor for a
         sequence ``%mixle_scatter`` (or ``cluster.scatter``) dealt out, where rank ``r`` holds
@@ -196,7 +204,9 @@ class TorchRunEncodedData(HandleLifetime):
         Ranks agree on the observations' shape and dtype; a rank with no observations of
         vector data passes an empty array of their shape (``np.empty((0, D))``), which is what
         a scatter of fewer rows than ranks gives it. Every other argument is as for the
-        constructor."""
+        constructor; ``elastic=True`` is refused (scattered data cannot be read again)."""
+        if elastic:
+            raise ValueError(NOT_ELASTIC.format(what="a shard passed from memory (scattered or pushed)"))
         self = cls.__new__(cls)
         sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
                                 backend, fold)
@@ -211,15 +221,17 @@ class TorchRunEncodedData(HandleLifetime):
             parts, signature, empty = split_parts(shard, sub_chunks), describe_rows(shard), shard[:0]
         except Exception as exc:
             error = exc
-        self._encode(encoder, parts, None, signature, error, "the shard", empty,
-                     locate=lambda part, row, _: f"row {row} of the shard passed on rank {self.rank}", fix=SAME_ROWS)
+        self._encode(encoder, [(self.rank, parts)], None, signature, error, "the shard", empty,
+                     locate=lambda _s, part, row, _: f"row {row} of the shard passed on rank {self.rank}",
+                     fix=SAME_ROWS)
         return self
 
     @classmethod
     def from_npy(cls, path: Any, estimator: Optional[Estimator] = None, model: Optional[Distribution] = None,
                  encoder: Any = None, sub_chunks: int = 1, group: Any = None, root: int = 0,
                  init_process_group: bool = True, backend: Optional[str] = None, *,
-                 fold: str = "auto", device: Any = None) -> "TorchRunEncodedData":
+                 fold: str = "auto", device: Any = None, shards: Optional[int] = None,
+                 elastic: bool = False) -> "TorchRunEncodedData":
         """Each rank reads its own rows of the ``.npy`` file at ``path`` (a path every rank can
         open): rows ``rank, rank + world, ...``, the same shard — and so the same model (bit for
         bit in our 1-D test; to rounding where BLAS treats a strided view and a contiguous copy
@@ -230,19 +242,28 @@ class TorchRunEncodedData(HandleLifetime):
         of the in-memory handle, and the file is read part by part in blocks of at most 32 MB, so
         a rank holds its encoded shard, one raw part and one block. The cost is that every rank
         reads the whole file (from the page cache on one host). ``sub_chunks`` parts are read and
-        encoded one after another: more parts, less raw data alive beside the encodings."""
+        encoded one after another: more parts, less raw data alive beside the encodings.
+
+        ``shards`` logical shards (default: one per rank; at least one per rank): shard ``s`` is
+        rows ``s, s + shards, ...``, held by rank ``s % world``, and the fold sums the shards'
+        statistics in shard order, so the model is bit-identical for any world size and whichever
+        rank holds which shard. ``elastic=True``: when a rank dies, the survivors read its shards
+        again from the file and the step goes on (see :meth:`rejoin`)."""
         self = cls.__new__(cls)
         sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
-                                backend, fold)
-        error, parts, signature = None, (), None
+                                backend, fold, shards, elastic)
+        count = self.layout.count
+        error, pieces, signature, empty = None, [], None, None
         try:
             encoder = self._place(_choose_encoder(estimator, model, encoder), device)
-            rows = NpyRows(path, self.rank, self.world)
-            parts, signature, empty = rows.parts(sub_chunks), rows.describe(), rows.empty()
+            rows = NpyRows(path, self.layout.held_by(self.rank)[0], count)
+            signature, empty = rows.describe(), rows.empty()
+            self._shard_parts = lambda s: NpyRows(path, s, count).parts(sub_chunks)
+            pieces = [(s, self._shard_parts(s)) for s in self.layout.held_by(self.rank)]
         except Exception as exc:
-            error, empty = exc, None
-        self._encode(encoder, parts, None, signature, error, "the file", empty,
-                     locate=lambda part, row, _: f"row {self.rank + self.world * row} of {os.fspath(path)}",
+            error = exc
+        self._encode(encoder, pieces, None, signature, error, "the file", empty,
+                     locate=lambda s, part, row, _: f"row {s + count * row} of {os.fspath(path)}",
                      fix=SAME_FILES)
         return self
 
@@ -251,37 +272,45 @@ class TorchRunEncodedData(HandleLifetime):
                    model: Optional[Distribution] = None, encoder: Any = None, sub_chunks: int = 1,
                    group: Any = None, root: int = 0, init_process_group: bool = True,
                    backend: Optional[str] = None, *, reader: Callable[[str], Any] = load_npy,
-                   fold: str = "auto", device: Any = None) -> "TorchRunEncodedData":
+                   fold: str = "auto", device: Any = None, shards: Optional[int] = None,
+                   elastic: bool = False) -> "TorchRunEncodedData":
         """Files dealt out to ranks: rank ``r`` reads ``paths[r::world]`` with ``reader`` (default: a
         memory-mapped ``np.load``; any function from a path to a sequence of observations), one
         file at a time, each file encoded in ``sub_chunks`` parts. Every rank passes the same
         list. The model equals the in-memory handle's on the concatenated data up to the order
-        of floating-point sums."""
+        of floating-point sums. ``shards`` and ``elastic`` as for :meth:`from_npy`; shard ``s``
+        is the files ``paths[s::shards]``."""
         self = cls.__new__(cls)
         sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
-                                backend, fold)
-        error, parts, counts, sources, signature, empty = None, (), [], [], None, None
+                                backend, fold, shards, elastic)
+        error, pieces, counts, sources, signature, empty = None, [], [], [], None, None
         try:
             encoder = self._place(_choose_encoder(estimator, model, encoder), device)
             names = [os.fspath(p) for p in paths]
             signature = f"the file list {names}"
-            mine = dealt_files(names, self.rank, self.world)
-            parts = file_parts(mine, reader, sub_chunks, counts, sources)
+            count, held = self.layout.count, self.layout.held_by(self.rank)
+            self._shard_parts = lambda s: file_parts(dealt_files(names, s, count), reader, sub_chunks, counts,
+                                                     sources)
+            mine = [name for s in held for name in dealt_files(names, s, count)]
+            pieces = [(s, self._shard_parts(s)) for s in held]
             if not mine and names:  # an empty rank: the first file's kind of row, so every step works
                 empty = empty_like_rows(reader(names[0]))
         except Exception as exc:
             error = exc
-        self._encode(encoder, parts, counts, signature, error, "the file list", empty,
-                     locate=lambda part, _, row: f"row {sources[part][1] + row} of {sources[part][0]}", fix=SAME_FILES)
+        self._encode(encoder, pieces, counts, signature, error, "the file list", empty,
+                     locate=lambda _s, part, _, row: f"row {sources[part][1] + row} of {sources[part][0]}",
+                     fix=SAME_FILES)
         return self
 
     # -- set-up ------------------------------------------------------------------------------
 
     def _join(self, estimator, model, encoder, sub_chunks, group, root, init_process_group, backend,
-              fold) -> int:
+              fold, shards: Optional[int] = None, elastic: bool = False) -> int:
         """Argument checks every rank makes alike, then the group; returns ``sub_chunks``."""
         self.fold = choice("fold", fold, FOLDS)
         sub_chunks = positive_int("sub_chunks", sub_chunks)
+        if shards is not None:
+            shards = positive_int("shards", shards)
         if encoder is None and model is None and estimator is None:
             raise ValueError("TorchRunEncodedData needs encoder=, model= or estimator= to encode the data")
         self._membership = join_group(group, init_process_group=init_process_group, backend=backend)
@@ -292,8 +321,22 @@ class TorchRunEncodedData(HandleLifetime):
         if not 0 <= root < self.world:
             self._membership.release()
             raise ValueError(f"root must be a rank in [0, {self.world}); got {root}")
+        if shards is not None and shards < self.world:
+            self._membership.release()
+            raise ValueError(f"shards={shards} is fewer than the {self.world} ranks: every rank needs a "
+                             f"shard; pass shards >= {self.world} (or None: one per rank)")
         self.root = root
         self._global_root = self._membership.global_rank(root)
+        self.layout = ShardLayout.dealt(shards or self.world, self.world)
+        self._pieces: list = []  # (shard id, first chunk, end chunk) of each shard held, in shard order
+        self.elastic = bool(elastic)
+        self._encoder: Any = None
+        self._locate: Any = None
+        self._shard_parts: Optional[Callable[[int], Iterable]] = None  # a shard's raw parts, read again
+        self._kept: Optional[tuple] = None  # elastic: the last E-step's statistics, per shard
+        self.phase_hook: Optional[Callable[[str, int], None]] = None  # (phase, step), for fault tests
+        self.steps_taken = 0
+        self._parts_read = 0
         self._agreed: Optional[_AgreedFold] = None
         self._estimator_prints: dict = {}
         self.chunks: list = []
@@ -327,37 +370,28 @@ class TorchRunEncodedData(HandleLifetime):
                                  src=self._global_root, group=self.group)
         return received[0]
 
-    def _encode(self, encoder, parts: Iterable, counts: Optional[list], signature: Optional[str],
+    def _encode(self, encoder, pieces: list, counts: Optional[list], signature: Optional[str],
                 error: Optional[BaseException], what: str, empty: Any = None,
-                locate: Callable[[int, int, int], str] = lambda part, row, _: f"observation {row}",
+                locate: Callable[[int, int, int, int], str] = lambda _s, part, row, _: f"observation {row}",
                 fix: str = SAME_DATA) -> None:
-        """Encode the raw parts (one alive at a time), then the count exchange: global count,
-        status word and agreement on ``signature``; every rank raises together on a failure.
-        ``empty``: no observations of the data's kind, encoded when the shard is empty.
-        ``locate(part, shard_row, part_row)`` names a row (of part number ``part``) as the user
-        knows it (a row of the data passed, of a file), for the error on a non-finite value;
-        ``fix`` what to do when the ranks' ``signature`` differ."""
+        """Encode each held shard's raw parts (``pieces``: (shard id, its parts); one part alive
+        at a time), then the count exchange: global count, status word and agreement on
+        ``signature``; every rank raises together on a failure. ``empty``: no observations of
+        the data's kind, encoded when the rank holds none. ``locate(shard, part, shard_row,
+        part_row)`` names a row (of part number ``part``) as the user knows it (a row of the
+        data passed, of a file), for the error on a non-finite value; ``fix`` what to do when
+        the ranks' ``signature`` differ."""
+        self._encoder, self._locate = encoder, locate
         try:
             if error is None:
-                sizes = []
-                for number, part in enumerate(parts):
-                    sizes.append(len(part))
-                    if self._sample is None and len(part):
-                        self._sample = _copy(part[:1])
-                    if len(part):  # an empty part has nothing to encode (some encoders refuse it)
-                        try:
-                            self.chunks.append(encode(encoder, part, self._encode_device))
-                        except Exception as exc:
-                            raise _located(exc, part, sum(sizes) - len(part), lambda shard_row, part_row:
-                                           locate(number, shard_row, part_row), self.rank) from exc
-                        self._counts.append(len(part))
-                    del part
-                    release_freed_memory()
+                sizes = self._encode_pieces(pieces)
                 if self._sample is None:
                     self._sample = empty
                 if not self.chunks:  # an empty shard: keep its empty encoding where the encoder
                     self._encode_empty(encoder, empty)  # takes one (it tells k-means‖ the dimension)
-                if counts is not None and sum(counts) != sum(sizes):
+                    sid, start, _ = self._pieces[-1]
+                    self._pieces[-1] = (sid, start, len(self.chunks))
+                if counts is not None and sum(counts) != sizes:
                     raise RuntimeError("internal: file parts miscounted")
         except Exception as exc:
             error = exc
@@ -381,6 +415,31 @@ class TorchRunEncodedData(HandleLifetime):
             warnings.warn(f"TorchRunEncodedData: ranks {empty_ranks} of {self.world} hold no observations "
                           f"({self._count} in all): each step still waits for them, and the model is "
                           "single-process EM's; start fewer ranks, or give every rank data", stacklevel=3)
+
+    def _encode_pieces(self, pieces: list) -> int:
+        """Encode ``pieces`` ((shard id, raw parts)) after the chunks held; returns the rows read."""
+        rows, number = 0, self._parts_read  # parts are numbered as produced (from_files' sources)
+        for sid, parts in pieces:
+            first, shard_rows = len(self.chunks), 0
+            for part in parts:
+                shard_rows += len(part)
+                if self._sample is None and len(part):
+                    self._sample = _copy(part[:1])
+                if len(part):  # an empty part has nothing to encode (some encoders refuse it)
+                    try:
+                        self.chunks.append(encode(self._encoder, part, self._encode_device))
+                    except Exception as exc:
+                        raise _located(exc, part, shard_rows - len(part), lambda shard_row, part_row, s=sid, n=number:
+                                       self._locate(s, n, shard_row, part_row), self.rank) from exc
+                    self._counts.append(len(part))
+                number += 1
+                self._parts_read = number
+                del part
+                release_freed_memory()
+            self._pieces.append((sid, first, len(self.chunks)))
+            rows += shard_rows
+        self._pieces.sort()
+        return rows
 
     def _encode_empty(self, encoder, empty) -> None:
         try:
@@ -412,6 +471,30 @@ class TorchRunEncodedData(HandleLifetime):
         for row in received[1:]:
             total += row
         return total.cpu().numpy()
+
+    def _rows_across_ranks(self, numbers, phase: Optional[str] = "fold") -> np.ndarray:
+        """Every rank's float64 vector, as rows in rank order, on every rank (the fold's
+        exchange: every rank then adds them in one agreed order). Small vectors take one
+        ``all_to_all`` (every pair of ranks connected: a dead rank fails every peer at once),
+        larger ones ``all_gather``; ``phase_hook`` sees ``phase`` once this rank's part is on
+        its way."""
+        local = np.asarray(numbers, dtype=np.float64)
+        if self.world == 1:
+            self._phase(phase)
+            return local[None]
+        device = self._membership.device  # the backend's (nccl: CUDA), not necessarily the encodings'
+        tensor = torch.as_tensor(local, device=device)
+        if tensor.numel() * self.world > EXCHANGE_MAX_FLOATS:
+            rows = [torch.empty_like(tensor) for _ in range(self.world)]
+            work = dist.all_gather(rows, tensor, group=self.group, async_op=True)
+            self._phase(phase)
+            work.wait()
+            return torch.stack(rows).cpu().numpy()
+        received = torch.empty(self.world, tensor.numel(), dtype=tensor.dtype, device=device)
+        work = dist.all_to_all_single(received, tensor.repeat(self.world), group=self.group, async_op=True)
+        self._phase(phase)
+        _finish(work)
+        return received.cpu().numpy()
 
     def _all_gather(self, obj) -> list:
         if self.world == 1:
@@ -474,64 +557,88 @@ class TorchRunEncodedData(HandleLifetime):
 
     def _fold(self, estimator: Estimator, count: float, acc, log_density: float, *, model: Any = None,
               error: Optional[BaseException] = None, operation: str = "folding statistics"):
-        """Combine every rank's statistics into ``acc`` on every rank; returns the global
-        ``(count, log_density)``. Either path leaves bit-identical statistics on all ranks, so
-        the M-step that follows is deterministic and needs no broadcast of the model.
+        """Combine every rank's statistics ``acc`` (one part per rank, summed in rank order)
+        into ``acc`` on every rank; returns the global ``(count, log_density)``."""
+        pieces = None if error is not None else [Accumulated(count, acc, log_density)]
+        count, log_density, _ = self._fold_shards(estimator, pieces, ShardLayout.one_per_rank(self.world), acc,
+                                                  model=model, error=error, operation=operation)
+        return count, log_density
 
-        ``error``: this rank already failed (``acc`` may be ``None``); it still takes part, so
+    def _fold_shards(self, estimator: Estimator, pieces: Optional[list], layout: ShardLayout, into: Any = None, *,
+                     model: Any = None, error: Optional[BaseException] = None,
+                     operation: str = "folding statistics"):
+        """Combine the statistics of every logical shard of ``layout`` into ``into`` (a fresh
+        accumulator when ``None``) on every rank, summed in shard order; returns the global
+        ``(count, log_density, into)``. ``pieces``: this rank's statistics, one
+        :class:`Accumulated` per shard it holds, in shard order. Either path leaves
+        bit-identical statistics on all ranks, whichever rank held which shard, so the M-step
+        that follows is deterministic and needs no broadcast of the model.
+
+        ``error``: this rank already failed (``pieces`` may be ``None``); it still takes part, so
         every rank raises together. ``model``: the model the statistics were taken under, which
         must be the same on every rank."""
-        value = est_print = model_print = None
+        values = est_print = model_print = None
         try:
             est_print = self._estimator_print(estimator)
             model_print = None if model is None else fingerprint(model)
             if error is None:
-                value = acc.value()
+                values = [piece.accumulator.value() for piece in pieces]
+                into = estimator.accumulator_factory().make() if into is None else into
         except Exception as exc:
             error = error or exc
         while True:
             if self._agreed is None:
-                self._negotiate(operation, estimator, value, error, est_print, model_print)
+                self._negotiate(operation, estimator, values[0] if values else None, error, est_print, model_print)
             if self._agreed.plan is None:
-                return self._gather_fold(operation, estimator, count, acc, log_density, value, error,
-                                         est_print, model_print)
-            folded = self._allreduce_fold(operation, count, acc, log_density, value, error, est_print,
-                                          model_print)
+                return self._gather_fold(operation, estimator, layout, pieces, values, into, error, est_print,
+                                         model_print)
+            folded = self._allreduce_fold(operation, layout, pieces, values, into, error, est_print, model_print)
             if folded is not None:
                 return folded
             self._agreed = None  # some rank's statistics no longer fit the plan: agree again
 
-    def _allreduce_fold(self, operation, count, acc, log_density, value, error, est_print, model_print):
-        """One summed vector: status, replan flag, model agreement, count, log-density, the
-        statistics. Returns ``None`` when a rank asked to agree a new plan."""
+    def _allreduce_fold(self, operation, layout, pieces, values, into, error, est_print, model_print):
+        """One message per rank: status, replan flag, model agreement, then for each shard it
+        holds, that shard's count, log-density and statistics; every rank adds the shards'
+        parts in shard order. Returns ``None`` when a rank asked to agree a new plan."""
         plan = self._agreed.plan
-        flat, fits = None, False
+        width = 2 + plan.size
+        body, fits = np.zeros(layout.slots * width), False
         if error is None:
             try:
-                flat = flatten_value(value)
-                fits = (est_print == self._agreed.estimator and value_layout(value) == plan.layout
-                        and plan.matches(flat))
+                fits = est_print == self._agreed.estimator
+                for slot, (piece, value) in enumerate(zip(pieces, values)):
+                    flat = flatten_value(value)
+                    fits = fits and value_layout(value) == plan.layout and plan.matches(flat)
+                    if not fits:
+                        break
+                    body[slot * width], body[slot * width + 1] = piece.count, piece.log_density
+                    body[slot * width + 2:(slot + 1) * width] = flat
             except Exception as exc:
                 error = exc
-        body = flat if fits else np.zeros(plan.size)
+        if not fits:
+            body[:] = 0.0
         header = [0.0 if error is None else 1.0, 0.0 if error is not None or fits else 1.0]
-        header += agreement_slots(model_print, self.world) + [count if fits else 0.0,
-                                                              log_density if fits else 0.0]
-        summed = self._sum_across_ranks(np.concatenate([header, body]))
+        header += agreement_slots(model_print, self.world)
+        rows = self._rows_across_ranks(np.concatenate([header, body]))
         self.last_fold_floats = len(header) + len(body)
+        summed = rows[:, :len(header)].sum(axis=0)
         if summed[0] > 0 or not agreed(summed[2:5]):
             self._settle(operation, error, model_print, "the model on this rank", SAME_MODEL)
         if summed[1] > 0:
             return None
-        acc.from_value(plan.restore(summed[7:]))
-        return float(summed[5]), float(summed[6])
+        total = fold_in_shard_order(rows, layout, len(header), width)
+        into.from_value(plan.restore(total[2:]))
+        return float(total[0]), float(total[1]), into
 
-    def _gather_fold(self, operation, estimator, count, acc, log_density, value, error, est_print, model_print):
-        """The reference path: statistics pickled to the root, combined there (mixle's
-        ``combine``, so any value works), the sum broadcast; failures ride in both messages."""
+    def _gather_fold(self, operation, estimator, layout, pieces, values, into, error, est_print, model_print):
+        """The reference path: statistics pickled to the root, combined there in shard order
+        (mixle's ``combine``, so any value works), the sum broadcast; failures ride in both
+        messages."""
         mine = (("failed", failure_message(error)) if error is not None
-                else ("ok", est_print, model_print, count, log_density, value))
+                else ("ok", est_print, model_print, [(p.count, p.log_density, v) for p, v in zip(pieces, values)]))
         self.last_fold_floats = None
+        self._phase("fold")
         if self.world == 1:
             parts = [mine]
         else:
@@ -539,7 +646,7 @@ class TorchRunEncodedData(HandleLifetime):
             dist.gather_object(mine, parts, dst=self._global_root, group=self.group)
         message = None
         if self.rank == self.root:
-            message = self._combine_on_root(estimator, parts)
+            message = self._combine_on_root(estimator, parts, layout)
         if self.world > 1:
             box = [message]
             dist.broadcast_object_list(box, src=self._global_root, group=self.group)
@@ -547,12 +654,12 @@ class TorchRunEncodedData(HandleLifetime):
         if message[0] == "failed":
             raise_failures(message[1], self.rank, error, operation)
         _, count, log_density, value, renegotiate = message
-        acc.from_value(value)
+        into.from_value(value)
         if renegotiate:
             self._agreed = None
-        return float(count), float(log_density)
+        return float(count), float(log_density), into
 
-    def _combine_on_root(self, estimator, parts) -> tuple:
+    def _combine_on_root(self, estimator, parts, layout: ShardLayout) -> tuple:
         failures = {r: p[1] for r, p in enumerate(parts) if p[0] == "failed"}
         if not failures:
             failures = odd_ones_out({r: p[1] for r, p in enumerate(parts)}, "the estimator on this rank", SAME_MODEL)
@@ -561,19 +668,46 @@ class TorchRunEncodedData(HandleLifetime):
         if failures:
             return ("failed", failures)
         total = estimator.accumulator_factory().make()
-        for rank, part in enumerate(parts):
+        count = log_density = 0.0
+        for shard, owner in enumerate(layout.owners):
+            shard_count, shard_log_density, value = parts[owner][3][layout.slot_of(shard)]
             try:
-                total.combine(part[5])
+                total.combine(value)
             except Exception as exc:
-                return ("failed", {rank: f"its statistics could not be combined with rank 0's: {failure_message(exc)}"})
+                return ("failed", {owner: f"its statistics could not be combined with rank 0's: {failure_message(exc)}"})
+            count, log_density = count + shard_count, log_density + shard_log_density
         renegotiate = parts[0][1] != self._agreed.estimator
-        return ("ok", sum(p[3] for p in parts), sum(p[4] for p in parts), total.value(), renegotiate)
+        return ("ok", count, log_density, total.value(), renegotiate)
 
     # -- the handle protocol -----------------------------------------------------------------
 
-    def _local_statistics(self, estimator: Estimator, model: Distribution, with_log_density: bool = True):
+    def _phase(self, phase: str) -> None:
+        """Tell ``phase_hook`` (fault-injection tests) where step ``steps_taken + 1`` is: ``"e_step"``
+        (before it), ``"e_step_shard"`` (between two shards' E-steps), ``"e_step_done"``,
+        ``"fold"`` (this rank's part sent), ``"rejoin"``."""
+        if self.phase_hook is not None and phase is not None:
+            self.phase_hook(phase, self.steps_taken + 1)
+
+    def _shard_statistics(self, estimator: Estimator, model: Distribution, with_log_density: bool = True):
+        """(this rank's statistics, one :class:`Accumulated` per shard held, in shard order;
+        ``None``) or (``None``, the error). An elastic handle keeps them with the estimator and
+        model they were taken under and gives them again for the same pair, so a step taken
+        again after a rank died computes only the shards that rank held."""
         try:
-            return accumulate(self.chunks, estimator, model, self._counts, with_log_density), None
+            key = ((self._estimator_print(estimator), fingerprint(model), with_log_density)
+                   if self.elastic else None)
+            kept = dict(self._kept[1]) if key is not None and self._kept is not None and self._kept[0] == key else {}
+            pieces = []
+            for number, (shard, first, end) in enumerate(self._pieces):
+                if number:
+                    self._phase("e_step_shard")
+                if shard not in kept:
+                    kept[shard] = accumulate(self.chunks[first:end], estimator, model, self._counts[first:end],
+                                             with_log_density)
+                pieces.append(kept[shard])
+            if key is not None:
+                self._kept = (key, {shard: kept[shard] for shard, _, _ in self._pieces})
+            return pieces, None
         except Exception as exc:  # carried in the fold, so no peer waits for this rank
             return None, self.explain_failure(exc, model)
 
@@ -597,15 +731,17 @@ class TorchRunEncodedData(HandleLifetime):
         log-density pass for families whose update does not yield it (the log-density is then
         NaN unless the update gave it)."""
         require_every_rank(self._membership, "an EM step on a TorchRunEncodedData")
+        self._phase("e_step")
         t0 = time.perf_counter()
-        local, error = self._local_statistics(estimator, prev_estimate, with_log_density)
+        pieces, error = self._shard_statistics(estimator, prev_estimate, with_log_density)
         t1 = time.perf_counter()
-        acc = None if local is None else local.accumulator
-        count, log_density = self._fold(estimator, 0.0 if local is None else local.count, acc,
-                                        0.0 if local is None else local.log_density, model=prev_estimate,
-                                        error=error, operation="EM step")
+        if error is None:
+            self._phase("e_step_done")
+        count, log_density, acc = self._fold_shards(estimator, pieces, self.layout, model=prev_estimate,
+                                                    error=error, operation="EM step")
         t2 = time.perf_counter()
         model = m_step(estimator, count, acc)
+        self.steps_taken += 1
         self.last_timings = StepTimings(self.local_count, t1 - t0, t2 - t1, time.perf_counter() - t2)
         return EMStep(model, count, log_density)
 
@@ -616,33 +752,37 @@ class TorchRunEncodedData(HandleLifetime):
     def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
         """Distributed randomized initialization; identical model on all ranks.
 
-        As mixle's own handle does: the root draws one seed per rank from ``rng`` (a
-        ``RandomState``, a ``Generator`` or a seed) and scatters them; each rank's observations
-        take part with probability ``p`` and its accumulators get a ``RandomState``. The result
-        is reproducible for a seed and world size, but differs from a one-process
-        ``seq_initialize`` with the same seed (each rank draws its own subset)."""
+        As mixle's own handle does: the root draws one seed per logical shard (one per rank
+        unless the handle was built with ``shards=``) from ``rng`` (a ``RandomState``, a
+        ``Generator`` or a seed) and scatters them; each shard's observations take part with
+        probability ``p`` and its accumulators get a ``RandomState``. The result is reproducible
+        for a seed and shard count, but differs from a one-process ``seq_initialize`` with the
+        same seed (each shard draws its own subset)."""
         require_every_rank(self._membership, "initialising from a TorchRunEncodedData")
         error, seeds = None, None
         try:
             p = fraction("initialisation fraction p", p)
             if self.rank == self.root:
-                seeds = [int(s) for s in _seed_source(rng).randint(2**31, size=self.world)]
+                drawn = [int(s) for s in _seed_source(rng).randint(2**31, size=self.layout.count)]
+                seeds = [[drawn[s] for s in self.layout.held_by(r)] for r in range(self.world)]
         except Exception as exc:
             error = exc
-        seed = self._scatter(seeds)
-        acc, included = None, 0.0
-        if error is None and seed is not None:
+        mine = self._scatter(seeds)
+        pieces = []
+        if error is None and mine is not None:
             try:
-                local_rng = np.random.RandomState(seed)
-                weight_rng = np.random.RandomState(local_rng.randint(2**31))
-                acc = estimator.accumulator_factory().make()
-                for enc, n in zip(self.chunks, self._counts):
-                    weights = (weight_rng.rand(n) <= p).astype(np.float64)
-                    acc.seq_initialize(enc, weights, local_rng)
-                    included += float(weights.sum())
+                for seed, (_, first, end) in zip(mine, self._pieces):
+                    local_rng = np.random.RandomState(seed)
+                    weight_rng = np.random.RandomState(local_rng.randint(2**31))
+                    acc, included = estimator.accumulator_factory().make(), 0.0
+                    for enc, n in zip(self.chunks[first:end], self._counts[first:end]):
+                        weights = (weight_rng.rand(n) <= p).astype(np.float64)
+                        acc.seq_initialize(enc, weights, local_rng)
+                        included += float(weights.sum())
+                    pieces.append(Accumulated(included, acc, 0.0))
             except Exception as exc:
                 error = exc
-        count, _ = self._fold(estimator, included, acc, 0.0, error=error, operation="initialisation")
+        count, _, acc = self._fold_shards(estimator, pieces, self.layout, error=error, operation="initialisation")
         return m_step(estimator, count, acc)
 
     def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
@@ -665,11 +805,9 @@ class TorchRunEncodedData(HandleLifetime):
         value)`` as mixle's handle returns them (mixle's streaming driver rebuilds the
         accumulator with ``from_value``)."""
         require_every_rank(self._membership, "stream accumulate on a TorchRunEncodedData")
-        local, error = self._local_statistics(estimator, model, with_log_density=False)
-        acc = None if local is None else local.accumulator
-        count, _ = self._fold(estimator, 0.0 if local is None else local.count, acc,
-                              0.0 if local is None else local.log_density, model=model, error=error,
-                              operation="stream accumulate")
+        pieces, error = self._shard_statistics(estimator, model, with_log_density=False)
+        count, _, acc = self._fold_shards(estimator, pieces, self.layout, model=model, error=error,
+                                          operation="stream accumulate")
         return count, tie_keys(acc).value()
 
     def pysp_kmeans_init(self, estimator: Estimator, rng: Any, init: str = "kmeans++") -> Distribution:
@@ -686,9 +824,48 @@ class TorchRunEncodedData(HandleLifetime):
             require_every_rank(self._membership, "gathering the scores of a TorchRunEncodedData")
         return map_shard(self, function, gather)
 
+    def rejoin(self) -> list:
+        """Go on after ranks died: every survivor calls it together, once the survivors formed a
+        new default group (a MixleCluster's elastic recovery does both). Takes this rank's new
+        rank and world, and reads again from the files the shards no survivor holds, each to the
+        survivor holding fewest. The statistics kept from the last E-step stay, so the step
+        taken again computes only the shards read here. Returns the shards this rank read."""
+        if not self.elastic:
+            raise RuntimeError("rejoin() needs a handle built with elastic=True (from_npy or from_files)")
+        self._membership = join_group(None)
+        self.group, self.rank, self.world = None, self._membership.rank, self._membership.world
+        self.root, self._global_root, self._agreed = 0, 0, None
+        mine = np.zeros(self.layout.count)
+        mine[[shard for shard, _, _ in self._pieces]] = 1.0
+        rows = self._rows_across_ranks(mine, phase="rejoin")  # all pairs: a death here fails every survivor
+        layout, drop, adopt = rebalance([np.flatnonzero(row).tolist() for row in rows], self.layout.count)
+        error = None
+        try:
+            self._drop_shards(drop[self.rank])
+            self._encode_pieces([(s, self._shard_parts(s)) for s in adopt[self.rank]])
+        except Exception as exc:  # carried in the count exchange below
+            error = exc
+        self.local_count = int(sum(self._counts))
+        summed = self._rows_across_ranks([0.0 if error is None else 1.0, float(self.local_count)], None).sum(axis=0)
+        if summed[0] > 0:
+            self._settle("reading a lost rank's shards", error, None, "the shards on this rank", SAME_FILES)
+        if int(summed[1]) != self._count:
+            raise RuntimeError(f"the survivors hold {int(summed[1])} of the {self._count} observations after "
+                               "reading the lost shards: did a file change since the handle was built?")
+        self.layout = layout
+        return adopt[self.rank]
+
+    def _drop_shards(self, shards: Sequence[int]) -> None:
+        kept = [(s, self.chunks[a:b], self._counts[a:b]) for s, a, b in self._pieces if s not in shards]
+        self.chunks, self._counts, self._pieces = [], [], []
+        for shard, chunks, counts in kept:
+            self._pieces.append((shard, len(self.chunks), len(self.chunks) + len(chunks)))
+            self.chunks += chunks
+            self._counts += counts
+
     def close(self) -> None:
         """Release the resident shard; destroy the process group only if this handle made it."""
-        self.chunks, self._counts = [], []
+        self.chunks, self._counts, self._pieces, self._kept = [], [], [], None
         self._membership.release()
 
     def __len__(self) -> int:

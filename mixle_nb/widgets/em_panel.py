@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import validation
 from ..checkpoint import EMCheckpoint
+from ..cluster import elastic as elastic_recovery
 from ..cluster import rank_side
 from ..inference import INITS, choose_k, initial_model
 from ..stats import MixtureEstimator
@@ -40,6 +41,7 @@ class StepRecord:
     log_density: float
     rank_seconds: list
     count: float = float("nan")  # observations, all ranks together
+    recovery: Any = None  # the elastic recovery (a RecoveryEvent) this step was taken again after
 
 
 class EMPanel(Panel):
@@ -76,12 +78,22 @@ class EMPanel(Panel):
     model and the history in a file, replaced atomically every step (or every
     ``EMCheckpoint.every``) and after Back, Reset and Init; a panel built with an existing
     file continues from it (a new kernel after the old one died), pushing its model to the ranks.
+
+    ``elastic=True`` (on a cluster, with a handle built ``elastic=True`` from files): when a rank
+    dies during ``run(n)``, the survivors take over its shards and the run goes on, the model
+    bit for bit that of a run without the failure (mixle_nb/cluster/elastic.py); ``recoveries``
+    lists each :class:`~mixle_nb.cluster.elastic.RecoveryEvent` and the step taken again after
+    one carries it (``history_rows()``' ``recovery``).
     """
 
     def __init__(self, cluster=None, *, handle, estimator, model=None, data_sample=None,
                  picture_dims: Optional[Sequence[int]] = None, init: Optional[str] = None, seed: int = 0,
-                 model_selection: bool = False, batch_seconds: float = BATCH_SECONDS, checkpoint=None):
+                 model_selection: bool = False, batch_seconds: float = BATCH_SECONDS, checkpoint=None,
+                 elastic: bool = False):
         super().__init__()
+        self.elastic = bool(elastic)
+        self.recoveries: list = []
+        self._pending_recovery = None
         self.batch_seconds = validation.real("batch_seconds", batch_seconds, at_least=0.0)
         self.step_calls = 0  # calls of steps sent to the ranks (a run's call may hold several steps)
         self.history: list[StepRecord] = []
@@ -94,6 +106,10 @@ class EMPanel(Panel):
             raise ValueError("give the start as model= (a model, or its name on the ranks) or as init= "
                              f"(one of {', '.join(INITS)}), not both and not neither")
         self._bind(cluster, handle, estimator, model, data_sample)
+        if self.elastic:
+            if self.cluster is None:
+                raise ValueError("elastic=True needs a cluster: it lets a run go on when one of its ranks dies")
+            self.cluster.run(rank_side.check_elastic_on_rank, handle, targets=[0])
         self.checkpoint = EMCheckpoint.of(checkpoint)
         saved = self.checkpoint.load("panel") if self.checkpoint else None
         self.start_model = self._current_model
@@ -146,6 +162,7 @@ class EMPanel(Panel):
                    "gain": float("nan") if previous is None else r.log_density - previous, "count": r.count}
             row.update({f"e_step_s_rank{i}": s for i, s in enumerate(r.rank_seconds)})
             row["model"] = repr(r.model)
+            row["recovery"] = None if r.recovery is None else r.recovery.describe()
             rows.append(row)
             previous = r.log_density
         return rows
@@ -350,6 +367,8 @@ class EMPanel(Panel):
         records = [StepRecord(len(self.history) + 1 + i, per_rank[0][i]["model"],
                               float(per_rank[0][i]["log_density"]), [steps[i]["e_step_s"] for steps in per_rank],
                               float(per_rank[0][i]["count"])) for i in range(completed)]
+        if records and self._pending_recovery is not None:
+            records[0].recovery, self._pending_recovery = self._pending_recovery, None
         self.history.extend(records)
         self._save_checkpoint(before=len(self.history) - len(records))
         return records
@@ -412,22 +431,51 @@ class EMPanel(Panel):
         sent, flight, last_id = 0, collections.deque(), None
         while True:
             depth = 1 if self._step_s is None or self.batch_seconds == 0 else 2
-            while len(flight) < depth and sent < n and not self._pause.is_set():
-                call = self._send(min(self._next_batch(), n - sent), last_id)
-                flight.append(call)
-                sent, last_id = sent + call[2], call[1]
-            if not flight:
-                return
-            call, call_id, size = flight.popleft()
+            collecting = None
             try:
+                while len(flight) < depth and sent < n and not self._pause.is_set():
+                    call = self._send(min(self._next_batch(), n - sent), last_id)
+                    flight.append(call)
+                    sent, last_id = sent + call[2], call[1]
+                if not flight:
+                    return
+                call, call_id, size = collecting = flight.popleft()
                 with self._lock:
                     records, _ = self._collect(call, call_id, size, [c for c, _, _ in flight])
-            except BaseException:
-                return  # _collect has recorded what completed, shown the error, kept the last good model
+            except BaseException as exc:
+                recorded = self._went_on(exc, [(c, i) for c, i, _ in ([collecting] if collecting else []) + list(flight)])
+                if recorded is None and collecting is None:
+                    raise  # sending failed
+                if recorded is None:
+                    return  # _collect has recorded what completed, shown the error, kept the last good model
+                self.progress.value += recorded
+                flight.clear()
+                sent, last_id = self.progress.value, None
+                continue
             if not records:  # the ranks ran nothing (a call behind an interrupted one): stop
                 self._pause.set()
             self.progress.value += len(records)
             self.request_redraw()
+
+    def _went_on(self, exc: BaseException, calls: list) -> Optional[int]:
+        """Elastic: after a rank died, the survivors take over its shards, the steps the failed
+        ``calls`` ((call, id)) completed are recorded and the run goes on; how many steps were
+        recorded. ``None``: not elastic, not a dead rank, or the recovery failed (shown)."""
+        if not self.elastic or self.cluster is None or not isinstance(exc, elastic_recovery.RankDiedError):
+            return None
+        try:
+            with self._lock:
+                event = elastic_recovery.recover(self.cluster, self.handle, exc.ranks, [c for c, _ in calls])
+                records = self._record([elastic_recovery.completed_on_survivors(self.cluster, [i for _, i in calls])])
+                event.at_step = len(self.history) + 1
+                self._push_current()
+        except BaseException as failure:
+            self._fail(failure)
+            return None
+        self.recoveries.append(event)
+        self._pending_recovery = event
+        self._show_status(event.describe())
+        return len(records)
 
     def _push_current(self) -> None:
         if self.cluster is not None:

@@ -1,0 +1,110 @@
+"""Elastic recovery: a rank dies mid-fit and the fit goes on, exactly, on the survivors.
+
+The survivors of the failed call are let finish (their collective with the dead rank fails at
+once, its connections gone); they form a new group among themselves (:meth:`MixleCluster.drop_ranks`);
+every survivor's elastic handle reads the dead rank's logical shards again from the files
+(:meth:`TorchRunEncodedData.rejoin`), and the step is taken again, computing only those shards
+(the survivors kept their own shards' statistics). Folded in shard order, the statistics — and so
+the model — are bit for bit those of a run without the failure. A rank that dies during the
+recovery is dropped too, until no rank is left.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from . import rank_side
+from .calls import RankCall, RankDiedError, RankError
+
+SURVIVORS_SETTLE_S = 10.0  # how long the survivors of a failed call may take to fail with it
+
+
+class ElasticRecoveryError(RuntimeError):
+    """The survivors could not take over the lost ranks' shards; ``cluster.restart()`` is left."""
+
+
+@dataclass
+class RecoveryEvent:
+    """One recovery: the ranks lost (each loss in the numbering of the group it left), at
+    which step, what each survivor read again, how long it took, and the world after."""
+
+    lost: list
+    at_step: int
+    seconds: float
+    world: int
+    read: list = field(default_factory=list)  # per new rank: the shards it read from the files
+
+    def describe(self) -> str:
+        lost = " then ".join(f"rank {', '.join(map(str, ranks))}" for ranks in self.lost)
+        moved = sum(len(r) for r in self.read)
+        return (f"{lost} died at step {self.at_step}: the {self.world} surviving rank"
+                f"{'s' if self.world > 1 else ''} read its {moved} shard{'s' if moved != 1 else ''} again and "
+                f"went on ({self.seconds:.2f} s)")
+
+
+def settle_survivors(cluster: Any, calls: Sequence[RankCall], dead: Sequence[int]) -> None:
+    """Wait until every rank of ``calls`` but ``dead`` has answered. A survivor in a collective
+    with the dead rank fails at once, its connection gone; one waiting on another survivor (a
+    ring) fails when that survivor, once it answered, shuts its connections down (as
+    ``stop_call`` does). Those still running after :data:`SURVIVORS_SETTLE_S` are interrupted."""
+    severed: set = set(dead)
+    for call in calls:
+        deadline = time.monotonic() + SURVIVORS_SETTLE_S
+        interrupted = False
+        while [r for r in call.pending() if r not in dead]:
+            answered = sorted(set(call.ranks) - set(call.pending()) - severed)
+            if answered:
+                cluster._sever_group(answered, SURVIVORS_SETTLE_S)
+                severed.update(answered)
+            if time.monotonic() > deadline:
+                if interrupted:
+                    raise ElasticRecoveryError(f"ranks {call.pending()} did not stop after ranks {list(dead)} "
+                                               "died; call cluster.restart()")
+                cluster.interrupt([r for r in call.pending() if r not in dead])
+                deadline, interrupted = time.monotonic() + SURVIVORS_SETTLE_S, True
+            time.sleep(0.01)
+
+
+def recover(cluster: Any, handle: str, dead: Sequence[int], calls: Sequence[RankCall] = (),
+            at_step: int = 0) -> RecoveryEvent:
+    """Go on without the ranks ``dead`` after ``calls`` (sent before the loss) failed: the
+    survivors form a new group and the elastic handle named ``handle`` on them takes over
+    the lost shards. Survives further losses while it runs; raises
+    :class:`ElasticRecoveryError` when no rank is left or the handle cannot go on."""
+    started = time.perf_counter()
+    settle_survivors(cluster, calls, dead)
+    lost = [sorted(dead)]
+    while True:
+        try:
+            cluster.drop_ranks(lost[-1])
+            call = cluster.run_async(rank_side.rejoin_on_rank, handle)
+        except RankDiedError as exc:  # a survivor died before the new group formed
+            if len(exc.ranks) >= cluster.n:
+                raise ElasticRecoveryError(f"every rank died ({exc}); call cluster.restart()") from exc
+            lost.append(exc.ranks)
+            continue
+        try:
+            read = call.result()
+        except RankDiedError as exc:  # a survivor died while the others read its shards
+            settle_survivors(cluster, [call], exc.ranks)
+            lost.append(exc.ranks)
+            continue
+        except RankError as exc:
+            raise ElasticRecoveryError(f"the survivors could not take over the shards of ranks "
+                                       f"{lost}: {exc}; call cluster.restart()") from exc
+        return RecoveryEvent(lost, at_step, time.perf_counter() - started, cluster.n, read)
+
+
+def completed_on_survivors(cluster: Any, call_ids: Sequence[str]) -> list:
+    """The steps the failed calls ``call_ids`` completed, from the survivor that completed the
+    most (a survivor can finish a step whose fold another one lost; every survivor's steps are
+    the same, bit for bit, as far as each got): one record per step, in order."""
+    steps: list = []
+    for call_id in call_ids:
+        per_rank = cluster.run(rank_side.completed_steps_on_rank, call_id)
+        longest = max(per_rank, key=len)
+        steps += longest
+        if any(len(s) < len(longest) for s in per_rank) or not longest:
+            break  # the calls after the one the loss cut ran no step
+    return steps
