@@ -12,12 +12,13 @@ from .base import (Accumulator, Distribution, Encoder, Estimator, device_tensor,
 from .centred_moments import DegenerateComponentError
 from .sampler import Sampler
 
-# Components x rows per E-step block: the block's (K, rows) temporaries stay in the L2 cache,
-# so the E-step reads the encoded data once instead of streaming (K, N) arrays through memory.
+# Components x rows (x the encoding's ``row_width``, floats a row and component keeps) per E-step
+# block: the block's temporaries stay in the L2 cache, so the E-step reads the encoded data once
+# instead of streaming (K, N) arrays through memory.
 BLOCK_ELEMENTS = 1 << 17
 # On a GPU a block costs kernel launches and a copy of its statistics to the host, and the
 # device's memory bandwidth does not need the cache: blocks as large as memory comfortably
-# allows (each (K, rows) float64 temporary is 512 MB at most).
+# allows (the block's float64 temporaries are 512 MB at most).
 DEVICE_BLOCK_ELEMENTS = 1 << 26
 LOWEST = torch.finfo(torch.float64).min
 
