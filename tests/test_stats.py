@@ -275,7 +275,7 @@ def _closed_form_log_density(x, mu, covar):
     return -0.5 * (len(mu) * np.log(2 * np.pi) + log_det + maha)
 
 
-@pytest.mark.parametrize("dim", [3, 20])  # 20: above STORED_FEATURES_MAX_DIM, features built per block
+@pytest.mark.parametrize("dim", [3, 20])
 def test_multivariate_log_density_and_em_step_match_closed_form(dim, monkeypatch):
     rng = np.random.default_rng(5)
     x = rng.normal(2.0, 1.5, size=(3000, dim))
