@@ -50,8 +50,8 @@ def _encoders():
         ("gaussian", rng.normal(size=50), GaussianEstimator()),
         ("diagonal", x3, DiagonalGaussianEstimator(3)),
         ("spherical", x3, SphericalGaussianEstimator(3)),
-        ("full, stored features", x3, MultivariateGaussianEstimator(3)),
-        ("full, features per block", x17, MultivariateGaussianEstimator(17)),
+        ("full, D=3", x3, MultivariateGaussianEstimator(3)),
+        ("full, D=17", x17, MultivariateGaussianEstimator(17)),
         ("poisson", rng.poisson(3.0, size=50), PoissonEstimator()),
         ("categorical", rng.choice(list("xyz"), size=50), CategoricalEstimator()),
         ("mixture", x3, MixtureEstimator([DiagonalGaussianEstimator(3)] * 2)),
@@ -92,9 +92,9 @@ def _sklearn_problem(covariance_type: str, dim: int, k: int = 8, n: int = 4000):
     if covariance_type == "diag":
         start = MixtureDistribution([DiagonalGaussianDistribution(m, np.ones(dim)) for m in start_means],
                                     np.full(k, 1.0 / k))
-        return x, start, MixtureEstimator([DiagonalGaussianEstimator(dim) for _ in range(k)]), start_means
+        return x, start, MixtureEstimator([DiagonalGaussianEstimator(dim, reg_covar=0.0) for _ in range(k)]), start_means
     start = MixtureDistribution([GaussianDistribution(m[0], 1.0) for m in start_means], np.full(k, 1.0 / k))
-    return x[:, 0], start, MixtureEstimator([GaussianEstimator() for _ in range(k)]), start_means
+    return x[:, 0], start, MixtureEstimator([GaussianEstimator(reg_covar=0.0) for _ in range(k)]), start_means
 
 
 @pytest.mark.parametrize("covariance_type, dim", [("spherical", 1), ("diag", 8)])

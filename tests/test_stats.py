@@ -12,6 +12,7 @@ from sklearn.mixture import GaussianMixture
 from mixle_nb.inference import FitError, optimize, streaming_accumulate
 from mixle_nb.stats import (
     CategoricalDistribution,
+    DegenerateComponentError,
     DiagonalGaussianDistribution,
     DiagonalGaussianEstimator,
     GaussianDistribution,
@@ -62,11 +63,11 @@ def test_em_matches_sklearn_after_20_iterations(dim):
     if dim == 1:
         data = x[:, 0]
         comps = [GaussianDistribution(m[0], 1.0) for m in start_means]
-        estimator = MixtureEstimator([GaussianEstimator() for _ in range(k)])
+        estimator = MixtureEstimator([GaussianEstimator(reg_covar=0.0) for _ in range(k)])  # as sklearn_fit
     else:
         data = x
         comps = [MultivariateGaussianDistribution(m, np.eye(dim)) for m in start_means]
-        estimator = MixtureEstimator([MultivariateGaussianEstimator(dim) for _ in range(k)])
+        estimator = MixtureEstimator([MultivariateGaussianEstimator(dim, reg_covar=0.0) for _ in range(k)])
     model = MixtureDistribution(comps, np.full(k, 1.0 / k))
     enc = seq_encode(data, model=model)
     for _ in range(iterations):
@@ -203,7 +204,8 @@ def test_failed_iteration_keeps_the_last_good_model():
 
 def test_keys_tie_component_statistics():
     x = np.random.default_rng(1).normal(2.0, 3.0, size=1000)
-    estimator = MixtureEstimator([GaussianEstimator(keys="shared"), GaussianEstimator(keys="shared")])
+    estimator = MixtureEstimator([GaussianEstimator(reg_covar=0.0, keys="shared"),
+                                  GaussianEstimator(reg_covar=0.0, keys="shared")])
     start = MixtureDistribution([GaussianDistribution(0, 1), GaussianDistribution(4, 1)], [0.5, 0.5])
     model = seq_estimate(seq_encode(x, model=start), estimator, start)
     a, b = model.components
@@ -215,7 +217,8 @@ def test_keys_tie_component_statistics():
 
 def test_streaming_accumulate_ties_keys_once():
     x = np.random.default_rng(1).normal(2.0, 3.0, size=1000)
-    estimator = MixtureEstimator([GaussianEstimator(keys="shared"), GaussianEstimator(keys="shared")])
+    estimator = MixtureEstimator([GaussianEstimator(reg_covar=0.0, keys="shared"),
+                                  GaussianEstimator(reg_covar=0.0, keys="shared")])
     start = MixtureDistribution([GaussianDistribution(0, 1), GaussianDistribution(4, 1)], [0.5, 0.5])
     count, acc = streaming_accumulate(seq_encode(x, model=start), estimator, start)
     model = estimator.estimate(count, acc.value())
@@ -223,15 +226,15 @@ def test_streaming_accumulate_ties_keys_once():
     assert model.components[0].sigma2 == pytest.approx(x.var(), rel=1e-10)
 
 
-def test_emptied_component_stays_finite():
+def test_emptied_component_raises_naming_the_component():  # was: silently N(0, 1); issue 26
     x = np.random.default_rng(2).normal(size=500)
     start = MixtureDistribution([GaussianDistribution(0, 1), GaussianDistribution(1e6, 1)], [0.5, 0.5])
-    model = seq_estimate(seq_encode(x, model=start), start.estimator(), start)
-    assert model.w[1] == 0.0
-    assert np.isfinite(model.components[1].mu) and model.components[1].sigma2 > 0
-    assert np.all(np.isfinite(model.seq_log_density(seq_encode(x, model=model))))
-    mvn = MultivariateGaussianEstimator(2).estimate(3.0, np.array([3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]))
-    assert np.linalg.eigvalsh(mvn.covar)[0] >= 1e-6 - 1e-12  # three identical points: floored
+    with pytest.raises(DegenerateComponentError, match=r"component 1 of 2 received no weight in the M-step.*Fix: "):
+        seq_estimate(seq_encode(x, model=start), start.estimator(), start)
+    three = np.array([3.0, 6.0, 9.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])  # [n, n·c, S1, S2]: three points at c = (2, 3)
+    mvn = MultivariateGaussianEstimator(2).estimate(3.0, three)
+    np.testing.assert_allclose(mvn.mu, [2.0, 3.0])
+    np.testing.assert_allclose(mvn.covar, 1e-6 * np.eye(2), rtol=1e-12)  # collapsed: reg_covar, as scikit-learn
 
 
 def test_seq_initialize_is_reproducible_and_uses_a_fraction():
@@ -250,7 +253,8 @@ def test_streaming_accumulate_returns_count_and_statistics():
     model = GaussianDistribution(0.0, 1.0)
     count, acc = streaming_accumulate(seq_encode(x, model=model), GaussianEstimator(), model)
     assert count == 300
-    np.testing.assert_allclose(acc.value(), [300, x.sum(), (x * x).sum()], rtol=1e-12)
+    # [n, n·c, Σ(x - c), Σ(x - c)²] about the model's mean c = 0
+    np.testing.assert_allclose(acc.value(), [300, 0.0, x.sum(), (x * x).sum()], rtol=1e-12)
 
 
 def test_single_observation_protocol_matches_sequence_protocol():
@@ -271,7 +275,7 @@ def _closed_form_log_density(x, mu, covar):
     return -0.5 * (len(mu) * np.log(2 * np.pi) + log_det + maha)
 
 
-@pytest.mark.parametrize("dim", [3, 20])  # 20: above STORED_FEATURES_MAX_DIM, features built per block
+@pytest.mark.parametrize("dim", [3, 20])
 def test_multivariate_log_density_and_em_step_match_closed_form(dim, monkeypatch):
     rng = np.random.default_rng(5)
     x = rng.normal(2.0, 1.5, size=(3000, dim))
@@ -287,7 +291,7 @@ def test_multivariate_log_density_and_em_step_match_closed_form(dim, monkeypatch
     np.testing.assert_allclose(model.seq_log_density(enc), expected, rtol=1e-10)
 
     resp = np.exp(log_joint - expected[:, None])  # closed-form M-step from exact responsibilities
-    fitted = seq_estimate(enc, model.estimator(), model)
+    fitted = seq_estimate(enc, MixtureEstimator([MultivariateGaussianEstimator(dim, reg_covar=0.0)] * 2), model)
     for k, component in enumerate(fitted.components):
         mu = resp[:, k] @ x / resp[:, k].sum()
         covar = (resp[:, k, None] * (x - mu)).T @ (x - mu) / resp[:, k].sum()
@@ -295,7 +299,7 @@ def test_multivariate_log_density_and_em_step_match_closed_form(dim, monkeypatch
         np.testing.assert_allclose(component.covar, covar, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("offset,rtol", [(0.0, 1e-12), (1e4, 1e-7)])  # raw moments: see the module docstring
+@pytest.mark.parametrize("offset,rtol", [(0.0, 1e-12), (1e4, 1e-12), (1e9, 1e-12)])  # centred: stats/frame.py
 def test_diagonal_log_density_matches_closed_form(offset, rtol, monkeypatch):
     rng = np.random.default_rng(6)
     x = offset + rng.normal(size=(3000, 3))
@@ -337,7 +341,8 @@ def test_bad_input_raises_before_any_work(call, message):
 def test_covariance_key_matches_sklearn_tied_covariance():
     k, dim, iterations = 4, 3, 20
     x, start_means = mixture_problem(3000, dim, k, seed=4)
-    estimator = MixtureEstimator([MultivariateGaussianEstimator(dim, covariance_key="shared") for _ in range(k)])
+    estimator = MixtureEstimator([MultivariateGaussianEstimator(dim, reg_covar=0.0, covariance_key="shared")
+                                  for _ in range(k)])
     model = MixtureDistribution([MultivariateGaussianDistribution(m, np.eye(dim)) for m in start_means],
                                 np.full(k, 1.0 / k))
     enc = seq_encode(x, model=model)
@@ -357,7 +362,8 @@ def test_covariance_key_matches_sklearn_tied_covariance():
 def test_variance_key_pools_the_within_component_variance():
     x = np.random.default_rng(6).normal(size=500) * 2
     start = MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(2, 3)], [0.5, 0.5])
-    estimator = MixtureEstimator([GaussianEstimator(variance_key="v"), GaussianEstimator(variance_key="v")])
+    estimator = MixtureEstimator([GaussianEstimator(reg_covar=0.0, variance_key="v"),
+                                  GaussianEstimator(reg_covar=0.0, variance_key="v")])
     model = seq_estimate(seq_encode(x, model=start), estimator, start)
     resp = start.seq_posterior(seq_encode(x, model=start))
     n = resp.sum(axis=0)
