@@ -1,0 +1,118 @@
+"""scikit-learn's Gaussian-mixture parameters as our estimators and models, and back.
+
+One place knows how each ``covariance_type`` maps onto a component family:
+
+==========  ==========================================  =============================
+type        D > 1                                       D = 1
+==========  ==========================================  =============================
+full        ``MultivariateGaussianEstimator``           ``DiagonalGaussianEstimator``
+tied        the same with one ``covariance_key``        the same with one ``variance_key``
+diag        ``DiagonalGaussianEstimator``               ``DiagonalGaussianEstimator``
+spherical   ``SphericalGaussianEstimator``              ``DiagonalGaussianEstimator``
+==========  ==========================================  =============================
+
+In one dimension every type is the same model, and the moment encoding ``[1, x, x²]`` is the
+cheapest; a handle built with the full-covariance encoding keeps the full family.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from ..stats import (DiagonalGaussianDistribution, DiagonalGaussianEstimator, MixtureDistribution,
+                     MixtureEstimator, MultivariateGaussianDistribution, MultivariateGaussianEstimator,
+                     SphericalGaussianDistribution, SphericalGaussianEstimator)
+
+COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
+TIED_KEY = "tied covariance"
+
+
+def needs_quadratic(covariance_type: str, n_features: int) -> bool:
+    """Whether the type needs the full-covariance encoding ``[1, x, x·xᵀ]`` (else ``[1, x, x²]``)."""
+    return covariance_type in ("full", "tied") and n_features > 1
+
+
+def _family(cls, reg_covar, **kwargs):  # TEMPORARY until numerics' reg_covar lands
+    import inspect
+    if "reg_covar" in inspect.signature(cls).parameters:
+        return cls(reg_covar=reg_covar, **kwargs)
+    floor = "min_covar" if cls is MultivariateGaussianEstimator else "min_var"
+    return cls(**{floor: 1e-300}, **kwargs)
+
+
+def mixture_estimator(covariance_type: str, n_components: int, n_features: int, reg_covar: float,
+                      quadratic: bool | None = None) -> MixtureEstimator:
+    """The estimator EM runs with; ``quadratic`` (default :func:`needs_quadratic`) picks the
+    full-covariance family for a full or tied 1-D fit on that encoding."""
+    quadratic = needs_quadratic(covariance_type, n_features) if quadratic is None else quadratic
+    key = TIED_KEY if covariance_type == "tied" else None
+    if quadratic:
+        def component():
+            return _family(MultivariateGaussianEstimator, reg_covar, dim=n_features, covariance_key=key)
+    elif covariance_type == "spherical" and n_features > 1:
+        def component():
+            return _family(SphericalGaussianEstimator, reg_covar, dim=n_features)
+    else:
+        def component():
+            return _family(DiagonalGaussianEstimator, reg_covar, dim=n_features, variance_key=key)
+    return MixtureEstimator([component() for _ in range(n_components)])
+
+
+def model_from_parameters(covariance_type: str, weights, means, covariances,
+                          quadratic: bool | None = None) -> MixtureDistribution:
+    """The mixture with scikit-learn's ``weights_``, ``means_`` and ``covariances_``."""
+    means = np.asarray(means, dtype=np.float64)
+    k, d = means.shape
+    quadratic = needs_quadratic(covariance_type, d) if quadratic is None else quadratic
+    covariances = np.asarray(covariances, dtype=np.float64)
+    if covariance_type == "tied":
+        covariances = np.broadcast_to(covariances, (k, d, d))
+    if quadratic:  # full or tied
+        components = [MultivariateGaussianDistribution(m, c) for m, c in zip(means, covariances)]
+    elif covariance_type == "spherical" and d > 1:
+        components = [SphericalGaussianDistribution(m, c) for m, c in zip(means, covariances)]
+    else:  # diag, or 1-D of any type: (K, 1, 1) and (K,) covariances are one variance each
+        variances = covariances if covariance_type == "diag" else covariances.reshape(k, 1)
+        components = [DiagonalGaussianDistribution(m, v) for m, v in zip(means, variances)]
+    weights = np.asarray(weights, dtype=np.float64)
+    return MixtureDistribution(components, weights / weights.sum())
+
+
+def parameters_from_model(covariance_type: str, model: MixtureDistribution):
+    """``(weights_, means_, covariances_)`` in scikit-learn's shapes for ``covariance_type``."""
+    means = np.stack([np.atleast_1d(c.mu) for c in model.components])
+    k, d = means.shape
+    full = np.stack([c.covar if hasattr(c, "covar") else np.diag(np.atleast_1d(c.sigma2))
+                     for c in model.components])
+    if covariance_type == "full":
+        covariances = full
+    elif covariance_type == "tied":
+        covariances = full[0]
+    elif covariance_type == "diag":
+        covariances = np.stack([np.diag(f) for f in full])
+    else:
+        covariances = np.array([np.diag(f).mean() for f in full])
+    return model.w.copy(), means, covariances
+
+
+def precisions_cholesky(covariance_type: str, covariances: np.ndarray) -> np.ndarray:
+    """scikit-learn's ``precisions_cholesky_``: ``U`` with ``precision = U Uᵀ``."""
+    if covariance_type in ("diag", "spherical"):
+        return 1.0 / np.sqrt(covariances)
+    def one(covariance):
+        lower = np.linalg.cholesky(covariance)
+        return solve_triangular(lower, np.eye(len(covariance)), lower=True).T
+    return one(covariances) if covariance_type == "tied" else np.stack([one(c) for c in covariances])
+
+
+def precisions_from_cholesky(covariance_type: str, chol: np.ndarray) -> np.ndarray:
+    if covariance_type in ("diag", "spherical"):
+        return chol ** 2
+    return chol @ chol.T if covariance_type == "tied" else np.einsum("kij,klj->kil", chol, chol)
+
+
+def covariances_from_precisions(covariance_type: str, precisions: np.ndarray) -> np.ndarray:
+    """The covariances a ``precisions_init`` stands for."""
+    if covariance_type in ("diag", "spherical"):
+        return 1.0 / precisions
+    return np.linalg.inv(precisions)
