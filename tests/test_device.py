@@ -92,9 +92,9 @@ def _sklearn_problem(covariance_type: str, dim: int, k: int = 8, n: int = 4000):
     if covariance_type == "diag":
         start = MixtureDistribution([DiagonalGaussianDistribution(m, np.ones(dim)) for m in start_means],
                                     np.full(k, 1.0 / k))
-        return x, start, MixtureEstimator([DiagonalGaussianEstimator(dim) for _ in range(k)]), start_means
+        return x, start, MixtureEstimator([DiagonalGaussianEstimator(dim, reg_covar=0.0) for _ in range(k)]), start_means
     start = MixtureDistribution([GaussianDistribution(m[0], 1.0) for m in start_means], np.full(k, 1.0 / k))
-    return x[:, 0], start, MixtureEstimator([GaussianEstimator() for _ in range(k)]), start_means
+    return x[:, 0], start, MixtureEstimator([GaussianEstimator(reg_covar=0.0) for _ in range(k)]), start_means
 
 
 @pytest.mark.parametrize("covariance_type, dim", [("spherical", 1), ("diag", 8)])

@@ -62,11 +62,11 @@ def test_em_matches_sklearn_after_20_iterations(dim):
     if dim == 1:
         data = x[:, 0]
         comps = [GaussianDistribution(m[0], 1.0) for m in start_means]
-        estimator = MixtureEstimator([GaussianEstimator() for _ in range(k)])
+        estimator = MixtureEstimator([GaussianEstimator(reg_covar=0.0) for _ in range(k)])  # as sklearn_fit
     else:
         data = x
         comps = [MultivariateGaussianDistribution(m, np.eye(dim)) for m in start_means]
-        estimator = MixtureEstimator([MultivariateGaussianEstimator(dim) for _ in range(k)])
+        estimator = MixtureEstimator([MultivariateGaussianEstimator(dim, reg_covar=0.0) for _ in range(k)])
     model = MixtureDistribution(comps, np.full(k, 1.0 / k))
     enc = seq_encode(data, model=model)
     for _ in range(iterations):
@@ -203,7 +203,8 @@ def test_failed_iteration_keeps_the_last_good_model():
 
 def test_keys_tie_component_statistics():
     x = np.random.default_rng(1).normal(2.0, 3.0, size=1000)
-    estimator = MixtureEstimator([GaussianEstimator(keys="shared"), GaussianEstimator(keys="shared")])
+    estimator = MixtureEstimator([GaussianEstimator(reg_covar=0.0, keys="shared"),
+                                  GaussianEstimator(reg_covar=0.0, keys="shared")])
     start = MixtureDistribution([GaussianDistribution(0, 1), GaussianDistribution(4, 1)], [0.5, 0.5])
     model = seq_estimate(seq_encode(x, model=start), estimator, start)
     a, b = model.components
@@ -215,7 +216,8 @@ def test_keys_tie_component_statistics():
 
 def test_streaming_accumulate_ties_keys_once():
     x = np.random.default_rng(1).normal(2.0, 3.0, size=1000)
-    estimator = MixtureEstimator([GaussianEstimator(keys="shared"), GaussianEstimator(keys="shared")])
+    estimator = MixtureEstimator([GaussianEstimator(reg_covar=0.0, keys="shared"),
+                                  GaussianEstimator(reg_covar=0.0, keys="shared")])
     start = MixtureDistribution([GaussianDistribution(0, 1), GaussianDistribution(4, 1)], [0.5, 0.5])
     count, acc = streaming_accumulate(seq_encode(x, model=start), estimator, start)
     model = estimator.estimate(count, acc.value())
@@ -287,7 +289,7 @@ def test_multivariate_log_density_and_em_step_match_closed_form(dim, monkeypatch
     np.testing.assert_allclose(model.seq_log_density(enc), expected, rtol=1e-10)
 
     resp = np.exp(log_joint - expected[:, None])  # closed-form M-step from exact responsibilities
-    fitted = seq_estimate(enc, model.estimator(), model)
+    fitted = seq_estimate(enc, MixtureEstimator([MultivariateGaussianEstimator(dim, reg_covar=0.0)] * 2), model)
     for k, component in enumerate(fitted.components):
         mu = resp[:, k] @ x / resp[:, k].sum()
         covar = (resp[:, k, None] * (x - mu)).T @ (x - mu) / resp[:, k].sum()
@@ -337,7 +339,8 @@ def test_bad_input_raises_before_any_work(call, message):
 def test_covariance_key_matches_sklearn_tied_covariance():
     k, dim, iterations = 4, 3, 20
     x, start_means = mixture_problem(3000, dim, k, seed=4)
-    estimator = MixtureEstimator([MultivariateGaussianEstimator(dim, covariance_key="shared") for _ in range(k)])
+    estimator = MixtureEstimator([MultivariateGaussianEstimator(dim, reg_covar=0.0, covariance_key="shared")
+                                  for _ in range(k)])
     model = MixtureDistribution([MultivariateGaussianDistribution(m, np.eye(dim)) for m in start_means],
                                 np.full(k, 1.0 / k))
     enc = seq_encode(x, model=model)
@@ -357,7 +360,8 @@ def test_covariance_key_matches_sklearn_tied_covariance():
 def test_variance_key_pools_the_within_component_variance():
     x = np.random.default_rng(6).normal(size=500) * 2
     start = MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(2, 3)], [0.5, 0.5])
-    estimator = MixtureEstimator([GaussianEstimator(variance_key="v"), GaussianEstimator(variance_key="v")])
+    estimator = MixtureEstimator([GaussianEstimator(reg_covar=0.0, variance_key="v"),
+                                  GaussianEstimator(reg_covar=0.0, variance_key="v")])
     model = seq_estimate(seq_encode(x, model=start), estimator, start)
     resp = start.seq_posterior(seq_encode(x, model=start))
     n = resp.sum(axis=0)

@@ -70,6 +70,14 @@ def weighted_moments(enc: MomentEncoding, weights) -> np.ndarray:
     return (enc.features @ w if w.ndim == 1 else w @ enc.features.T).cpu().numpy()
 
 
+def check_reg_covar(reg_covar) -> float:
+    """``reg_covar`` as a float: finite and >= 0."""
+    value = float(reg_covar)
+    if not (math.isfinite(value) and value >= 0.0):
+        raise ValueError(f"reg_covar must be a finite number >= 0 (scikit-learn's default is 1e-6); got {reg_covar!r}")
+    return value
+
+
 def check_vectors(data, dim: Optional[int], name: str) -> np.ndarray:
     x = np.asarray(data, dtype=np.float64)
     if x.ndim != 2:
@@ -176,24 +184,26 @@ class MomentAccumulator(ArrayAccumulator):
         return self.encoder
 
 
-def moment_estimate(nobs_value: np.ndarray, min_var: float):
-    """Means and floored variances from ``[n, Σx, Σx²]``; an empty component gets N(0, 1)."""
+def moment_estimate(nobs_value: np.ndarray, reg_covar: float):
+    """Means and variances from ``[n, Σx, Σx²]``, ``reg_covar`` added to each variance (after
+    rounding's negatives are cut to 0); an empty component gets N(0, 1)."""
     dim = (len(nobs_value) - 1) // 2
     n = nobs_value[0]
     if n <= 0:
         return np.zeros(dim), np.ones(dim)
     mu = nobs_value[1 : 1 + dim] / n
     sigma2 = nobs_value[1 + dim :] / n - mu * mu
-    return mu, np.maximum(sigma2, min_var)
+    return mu, np.maximum(sigma2, 0.0) + reg_covar
 
 
 class DiagonalGaussianEstimator(Estimator):
-    """M-step for a diagonal Gaussian; variances are floored at ``min_var``. ``keys`` ties all
-    statistics; ``variance_key`` ties only the variances (components sharing one variance)."""
+    """M-step for a diagonal Gaussian. ``reg_covar`` is added to every estimated variance
+    (scikit-learn's ``reg_covar``; with ``variance_key``, to the pooled variance). ``keys`` ties
+    all statistics; ``variance_key`` ties only the variances (components sharing one variance)."""
 
-    def __init__(self, dim: Optional[int] = None, min_var: float = 1e-6, keys: Optional[str] = None,
+    def __init__(self, dim: Optional[int] = None, reg_covar: float = 1e-6, keys: Optional[str] = None,
                  variance_key: Optional[str] = None):
-        self.dim, self.min_var, self.keys, self.variance_key = dim, float(min_var), keys, variance_key
+        self.dim, self.reg_covar, self.keys, self.variance_key = dim, check_reg_covar(reg_covar), keys, variance_key
 
     def make_accumulator(self) -> MomentAccumulator:
         return MomentAccumulator(self.dim, self.keys, DiagonalGaussianEncoder(self.dim), self.variance_key)
@@ -201,4 +211,4 @@ class DiagonalGaussianEstimator(Estimator):
     def estimate(self, nobs, value: np.ndarray) -> DiagonalGaussianDistribution:
         if np.size(value) == 0:
             raise ValueError("DiagonalGaussianEstimator saw no data and has no dim; pass dim=D")
-        return DiagonalGaussianDistribution(*moment_estimate(value, self.min_var))
+        return DiagonalGaussianDistribution(*moment_estimate(value, self.reg_covar))

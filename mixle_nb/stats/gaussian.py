@@ -52,15 +52,16 @@ class GaussianDistribution(DiagonalGaussianDistribution):
 
 
 class GaussianEstimator(DiagonalGaussianEstimator):
-    """M-step for a 1-D Gaussian; the variance is floored at ``min_var``. ``keys`` ties all
-    statistics; ``variance_key`` ties only the variance (components sharing one variance)."""
+    """M-step for a 1-D Gaussian; ``reg_covar`` is added to the estimated variance
+    (scikit-learn's meaning). ``keys`` ties all statistics; ``variance_key`` ties only the
+    variance (components sharing one variance)."""
 
-    def __init__(self, min_var: float = 1e-6, keys: Optional[str] = None, variance_key: Optional[str] = None):
-        super().__init__(dim=1, min_var=min_var, keys=keys, variance_key=variance_key)
+    def __init__(self, reg_covar: float = 1e-6, keys: Optional[str] = None, variance_key: Optional[str] = None):
+        super().__init__(dim=1, reg_covar=reg_covar, keys=keys, variance_key=variance_key)
 
     def make_accumulator(self) -> MomentAccumulator:
         return MomentAccumulator(1, self.keys, GaussianEncoder(), self.variance_key)
 
     def estimate(self, nobs, value: np.ndarray) -> GaussianDistribution:
-        mu, sigma2 = moment_estimate(value, self.min_var)
+        mu, sigma2 = moment_estimate(value, self.reg_covar)
         return GaussianDistribution(mu[0], sigma2[0])

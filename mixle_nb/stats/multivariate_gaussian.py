@@ -15,7 +15,7 @@ import torch
 
 from .base import (CPU, ArrayAccumulator, Distribution, Encoder, Estimator, combine_rows, device_tensor,
                    float_tensor, merge_into, resolve_device)
-from .diagonal_gaussian import LOG_2PI, FeatureKernel, check_vectors
+from .diagonal_gaussian import LOG_2PI, FeatureKernel, check_reg_covar, check_vectors
 from .sampler import Sampler
 
 # Up to this dimension the encoding keeps each row's quadratic features, (D+1)(D+2)/2 floats;
@@ -191,14 +191,14 @@ class MultivariateGaussianAccumulator(ArrayAccumulator):
 class MultivariateGaussianEstimator(Estimator):
     """M-step for a full-covariance Gaussian.
 
-    Eigenvalues of the covariance are kept at or above ``min_covar`` (a ridge is added only
-    when needed), so an emptied or collapsed component never yields a singular covariance.
-    ``keys`` ties all statistics; ``covariance_key`` ties only the covariance.
+    ``reg_covar`` is added to the covariance's diagonal (scikit-learn's meaning; with
+    ``covariance_key``, once to the pooled within-component covariance, scikit-learn's
+    ``"tied"``). ``keys`` ties all statistics; ``covariance_key`` ties only the covariance.
     """
 
-    def __init__(self, dim: Optional[int] = None, min_covar: float = 1e-6, keys: Optional[str] = None,
+    def __init__(self, dim: Optional[int] = None, reg_covar: float = 1e-6, keys: Optional[str] = None,
                  covariance_key: Optional[str] = None):
-        self.dim, self.min_covar, self.keys, self.covariance_key = dim, float(min_covar), keys, covariance_key
+        self.dim, self.reg_covar, self.keys, self.covariance_key = dim, check_reg_covar(reg_covar), keys, covariance_key
 
     def make_accumulator(self) -> MultivariateGaussianAccumulator:
         return MultivariateGaussianAccumulator(self.dim, self.keys, self.covariance_key)
@@ -213,7 +213,5 @@ class MultivariateGaussianEstimator(Estimator):
         mu = value[1 : 1 + d] / n
         covar = value[1 + d :].reshape(d, d) / n - np.outer(mu, mu)
         covar = 0.5 * (covar + covar.T)
-        smallest = np.linalg.eigvalsh(covar)[0]
-        if smallest < self.min_covar:
-            covar[np.diag_indices(d)] += self.min_covar - smallest
+        covar[np.diag_indices(d)] += self.reg_covar
         return MultivariateGaussianDistribution(mu, covar)

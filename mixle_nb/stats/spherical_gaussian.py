@@ -16,6 +16,7 @@ from .diagonal_gaussian import (
     DiagonalGaussianDistribution,
     DiagonalGaussianEncoder,
     MomentAccumulator,
+    check_reg_covar,
     moment_estimate,
 )
 
@@ -39,13 +40,14 @@ class SphericalGaussianDistribution(DiagonalGaussianDistribution):
 
 
 class SphericalGaussianEstimator(Estimator):
-    """M-step for a spherical Gaussian: the variance is the mean of the coordinates' variances,
-    floored at ``min_var``. ``keys`` ties all statistics; ``variance_key`` ties only the
-    variance (components sharing one σ², each with its own mean)."""
+    """M-step for a spherical Gaussian: the variance is the mean of the coordinates' variances
+    plus ``reg_covar``, as scikit-learn's ``covariance_type="spherical"``. ``keys`` ties all
+    statistics; ``variance_key`` ties only the variance (components sharing one σ², each with
+    its own mean)."""
 
-    def __init__(self, dim: Optional[int] = None, min_var: float = 1e-6, keys: Optional[str] = None,
+    def __init__(self, dim: Optional[int] = None, reg_covar: float = 1e-6, keys: Optional[str] = None,
                  variance_key: Optional[str] = None):
-        self.dim, self.min_var, self.keys, self.variance_key = dim, float(min_var), keys, variance_key
+        self.dim, self.reg_covar, self.keys, self.variance_key = dim, check_reg_covar(reg_covar), keys, variance_key
 
     def make_accumulator(self) -> MomentAccumulator:
         return MomentAccumulator(self.dim, self.keys, DiagonalGaussianEncoder(self.dim), self.variance_key)
@@ -54,4 +56,4 @@ class SphericalGaussianEstimator(Estimator):
         if np.size(value) == 0:
             raise ValueError("SphericalGaussianEstimator saw no data and has no dim; pass dim=D")
         mu, sigma2 = moment_estimate(value, 0.0)
-        return SphericalGaussianDistribution(mu, max(float(sigma2.mean()), self.min_var))
+        return SphericalGaussianDistribution(mu, float(sigma2.mean()) + self.reg_covar)
