@@ -32,14 +32,6 @@ def needs_quadratic(covariance_type: str, n_features: int) -> bool:
     return covariance_type in ("full", "tied") and n_features > 1
 
 
-def _family(cls, reg_covar, **kwargs):  # TEMPORARY until numerics' reg_covar lands
-    import inspect
-    if "reg_covar" in inspect.signature(cls).parameters:
-        return cls(reg_covar=reg_covar, **kwargs)
-    floor = "min_covar" if cls is MultivariateGaussianEstimator else "min_var"
-    return cls(**{floor: 1e-300}, **kwargs)
-
-
 def mixture_estimator(covariance_type: str, n_components: int, n_features: int, reg_covar: float,
                       quadratic: bool | None = None) -> MixtureEstimator:
     """The estimator EM runs with; ``quadratic`` (default :func:`needs_quadratic`) picks the
@@ -48,13 +40,13 @@ def mixture_estimator(covariance_type: str, n_components: int, n_features: int, 
     key = TIED_KEY if covariance_type == "tied" else None
     if quadratic:
         def component():
-            return _family(MultivariateGaussianEstimator, reg_covar, dim=n_features, covariance_key=key)
+            return MultivariateGaussianEstimator(dim=n_features, reg_covar=reg_covar, covariance_key=key)
     elif covariance_type == "spherical" and n_features > 1:
         def component():
-            return _family(SphericalGaussianEstimator, reg_covar, dim=n_features)
+            return SphericalGaussianEstimator(dim=n_features, reg_covar=reg_covar)
     else:
         def component():
-            return _family(DiagonalGaussianEstimator, reg_covar, dim=n_features, variance_key=key)
+            return DiagonalGaussianEstimator(dim=n_features, reg_covar=reg_covar, variance_key=key)
     return MixtureEstimator([component() for _ in range(n_components)])
 
 
