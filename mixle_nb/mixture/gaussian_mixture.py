@@ -112,6 +112,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             for name in FITTED:
                 self.__dict__.pop(name, None)
             self.__dict__.update(fitted)
+            self._warn_unless_converged()  # the ranks' warning stays on the ranks
             return self
         data, count, n_features, quadratic = self._fit_data(X)
         initial = self._initial_parameters(n_features)
@@ -128,11 +129,15 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             result = self._em(enc, estimator, model, count, start)
             if best is None or result.log_density > best.log_density or best.log_density == -np.inf:
                 best = result
-        if not best.converged and self.max_iter > 0:
-            warnings.warn("Best performing initialization did not converge. Try different init parameters, "
-                          "or increase max_iter, tol, or check for degenerate data.", ConvergenceWarning)
         self._set_fitted(best, count)
+        self._warn_unless_converged()
         return self
+
+    def _warn_unless_converged(self) -> None:
+        if not self.converged_ and self.max_iter > 0:
+            warnings.warn("Best performing initialization did not converge. Try different init parameters, "
+                          "or increase max_iter, tol, or check for degenerate data.", ConvergenceWarning,
+                          stacklevel=3)
 
     def fit_predict(self, X, y=None):
         """``fit(X).predict(X)``."""
