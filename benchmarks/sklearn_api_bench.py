@@ -16,8 +16,10 @@ import time
 import warnings
 
 import numpy as np
+import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import GaussianMixture as ScikitGaussianMixture
+from threadpoolctl import threadpool_limits
 
 from mixle_nb.mixture import GaussianMixture
 
@@ -73,7 +75,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--quick", action="store_true", help="N / 100, for a smoke run")
     parser.add_argument("--no-cluster", action="store_true")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads of each library in this process (torch's and scikit-learn's BLAS); "
+                             "on a loaded machine 2 threads' spin barriers slow both down many times over")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    threadpool_limits(args.threads)
     cases = [("full", 1_000_000, 8, 8), ("full", 10_000_000, 1, 8)]
     cluster = None
     if not args.no_cluster:
@@ -81,7 +88,8 @@ def main() -> None:
 
         cluster = MixleCluster(2, timeout=600.0).start()
     try:
-        print(f"fit, {args.iterations} EM iterations from the same start, best of {args.rounds} rounds")
+        print(f"fit, {args.iterations} EM iterations from the same start, best of {args.rounds} rounds, "
+              f"{args.threads} thread(s) in this process, 1 a rank on the cluster")
         print(f"{'case':>24} {'scikit-learn s':>15} {'ours s':>8} {'ratio':>7} {'2-rank cluster s':>17} "
               f"{'max rel diff':>13}")
         for covariance_type, n, d, k in cases:

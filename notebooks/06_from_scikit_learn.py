@@ -104,8 +104,12 @@ ATTRIBUTES = ["weights_", "means_", "covariances_", "precisions_", "precisions_c
 
 
 def largest_difference(a, b) -> float:
-    return max(float(np.max(np.abs(np.asarray(getattr(a, n)) - np.asarray(getattr(b, n)))
-                            / np.abs(np.asarray(getattr(a, n))))) for n in ATTRIBUTES)
+    """The largest |a - b| / |a| over every attribute (exact zeros, as in a Cholesky factor's
+    upper triangle, must stay exact)."""
+    def relative(u, v):
+        u, v = np.asarray(u), np.asarray(v)
+        return float(np.max(np.abs(u - v) / np.maximum(np.abs(u), 1e-300)))
+    return max(relative(getattr(a, n), getattr(b, n)) for n in ATTRIBUTES)
 
 
 start = dict(weights_init=np.full(best_k, 1 / best_k), means_init=z_train[:best_k],

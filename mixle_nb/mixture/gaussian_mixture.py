@@ -48,7 +48,11 @@ def _handle_encoding(handle: Any) -> tuple[int, bool]:
     """``(n_features, full-covariance encoding?)`` of this rank's shard of ``handle``."""
     def describe(enc):
         return np.array([[encoded_points(enc).shape[0], isinstance(enc, QuadraticEncoding)]])
-    kinds = handle.pysp_shard_map(describe)
+    try:
+        kinds = handle.pysp_shard_map(describe)
+    except ValueError:  # the same encoder on every rank: every rank raises this together
+        raise ValueError("GaussianMixture needs a handle of Gaussian observations: build it with "
+                         "estimator=GaussianMixture(...).mixture_estimator(n_features)") from None
     return int(kinds[0, 0]), bool(kinds[0, 1])
 
 
