@@ -4,12 +4,18 @@ and KMeans start, in EM steps (target: at most 3).
 
 Same data, same start, measured side by side in one run (this machine is shared and noisy:
 compare the ratios, not the absolute numbers). Run: .venv/bin/python benchmarks/em_bench.py
-(``--only init`` for the initialisation alone)
+(``--only init`` for the initialisation alone). ``--baseline DIR``: also time the EM step of
+the mixle_nb in another checkout (e.g. ``git worktree add /tmp/base main``), interleaved with
+this one's, to compare a change before and after in the same run.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import math
+import os
+import sys
 import time
 import warnings
 
@@ -26,6 +32,30 @@ from mixle_nb.stats import (
     seq_encode,
     seq_estimate,
 )
+
+
+def load_baseline(checkout: str):
+    """The ``stats`` package of the mixle_nb in ``checkout``, imported as ``mixle_nb_baseline``."""
+    package = os.path.join(os.path.abspath(checkout), "mixle_nb")
+    spec = importlib.util.spec_from_file_location("mixle_nb_baseline", os.path.join(package, "__init__.py"),
+                                                  submodule_search_locations=[package])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mixle_nb_baseline"] = module
+    spec.loader.exec_module(module)
+    return importlib.import_module("mixle_nb_baseline.stats")
+
+
+def baseline_step(stats, x: np.ndarray, dim: int, k: int, start_means: np.ndarray):
+    """One EM step of the baseline's ``seq_estimate`` from the same start, as a callable."""
+    if dim == 1:
+        comps = [stats.GaussianDistribution(m[0], 1.0) for m in start_means]
+        estimator = stats.MixtureEstimator([stats.GaussianEstimator() for _ in range(k)])
+    else:
+        comps = [stats.MultivariateGaussianDistribution(m, np.eye(dim)) for m in start_means]
+        estimator = stats.MixtureEstimator([stats.MultivariateGaussianEstimator(dim) for _ in range(k)])
+    start = stats.MixtureDistribution(comps, np.full(k, 1.0 / k))
+    enc = stats.seq_encode(x, model=start)
+    return lambda: stats.seq_estimate(enc, estimator, start)
 
 
 def start_model(dim: int, k: int, rng: np.random.Generator):
@@ -92,7 +122,7 @@ def interleaved_best(fns: dict, repeats: int, settle_s: float = 0.25) -> dict:
     return {name: min(t) for name, t in times.items()}
 
 
-def run(n: int, dim: int, k: int, repeats: int) -> dict:
+def run(n: int, dim: int, k: int, repeats: int, baseline=None) -> dict:
     from sklearn.mixture import GaussianMixture
 
     x, start, means = make_data(n, dim, k)
@@ -116,17 +146,20 @@ def run(n: int, dim: int, k: int, repeats: int) -> dict:
     gm_kwargs = dict(n_components=k, covariance_type="full", weights_init=np.full(k, 1.0 / k),
                      means_init=means, precisions_init=np.tile(np.eye(dim), (k, 1, 1)), reg_covar=0.0)
     iters = 3
+    contenders = {
+        "mixle": lambda: seq_estimate(enc, estimator, start),
+        "torch": hand,
+        "sklearn_one": lambda: GaussianMixture(max_iter=1, tol=0, **gm_kwargs).fit(x2),
+        "sklearn_more": lambda: GaussianMixture(max_iter=1 + iters, tol=0, **gm_kwargs).fit(x2),
+    }
+    if baseline is not None:
+        contenders["baseline"] = baseline_step(baseline, x, dim, k, means)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        best = interleaved_best({
-            "mixle": lambda: seq_estimate(enc, estimator, start),
-            "torch": hand,
-            "sklearn_one": lambda: GaussianMixture(max_iter=1, tol=0, **gm_kwargs).fit(x2),
-            "sklearn_more": lambda: GaussianMixture(max_iter=1 + iters, tol=0, **gm_kwargs).fit(x2),
-        }, repeats)
+        best = interleaved_best(contenders, repeats)
     # per-iteration cost, without fit()'s set-up and final E-step
-    sklearn = (best["sklearn_more"] - best["sklearn_one"]) / iters
-    return {"mixle": best["mixle"], "torch": best["torch"], "sklearn": sklearn}
+    best["sklearn"] = (best["sklearn_more"] - best["sklearn_one"]) / iters
+    return best
 
 
 def init_on_ranks(rank: int, world: int, n: int, dim: int, k: int, repeats: int) -> dict:
@@ -213,18 +246,22 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the N of each workload")
     parser.add_argument("--only", choices=("em", "init"), help="run only the EM or the initialisation workloads")
+    parser.add_argument("--baseline", metavar="DIR", help="also time the EM step of the mixle_nb checked out in DIR")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    baseline = load_baseline(args.baseline) if args.baseline else None
     if args.only != "init":
         print(f"torch threads: {torch.get_num_threads()}")
+        extra = f"{'baseline ms':>13}{'baseline/torch':>16}" if baseline else ""
         print(f"{'workload':<24}{'mixle ms':>10}{'torch ms':>10}{'sklearn ms':>12}{'mixle/torch':>13}"
-              f"{'mixle/sklearn':>15}")
+              f"{'mixle/sklearn':>15}{extra}")
         for n, dim, k in [(1_000_000, 1, 8), (200_000, 8, 8)]:
             n = int(n * args.scale)
-            r = run(n, dim, k, args.repeats)
+            r = run(n, dim, k, args.repeats, baseline)
             name = f"N={n} D={dim} K={k}"
+            extra = f"{r['baseline']*1e3:>13.1f}{r['baseline']/r['torch']:>16.2f}" if baseline else ""
             print(f"{name:<24}{r['mixle']*1e3:>10.1f}{r['torch']*1e3:>10.1f}{r['sklearn']*1e3:>12.1f}"
-                  f"{r['mixle']/r['torch']:>13.2f}{r['mixle']/r['sklearn']:>15.3f}")
+                  f"{r['mixle']/r['torch']:>13.2f}{r['mixle']/r['sklearn']:>15.3f}{extra}")
     if args.only != "em":
         n, dim, k = int(1_000_000 * args.scale), 8, 8
         r = run_init(n, dim, k, max(1, args.repeats // 2))

@@ -123,8 +123,10 @@ def test_spherical_m_step_averages_the_coordinates_variances():
         np.testing.assert_allclose(comp.mu, mean, rtol=1e-10)
         assert comp.variance == pytest.approx(variance, rel=1e-9)
     np.testing.assert_allclose(model.w, resp.mean(axis=0), rtol=1e-12)
-    fitted_one = SphericalGaussianEstimator(reg_covar=0.0).estimate(None, seq_encode(x[:300], model=start.components[0])
-                                                       .features.sum(dim=1).numpy())
+    one = SphericalGaussianEstimator(reg_covar=0.0)
+    acc = one.accumulator_factory().make()
+    acc.seq_update(seq_encode(x[:300], model=start.components[0]), None, None)
+    fitted_one = one.estimate(None, acc.value())
     assert fitted_one.variance == pytest.approx(x[:300].var(axis=0).mean(), rel=1e-9)
 
 

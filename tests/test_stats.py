@@ -12,6 +12,7 @@ from sklearn.mixture import GaussianMixture
 from mixle_nb.inference import FitError, optimize, streaming_accumulate
 from mixle_nb.stats import (
     CategoricalDistribution,
+    DegenerateComponentError,
     DiagonalGaussianDistribution,
     DiagonalGaussianEstimator,
     GaussianDistribution,
@@ -225,15 +226,15 @@ def test_streaming_accumulate_ties_keys_once():
     assert model.components[0].sigma2 == pytest.approx(x.var(), rel=1e-10)
 
 
-def test_emptied_component_stays_finite():
+def test_emptied_component_raises_naming_the_component():  # was: silently N(0, 1); issue 26
     x = np.random.default_rng(2).normal(size=500)
     start = MixtureDistribution([GaussianDistribution(0, 1), GaussianDistribution(1e6, 1)], [0.5, 0.5])
-    model = seq_estimate(seq_encode(x, model=start), start.estimator(), start)
-    assert model.w[1] == 0.0
-    assert np.isfinite(model.components[1].mu) and model.components[1].sigma2 > 0
-    assert np.all(np.isfinite(model.seq_log_density(seq_encode(x, model=model))))
-    mvn = MultivariateGaussianEstimator(2).estimate(3.0, np.array([3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]))
-    assert np.linalg.eigvalsh(mvn.covar)[0] >= 1e-6 - 1e-12  # three identical points: floored
+    with pytest.raises(DegenerateComponentError, match=r"component 1 of 2 received no weight in the M-step.*Fix: "):
+        seq_estimate(seq_encode(x, model=start), start.estimator(), start)
+    three = np.array([3.0, 6.0, 9.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])  # [n, n·c, S1, S2]: three points at c = (2, 3)
+    mvn = MultivariateGaussianEstimator(2).estimate(3.0, three)
+    np.testing.assert_allclose(mvn.mu, [2.0, 3.0])
+    np.testing.assert_allclose(mvn.covar, 1e-6 * np.eye(2), rtol=1e-12)  # collapsed: reg_covar, as scikit-learn
 
 
 def test_seq_initialize_is_reproducible_and_uses_a_fraction():
@@ -252,7 +253,8 @@ def test_streaming_accumulate_returns_count_and_statistics():
     model = GaussianDistribution(0.0, 1.0)
     count, acc = streaming_accumulate(seq_encode(x, model=model), GaussianEstimator(), model)
     assert count == 300
-    np.testing.assert_allclose(acc.value(), [300, x.sum(), (x * x).sum()], rtol=1e-12)
+    # [n, n·c, Σ(x - c), Σ(x - c)²] about the model's mean c = 0
+    np.testing.assert_allclose(acc.value(), [300, 0.0, x.sum(), (x * x).sum()], rtol=1e-12)
 
 
 def test_single_observation_protocol_matches_sequence_protocol():

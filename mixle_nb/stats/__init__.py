@@ -1,6 +1,7 @@
 """The EM core: distribution families in the pysp protocol, and the ``seq_*`` dispatch."""
 from .base import Accumulator, Distribution, Encoder, Estimator
 from .categorical import CategoricalDistribution, CategoricalEstimator
+from .centred_moments import DegenerateComponentError
 from .diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEstimator
 from .estimation import (
     EMStep,
@@ -22,7 +23,7 @@ from .spherical_gaussian import SphericalGaussianDistribution, SphericalGaussian
 
 __all__ = [
     "Accumulator", "Distribution", "Encoder", "Estimator", "EMStep",
-    "CategoricalDistribution", "CategoricalEstimator",
+    "CategoricalDistribution", "CategoricalEstimator", "DegenerateComponentError",
     "DiagonalGaussianDistribution", "DiagonalGaussianEstimator",
     "GaussianDistribution", "GaussianEstimator",
     "MixtureDistribution", "MixtureEstimator",

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .base import Accumulator, Distribution, Estimator, as_generator, total
+from .frame import PointEncoding
 
 
 @dataclass
@@ -154,6 +155,8 @@ def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distri
         rng = as_generator(rng)  # draw with RandomState.randint, ours take either
     weights = initial_weights(encoded_count(enc, estimator), rng, p)
     acc = estimator.accumulator_factory().make()
+    if isinstance(enc, PointEncoding) and len(enc) and hasattr(acc, "set_reference"):
+        acc.set_reference(enc.points[:, 0].cpu().numpy())  # one process: centre on the data (see centred_moments)
     acc.seq_initialize(enc, weights, rng)
     return m_step(estimator, float(weights.sum()), acc)
 

@@ -7,18 +7,13 @@ from typing import Optional
 import numpy as np
 
 from .base import Encoder, check_finite, resolve_device
-from .diagonal_gaussian import (
-    DiagonalGaussianDistribution,
-    DiagonalGaussianEstimator,
-    MomentAccumulator,
-    MomentEncoding,
-    moment_encoding,
-    moment_estimate,
-)
+from .centred_moments import CentredMoments, diagonal_estimate
+from .diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEstimator
+from .frame import PointEncoding, point_encoding
 
 
 class GaussianEncoder(Encoder):
-    def seq_encode(self, data, device=None) -> MomentEncoding:
+    def seq_encode(self, data, device=None) -> PointEncoding:
         x = np.asarray(data, dtype=np.float64)
         if x.ndim == 2 and x.shape[1] == 1:
             x = x[:, 0]
@@ -27,7 +22,7 @@ class GaussianEncoder(Encoder):
                 f"GaussianDistribution expects a 1-D sequence of numbers; got shape {x.shape}. "
                 "For vectors use DiagonalGaussianEstimator or MultivariateGaussianEstimator"
             )
-        return moment_encoding(check_finite(x, "Gaussian")[:, None], resolve_device(device))
+        return point_encoding(check_finite(x, "Gaussian")[:, None], resolve_device(device))
 
 
 class GaussianDistribution(DiagonalGaussianDistribution):
@@ -59,9 +54,9 @@ class GaussianEstimator(DiagonalGaussianEstimator):
     def __init__(self, reg_covar: float = 1e-6, keys: Optional[str] = None, variance_key: Optional[str] = None):
         super().__init__(dim=1, reg_covar=reg_covar, keys=keys, variance_key=variance_key)
 
-    def make_accumulator(self) -> MomentAccumulator:
-        return MomentAccumulator(1, self.keys, GaussianEncoder(), self.variance_key)
+    def make_accumulator(self) -> CentredMoments:
+        return CentredMoments(1, self.keys, GaussianEncoder(), self.variance_key)
 
     def estimate(self, nobs, value: np.ndarray) -> GaussianDistribution:
-        mu, sigma2 = moment_estimate(value, self.reg_covar)
+        mu, sigma2 = diagonal_estimate(value, self.reg_covar)
         return GaussianDistribution(mu[0], sigma2[0])

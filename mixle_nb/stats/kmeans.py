@@ -22,10 +22,9 @@ import numpy as np
 import torch
 
 from .base import CPU, Estimator, as_generator
-from .diagonal_gaussian import MomentEncoding
 from .estimation import m_step
+from .frame import PointEncoding
 from .mixture import MixtureAccumulator, block_rows, blocks
-from .multivariate_gaussian import QuadraticEncoding
 
 INITS = ("kmeans++", "random_from_data")
 DISTANCE_BLOCK_ELEMENTS = 1 << 16  # centres × rows of one distance block (stays in cache)
@@ -58,11 +57,8 @@ class SingleProcess:
 
 def encoded_points(enc: Any) -> torch.Tensor:
     """The observations of a Gaussian-family encoding as a (D, N) float64 view, on its device."""
-    if isinstance(enc, MomentEncoding):
-        d = (enc.features.shape[0] - 1) // 2
-        return enc.features[1 : 1 + d]
-    if isinstance(enc, QuadraticEncoding):
-        return enc.x.T
+    if isinstance(enc, PointEncoding):
+        return enc.points
     raise ValueError(f"k-means starts need Gaussian-family data (vectors or numbers); got a "
                      f"{type(enc).__name__} encoding. Use init='random'")
 
@@ -307,7 +303,7 @@ def model_from_centres(chunks: Sequence[Any], shard: _Shard, estimator: Estimato
             _, index = _nearest(encoded_points(block), norms[start:stop], centres, shard.origin)
             resp = torch.zeros(k, stop - start, dtype=torch.float64, device=index.device)
             resp[index, torch.arange(stop - start, device=index.device)] = 1.0
-            acc.seq_update_responsibilities(block, resp)
+            acc.seq_update_responsibilities(block, resp, references=centres)  # the same on every rank
             count += stop - start
     return m_step(estimator, exchange.fold(estimator, count, acc), acc)
 

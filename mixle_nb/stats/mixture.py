@@ -9,6 +9,7 @@ import torch
 
 from .base import (Accumulator, Distribution, Encoder, Estimator, device_tensor, encoding_device, merge_into,
                    resident)
+from .centred_moments import DegenerateComponentError
 from .sampler import Sampler
 
 # Components x rows per E-step block: the block's (K, rows) temporaries stay in the L2 cache,
@@ -34,8 +35,7 @@ def blocks(enc, k: int):
     if not hasattr(enc, "rows"):
         yield 0, n, enc
         return
-    device = encoding_device(enc)
-    step = block_rows(device, k if device.type == "cpu" else max(k, getattr(enc, "built_features", 0)))
+    step = block_rows(encoding_device(enc), k * getattr(enc, "row_width", 1))
     for start in range(0, max(n, 1), step):
         stop = min(start + step, n)
         yield start, stop, enc.rows(start, stop)
@@ -104,10 +104,20 @@ class MixtureDistribution(Distribution):
 
     def log_joint(self, enc) -> torch.Tensor:
         """``(K, N)`` log w_k + log p_k(x): one batched kernel when the family has one."""
+        return self._batched()(enc)
+
+    def log_joint_terms(self, enc):
+        """:meth:`log_joint` and what the family's kernel computed on the way that its
+        accumulators' M-step sums reuse (the Gaussians' centred differences), else ``None``."""
+        kernel = self._batched()
+        joint = getattr(kernel, "joint", None)
+        return joint(enc) if joint is not None else (kernel(enc), None)
+
+    def _batched(self):
         if self._kernel is None:
             stacked = _stacked_kernel(self.components, "stacked_kernel")
             self._kernel = stacked(self.components, self._log_w) if stacked else self._per_component
-        return self._kernel(enc)
+        return self._kernel
 
     def _per_component(self, enc) -> torch.Tensor:
         lp = torch.stack([component_log_density(c, enc) for c in self.components])
@@ -147,13 +157,18 @@ class MixtureAccumulator(Accumulator):
         self.counts = np.zeros(len(accumulators))
         self.keys = keys
 
-    def _update_components(self, enc, resp: torch.Tensor, models=None, initialize_rng=None) -> None:
+    def _update_components(self, enc, resp: torch.Tensor, models=None, initialize_rng=None, block=None,
+                           references=None) -> None:
         """Responsibilities ``(K, N)`` become component weights: an update under ``models``, or a
         random initialisation when ``initialize_rng`` is given. Our accumulators take the rows
-        where they are; another package's (mixle's) and every initialisation take numpy rows."""
+        where they are, with the E-step's ``block`` or the ``references`` to centre on (see
+        :meth:`seq_update_responsibilities`); another package's (mixle's) and every
+        initialisation take numpy rows."""
         stacked = _stacked_kernel(self.accumulators, "stacked_seq_update")
         if stacked is not None:
-            self.counts += stacked(self.accumulators, enc, resp)
+            if block is None and references is None and models is not None and all(hasattr(m, "mu") for m in models):
+                references = np.stack([np.atleast_1d(np.asarray(m.mu, dtype=np.float64)) for m in models])
+            self.counts += stacked(self.accumulators, enc, resp, block=block, references=references)
             return
         self.counts += resp.sum(dim=1).cpu().numpy()
         if initialize_rng is not None:
@@ -168,13 +183,23 @@ class MixtureAccumulator(Accumulator):
         peak, total = torch.empty(2, len(enc), dtype=torch.float64, device=encoding_device(enc))
         for start, stop, block in blocks(enc, len(self.accumulators)):
             w = None if weights is None else weights[start:stop]
-            resp = posterior(model.log_joint(block), w, peak[start:stop], total[start:stop])
-            self._update_components(block, resp, models=model.components)
+            log_joint, centred = model.log_joint_terms(block)
+            resp = posterior(log_joint, w, peak[start:stop], total[start:stop])
+            self._update_components(block, resp, models=model.components, block=centred)
         return resident(log_density(peak, total))
 
-    def seq_update_responsibilities(self, enc, resp: torch.Tensor) -> None:
-        """Add ``enc`` with given ``(K, N)`` responsibilities (hard labels, say) and no E-step."""
-        self._update_components(enc, resp, models=[None] * len(self.accumulators))
+    def seq_update_responsibilities(self, enc, resp: torch.Tensor, references=None) -> None:
+        """Add ``enc`` with given ``(K, N)`` responsibilities (hard labels, say) and no E-step.
+        ``references`` (K, D): points near each component's data, the same on every rank (k-means
+        centres), for the Gaussian families to centre their sums on; else they use their own
+        (:meth:`set_reference`) or the origin."""
+        self._update_components(enc, resp, models=[None] * len(self.accumulators), references=references)
+
+    def set_reference(self, point) -> None:
+        """Have the components centre the sums to come at ``point`` where they can."""
+        for acc in self.accumulators:
+            if hasattr(acc, "set_reference"):
+                acc.set_reference(point)
 
     def seq_initialize(self, enc, weights, rng: np.random.Generator) -> None:
         # A sparse Dirichlet makes each observation mostly one component's, so components start apart.
@@ -230,7 +255,12 @@ class MixtureEstimator(Estimator):
 
     def estimate(self, nobs, value) -> MixtureDistribution:
         counts, component_values = value
-        components = [e.estimate(c, v) for e, c, v in zip(self.estimators, counts, component_values)]
+        components = []
+        for k, (e, c, v) in enumerate(zip(self.estimators, counts, component_values)):
+            try:
+                components.append(e.estimate(c, v))
+            except DegenerateComponentError as error:
+                raise DegenerateComponentError(f"component {k} of {len(self.estimators)} {error}") from None
         weights = np.asarray(counts, dtype=np.float64) + self.pseudo_count
         total = weights.sum()
         w = weights / total if total > 0 else np.full(len(weights), 1.0 / len(weights))

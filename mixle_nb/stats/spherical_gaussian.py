@@ -1,8 +1,7 @@
 """Gaussian in D dimensions with one variance shared by every coordinate (covariance σ²·I).
 
-It reads the diagonal Gaussian's moment encoding ``[1, x, x²]`` and statistics
-``[n, Σx, Σx²]``; only the M-step differs: the per-coordinate variances are averaged, as
-scikit-learn's ``covariance_type="spherical"`` does.
+It reads the diagonal Gaussian's encoding and statistics; only the M-step differs: the
+per-coordinate variances are averaged, as scikit-learn's ``covariance_type="spherical"`` does.
 """
 from __future__ import annotations
 
@@ -12,13 +11,8 @@ from typing import Optional
 import numpy as np
 
 from .base import Estimator
-from .diagonal_gaussian import (
-    DiagonalGaussianDistribution,
-    DiagonalGaussianEncoder,
-    MomentAccumulator,
-    check_reg_covar,
-    moment_estimate,
-)
+from .centred_moments import CentredMoments, check_reg_covar, diagonal_estimate
+from .diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEncoder
 
 
 class SphericalGaussianDistribution(DiagonalGaussianDistribution):
@@ -49,11 +43,10 @@ class SphericalGaussianEstimator(Estimator):
                  variance_key: Optional[str] = None):
         self.dim, self.reg_covar, self.keys, self.variance_key = dim, check_reg_covar(reg_covar), keys, variance_key
 
-    def make_accumulator(self) -> MomentAccumulator:
-        return MomentAccumulator(self.dim, self.keys, DiagonalGaussianEncoder(self.dim), self.variance_key)
+    def make_accumulator(self) -> CentredMoments:
+        return CentredMoments(self.dim, self.keys, DiagonalGaussianEncoder(self.dim), self.variance_key)
 
     def estimate(self, nobs, value: np.ndarray) -> SphericalGaussianDistribution:
         if np.size(value) == 0:
             raise ValueError("SphericalGaussianEstimator saw no data and has no dim; pass dim=D")
-        mu, sigma2 = moment_estimate(value, 0.0)
-        return SphericalGaussianDistribution(mu, float(sigma2.mean()) + self.reg_covar)
+        return SphericalGaussianDistribution(*diagonal_estimate(value, self.reg_covar, spherical=True))
