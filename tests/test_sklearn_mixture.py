@@ -154,13 +154,14 @@ def test_a_handle_fit_on_every_rank_equals_scikit_learns(world):
         assert_handle_fit(per_rank[0], covariance_type, d)
 
 
-def test_a_handle_with_the_wrong_encoding_is_refused_before_any_step():
+def test_a_handle_of_other_observations_is_refused_before_any_step():
     from mixle_nb.parallel import TorchRunEncodedData
+    from mixle_nb.stats import CategoricalEstimator, MixtureEstimator
 
-    x = blobs(50, 2, 2)
-    diagonal = GaussianMixture(2, covariance_type="diag").mixture_estimator(2)
-    with TorchRunEncodedData(x, estimator=diagonal, init_process_group=False) as h:
-        with pytest.raises(ValueError, match="needs a handle built with the full-covariance encoding"):
+    labels = list("abcabcaab")
+    categorical = MixtureEstimator([CategoricalEstimator(), CategoricalEstimator()])
+    with TorchRunEncodedData(labels, estimator=categorical, init_process_group=False) as h:
+        with pytest.raises(ValueError, match="needs a handle of Gaussian observations"):
             GaussianMixture(2).fit(h)
 
 

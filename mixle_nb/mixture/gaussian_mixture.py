@@ -21,9 +21,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .. import inference
 from ..stats import seq_encode, seq_log_density_sum
 from ..stats.kmeans import encoded_points
-from ..stats.multivariate_gaussian import QuadraticEncoding
 from .translation import (covariances_from_precisions, mixture_estimator, model_from_parameters,
-                          needs_quadratic, parameters_from_model, precisions_cholesky, precisions_from_cholesky)
+                          parameters_from_model, precisions_cholesky, precisions_from_cholesky)
 
 # scikit-learn's start names, as our starts (mixle_nb.inference.initial_model). Both k-means
 # names take our k-means‖ start (k-means++ seeding where the data live, one Lloyd pass, then a
@@ -44,16 +43,16 @@ def is_reference(data: Any) -> bool:
     return callable(getattr(data, "call_with_handle", None))
 
 
-def _handle_encoding(handle: Any) -> tuple[int, bool]:
-    """``(n_features, full-covariance encoding?)`` of this rank's shard of ``handle``."""
+def _handle_features(handle: Any) -> int:
+    """``n_features`` of this rank's shard of ``handle`` (an empty shard keeps its dimension)."""
     def describe(enc):
-        return np.array([[encoded_points(enc).shape[0], isinstance(enc, QuadraticEncoding)]])
+        return np.array([encoded_points(enc).shape[0]])
     try:
-        kinds = handle.pysp_shard_map(describe)
+        dims = handle.pysp_shard_map(describe)
     except ValueError:  # the same encoder on every rank: every rank raises this together
         raise ValueError("GaussianMixture needs a handle of Gaussian observations: build it with "
                          "estimator=GaussianMixture(...).mixture_estimator(n_features)") from None
-    return int(kinds[0, 0]), bool(kinds[0, 1])
+    return int(dims[0])
 
 
 def _on_rank(handle: Any, estimator: "GaussianMixture", method: str) -> Any:
@@ -76,8 +75,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     taken as converged. ``device`` (keyword-only; ``"cpu"``, ``"cuda"``, a ``torch.device``)
     is where an array is encoded and the E-step runs.
 
-    A handle must hold the encoding the covariance type needs: build it with
-    ``estimator=gm.mixture_estimator(n_features)``.
+    A handle holds Gaussian observations: build it with ``estimator=gm.mixture_estimator(n_features)``
+    (or any of our Gaussian estimators).
     """
 
     _parameter_constraints: dict = {**ScikitGaussianMixture._parameter_constraints,
@@ -102,9 +101,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.verbose_interval = verbose_interval
         self.device = device
 
-    def mixture_estimator(self, n_features: int, quadratic: bool | None = None):
+    def mixture_estimator(self, n_features: int):
         """The ``MixtureEstimator`` EM runs with (also what to build a handle with)."""
-        return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar, quadratic)
+        return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar)
 
     # -- fitting ----------------------------------------------------------------------------
 
@@ -118,18 +117,18 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             self.__dict__.update(fitted)
             self._warn_unless_converged()  # the ranks' warning stays on the ranks
             return self
-        data, count, n_features, quadratic = self._fit_data(X)
+        data, count, n_features = self._fit_data(X)
         initial = self._initial_parameters(n_features)
-        estimator = self.mixture_estimator(n_features, quadratic)
+        estimator = self.mixture_estimator(n_features)
         enc = data if is_handle(data) else seq_encode(data, estimator=estimator, device=self.device)
         warm = self.warm_start and hasattr(self, "converged_")
         rng = check_random_state(self.random_state)
         best = None
         for start in range(1 if warm else self.n_init):
             if warm:
-                model = self._model(quadratic)
+                model = self._model()
             else:
-                model = self._start(enc, estimator, rng, initial, quadratic)
+                model = self._start(enc, estimator, rng, initial)
             result = self._em(enc, estimator, model, count, start)
             if best is None or result.log_density > best.log_density or best.log_density == -np.inf:
                 best = result
@@ -148,15 +147,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return self.fit(X).predict(X)
 
     def _fit_data(self, X):
-        """``(data, count, n_features, full-covariance encoding?)``, checked as scikit-learn does."""
+        """``(data, count, n_features)``, checked as scikit-learn does."""
         if is_handle(X):
-            count = len(X)
-            n_features, quadratic = _handle_encoding(X)
-            wanted = needs_quadratic(self.covariance_type, n_features)
-            if quadratic != wanted and (wanted or self.covariance_type in ("diag", "spherical")):
-                raise ValueError(f"covariance_type={self.covariance_type!r} needs a handle built with "
-                                 f"{'the full-covariance' if wanted else 'the moment'} encoding: build it "
-                                 f"with estimator=GaussianMixture(...).mixture_estimator({n_features})")
+            count, n_features = len(X), _handle_features(X)
             self.__dict__.pop("feature_names_in_", None)
             self.n_features_in_ = n_features
             if count < 2:
@@ -165,11 +158,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         else:
             X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
             X = np.asarray(X, dtype=np.float64)
-            count, n_features, quadratic = len(X), X.shape[1], None
+            count, n_features = len(X), X.shape[1]
         if count < self.n_components:
             raise ValueError(f"Expected n_samples >= n_components but got n_components = {self.n_components}, "
                              f"n_samples = {count}")
-        return X, count, n_features, quadratic
+        return X, count, n_features
 
     def _initial_parameters(self, n_features: int) -> dict:
         """The given ``*_init`` values, checked with scikit-learn's own messages."""
@@ -185,14 +178,14 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             given["covariances"] = covariances_from_precisions(kind, precisions)
         return given
 
-    def _start(self, enc, estimator, rng, initial: dict, quadratic):
+    def _start(self, enc, estimator, rng, initial: dict):
         """The start: the given parameters over our start of ``init_params`` for the rest."""
         if len(initial) < 3:
             started = inference.initial_model(enc, estimator, STARTS[self.init_params], rng, init_p=1.0)
             initial = {**dict(zip(("weights", "means", "covariances"),
                                   parameters_from_model(self.covariance_type, started))), **initial}
         return model_from_parameters(self.covariance_type, initial["weights"], initial["means"],
-                                     initial["covariances"], quadratic)
+                                     initial["covariances"])
 
     def _em(self, enc, estimator, model, count: int, start: int):
         if self.verbose:
@@ -227,9 +220,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.lower_bound_ = float(result.log_density / count)
         self.lower_bounds_ = [float(r.log_density / count) for r in result.history]
 
-    def _model(self, quadratic=None):
-        return model_from_parameters(self.covariance_type, self.weights_, self.means_, self.covariances_,
-                                     quadratic)
+    def _model(self):
+        return model_from_parameters(self.covariance_type, self.weights_, self.means_, self.covariances_)
 
     # -- using a fit --------------------------------------------------------------------------
 
@@ -238,11 +230,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         reference, whose answer comes from the ranks (see :meth:`_on_ranks`)."""
         check_is_fitted(self)
         if is_handle(X):
-            n_features, quadratic = _handle_encoding(X)
+            n_features = _handle_features(X)
             if n_features != self.n_features_in_:
                 raise ValueError(f"X has {n_features} features, but GaussianMixture is expecting "
                                  f"{self.n_features_in_} features as input.")
-            return X, self._model(quadratic), self.mixture_estimator(n_features, quadratic)
+            return X, self._model(), self.mixture_estimator(n_features)
         X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=False), dtype=np.float64)
         return X, self._model(), self.mixture_estimator(X.shape[1])
 

@@ -11,8 +11,8 @@ diag        ``DiagonalGaussianEstimator``               ``DiagonalGaussianEstima
 spherical   ``SphericalGaussianEstimator``              ``DiagonalGaussianEstimator``
 ==========  ==========================================  =============================
 
-In one dimension every type is the same model, and the moment encoding ``[1, x, x²]`` is the
-cheapest; a handle built with the full-covariance encoding keeps the full family.
+In one dimension every type is the same model, and the diagonal family the cheapest. Every
+family reads the same encoding of the points, so a handle built for one serves them all.
 """
 from __future__ import annotations
 
@@ -27,18 +27,16 @@ COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
 TIED_KEY = "tied covariance"
 
 
-def needs_quadratic(covariance_type: str, n_features: int) -> bool:
-    """Whether the type needs the full-covariance encoding ``[1, x, x·xᵀ]`` (else ``[1, x, x²]``)."""
+def full_family(covariance_type: str, n_features: int) -> bool:
+    """Whether the type takes the full-covariance family (else the diagonal or spherical one)."""
     return covariance_type in ("full", "tied") and n_features > 1
 
 
-def mixture_estimator(covariance_type: str, n_components: int, n_features: int, reg_covar: float,
-                      quadratic: bool | None = None) -> MixtureEstimator:
-    """The estimator EM runs with; ``quadratic`` (default :func:`needs_quadratic`) picks the
-    full-covariance family for a full or tied 1-D fit on that encoding."""
-    quadratic = needs_quadratic(covariance_type, n_features) if quadratic is None else quadratic
+def mixture_estimator(covariance_type: str, n_components: int, n_features: int,
+                      reg_covar: float) -> MixtureEstimator:
+    """The estimator EM runs with."""
     key = TIED_KEY if covariance_type == "tied" else None
-    if quadratic:
+    if full_family(covariance_type, n_features):
         def component():
             return MultivariateGaussianEstimator(dim=n_features, reg_covar=reg_covar, covariance_key=key)
     elif covariance_type == "spherical" and n_features > 1:
@@ -50,16 +48,14 @@ def mixture_estimator(covariance_type: str, n_components: int, n_features: int, 
     return MixtureEstimator([component() for _ in range(n_components)])
 
 
-def model_from_parameters(covariance_type: str, weights, means, covariances,
-                          quadratic: bool | None = None) -> MixtureDistribution:
+def model_from_parameters(covariance_type: str, weights, means, covariances) -> MixtureDistribution:
     """The mixture with scikit-learn's ``weights_``, ``means_`` and ``covariances_``."""
     means = np.asarray(means, dtype=np.float64)
     k, d = means.shape
-    quadratic = needs_quadratic(covariance_type, d) if quadratic is None else quadratic
     covariances = np.asarray(covariances, dtype=np.float64)
     if covariance_type == "tied":
         covariances = np.broadcast_to(covariances, (k, d, d))
-    if quadratic:  # full or tied
+    if full_family(covariance_type, d):
         components = [MultivariateGaussianDistribution(m, c) for m, c in zip(means, covariances)]
     elif covariance_type == "spherical" and d > 1:
         components = [SphericalGaussianDistribution(m, c) for m, c in zip(means, covariances)]
