@@ -2,7 +2,9 @@
 starts and restarts, model choice (:func:`bic`, :func:`aic`, :func:`choose_k`), labels
 (:func:`predict`, :func:`predict_proba`, :func:`score_samples`) and streaming statistics.
 
-Each takes local data or any handle; on a handle the work runs where the shards live."""
+Each takes local data or any handle as its first argument; on a handle the work runs where the
+shards live, and progress lines are printed on the handle's root rank only (``out=ROOT_STDOUT``,
+the default)."""
 from __future__ import annotations
 
 import math
@@ -15,16 +17,17 @@ import numpy as np
 
 from .stats.base import Distribution, Estimator, as_generator
 from .stats.diagonal_gaussian import DiagonalGaussianEstimator
-from .stats.estimation import (EMStep, accumulate, em_step, seq_encode, seq_initialize, seq_log_density_sum,
-                               tie_keys)
+from .stats.estimation import (EMStep, accumulate, em_step, encoded_count, seq_encode, seq_initialize,
+                               seq_log_density_sum, tie_keys)
 from .stats.kmeans import SingleProcess, kmeans_init
 from .stats.mixture import MixtureEstimator
 from .stats.multivariate_gaussian import MultivariateGaussianEstimator
 from .stats.parameters import free_parameters
 from .stats.spherical_gaussian import SphericalGaussianEstimator
-from .validation import choice, non_negative_real, optional_int, positive_int, positive_real
+from .validation import choice, non_negative_real, optional_int, positive_int
 
 INITS = ("kmeans++", "random_from_data", "random")
+ROOT_STDOUT = "stdout on the root rank"  # the default ``out``: sys.stdout, on a handle's root rank only
 GAUSSIAN_FAMILY = (DiagonalGaussianEstimator, SphericalGaussianEstimator, MultivariateGaussianEstimator)
 
 
@@ -77,7 +80,8 @@ def initial_model(enc: Any, estimator: Estimator, init: Union[str, Distribution]
     mixture estimated from hard labels), ``"random_from_data"`` (K observations as centres,
     then the same), ``"random"`` (``seq_initialize`` with fraction ``init_p``), or a model,
     returned as it is. A handle without the ``pysp_kmeans_init`` extension falls back to
-    ``"random"`` with a warning."""
+    ``"random"`` with a warning. A mixture of more components than observations is refused."""
+    _require_enough_observations(enc, estimator)
     if not isinstance(init, str):
         return init
     init = choice("init", init, INITS)
@@ -116,11 +120,11 @@ def fit(
     init: Union[str, Distribution, None] = None,
     n_init: int = 1,
     max_its: int = 100,
-    delta: float = 1e-9,
+    delta: Optional[float] = 1e-9,
     tol: Optional[float] = None,
     init_p: float = 0.1,
     rng: Any = None,
-    out: Optional[TextIO] = sys.stdout,
+    out: Union[TextIO, str, None] = ROOT_STDOUT,
     on_step: Optional[Callable[[IterationRecord], None]] = None,
     device: Any = None,
 ) -> FitResult:
@@ -129,22 +133,30 @@ def fit(
     ``init`` is a start name (see :func:`initial_model`; ``None`` picks :func:`default_init`)
     or a model. Each start runs until the gain in log-density per observation falls below
     ``delta``, or its magnitude below ``tol`` (scikit-learn's meaning), or ``max_its``
-    iterations. ``enc_data`` (local encoded data or any handle) skips encoding ``data``;
+    (``delta=None`` and ``tol=None`` or ``0``: exactly ``max_its``, as scikit-learn's ``tol=0``)
+    iterations. ``data`` may be raw observations or any handle (``fit(h, est)``); ``enc_data``
+    (local encoded data or any handle) skips encoding ``data``;
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``; ``None``: the CPU) is
     where ``data`` are encoded and every E-step kernel runs, the M-step staying on the host. One
-    line per iteration goes to ``out`` (``None`` silences it); ``on_step`` gets every
+    line per iteration goes to ``out`` (``None`` silences it; the default is ``sys.stdout``, on
+    a handle's root rank only, as ``torchrun_out`` does); ``on_step`` gets every
     :class:`IterationRecord`. Ctrl-C returns the best start so far (the interrupted one
     with its last good model); any other failure raises :class:`FitError` carrying it.
     """
     max_its = positive_int("max_its", max_its)
     n_init = positive_int("n_init", n_init)
-    delta = non_negative_real("delta", delta)
-    tol = None if tol is None else positive_real("tol", tol)
+    delta = None if delta is None else non_negative_real("delta", delta)
+    tol = None if tol is None else non_negative_real("tol", tol)
     start_model = None if init is None or isinstance(init, str) else init
     name = "model" if start_model is not None else choice("init", init or default_init(estimator), INITS)
     if start_model is not None and n_init > 1:
         raise ValueError("n_init > 1 needs a start name (init='kmeans++', ...), not a model: "
                          "every restart would start from the same model")
+    if _is_handle(data):
+        if enc_data is not None:
+            raise ValueError("fit got a handle as data and enc_data= too: pass the handle once, fit(h, est)")
+        data, enc_data = None, data
+    out = _output(out, enc_data)
     if enc_data is None:
         if data is None:
             raise ValueError("fit needs data or enc_data")
@@ -179,11 +191,11 @@ def optimize(
     init: Union[str, Distribution, None] = None,
     n_init: int = 1,
     max_its: int = 100,
-    delta: float = 1e-9,
+    delta: Optional[float] = 1e-9,
     tol: Optional[float] = None,
     init_p: float = 0.1,
     rng: Any = None,
-    out: Optional[TextIO] = sys.stdout,
+    out: Union[TextIO, str, None] = ROOT_STDOUT,
     on_step: Optional[Callable[[IterationRecord], None]] = None,
     device: Any = None,
 ) -> Distribution:
@@ -217,13 +229,40 @@ def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start) -> tupl
         if on_step is not None:
             on_step(record)
         model, previous = step.model, step.log_density
-        if gain < delta or (tol is not None and abs(gain) < tol):
+        if (delta is not None and gain < delta) or (tol is not None and abs(gain) < tol):
             return FitResult(model, previous, history, True, iteration, ""), False
     return FitResult(model, previous, history, False, max_its, ""), False
 
 
 def _is_handle(data: Any) -> bool:
     return hasattr(data, "pysp_seq_log_density_sum")
+
+
+def _output(out: Union[TextIO, str, None], data: Any) -> Optional[TextIO]:
+    """Where progress lines go: ``out``, with :data:`ROOT_STDOUT` resolved to ``sys.stdout``,
+    or to nothing on a handle's ranks other than its root."""
+    if out is not ROOT_STDOUT:
+        return out
+    if _is_handle(data) and getattr(data, "rank", 0) != getattr(data, "root", 0):
+        return None
+    return sys.stdout
+
+
+def _require_enough_observations(enc: Any, estimator: Estimator) -> None:
+    """Refuse, before any work, a mixture of more components than observations (scikit-learn
+    does too): EM would leave components with no data, looking fitted. On a handle the count
+    is the global one every rank knows, so every rank raises together, with no collective."""
+    components = getattr(estimator, "estimators", None)
+    if not type(estimator).__name__.endswith("MixtureEstimator") or components is None:
+        return
+    try:
+        n = len(enc) if _is_handle(enc) else encoded_count(enc, estimator)
+    except TypeError:  # a handle or an encoding that cannot count its observations
+        return
+    if n < len(components):
+        raise ValueError(f"a mixture of {len(components)} components needs at least {len(components)} "
+                         f"observations, and the data hold {n}: use at most {n} components (e.g. "
+                         f"choose_k(data, ..., range(1, {n + 1}))), or fit more data")
 
 
 def _count_and_log_density(data_or_handle: Any, model: Distribution) -> tuple[float, float]:
@@ -287,10 +326,12 @@ def choose_k(data_or_handle: Any, estimator_for: Callable[[int], Estimator], k_v
     can keep shrinking onto one or two observations (the likelihood grows without bound as
     its variance falls to the floor), which buys it a BIC it does not deserve."""
     fit_kwargs.setdefault("tol", 1e-3)
+    out = fit_kwargs["out"] = _output(fit_kwargs.get("out", ROOT_STDOUT), data_or_handle)
     choice_ = KChoice([], [], [], [])
     for k in k_values:
         k = positive_int("K", k)
         estimator = estimator_for(k)
+        _say(out, f"K = {k}")
         if _is_handle(data_or_handle):
             result = fit(None, estimator, enc_data=data_or_handle, **fit_kwargs)
         else:

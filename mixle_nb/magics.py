@@ -2,10 +2,13 @@
 
 ``%load_ext mixle_nb`` registers ``%mixle_cluster``, ``%mixle_push``, ``%mixle_scatter``,
 ``%mixle_pull`` and ``%%mixle``. Each has ``--help``; misuse raises IPython's ``UsageError``,
-which the notebook shows as one line with the fix.
+which the notebook shows as one line with the fix. A trailing ``# comment`` on a magic's line
+is ignored, as Python ignores one.
 """
 from __future__ import annotations
 
+import atexit
+import signal
 import sys
 from typing import Optional
 
@@ -92,12 +95,61 @@ def run_cell(cluster: MixleCluster, code: str, targets=None, all_ranks: bool = F
         raise
 
 
+def without_comment(line: str) -> str:
+    """``line`` without a trailing comment: from a ``#`` outside quotes that starts a word."""
+    quote = None
+    for i, char in enumerate(line):
+        if quote is not None:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line
+
+
 def parse(magic, line: str):
     """Parsed arguments, or ``None`` after printing the magic's usage for ``-h``/``--help``."""
+    line = without_comment(line)
     if line.split()[:1] in (["-h"], ["--help"]):
         print(magic.__doc__)
         return None
     return parse_argstring(magic, line)
+
+
+def _stop_current_cluster() -> None:
+    """At exit: stop the current cluster, not to be cut short by the SIGTERM that a kernel
+    manager sends a kernel still exiting after half its grace period (2.5 s of jupyter_client's
+    5), which left an engine and the rendezvous folder behind."""
+    cluster = cluster_module.current()
+    if cluster is not None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the manager's SIGKILL still ends a hang
+        cluster.stop()
+
+
+def stop_first_at_exit() -> None:
+    """Stop the current cluster first when the kernel exits: before the handlers that the
+    cluster's new ipyparallel client registered, which close it (stopping after them waits
+    for a timeout)."""
+    atexit.unregister(_stop_current_cluster)
+    atexit.register(_stop_current_cluster)
+
+
+def defined_on_rank(name: str) -> bool:
+    """Whether ``name`` is bound in this rank's namespace (runs on the engines)."""
+    from .cluster.rank_side import rank_namespace
+
+    return name in rank_namespace()
+
+
+def missing_name_hint(cluster: MixleCluster, name: str, rank: int) -> str:
+    """What to do when ``name`` is not defined on ``rank``: pull it from the ranks that have it,
+    or push it when none has."""
+    holders = [r for r, has in enumerate(cluster.run(defined_on_rank, name)) if has]
+    if not holders:
+        return f"{name!r} is not defined on rank {rank} nor on any other rank: push it with %mixle_push {name}"
+    return (f"{name!r} is not defined on rank {rank}; ranks {holders} have it: pull it with "
+            f"%mixle_pull {name} --rank {holders[0]}")
 
 
 @magics_class
@@ -115,11 +167,13 @@ class MixleMagics(Magics):
     def mixle_cluster(self, line):
         """Start, stop, restart or show the mixle cluster.
 
+        ``restart`` starts fresh engines (names defined on the ranks are gone: push and build
+        them again); ``stop`` ends every process of the cluster, as a kernel shutdown does.
+
         Example::
 
-            %mixle_cluster start 4          # 4 engines, one gloo group; binds `mixle`
+            %mixle_cluster start 2          # 2 engines, one gloo group; binds `mixle`
             %mixle_cluster status
-            %mixle_cluster stop
         """
         args = parse(self.mixle_cluster, line)
         if args is None:
@@ -135,6 +189,7 @@ class MixleMagics(Magics):
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
             cluster.start(progress=lambda message: print(message, flush=True))
+            stop_first_at_exit()
             cluster.view.activate()  # ipyparallel's own %px targets these engines too
             self.shell.user_ns[args.name] = cluster
             display(cluster.status())
@@ -144,6 +199,7 @@ class MixleMagics(Magics):
         elif args.action == "restart":
             cluster = running_cluster()
             cluster.restart(progress=lambda message: print(message, flush=True))
+            stop_first_at_exit()
             cluster.view.activate()
             display(cluster.status())
         else:
@@ -162,7 +218,8 @@ class MixleMagics(Magics):
 
         Example::
 
-            %mixle_push estimator start
+            offset, labels = 10, ["a", "b"]
+            %mixle_push offset labels       # every rank gets both, under the same names
         """
         args = parse(self.mixle_push, line)
         if args is None:
@@ -173,11 +230,22 @@ class MixleMagics(Magics):
     @magic_arguments()
     @argument("name", help="a notebook sequence; rank r gets name[r::n] under the same name")
     def mixle_scatter(self, line):
-        """Shard a sequence by rank.
+        """Shard a sequence by rank: rank r gets ``name[r::n]``, n the number of ranks.
+
+        Build an EM handle on scattered data with ``TorchRunEncodedData.from_shards``, which
+        keeps each rank's part whole (the constructor proper expects the full data on every
+        rank, and would keep only ``part[rank::n]`` of it).
 
         Example::
 
-            %mixle_scatter data             # rank r gets data[r::n] as `data`
+            import numpy as np
+            x = np.random.default_rng(0).normal(size=1000)
+            %mixle_scatter x                # rank r gets x[r::n] as `x`
+            %%mixle
+            from mixle_nb.parallel import TorchRunEncodedData
+            from mixle_nb.stats import GaussianEstimator
+            hx = TorchRunEncodedData.from_shards(x, estimator=GaussianEstimator())
+            print(len(hx))                  # 1000: every rank's part, whole
         """
         args = parse(self.mixle_scatter, line)
         if args is None:
@@ -194,8 +262,11 @@ class MixleMagics(Magics):
 
         Example::
 
-            model = %mixle_pull model
-            shards = %mixle_pull shard_size --all
+            offset = 10
+            %mixle_push offset
+            value = %mixle_pull offset                 # rank 0's
+            every = %mixle_pull offset --all           # [10, 10, ...], one per rank
+            second = %mixle_pull offset --rank 1
         """
         args = parse(self.mixle_pull, line)
         if args is None:
@@ -205,8 +276,7 @@ class MixleMagics(Magics):
             return cluster.pull(args.name, rank="all" if args.all else args.rank)
         except RankError as exc:
             if exc.ename == "NameError":
-                raise UsageError(f"{args.name!r} is not defined on rank {exc.rank}; push it with "
-                                 f"%mixle_push {args.name}") from None
+                raise UsageError(missing_name_hint(cluster, args.name, exc.rank)) from None
             raise
         except ValueError as exc:
             raise UsageError(str(exc)) from None
@@ -216,7 +286,8 @@ class MixleMagics(Magics):
     @argument("--all", action="store_true", help="show every rank's output, labelled by rank")
     @argument("--targets", help="ranks to run on, e.g. 0,2 or 1-3 (default: all)")
     def mixle(self, line, cell):
-        """Run the cell on every rank; rank 0's output streams back (``--all``: every rank's).
+        """Run the cell on every rank; only rank 0's output streams back (``--all``: every
+        rank's, labelled; ``--targets``: the first target's). Errors name the rank.
 
         Example::
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import psutil
 import pytest
+from IPython import get_ipython
 from IPython.core.error import UsageError
 from IPython.testing.globalipapp import start_ipython
 
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def shell():
-    ip = start_ipython()
+    ip = start_ipython() or get_ipython()  # start_ipython answers None once another module started it
     ip.run_line_magic("load_ext", "mixle_nb")
     previous = cluster_module.current()
     cluster_module.set_current(None)  # these tests start their own cluster through the magic

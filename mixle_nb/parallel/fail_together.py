@@ -159,15 +159,16 @@ def fingerprint(obj: Any) -> str:
 
 def odd_ones_out(texts: Mapping[int, Optional[str]], what: str, fix: str) -> dict:
     """``{rank: message}`` for each rank whose text differs from the most common one (ties go to
-    the lowest rank's); ranks with no text are left out."""
+    the lowest rank's); ranks with no text are left out. ``{rank}`` in ``fix`` becomes the rank
+    at fault."""
     present = {rank: text for rank, text in texts.items() if text is not None}
     if not present:
         return {}
     counts = Counter(present.values())
     reference_rank = min(present, key=lambda r: (-counts[present[r]], r))
     reference = present[reference_rank]
-    return {rank: f"{what} differs from rank {reference_rank}'s ({_short(text)} vs {_short(reference)}): {fix}"
-            for rank, text in present.items() if text != reference}
+    return {rank: f"{what} differs from rank {reference_rank}'s ({_short(text)} vs {_short(reference)}): "
+                  + fix.replace("{rank}", str(rank)) for rank, text in present.items() if text != reference}
 
 
 def _short(text: str, limit: int = 160) -> str:

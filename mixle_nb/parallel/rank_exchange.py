@@ -30,6 +30,12 @@ class HandleExchange:
         return self._handle._fold(estimator, count, acc, float("nan"))[0]
 
 
+def in_order(parts: list, interleaved: bool) -> np.ndarray:
+    """Every rank's rows in the original order: interleaved (rank ``r``'s at ``r, r + world,
+    ...``) or, for shards of consecutive blocks, concatenated in rank order."""
+    return interleave(parts) if interleaved else np.concatenate([np.asarray(p) for p in parts])
+
+
 def interleave(parts: list) -> np.ndarray:
     """Rank ``r``'s rows at positions ``r, r + world, ...``: the original order of data that
     was sharded as ``data[rank::world]``."""
@@ -56,4 +62,4 @@ def map_shard(handle: Any, function: Callable[[Any], np.ndarray], gather: bool =
     parts = exchange.gather(None if error is not None else local)
     if error is not None or any(p is None for p in parts):
         raise_together(error, handle.group, handle.world, "scoring the shards")
-    return interleave(parts)
+    return in_order(parts, getattr(handle, "interleaved", True))

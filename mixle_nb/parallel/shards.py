@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import zlib
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -59,12 +60,30 @@ def split_parts(shard: Any, parts: int) -> Iterator[Any]:
         yield shard[a:b]
 
 
+FINGERPRINT_ROWS = 64  # observations hashed into the content fingerprint, evenly spaced
+
+
 def describe(data: Any) -> str:
-    """What every rank must agree on about the full data it passed: its kind and size, and for
-    an array the shape of one observation and the dtype."""
+    """What every rank must agree on about the full data it passed: its kind and size, for an
+    array the shape of one observation and the dtype, and a fingerprint of its content (a hash
+    of :data:`FINGERPRINT_ROWS` evenly spaced observations, so data of the same size that
+    differ by rank — each rank's part of a scatter — are told apart at a cost independent of N)."""
     if isinstance(data, np.ndarray):
-        return f"an array of {len(data)} observations of shape {data.shape[1:]}, dtype {data.dtype}"
-    return f"a {type(data).__name__} of {len(data)} observations"
+        return (f"an array of {len(data)} observations of shape {data.shape[1:]}, dtype {data.dtype}, "
+                f"content {content_print(data)}")
+    return f"a {type(data).__name__} of {len(data)} observations, content {content_print(data)}"
+
+
+def content_print(data: Any) -> str:
+    """A short hash of evenly spaced observations of ``data`` (bytes of an array's rows, the
+    ``repr`` of other observations)."""
+    n = len(data)
+    picked = sorted(set(np.linspace(0, n - 1, min(n, FINGERPRINT_ROWS)).astype(int).tolist())) if n else []
+    if isinstance(data, np.ndarray) and not data.dtype.hasobject:
+        payload = np.ascontiguousarray(data[picked]).tobytes()
+    else:
+        payload = repr([data[i] for i in picked]).encode()
+    return f"{zlib.crc32(payload):08x}"
 
 
 def describe_rows(shard: Any) -> Optional[str]:
@@ -140,11 +159,20 @@ def load_npy(path: str) -> Any:
 
 
 def file_parts(paths: Sequence[str], reader: Callable[[str], Any], sub_chunks: int,
-               counts: list) -> Iterator[Any]:
+               counts: list, sources: Optional[list] = None) -> Iterator[Any]:
     """Each file's observations in ``sub_chunks`` parts, read one file at a time; the size of
-    each part is appended to ``counts`` as it is produced."""
+    each part is appended to ``counts`` as it is produced, and ``(path, its first row in the
+    file)`` to ``sources``."""
     for path in paths:
         data = reader(path)
-        for part in split_parts(data, sub_chunks):
+        for (start, _), part in zip(part_bounds(len(data), sub_chunks), split_parts(data, sub_chunks)):
             counts.append(len(part))
+            if sources is not None:
+                sources.append((path, start))
             yield part
+
+
+def empty_like_rows(data: Any) -> Any:
+    """No observations of ``data``'s kind (an array keeps its row shape and dtype): what a rank
+    dealt no file encodes, so that it takes part in every operation like the others."""
+    return np.array(data[:0]) if isinstance(data, np.ndarray) else []

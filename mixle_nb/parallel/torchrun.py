@@ -41,13 +41,17 @@ from .fail_together import (agreed, agreement_slots, failure_message, fingerprin
 from .group import join_group, require_every_rank
 from .handle import HandleLifetime
 from .rank_exchange import HandleExchange, map_shard
-from .shards import (NpyRows, dealt_files, describe, describe_rows, file_parts, load_npy, rank_slice,
-                     release_freed_memory, split_parts)
+from .shards import (NpyRows, dealt_files, describe, describe_rows, empty_like_rows, file_parts, load_npy,
+                     rank_slice, release_freed_memory, split_parts)
 
 FOLDS = ("auto", "gather", "allreduce")
 EXCHANGE_MAX_FLOATS = 1 << 18  # world × vector length; above it the fold uses all_reduce
 POLL_S = 0.005  # how long a small fold polls before it blocks
-SAME_DATA = "pass the same full data on every rank (or root_only=True with the data on the root)"
+SAME_DATA = ("pass the same full data on every rank (each keeps "
+             "data[rank::world] of it), or root_only=True with the data on the root. Did you %mixle_scatter "
+             "it? For data already split across ranks use TorchRunEncodedData.from_shards(shard, estimator=...)")
+SAME_ROWS = "every rank's observations must have the same shape and dtype"
+SAME_FILES = "every rank must pass the same path (or list of paths); each rank reads its own part of it"
 SAME_MODEL = "every rank must pass the same model and estimator to the step"
 
 
@@ -124,6 +128,15 @@ class TorchRunEncodedData(HandleLifetime):
     ``"cuda:1"``, a ``torch.device``); ``None`` is the group's device: the rank's CUDA device
     under nccl, else the CPU. An encoder without ``device=`` (mixle's) encodes on the CPU. A
     device this rank cannot use fails on every rank together, before any data are read.
+
+    Running EM on it (every rank runs the same call, e.g. in a ``%%mixle`` cell)::
+
+        from mixle_nb.inference import fit, predict
+        result = fit(h, est, init="kmeans++")        # or em_step(h, est, model) one step at a time
+        labels = predict(h, result.model, gather=True)
+
+    or step it from the notebook with ``EMPanel(handle="h", estimator="est", init="kmeans++")``.
+    Data each rank already holds its own part of (after ``%mixle_scatter``): :meth:`from_shards`.
     """
 
     def __init__(
@@ -162,7 +175,45 @@ class TorchRunEncodedData(HandleLifetime):
             shard = self._scatter(shards)
             signature = None if shard is None else describe_rows(shard)
         parts = () if shard is None else split_parts(shard, sub_chunks)
-        self._encode(encoder, parts, None, signature, error, "the data", None if shard is None else shard[:0])
+        self._encode(encoder, parts, None, signature, error, "the data", None if shard is None else shard[:0],
+                     locate=lambda part, row, _: f"row {self.rank + self.world * row} of the data",
+                     fix=SAME_ROWS if root_only else "rank {rank} holds other data: " + SAME_DATA)
+
+    @classmethod
+    def from_shards(cls, shard: Sequence, estimator: Optional[Estimator] = None,
+                    model: Optional[Distribution] = None, encoder: Any = None, sub_chunks: int = 1,
+                    group: Any = None, root: int = 0, init_process_group: bool = True,
+                    backend: Optional[str] = None, *, interleaved: bool = True, fold: str = "auto",
+                    device: Any = None) -> "TorchRunEncodedData":
+        """A handle on data already split across ranks: each rank passes its own observations
+        ``shard`` and keeps all of them (sizes may differ). This is the constructor for a
+        sequence ``%mixle_scatter`` (or ``cluster.scatter``) dealt out, where rank ``r`` holds
+        ``data[r::world]``; the constructor proper would keep ``shard[rank::world]`` of it.
+
+        ``interleaved=True`` (the scatter's layout): per-observation results gathered with
+        ``gather=True`` come back in the original order of the scattered sequence; ``False``:
+        the shards are consecutive blocks, gathered back as rank 0's rows, then rank 1's, ...
+        Ranks agree on the observations' shape and dtype; a rank with no observations of
+        vector data passes an empty array of their shape (``np.empty((0, D))``), which is what
+        a scatter of fewer rows than ranks gives it. Every other argument is as for the
+        constructor."""
+        self = cls.__new__(cls)
+        sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
+                                backend, fold)
+        self.interleaved = bool(interleaved)
+        error, parts, signature, empty = None, (), None, None
+        try:
+            encoder = self._place(_choose_encoder(estimator, model, encoder), device)
+            if shard is None:
+                raise ValueError(f"from_shards got None on rank {self.rank}: pass this rank's observations "
+                                 "(an empty sequence if it has none)")
+            shard = shard if isinstance(shard, np.ndarray) else rank_slice(shard, 0, 1)
+            parts, signature, empty = split_parts(shard, sub_chunks), describe_rows(shard), shard[:0]
+        except Exception as exc:
+            error = exc
+        self._encode(encoder, parts, None, signature, error, "the shard", empty,
+                     locate=lambda part, row, _: f"row {row} of the shard passed on rank {self.rank}", fix=SAME_ROWS)
+        return self
 
     @classmethod
     def from_npy(cls, path: Any, estimator: Optional[Estimator] = None, model: Optional[Distribution] = None,
@@ -190,7 +241,9 @@ class TorchRunEncodedData(HandleLifetime):
             parts, signature, empty = rows.parts(sub_chunks), rows.describe(), rows.empty()
         except Exception as exc:
             error, empty = exc, None
-        self._encode(encoder, parts, None, signature, error, "the file", empty)
+        self._encode(encoder, parts, None, signature, error, "the file", empty,
+                     locate=lambda part, row, _: f"row {self.rank + self.world * row} of {os.fspath(path)}",
+                     fix=SAME_FILES)
         return self
 
     @classmethod
@@ -207,15 +260,19 @@ class TorchRunEncodedData(HandleLifetime):
         self = cls.__new__(cls)
         sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
                                 backend, fold)
-        error, parts, counts, signature = None, (), [], None
+        error, parts, counts, sources, signature, empty = None, (), [], [], None, None
         try:
             encoder = self._place(_choose_encoder(estimator, model, encoder), device)
             names = [os.fspath(p) for p in paths]
             signature = f"the file list {names}"
-            parts = file_parts(dealt_files(names, self.rank, self.world), reader, sub_chunks, counts)
+            mine = dealt_files(names, self.rank, self.world)
+            parts = file_parts(mine, reader, sub_chunks, counts, sources)
+            if not mine and names:  # an empty rank: the first file's kind of row, so every step works
+                empty = empty_like_rows(reader(names[0]))
         except Exception as exc:
             error = exc
-        self._encode(encoder, parts, counts, signature, error, "the file list")
+        self._encode(encoder, parts, counts, signature, error, "the file list", empty,
+                     locate=lambda part, _, row: f"row {sources[part][1] + row} of {sources[part][0]}", fix=SAME_FILES)
         return self
 
     # -- set-up ------------------------------------------------------------------------------
@@ -243,6 +300,8 @@ class TorchRunEncodedData(HandleLifetime):
         self._counts: list = []
         self.last_timings: Optional[StepTimings] = None
         self.last_fold_floats: Optional[int] = None  # float64s the last all-reduce fold sent; None: gathered
+        self.interleaved = True  # rank r holds observations r, r + world, ... (see from_shards)
+        self._sample: Any = None  # one observation (none on an empty rank), to check a model against
         return sub_chunks
 
     def _place(self, encoder, device: Any):
@@ -269,20 +328,33 @@ class TorchRunEncodedData(HandleLifetime):
         return received[0]
 
     def _encode(self, encoder, parts: Iterable, counts: Optional[list], signature: Optional[str],
-                error: Optional[BaseException], what: str, empty: Any = None) -> None:
+                error: Optional[BaseException], what: str, empty: Any = None,
+                locate: Callable[[int, int, int], str] = lambda part, row, _: f"observation {row}",
+                fix: str = SAME_DATA) -> None:
         """Encode the raw parts (one alive at a time), then the count exchange: global count,
         status word and agreement on ``signature``; every rank raises together on a failure.
-        ``empty``: no observations of the data's kind, encoded when the shard is empty."""
+        ``empty``: no observations of the data's kind, encoded when the shard is empty.
+        ``locate(part, shard_row, part_row)`` names a row (of part number ``part``) as the user
+        knows it (a row of the data passed, of a file), for the error on a non-finite value;
+        ``fix`` what to do when the ranks' ``signature`` differ."""
         try:
             if error is None:
                 sizes = []
-                for part in parts:
+                for number, part in enumerate(parts):
                     sizes.append(len(part))
+                    if self._sample is None and len(part):
+                        self._sample = _copy(part[:1])
                     if len(part):  # an empty part has nothing to encode (some encoders refuse it)
-                        self.chunks.append(encode(encoder, part, self._encode_device))
+                        try:
+                            self.chunks.append(encode(encoder, part, self._encode_device))
+                        except Exception as exc:
+                            raise _located(exc, part, sum(sizes) - len(part), lambda shard_row, part_row:
+                                           locate(number, shard_row, part_row), self.rank) from exc
                         self._counts.append(len(part))
                     del part
                     release_freed_memory()
+                if self._sample is None:
+                    self._sample = empty
                 if not self.chunks:  # an empty shard: keep its empty encoding where the encoder
                     self._encode_empty(encoder, empty)  # takes one (it tells k-means‖ the dimension)
                 if counts is not None and sum(counts) != sum(sizes):
@@ -297,7 +369,7 @@ class TorchRunEncodedData(HandleLifetime):
         if summed[0] > 0 or not agreed(summed[1:4]):
             self.chunks, self._counts = [], []
             try:
-                self._settle("building the handle", error, signature, f"{what} on this rank", SAME_DATA)
+                self._settle("building the handle", error, signature, f"{what} on this rank", fix)
             finally:
                 self._membership.release()  # as close() would: a group this handle made is destroyed
         self._count = int(summed[4])
@@ -503,7 +575,20 @@ class TorchRunEncodedData(HandleLifetime):
         try:
             return accumulate(self.chunks, estimator, model, self._counts, with_log_density), None
         except Exception as exc:  # carried in the fold, so no peer waits for this rank
-            return None, exc
+            return None, self._explained(exc, model)
+
+    def _explained(self, error: BaseException, model: Any) -> BaseException:
+        """``error`` of a step under ``model``, or, when ``model`` does not fit the data (a
+        model of another dimension), the error its own encoder gives for an observation of this
+        shard, which names the mismatch. Only on the failure path: a step pays nothing for it."""
+        if model is None or self._sample is None or not hasattr(model, "dist_to_encoder"):
+            return error
+        try:
+            model.dist_to_encoder().seq_encode(self._sample)
+        except Exception as mismatch:
+            return ValueError(f"the model does not fit the data on rank {self.rank}: {mismatch}. Pass a "
+                              "model of the data's dimension, or start from the data (init='kmeans++')")
+        return error
 
     def pysp_em_step(self, estimator: Estimator, prev_estimate: Distribution,
                      with_log_density: bool = True) -> EMStep:
@@ -568,7 +653,7 @@ class TorchRunEncodedData(HandleLifetime):
             model_print = fingerprint(estimate)
             total = sum(log_density_total(estimate, c) for c in self.chunks)
         except Exception as exc:
-            error = exc
+            error = self._explained(exc, estimate)
         header = [0.0 if error is None else 1.0] + agreement_slots(model_print, self.world)
         summed = self._sum_across_ranks(header + [float(self.local_count), total])
         if summed[0] > 0 or not agreed(summed[1:4]):
@@ -608,6 +693,28 @@ class TorchRunEncodedData(HandleLifetime):
 
     def __len__(self) -> int:
         return self._count
+
+
+def _copy(rows: Any) -> Any:
+    """``rows`` as a copy that holds no reference to the part they came from (a memory map)."""
+    return np.array(rows) if isinstance(rows, np.ndarray) else list(rows)
+
+
+def _located(error: BaseException, part: Any, start: int, locate: Callable[[int, int], str],
+             rank: int) -> BaseException:
+    """``error`` (an encoder's), or, when ``part`` (shard rows from ``start``) holds a NaN or an
+    infinity, an error naming the first such row as the user knows it (``locate(shard_row,
+    part_row)``): the encoder's own message counts within the part."""
+    try:
+        values = np.asarray(part, dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
+    except (TypeError, ValueError):  # not numbers: the encoder's error stands
+        return error
+    if not len(bad):
+        return error
+    row = int(bad[0])
+    return ValueError(f"{locate(start + row, row)} is NaN or infinite: drop or impute it first (rank {rank}'s "
+                      f"encoder, counting within its part: {failure_message(error)})")
 
 
 def _seed_source(rng: Any) -> np.random.RandomState:

@@ -17,7 +17,7 @@ from .. import validation
 from ..cluster import rank_side
 from ..inference import INITS, choose_k, initial_model
 from ..stats import MixtureEstimator
-from ..stats.estimation import em_step
+from ..stats.estimation import em_step, seq_encode
 from .em_view import EMView, choose_k_png
 from .panel import Panel, plot_image, resolve_cluster
 
@@ -45,7 +45,16 @@ class EMPanel(Panel):
     """Interactive EM. With a cluster, ``handle``/``estimator``/``model`` are the names those
     objects have on the ranks: ``model`` names the current model there, and each step replaces
     it (a model object is pushed under a private name instead). Without a cluster (none given
-    and none running) they are local objects. Models may be ours or the mixle package's.
+    and none running) they are local objects: ``handle`` may then be the raw data (an array or
+    a list of observations, encoded here) or data encoded already. Models may be ours or the
+    mixle package's.
+
+    The start: ``model=`` (a model, or its name on the ranks) or ``init=`` (``"kmeans++"``:
+    k-means‖ where the data live, then a labelled M-step; ``"random_from_data"``: K observations
+    as centres; ``"random"``: random responsibilities), with ``seed``; exactly one of the two.
+    ``model_selection=True`` adds a row with an Init menu (start again from the data) and
+    Choose K (fit K = 1..K max copies of the estimator's first component, plot BIC and AIC
+    against K; ``choose_k(k_max)`` is its twin).
 
     Buttons and their programmatic twins: Step ``step()``, Run N ``run(n)``, Pause ``pause()``,
     Back ``back(k)``, Reset ``reset()``. ``history`` keeps every step; a failed step (a rank's
@@ -104,6 +113,9 @@ class EMPanel(Panel):
                                                targets=[0])[0]
         else:
             self.model_name, self._current_model = None, model
+            if isinstance(handle, (np.ndarray, list, tuple)):  # raw data: encode it here
+                data_sample = _evenly_spaced(handle, DATA_SAMPLE_SIZE) if data_sample is None else data_sample
+                self.handle = seq_encode(handle, model=model, estimator=estimator)
         self.data_sample = None if data_sample is None else np.asarray(data_sample)
 
     # -- state -------------------------------------------------------------------------------
@@ -157,7 +169,8 @@ class EMPanel(Panel):
 
     def back(self, k: int = 1) -> None:
         """Rewind ``k`` steps (dropping them from ``history``) and push that model to the ranks."""
-        if int(k) != k or not 0 < k <= len(self.history):
+        k = validation.positive_int("back(k)", k)
+        if k > len(self.history):
             raise ValueError(f"can go back 1..{len(self.history)} steps; got {k!r}")
         with self._lock:
             del self.history[len(self.history) - int(k):]
@@ -297,7 +310,10 @@ class EMPanel(Panel):
                 except BaseException:
                     pass
             self._keep_completed(call_id)
-            self._fail(exc)
+            explained = self._explained(exc)
+            self._fail(explained)
+            if explained is not exc:
+                raise explained from exc
             raise
         records = self._record(per_rank)
         self.error = None
@@ -329,6 +345,16 @@ class EMPanel(Panel):
         if self._step_s is None or self.batch_seconds == 0:
             return 1
         return max(1, min(BATCH_GROWTH * self._last_sent, int(self.batch_seconds / self._step_s)))
+
+    def _explained(self, exc: BaseException) -> BaseException:
+        """``exc``, or for a handle missing on the ranks (a restart leaves them empty) an error
+        that says to build it there again and attach: a handle cannot be pushed."""
+        if getattr(exc, "ename", None) == "NameError" and f"{self.handle!r} is not defined" in str(exc):
+            return NameError(f"{self.handle!r} is not defined on rank {exc.rank} (a restart leaves the ranks "
+                             "empty): build it on the ranks again (the %%mixle cell that made it, after "
+                             f"pushing what it needs), then panel.attach(handle={self.handle!r}, "
+                             f"estimator={self.estimator!r})")
+        return exc
 
     def _fail(self, exc: BaseException) -> None:
         """Show the failure (first line: which rank, what error), keep the last good model."""
@@ -459,3 +485,9 @@ class EMPanel(Panel):
             chosen = f" · BIC chooses K = {k['best_k']} (of 1..{k['k'][-1]})" if k else ""
             self._show_status(f"step {len(history)}{last}{stopped}{chosen}")
         return png
+
+
+def _evenly_spaced(data: Any, n: int) -> np.ndarray:
+    """Up to ``n`` evenly spaced observations of ``data``, for drawing."""
+    x = np.asarray(data)
+    return x[np.linspace(0, len(x) - 1, min(n, len(x))).astype(int)] if len(x) else x
