@@ -201,10 +201,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                       f"ll change {record.gain:.5f}")
                 clock[0] = now
 
-        # tol=0 never stops in scikit-learn; inference.fit has no such setting, so delta=0 stops
-        # it only when the log-density falls (rounding, at convergence).
-        result = inference.fit(None, estimator, enc_data=enc, init=model, max_its=self.max_iter, delta=0.0,
-                               tol=self.tol if self.tol > 0 else None, out=None, on_step=report)
+        # scikit-learn's one stopping rule: |change in the mean log-density| < tol (0: never)
+        result = inference.fit(None, estimator, enc_data=enc, init=model, max_its=self.max_iter, delta=None,
+                               tol=self.tol, out=None, on_step=report)
         if self.verbose:
             state = "converged" if result.converged else "did not converge"
             print(f"Initialization {state}. lower bound {result.log_density / count:.5f}.")
