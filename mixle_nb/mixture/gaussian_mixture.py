@@ -4,6 +4,7 @@ by our EM core (:func:`mixle_nb.inference.fit` from a start it builds) on an arr
 ranks (``mixle.handle("h")``, where the fit runs where the data live)."""
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from typing import Any
@@ -59,6 +60,16 @@ def _on_rank(handle: Any, estimator: "GaussianMixture", method: str) -> Any:
     """What a cluster reference runs on every rank: the same method on the rank's handle."""
     out = getattr(estimator, method)(handle)
     return out if method != "fit" else {name: value for name, value in vars(out).items() if name in FITTED}
+
+
+def _answered_on_ranks(method):
+    """A method that, given a cluster reference, runs on the ranks' handle instead."""
+    @functools.wraps(method)
+    def on_any_data(self, X, *args, **kwargs):
+        if is_reference(X):
+            return X.call_with_handle(_on_rank, self, method.__name__)
+        return method(self, X, *args, **kwargs)
+    return on_any_data
 
 
 class GaussianMixture(DensityMixin, BaseEstimator):
@@ -225,8 +236,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     # -- using a fit --------------------------------------------------------------------------
 
     def _scoring(self, X):
-        """``(data, model, estimator)`` for scoring ``X``; ``None`` when ``X`` is a cluster
-        reference, whose answer comes from the ranks (see :meth:`_on_ranks`)."""
+        """``(data, model, estimator)`` for scoring ``X``, an array or a handle."""
         check_is_fitted(self)
         if is_handle(X):
             n_features = _handle_features(X)
@@ -237,48 +247,42 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=False), dtype=np.float64)
         return X, self._model(), self.mixture_estimator(X.shape[1])
 
+    @_answered_on_ranks
     def predict_proba(self, X):
         """``(n_samples, n_components)`` responsibilities."""
-        if is_reference(X):
-            return X.call_with_handle(_on_rank, self, "predict_proba")
         data, model, _ = self._scoring(X)
         return inference.predict_proba(data, model, gather=True)
 
+    @_answered_on_ranks
     def predict(self, X):
         """Each observation's most responsible component."""
-        if is_reference(X):
-            return X.call_with_handle(_on_rank, self, "predict")
         data, model, _ = self._scoring(X)
         return inference.predict(data, model, gather=True)
 
+    @_answered_on_ranks
     def score_samples(self, X):
         """Each observation's log-density."""
-        if is_reference(X):
-            return X.call_with_handle(_on_rank, self, "score_samples")
         data, model, _ = self._scoring(X)
         return inference.score_samples(data, model, gather=True)
 
+    @_answered_on_ranks
     def score(self, X, y=None):
         """The mean log-density per observation."""
-        if is_reference(X):
-            return X.call_with_handle(_on_rank, self, "score")
         data, model, _ = self._scoring(X)
         if is_handle(data):
             count, total = seq_log_density_sum(data, model)
             return float(total / count)
         return float(inference.score_samples(data, model).mean())
 
+    @_answered_on_ranks
     def bic(self, X):
         """Bayesian information criterion on ``X`` (lower is better)."""
-        if is_reference(X):
-            return X.call_with_handle(_on_rank, self, "bic")
         data, model, estimator = self._scoring(X)
         return float(inference.bic(data, model, estimator))
 
+    @_answered_on_ranks
     def aic(self, X):
         """Akaike information criterion on ``X`` (lower is better)."""
-        if is_reference(X):
-            return X.call_with_handle(_on_rank, self, "aic")
         data, model, estimator = self._scoring(X)
         return float(inference.aic(data, model, estimator))
 
