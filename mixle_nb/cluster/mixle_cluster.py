@@ -544,6 +544,12 @@ class MixleCluster:
         """``fn(*args, **kwargs)`` on every rank (or on ``targets``); per-rank results."""
         return self.run_async(fn, *args, targets=targets, **kwargs).result()
 
+    def handle(self, name: str):
+        """A reference to the handle bound to ``name`` on every rank (cluster/handle_reference.py)."""
+        from .handle_reference import HandleReference
+
+        return HandleReference(self, name)
+
     def push(self, targets=None, **values) -> None:
         """Bind ``values`` as globals on every rank (or on ``targets``)."""
         self._start_call(targets, lambda view: view.push(values, block=False)).result()

@@ -1,0 +1,301 @@
+"""``GaussianMixture`` with scikit-learn's signature, attributes, warnings and errors, fitted
+by our EM core (:func:`mixle_nb.inference.fit` from a start it builds) on an array, a handle
+(``TorchRunEncodedData``, called on every rank) or a reference to a handle on the cluster's
+ranks (``mixle.handle("h")``, where the fit runs where the data live)."""
+from __future__ import annotations
+
+import functools
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, DensityMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.mixture import GaussianMixture as ScikitGaussianMixture
+from sklearn.mixture._gaussian_mixture import _check_means, _check_precisions, _check_weights
+from sklearn.utils import check_random_state
+from sklearn.utils._array_api import get_namespace
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .. import inference
+from ..stats import seq_encode, seq_log_density_sum
+from ..stats.kmeans import encoded_points
+from .translation import (covariances_from_precisions, mixture_estimator, model_from_parameters,
+                          parameters_from_model, precisions_cholesky, precisions_from_cholesky)
+
+# scikit-learn's start names, as our starts (mixle_nb.inference.initial_model). Both k-means
+# names take our k-means‖ start (k-means++ seeding where the data live, one Lloyd pass, then a
+# labelled M-step); "random" gives every observation random responsibilities.
+STARTS = {"kmeans": "kmeans++", "k-means++": "kmeans++", "random_from_data": "random_from_data",
+          "random": "random"}
+FITTED = ("weights_", "means_", "covariances_", "precisions_", "precisions_cholesky_", "converged_",
+          "n_iter_", "lower_bound_", "lower_bounds_", "n_features_in_", "feature_names_in_")
+
+
+def is_handle(data: Any) -> bool:
+    """An encoded-data handle, recognised by its ``pysp_*`` method (as the dispatch does)."""
+    return hasattr(data, "pysp_seq_log_density_sum")
+
+
+def is_reference(data: Any) -> bool:
+    """A reference to a handle on a cluster's ranks (``MixleCluster.handle(name)``)."""
+    return callable(getattr(data, "call_with_handle", None))
+
+
+def _handle_features(handle: Any) -> int:
+    """``n_features`` of this rank's shard of ``handle`` (an empty shard keeps its dimension)."""
+    def describe(enc):
+        return np.array([encoded_points(enc).shape[0]])
+    try:
+        dims = handle.pysp_shard_map(describe)
+    except ValueError:  # the same encoder on every rank: every rank raises this together
+        raise ValueError("GaussianMixture needs a handle of Gaussian observations: build it with "
+                         "estimator=GaussianMixture(...).mixture_estimator(n_features)") from None
+    return int(dims[0])
+
+
+def _on_rank(handle: Any, estimator: "GaussianMixture", method: str) -> Any:
+    """What a cluster reference runs on every rank: the same method on the rank's handle."""
+    out = getattr(estimator, method)(handle)
+    return out if method != "fit" else {name: value for name, value in vars(out).items() if name in FITTED}
+
+
+def _answered_on_ranks(method):
+    """A method that, given a cluster reference, runs on the ranks' handle instead."""
+    @functools.wraps(method)
+    def on_any_data(self, X, *args, **kwargs):
+        if is_reference(X):
+            return X.call_with_handle(_on_rank, self, method.__name__)
+        return method(self, X, *args, **kwargs)
+    return on_any_data
+
+
+class GaussianMixture(DensityMixin, BaseEstimator):
+    """scikit-learn's ``sklearn.mixture.GaussianMixture``, on our EM core.
+
+    The parameters, defaults and fitted attributes are scikit-learn's; see its documentation.
+    ``X`` is an ``(n_samples, n_features)`` array, a ``TorchRunEncodedData`` (every rank calls
+    the method; every rank gets the same answer) or a cluster reference (``mixle.handle("h")``:
+    the call runs on the ranks and the answer comes back). Per-observation results are in the
+    original observation order. Where ours differ: the k-means starts (``init_params="kmeans"``
+    and ``"k-means++"``) are our k-means‖ start, and ``"random"`` our random responsibilities,
+    so a fit agrees with scikit-learn's exactly from a given start (``weights_init``,
+    ``means_init``, ``precisions_init``); with ``warm_start`` the first iteration is never
+    taken as converged. ``device`` (keyword-only; ``"cpu"``, ``"cuda"``, a ``torch.device``)
+    is where an array is encoded and the E-step runs.
+
+    A handle holds Gaussian observations: build it with ``estimator=gm.mixture_estimator(n_features)``
+    (or any of our Gaussian estimators).
+    """
+
+    _parameter_constraints: dict = {**ScikitGaussianMixture._parameter_constraints,
+                                    "device": [None, str, torch.device]}
+
+    def __init__(self, n_components=1, *, covariance_type="full", tol=1e-3, reg_covar=1e-6, max_iter=100,
+                 n_init=1, init_params="kmeans", weights_init=None, means_init=None, precisions_init=None,
+                 random_state=None, warm_start=False, verbose=0, verbose_interval=10, device=None):
+        self.n_components = n_components
+        self.covariance_type = covariance_type
+        self.tol = tol
+        self.reg_covar = reg_covar
+        self.max_iter = max_iter
+        self.n_init = n_init
+        self.init_params = init_params
+        self.weights_init = weights_init
+        self.means_init = means_init
+        self.precisions_init = precisions_init
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.verbose = verbose
+        self.verbose_interval = verbose_interval
+        self.device = device
+
+    def mixture_estimator(self, n_features: int):
+        """The ``MixtureEstimator`` EM runs with (also what to build a handle with)."""
+        return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar)
+
+    # -- fitting ----------------------------------------------------------------------------
+
+    def fit(self, X, y=None):
+        """Estimate the parameters with EM from ``n_init`` starts; keep the best."""
+        self._validate_params()
+        if is_reference(X):
+            fitted = X.call_with_handle(_on_rank, self, "fit")
+            for name in FITTED:
+                self.__dict__.pop(name, None)
+            self.__dict__.update(fitted)
+            self._warn_unless_converged()  # the ranks' warning stays on the ranks
+            return self
+        data, count, n_features = self._fit_data(X)
+        initial = self._initial_parameters(n_features)
+        estimator = self.mixture_estimator(n_features)
+        enc = data if is_handle(data) else seq_encode(data, estimator=estimator, device=self.device)
+        warm = self.warm_start and hasattr(self, "converged_")
+        rng = check_random_state(self.random_state)
+        best = None
+        for start in range(1 if warm else self.n_init):
+            if warm:
+                model = self._model()
+            else:
+                model = self._start(enc, estimator, rng, initial)
+            result = self._em(enc, estimator, model, count, start)
+            if best is None or result.log_density > best.log_density or best.log_density == -np.inf:
+                best = result
+        self._set_fitted(best, count)
+        self._warn_unless_converged()
+        return self
+
+    def _warn_unless_converged(self) -> None:
+        if not self.converged_ and self.max_iter > 0:
+            warnings.warn("Best performing initialization did not converge. Try different init parameters, "
+                          "or increase max_iter, tol, or check for degenerate data.", ConvergenceWarning,
+                          stacklevel=3)
+
+    def fit_predict(self, X, y=None):
+        """``fit(X).predict(X)``."""
+        return self.fit(X).predict(X)
+
+    def _fit_data(self, X):
+        """``(data, count, n_features)``, checked as scikit-learn does."""
+        if is_handle(X):
+            count, n_features = len(X), _handle_features(X)
+            self.__dict__.pop("feature_names_in_", None)
+            self.n_features_in_ = n_features
+            if count < 2:
+                raise ValueError(f"Found array with {count} sample(s) while a minimum of 2 is required "
+                                 "by GaussianMixture.")
+        else:
+            X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+            X = np.asarray(X, dtype=np.float64)
+            count, n_features = len(X), X.shape[1]
+        if count < self.n_components:
+            raise ValueError(f"Expected n_samples >= n_components but got n_components = {self.n_components}, "
+                             f"n_samples = {count}")
+        return X, count, n_features
+
+    def _initial_parameters(self, n_features: int) -> dict:
+        """The given ``*_init`` values, checked with scikit-learn's own messages."""
+        k, kind = self.n_components, self.covariance_type
+        xp, _ = get_namespace(np.zeros(1))  # scikit-learn's checks take its numpy namespace
+        given = {}
+        if self.weights_init is not None:
+            given["weights"] = _check_weights(self.weights_init, k, xp=xp)
+        if self.means_init is not None:
+            given["means"] = _check_means(self.means_init, k, n_features, xp=xp)
+        if self.precisions_init is not None:
+            precisions = _check_precisions(self.precisions_init, kind, k, n_features, xp=xp)
+            given["covariances"] = covariances_from_precisions(kind, precisions)
+        return given
+
+    def _start(self, enc, estimator, rng, initial: dict):
+        """The start: the given parameters over our start of ``init_params`` for the rest."""
+        if len(initial) < 3:
+            started = inference.initial_model(enc, estimator, STARTS[self.init_params], rng, init_p=1.0)
+            initial = {**dict(zip(("weights", "means", "covariances"),
+                                  parameters_from_model(self.covariance_type, started))), **initial}
+        return model_from_parameters(self.covariance_type, initial["weights"], initial["means"],
+                                     initial["covariances"])
+
+    def _em(self, enc, estimator, model, count: int, start: int):
+        if self.verbose:
+            print(f"Initialization {start}")
+        if self.max_iter == 0:
+            return inference.FitResult(model, -np.inf, [], False, 0, "model")
+        clock = [time.perf_counter()]
+
+        def report(record):
+            if self.verbose >= 2 and record.iteration % self.verbose_interval == 0:
+                now = time.perf_counter()
+                print(f"  Iteration {record.iteration}\t time lapse {now - clock[0]:.5f}s\t "
+                      f"ll change {record.gain:.5f}")
+                clock[0] = now
+
+        # scikit-learn's one stopping rule: |change in the mean log-density| < tol (0: never)
+        result = inference.fit(None, estimator, enc_data=enc, init=model, max_its=self.max_iter, delta=None,
+                               tol=self.tol, out=None, on_step=report)
+        if self.verbose:
+            state = "converged" if result.converged else "did not converge"
+            print(f"Initialization {state}. lower bound {result.log_density / count:.5f}.")
+        return result
+
+    def _set_fitted(self, result, count: int) -> None:
+        kind = self.covariance_type
+        self.weights_, self.means_, self.covariances_ = parameters_from_model(kind, result.model)
+        self.precisions_cholesky_ = precisions_cholesky(kind, self.covariances_)
+        self.precisions_ = precisions_from_cholesky(kind, self.precisions_cholesky_)
+        self.converged_ = bool(result.converged)
+        self.n_iter_ = int(result.n_iter)
+        self.lower_bound_ = float(result.log_density / count)
+        self.lower_bounds_ = [float(r.log_density / count) for r in result.history]
+
+    def _model(self):
+        return model_from_parameters(self.covariance_type, self.weights_, self.means_, self.covariances_)
+
+    # -- using a fit --------------------------------------------------------------------------
+
+    def _scoring(self, X):
+        """``(data, model, estimator)`` for scoring ``X``, an array or a handle."""
+        check_is_fitted(self)
+        if is_handle(X):
+            n_features = _handle_features(X)
+            if n_features != self.n_features_in_:
+                raise ValueError(f"X has {n_features} features, but GaussianMixture is expecting "
+                                 f"{self.n_features_in_} features as input.")
+            return X, self._model(), self.mixture_estimator(n_features)
+        X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=False), dtype=np.float64)
+        return X, self._model(), self.mixture_estimator(X.shape[1])
+
+    @_answered_on_ranks
+    def predict_proba(self, X):
+        """``(n_samples, n_components)`` responsibilities."""
+        data, model, _ = self._scoring(X)
+        return inference.predict_proba(data, model, gather=True)
+
+    @_answered_on_ranks
+    def predict(self, X):
+        """Each observation's most responsible component."""
+        data, model, _ = self._scoring(X)
+        return inference.predict(data, model, gather=True)
+
+    @_answered_on_ranks
+    def score_samples(self, X):
+        """Each observation's log-density."""
+        data, model, _ = self._scoring(X)
+        return inference.score_samples(data, model, gather=True)
+
+    @_answered_on_ranks
+    def score(self, X, y=None):
+        """The mean log-density per observation."""
+        data, model, _ = self._scoring(X)
+        if is_handle(data):
+            count, total = seq_log_density_sum(data, model)
+            return float(total / count)
+        return float(inference.score_samples(data, model).mean())
+
+    @_answered_on_ranks
+    def bic(self, X):
+        """Bayesian information criterion on ``X`` (lower is better)."""
+        data, model, estimator = self._scoring(X)
+        return float(inference.bic(data, model, estimator))
+
+    @_answered_on_ranks
+    def aic(self, X):
+        """Akaike information criterion on ``X`` (lower is better)."""
+        data, model, estimator = self._scoring(X)
+        return float(inference.aic(data, model, estimator))
+
+    def sample(self, n_samples=1):
+        """``(X, y)``: ``n_samples`` draws, grouped by component as scikit-learn's are."""
+        check_is_fitted(self)
+        if n_samples < 1:
+            raise ValueError(f"Invalid value for 'n_samples': {n_samples} . The sampling requires at least "
+                             "one sample.")
+        rng = check_random_state(self.random_state)
+        counts = rng.multinomial(n_samples, self.weights_)
+        generator = np.random.default_rng(rng.randint(2**31 - 1))
+        model = self._model()
+        x = np.concatenate([c._draw(generator, int(m)).reshape(int(m), -1)
+                            for c, m in zip(model.components, counts)])
+        return x, np.repeat(np.arange(self.n_components), counts)

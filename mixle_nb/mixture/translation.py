@@ -1,0 +1,106 @@
+"""scikit-learn's Gaussian-mixture parameters as our estimators and models, and back.
+
+One place knows how each ``covariance_type`` maps onto a component family:
+
+==========  ==========================================  =============================
+type        D > 1                                       D = 1
+==========  ==========================================  =============================
+full        ``MultivariateGaussianEstimator``           ``DiagonalGaussianEstimator``
+tied        the same with one ``covariance_key``        the same with one ``variance_key``
+diag        ``DiagonalGaussianEstimator``               ``DiagonalGaussianEstimator``
+spherical   ``SphericalGaussianEstimator``              ``DiagonalGaussianEstimator``
+==========  ==========================================  =============================
+
+In one dimension every type is the same model, and the diagonal family the cheapest. Every
+family reads the same encoding of the points, so a handle built for one serves them all.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from ..stats import (DiagonalGaussianDistribution, DiagonalGaussianEstimator, MixtureDistribution,
+                     MixtureEstimator, MultivariateGaussianDistribution, MultivariateGaussianEstimator,
+                     SphericalGaussianDistribution, SphericalGaussianEstimator)
+
+COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
+TIED_KEY = "tied covariance"
+
+
+def full_family(covariance_type: str, n_features: int) -> bool:
+    """Whether the type takes the full-covariance family (else the diagonal or spherical one)."""
+    return covariance_type in ("full", "tied") and n_features > 1
+
+
+def mixture_estimator(covariance_type: str, n_components: int, n_features: int,
+                      reg_covar: float) -> MixtureEstimator:
+    """The estimator EM runs with."""
+    key = TIED_KEY if covariance_type == "tied" else None
+    if full_family(covariance_type, n_features):
+        def component():
+            return MultivariateGaussianEstimator(dim=n_features, reg_covar=reg_covar, covariance_key=key)
+    elif covariance_type == "spherical" and n_features > 1:
+        def component():
+            return SphericalGaussianEstimator(dim=n_features, reg_covar=reg_covar)
+    else:
+        def component():
+            return DiagonalGaussianEstimator(dim=n_features, reg_covar=reg_covar, variance_key=key)
+    return MixtureEstimator([component() for _ in range(n_components)])
+
+
+def model_from_parameters(covariance_type: str, weights, means, covariances) -> MixtureDistribution:
+    """The mixture with scikit-learn's ``weights_``, ``means_`` and ``covariances_``."""
+    means = np.asarray(means, dtype=np.float64)
+    k, d = means.shape
+    covariances = np.asarray(covariances, dtype=np.float64)
+    if covariance_type == "tied":
+        covariances = np.broadcast_to(covariances, (k, d, d))
+    if full_family(covariance_type, d):
+        components = [MultivariateGaussianDistribution(m, c) for m, c in zip(means, covariances)]
+    elif covariance_type == "spherical" and d > 1:
+        components = [SphericalGaussianDistribution(m, c) for m, c in zip(means, covariances)]
+    else:  # diag, or 1-D of any type: (K, 1, 1) and (K,) covariances are one variance each
+        variances = covariances if covariance_type == "diag" else covariances.reshape(k, 1)
+        components = [DiagonalGaussianDistribution(m, v) for m, v in zip(means, variances)]
+    weights = np.asarray(weights, dtype=np.float64)
+    return MixtureDistribution(components, weights / weights.sum())
+
+
+def parameters_from_model(covariance_type: str, model: MixtureDistribution):
+    """``(weights_, means_, covariances_)`` in scikit-learn's shapes for ``covariance_type``."""
+    means = np.stack([np.atleast_1d(c.mu) for c in model.components])
+    k, d = means.shape
+    full = np.stack([c.covar if hasattr(c, "covar") else np.diag(np.atleast_1d(c.sigma2))
+                     for c in model.components])
+    if covariance_type == "full":
+        covariances = full
+    elif covariance_type == "tied":
+        covariances = full[0]
+    elif covariance_type == "diag":
+        covariances = np.stack([np.diag(f) for f in full])
+    else:
+        covariances = np.array([np.diag(f).mean() for f in full])
+    return model.w.copy(), means, covariances
+
+
+def precisions_cholesky(covariance_type: str, covariances: np.ndarray) -> np.ndarray:
+    """scikit-learn's ``precisions_cholesky_``: ``U`` with ``precision = U Uᵀ``."""
+    if covariance_type in ("diag", "spherical"):
+        return 1.0 / np.sqrt(covariances)
+    def one(covariance):
+        lower = np.linalg.cholesky(covariance)
+        return solve_triangular(lower, np.eye(len(covariance)), lower=True).T
+    return one(covariances) if covariance_type == "tied" else np.stack([one(c) for c in covariances])
+
+
+def precisions_from_cholesky(covariance_type: str, chol: np.ndarray) -> np.ndarray:
+    if covariance_type in ("diag", "spherical"):
+        return chol ** 2
+    return chol @ chol.T if covariance_type == "tied" else np.einsum("kij,klj->kil", chol, chol)
+
+
+def covariances_from_precisions(covariance_type: str, precisions: np.ndarray) -> np.ndarray:
+    """The covariances a ``precisions_init`` stands for."""
+    if covariance_type in ("diag", "spherical"):
+        return 1.0 / precisions
+    return np.linalg.inv(precisions)

@@ -1,0 +1,190 @@
+"""mixle_nb.mixture.GaussianMixture against scikit-learn's own: its estimator checks, every
+fitted attribute from the same start, and the same fit through a handle on 2 and 4 gloo ranks
+and through a reference to a handle on the cluster."""
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.mixture import GaussianMixture as ScikitGaussianMixture
+from sklearn.utils.estimator_checks import check_estimator
+
+from mixle_nb.mixture import GaussianMixture
+from mixle_nb.parallel.local_launch import run_local
+from sklearn_ranks import ATTRIBUTES, CASES, TYPES, blobs, fit_quietly, fitted, rank_fits, settings
+
+RTOL = 1e-8
+# check_estimator's checks that do not pass, and why; scikit-learn's GaussianMixture has the same status.
+NOT_PASSED = {"check_array_api_input": ("skipped", "runs only with SCIPY_ARRAY_API=1 and array-api-strict "
+                                        "installed; our EM takes numpy arrays (and handles), not other "
+                                        "array namespaces")}
+
+
+def relative_difference(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    assert a.shape == b.shape
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(a), 1e-300))) if a.size else 0.0
+
+
+def assert_same_fit(ours: dict, reference) -> None:
+    for name in ATTRIBUTES:
+        assert relative_difference(getattr(reference, name), ours[name]) <= RTOL, name
+    assert ours["n_iter_"] == reference.n_iter_ and ours["converged_"] == reference.converged_
+
+
+def test_scikit_learns_estimator_checks_pass():
+    statuses = {}
+    for estimator in (GaussianMixture(), ScikitGaussianMixture()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            results = check_estimator(estimator, on_fail=None)
+        statuses[type(estimator).__module__] = {r["check_name"]: r["status"] for r in results}
+    ours, theirs = statuses["mixle_nb.mixture.gaussian_mixture"], statuses["sklearn.mixture._gaussian_mixture"]
+    assert len(ours) >= 40 and ours.keys() == theirs.keys()
+    not_passed = {name: status for name, status in ours.items() if status != "passed"}
+    assert not_passed == {name: why[0] for name, why in NOT_PASSED.items()}
+    assert all(theirs[name] == status for name, status in not_passed.items())
+
+
+@pytest.mark.parametrize("reg_covar", [1e-6, 0.0])
+@pytest.mark.parametrize("d", [1, 2, 5, 16])
+@pytest.mark.parametrize("covariance_type", TYPES)
+def test_every_attribute_equals_scikit_learns_from_the_same_start(covariance_type, d, reg_covar):
+    x = blobs(400, d, 3)
+    kwargs = settings(covariance_type, x, reg_covar=reg_covar)
+    ours, reference = fit_quietly(GaussianMixture(**kwargs), x), fit_quietly(ScikitGaussianMixture(**kwargs), x)
+    assert_same_fit(fitted(ours), reference)
+    assert len(ours.lower_bounds_) == 12 and ours.n_features_in_ == d
+    for method in ("predict_proba", "score_samples"):
+        assert relative_difference(getattr(reference, method)(x), getattr(ours, method)(x)) <= 1e-7, method
+    assert np.array_equal(reference.predict(x), ours.predict(x))
+    for method in ("score", "bic", "aic"):
+        assert getattr(ours, method)(x) == pytest.approx(getattr(reference, method)(x), rel=1e-10), method
+
+
+@pytest.mark.parametrize("covariance_type", TYPES)
+def test_convergence_iterations_and_warning_agree(covariance_type):
+    x = blobs(500, 3, 2, seed=3)
+    kwargs = {**settings(covariance_type, x, k=2), "tol": 1e-4, "max_iter": 200}
+    ours, reference = GaussianMixture(**kwargs).fit(x), ScikitGaussianMixture(**kwargs).fit(x)
+    assert ours.converged_ and reference.converged_ and ours.n_iter_ == reference.n_iter_
+    assert ours.lower_bound_ == pytest.approx(reference.lower_bound_, rel=1e-10)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        GaussianMixture(**{**kwargs, "max_iter": 2}).fit(x)
+
+
+def test_our_starts_fit_separated_clusters_and_are_reproducible():
+    x = blobs(600, 2, 3, seed=4) * 3
+    for init in ("kmeans", "k-means++", "random_from_data", "random"):
+        first = GaussianMixture(3, init_params=init, n_init=2, random_state=0).fit(x)
+        again = GaussianMixture(3, init_params=init, n_init=2, random_state=0).fit(x)
+        assert np.array_equal(first.means_, again.means_), init
+        if init.startswith("k"):  # the k-means starts reach scikit-learn's optimum or better
+            reference = ScikitGaussianMixture(3, init_params=init, n_init=2, random_state=0).fit(x)
+            assert first.lower_bound_ >= reference.lower_bound_ - 1e-6, init
+
+
+def test_pickle_and_clone_keep_no_live_state():
+    x = blobs(300, 2, 2)
+    estimator = GaussianMixture(2, random_state=0).fit(x)
+    copy = pickle.loads(pickle.dumps(estimator))
+    assert np.array_equal(copy.predict_proba(x), estimator.predict_proba(x))
+    fresh = clone(estimator)
+    assert fresh.get_params() == estimator.get_params() and not hasattr(fresh, "means_")
+    with pytest.raises(NotFittedError):
+        fresh.predict(x)
+
+
+def test_errors_are_scikit_learns():
+    x = blobs(20, 2, 2)
+    for bad, kwargs in ((x[:1], {}), (x[:3], {"n_components": 4}), (np.where(x > 1, np.nan, x), {}),
+                        (x, {"means_init": np.zeros((3, 2)), "n_components": 2}),
+                        (x, {"covariance_type": "tied", "precisions_init": -np.eye(2)}),
+                        (x, {"covariance_type": "boxy"})):
+        messages = []
+        for cls in (GaussianMixture, ScikitGaussianMixture):
+            with pytest.raises(ValueError) as raised:
+                cls(**kwargs).fit(bad)
+            messages.append(str(raised.value).replace(cls.__name__, "GM"))
+        assert messages[0] == messages[1]
+    fitted_ = GaussianMixture(2, random_state=0).fit(x)
+    with pytest.raises(ValueError, match="X has 3 features, but GaussianMixture is expecting 2"):
+        fitted_.predict(np.zeros((4, 3)))
+
+
+def test_a_scikit_learn_workflow_runs_unchanged():
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x = blobs(600, 2, 3, seed=5) * 4
+    search = GridSearchCV(make_pipeline(StandardScaler(), GaussianMixture(random_state=0)),
+                          {"gaussianmixture__n_components": [1, 2, 3]}, cv=3).fit(x)
+    reference = GridSearchCV(make_pipeline(StandardScaler(), ScikitGaussianMixture(random_state=0)),
+                             {"gaussianmixture__n_components": [1, 2, 3]}, cv=3).fit(x)
+    assert search.best_params_ == reference.best_params_ == {"gaussianmixture__n_components": 3}
+    samples, labels = search.best_estimator_[-1].sample(500)
+    assert samples.shape == (500, 2) and np.all(np.diff(labels) >= 0)
+
+
+# -- through a handle, on gloo ranks ------------------------------------------------------------
+
+def assert_handle_fit(case: dict, covariance_type: str, d: int) -> None:
+    x = blobs(301, d, 3)
+    reference = fit_quietly(ScikitGaussianMixture(**settings(covariance_type, x)), x)
+    assert_same_fit(case, reference)
+    assert np.array_equal(case["predict"], reference.predict(x))
+    for method in ("predict_proba", "score_samples"):
+        assert relative_difference(getattr(reference, method)(x), case[method]) <= 1e-7, method
+    for method in ("score", "bic", "aic"):
+        assert case[method] == pytest.approx(getattr(reference, method)(x), rel=1e-10), method
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_a_handle_fit_on_every_rank_equals_scikit_learns(world):
+    ranks = run_local(rank_fits, world)
+    for (covariance_type, d), *per_rank in zip(CASES, *ranks):
+        for case in per_rank[1:]:  # every rank ends with the same attributes
+            for name, value in case.items():
+                assert np.array_equal(np.asarray(value), np.asarray(per_rank[0][name])), name
+        assert_handle_fit(per_rank[0], covariance_type, d)
+
+
+def test_a_handle_of_other_observations_is_refused_before_any_step():
+    from mixle_nb.parallel import TorchRunEncodedData
+    from mixle_nb.stats import CategoricalEstimator, MixtureEstimator
+
+    labels = list("abcabcaab")
+    categorical = MixtureEstimator([CategoricalEstimator(), CategoricalEstimator()])
+    with TorchRunEncodedData(labels, estimator=categorical, init_process_group=False) as h:
+        with pytest.raises(ValueError, match="needs a handle of Gaussian observations"):
+            GaussianMixture(2).fit(h)
+
+
+@pytest.mark.cluster
+def test_a_fit_through_a_cluster_reference_equals_the_in_process_fit(cluster2):
+    x = blobs(401, 3, 3)
+    kwargs = settings("full", x)
+    estimator = GaussianMixture(**kwargs)
+    cluster2.push(x=x, est=estimator.mixture_estimator(3))
+    cluster2.execute_async("from mixle_nb.parallel import TorchRunEncodedData\n"
+                           "h_sklearn = TorchRunEncodedData(x, estimator=est)").result()
+    try:
+        reference = cluster2.handle("h_sklearn")
+        fit_quietly(estimator, reference)
+        local = fit_quietly(GaussianMixture(**kwargs), x)
+        for name in ATTRIBUTES:
+            assert relative_difference(getattr(local, name), getattr(estimator, name)) <= 1e-12, name
+        assert np.array_equal(estimator.predict(reference), local.predict(x))
+        assert relative_difference(local.score_samples(x), estimator.score_samples(reference)) <= 1e-10
+        assert estimator.bic(reference) == pytest.approx(local.bic(x), rel=1e-12)
+        copy = pickle.loads(pickle.dumps(estimator))  # nothing of the cluster came along
+        assert np.array_equal(copy.predict(x), local.predict(x))
+        with pytest.raises(TypeError, match="cannot be pickled"):
+            pickle.dumps(reference)
+    finally:
+        cluster2.execute_async("h_sklearn.close(); del h_sklearn, x, est").result()
