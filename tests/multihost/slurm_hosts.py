@@ -68,6 +68,22 @@ class SlurmOnHosts:
         done = _run(["squeue", "-h", *args], env={**os.environ, **self.environment()})
         return [line for line in done.stdout.splitlines() if line.strip()]
 
+    def daemon_pids(self) -> set[int]:
+        """The pids of this harness's daemons (and the ``setpriv``/``nsenter`` they run under)."""
+        pids = set()
+        for _, proc in self._daemons:
+            try:
+                pids |= {proc.pid} | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+            except psutil.Error:
+                pass
+        return pids
+
+    def leftovers(self) -> dict[str, list[str]]:
+        """Per host, the names of the processes there that are not the harness's (sshd, slurmd)."""
+        ours = self.daemon_pids()
+        return {h.hostname: [p.name() for p in h.processes() if p.pid not in ours]
+                for h in self.network.hosts}
+
     def jobs(self) -> list[str]:
         """``id state`` of every job Slurm still runs or holds (pending, running, completing)."""
         return self.squeue("-o", "%i %T")
