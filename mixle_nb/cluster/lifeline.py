@@ -45,8 +45,11 @@ class Lifeline:
 
     def _send(self, **message) -> None:
         if self._proc.poll() is None and self._proc.stdin is not None:
-            self._proc.stdin.write((json.dumps(message) + "\n").encode())
-            self._proc.stdin.flush()
+            try:
+                self._proc.stdin.write((json.dumps(message) + "\n").encode())
+                self._proc.stdin.flush()
+            except BrokenPipeError:  # the watcher was killed: nothing is watched any more
+                pass
 
     def watch(self, pid: int, create_time: float) -> None:
         """End process ``pid`` (and its descendants) if the owner dies; ``create_time`` (psutil's)

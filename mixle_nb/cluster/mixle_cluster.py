@@ -137,7 +137,7 @@ class MixleCluster:
 
     def detach(self) -> None:
         """Let the cluster outlive this process: it runs on, with everything on its ranks, until
-        :meth:`stop` here or in the process that :meth:`attach` es to it."""
+        :meth:`stop`, here or in a process that attached to it (:meth:`attach`)."""
         if self.state != ClusterState.RUNNING:
             raise RuntimeError(f"only a running cluster can be detached; this one is {self.state}")
         if self._lifeline is not None:
