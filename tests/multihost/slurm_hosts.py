@@ -115,6 +115,7 @@ class SlurmOnHosts:
                                f"--log-file={self.dir}/munged.log"])
         self._wait(lambda: os.path.exists(self.munge_socket), "munged did not create its socket")
         self._write_conf()
+        self._name_hosts()
         self._start("slurmctld", ["/usr/sbin/slurmctld", "-D", "-f", self.conf])
         for host in self.network.hosts:
             # into the host's namespaces: slurmd sees its hostname and address, its jobs die
@@ -124,6 +125,17 @@ class SlurmOnHosts:
                          "/usr/sbin/slurmd", "-D", "-f", self.conf, "-N", host.hostname])
         names = {h.hostname for h in self.network.hosts}
         self._wait(lambda: self._idle_nodes() >= names, "the Slurm nodes did not come up idle")
+
+    def _name_hosts(self) -> None:
+        """Every host resolves the others' names (as DNS would on a real cluster): an
+        ``/etc/hosts`` of the network, bound over the file in each host's own mount namespace."""
+        hosts = os.path.join(self.dir, "hosts")
+        with open(hosts, "w") as f:
+            f.write("127.0.0.1 localhost\n" + "".join(f"{h.address} {h.hostname}\n"
+                                                     for h in self.network.hosts))
+        for host in self.network.hosts:
+            _run(["nsenter", "-t", str(host._listener.pid), "-m",
+                  "mount", "--bind", hosts, "/etc/hosts"])
 
     def _idle_nodes(self) -> set[str]:
         done = _run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False,

@@ -4,6 +4,7 @@ The module has its own simulated hosts with Slurm on them (slurm_hosts.py) and o
 that the tests share, in file order: the pending test needs its job holding every CPU, the
 scancel test restarts it, the last test stops it and checks that nothing is left.
 """
+import json
 import os
 import subprocess
 import sys
@@ -182,6 +183,26 @@ def test_stop_leaves_no_process_on_any_host_and_no_job(cluster, slurm):
         host.disconnect()
     assert slurm.leftovers() == {h.hostname: [] for h in slurm.network.hosts}
     assert [p for p in local if _alive(p)] == []
+
+
+def test_handles_run_unchanged_under_plain_srun(slurm):
+    """``srun python srun_fit.py``: rank, world and store address from SLURM_* only."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")}
+    done = subprocess.run(["srun", "--nodes=2", "--ntasks-per-node=1", "--time=00:05:00",
+                           sys.executable, os.path.join(TESTS, "multihost", "srun_fit.py")],
+                          env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    tasks = sorted((json.loads(line) for line in done.stdout.splitlines()), key=lambda t: t["RANK"])
+    first = slurm.network.hosts[0].hostname
+    assert [(t["RANK"], t["WORLD_SIZE"], t["MASTER_ADDR"]) for t in tasks] == [("0", "2", first), ("1", "2", first)]
+    assert [t["SLURM_PROCID"] for t in tasks] == ["0", "1"]
+    reference = single_process_fit()
+    for task in tasks:
+        np.testing.assert_array_equal(task["numbers"], tasks[0]["numbers"])
+        np.testing.assert_allclose(task["numbers"], reference[0], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(task["log_densities"], reference[1], rtol=1e-10)
+    assert slurm.jobs() == []
 
 
 _OWNER = """
