@@ -30,10 +30,10 @@ from typing import Any, Callable, Sequence
 from .. import validation
 from . import detached as detached_records
 from . import engine
-from .slurm import SlurmJob, SlurmSpec
 from .calls import POLL_S, RankCall, RankDiedError, collective_broken
 from .lifeline import TERM_GRACE_S, Lifeline
 from .processes import OwnedProcesses, RankProcess
+from .slurm import SlurmJob, SlurmSpec
 from .state import ClusterState
 from .status import ClusterStatus, RankStatus
 
@@ -93,6 +93,7 @@ class MixleCluster:
         self._record: str | None = None  # a detached cluster's record (mixle_nb/cluster/detached.py)
         self._slurm = SlurmSpec.take(launcher, ipyparallel_options)
         self._job: SlurmJob | None = None
+        self._batch_dir: str | None = None  # the job's batch script
         self._options = ipyparallel_options
         self.state = ClusterState.NEW
         self.broken_reason = ""
@@ -210,11 +211,11 @@ class MixleCluster:
         controller_args += list(options.pop("controller_args", []))
         options.setdefault("log_level", logging.WARNING)
         options.setdefault("shutdown_atexit", False)  # the lifeline ends it at exit (_end_all_at_exit)
-        batch_dir = self._configure_slurm(options)
+        self._configure_slurm(options)
         self._ipp = ipp.Cluster(engines=self.launcher, controller_args=controller_args, **options)
         self._start_lifeline()
-        if batch_dir:
-            self._lifeline.remove(batch_dir)
+        if self._batch_dir:
+            self._lifeline.remove(self._batch_dir)
         self._ipp.start_controller_sync()
         self._processes.own(self._ipp.controller.pid)
         report("controller started")
@@ -232,19 +233,18 @@ class MixleCluster:
         self.client = self._ipp.connect_client_sync()
         self._await_engines(report)
 
-    def _configure_slurm(self, options: dict) -> str | None:
-        """The batch job's template in ``options["config"]``; returns its script's directory.
+    def _configure_slurm(self, options: dict) -> None:
+        """The batch job's template in ``options["config"]``, its script in a private directory.
         The controller listens on every interface unless ``controller_ip`` says which one the
         compute nodes reach; engines find it by this host's name."""
         if self._slurm is None:
-            return None
+            return
         from traitlets.config import Config
 
-        batch_dir = tempfile.mkdtemp(prefix="mixle-slurm-")
+        self._batch_dir = tempfile.mkdtemp(prefix="mixle-slurm-")
         config = options["config"] = options.get("config") or Config()
-        self._slurm.configure(config, self.n, batch_dir)
+        self._slurm.configure(config, self.n, self._batch_dir)
         options.setdefault("controller_ip", "*")
-        return batch_dir
 
     def _start_lifeline(self) -> None:
         """Every process and file of this cluster ends with this process, by any signal."""
@@ -362,8 +362,10 @@ class MixleCluster:
                 self._job, job = None, self._job
                 job.cancel()
             self._processes.reap()  # whatever went wrong above, no process of ours outlives stop()
-            if self._store_dir:
-                shutil.rmtree(self._store_dir, ignore_errors=True)
+            for folder in (self._store_dir, self._batch_dir):
+                if folder:
+                    shutil.rmtree(folder, ignore_errors=True)
+            self._batch_dir = None
             if self._lifeline is not None:
                 self._lifeline.close()
             self._processes.lifeline = self._lifeline = None
