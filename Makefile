@@ -18,8 +18,10 @@ SSHD ?= /usr/sbin/sshd
 # and munged, all started and stopped by the harness with their own configuration and key
 # (where systemd runs, apt may also start the system's munge and slurm services; never used).
 SLURMD ?= /usr/sbin/slurmd
+# The MPI launcher test (tests/multihost/test_mpi.py) starts engines through Open MPI's mpiexec.
+MPIEXEC ?= /usr/bin/mpiexec
 
-.PHONY: venv browser multihost slurm test demo lab
+.PHONY: venv browser multihost slurm mpi test demo lab
 
 venv: $(STAMP)
 
@@ -47,7 +49,13 @@ $(SLURMD):
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge
 
-test: venv browser multihost slurm
+mpi: $(MPIEXEC)
+
+$(MPIEXEC):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openmpi-bin
+
+test: venv browser multihost slurm mpi
 	OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q
 
 demo: venv

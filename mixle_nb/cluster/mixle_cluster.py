@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 from .. import validation
 from . import detached as detached_records
-from . import engine
+from . import engine, mpi
 from .calls import POLL_S, RankCall, RankDiedError, collective_broken
 from .lifeline import TERM_GRACE_S, Lifeline
 from .processes import OwnedProcesses, RankProcess
@@ -58,7 +58,9 @@ class MixleCluster:
     ``ipyparallel_options`` go to ``ipyparallel.Cluster``. With ``launcher="slurm"`` the
     engines are one batch job (:mod:`~mixle_nb.cluster.slurm`): ``partition``, ``account``,
     ``time``, ``nodes``, ``ntasks_per_node``, ``gpus_per_task`` and ``extra_sbatch`` are its
-    ``sbatch`` options, ``pending_timeout`` how long ``start()`` waits for it to run.
+    ``sbatch`` options, ``pending_timeout`` how long ``start()`` waits for it to run. With
+    ``launcher="mpi"`` they are one ``mpiexec`` (:mod:`~mixle_nb.cluster.mpi`), rank = MPI rank,
+    ``mpiexec_args`` its options.
 
     Its processes end with the process that started it, by any signal (see
     :mod:`~mixle_nb.cluster.lifeline`), unless it is ``detached`` (or :meth:`detach` is
@@ -92,6 +94,7 @@ class MixleCluster:
         self.detached = bool(detached)
         self._record: str | None = None  # a detached cluster's record (mixle_nb/cluster/detached.py)
         self._slurm = SlurmSpec.take(launcher, ipyparallel_options)
+        self._mpiexec_args = mpi.take_mpiexec_args(launcher, ipyparallel_options)
         self._job: SlurmJob | None = None
         self._batch_dir: str | None = None  # the job's batch script
         self._options = ipyparallel_options
@@ -212,6 +215,11 @@ class MixleCluster:
         options.setdefault("log_level", logging.WARNING)
         options.setdefault("shutdown_atexit", False)  # the lifeline ends it at exit (_end_all_at_exit)
         self._configure_slurm(options)
+        if self._mpiexec_args is not None:
+            from traitlets.config import Config
+
+            mpi.configure(options.get("config") or options.setdefault("config", Config()),
+                          self._mpiexec_args)
         self._ipp = ipp.Cluster(engines=self.launcher, controller_args=controller_args, **options)
         self._start_lifeline()
         if self._batch_dir:

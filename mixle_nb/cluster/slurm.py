@@ -111,8 +111,12 @@ class SlurmSpec:
         launcher.signal_command = ["scancel", "--quiet", "-s"]
 
 
-def _squeue(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["squeue", "-h", *args], capture_output=True, text=True, timeout=30)
+def _squeue(*args: str) -> subprocess.CompletedProcess | None:
+    """``squeue``'s answer; None when it did not answer in time (slurmctld busy or away)."""
+    try:
+        return subprocess.run(["squeue", "-h", *args], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 @dataclass
@@ -133,10 +137,15 @@ class SlurmJob:
         return ended
 
     def state(self) -> tuple[str, str]:
-        """(state, reason) as ``squeue`` has them; ("GONE", "") once Slurm forgot the job."""
+        """(state, reason) as ``squeue`` has them; ("GONE", "") once Slurm forgot the job,
+        ("UNKNOWN", why) when ``squeue`` failed (that alone never counts as the job's end)."""
         done = _squeue("-j", self.job_id, "-t", "all", "-o", "%T|%r")
+        if done is None:
+            return "UNKNOWN", "squeue did not answer"
         line = done.stdout.strip().splitlines()
-        if done.returncode != 0 or not line:
+        if done.returncode != 0 and "Invalid job id" not in done.stderr:
+            return "UNKNOWN", (done.stderr.strip().splitlines() or ["squeue failed"])[0]
+        if not line:
             return "GONE", ""
         state, _, reason = line[0].partition("|")
         return state.strip(), "" if reason.strip() == "None" else reason.strip()
@@ -185,8 +194,8 @@ class SlurmJob:
         subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            listed = _squeue("-j", self.job_id, "-o", "%T").stdout.strip()
-            if not listed:
+            listed = _squeue("-j", self.job_id, "-o", "%T")
+            if listed is not None and (not listed.stdout.strip() or "Invalid job id" in listed.stderr):
                 return
             time.sleep(POLL_S)
         raise RuntimeError(f"slurm job {self.job_id} still listed {wait_s:g} s after scancel "
