@@ -10,7 +10,6 @@ import json
 import os
 import time
 
-import pytest
 from kernels import kernel, kill, new_tag, run, tagged, wait_gone
 
 ORPHAN_BOUND_S = 10.0  # the stated bound (README "When something fails")
@@ -27,30 +26,32 @@ print(json.dumps({"pids": sorted(c.pids), "files": files,
 """
 
 
-@pytest.mark.parametrize("now", [True, False], ids=["forced", "graceful"])
-def test_a_kernel_restart_ends_every_process_and_file_of_its_cluster_within_the_bound(now):
-    """Forced: SIGKILL to the kernel's process group. Graceful: a shutdown request, the kernel's
-    exit handlers, SIGKILL after jupyter_client's 5 s grace (a polite stop of the ranks once
-    outlasted it)."""
+def test_a_kernel_restart_ends_every_process_and_file_of_its_cluster_within_the_bound():
+    """Forced: SIGKILL to the kernel's process group. Then, in the restarted kernel, graceful: a
+    shutdown request, the kernel's exit handlers, SIGKILL after jupyter_client's 5 s grace (a
+    polite stop of the ranks once outlasted it)."""
     tag = new_tag()
     cluster_procs = []
     try:
         with kernel(tag) as (manager, client):
-            started = json.loads(run(client, START))
-            kernel_pid = manager.provisioner.pid
-            cluster_procs = [p for p in tagged(tag) if p.pid != kernel_pid]
-            assert started["ranks"] == [0, 1]
-            # the controller, its schedulers, two engines and their nannies (and the lifeline)
-            assert set(started["pids"]) <= {p.pid for p in cluster_procs}
-            assert all(os.path.exists(f) for f in started["files"])
+            for now in (True, False):
+                started = json.loads(run(client, START))
+                kernel_pid = manager.provisioner.pid
+                cluster_procs = [p for p in tagged(tag) if p.pid != kernel_pid]
+                assert started["ranks"] == [0, 1]
+                # the controller, its schedulers, two engines and their nannies (and the lifeline)
+                assert set(started["pids"]) <= {p.pid for p in cluster_procs}
+                assert all(os.path.exists(f) for f in started["files"])
 
-            t0 = time.monotonic()
-            manager.restart_kernel(now=now)  # graceful: returns once the kernel has exited
-            left, _ = wait_gone(cluster_procs, 3 * ORPHAN_BOUND_S)
-            waited = time.monotonic() - t0
-            print(f"the cluster ended {waited:.2f} s after the {'forced' if now else 'graceful'} restart")
-            assert [p.pid for p in left] == [], f"still alive after {waited:.1f} s"
-            assert waited <= ORPHAN_BOUND_S, f"{waited:.1f} s"
-            assert [f for f in started["files"] if glob.glob(f)] == []
+                t0 = time.monotonic()
+                manager.restart_kernel(now=now)  # graceful: returns once the kernel has exited
+                left, _ = wait_gone(cluster_procs, 3 * ORPHAN_BOUND_S)
+                waited = time.monotonic() - t0
+                kind = "forced" if now else "graceful"
+                print(f"the cluster ended {waited:.2f} s after the {kind} restart")
+                assert [p.pid for p in left] == [], f"{kind}: still alive after {waited:.1f} s"
+                assert waited <= ORPHAN_BOUND_S, f"{kind}: {waited:.1f} s"
+                assert [f for f in started["files"] if glob.glob(f)] == []
+                client.wait_for_ready(timeout=60)
     finally:
         kill(cluster_procs)  # the mechanism failed: leak nothing into later tests

@@ -12,7 +12,7 @@ from mixle_nb.cluster import RankDiedError
 from mixle_nb.neural import StreamingTransformerLeafEstimator, build_causal_lm
 from mixle_nb.parallel import StreamingTokenEncodedData
 
-VOCAB, BLOCK, BATCH, LR, SEED, EVERY, STEPS = 11, 16, 8, 1e-2, 7, 20, 60
+VOCAB, BLOCK, BATCH, LR, SEED, EVERY, STEPS = 11, 16, 8, 1e-2, 7, 20, 50
 # a cycle through the vocabulary with 10% of the tokens shifted: a loss that falls far below
 # log(VOCAB) once learned, so a resumed model is told from a fresh one
 TOKENS = ((np.arange(3200) % VOCAB + (np.random.default_rng(0).random(3200) < 0.1)) % VOCAB).astype(np.int64)
@@ -65,16 +65,16 @@ def test_a_rank_killed_mid_save_resumes_from_the_checkpoint_before_bit_for_bit(c
     assert checkpoint_dirs(root) == {"step-00000020": True, "step-00000040": False}  # 40 is torn
 
     resumed = cluster2.run(train, root, STEPS - EVERY)
-    assert resumed == [losses[EVERY:] for losses in whole]  # steps 21..60, bit for bit
-    assert checkpoint_dirs(root) == {"step-00000040": True, "step-00000060": True}
+    assert resumed == [losses[EVERY:] for losses in whole]  # steps 21..50, bit for bit
+    assert checkpoint_dirs(root) == {"step-00000020": True, "step-00000040": True}
 
-    # on one process (DCP reshards: here it only gathers): trains on from step 60
-    alone = train(root, 10, init_process_group=False)
-    assert [s for s, _ in alone] == list(range(61, 71))
-    fresh = train(None, 10, init_process_group=False)
+    # on one process (DCP reshards: here it only gathers): trains on from step 40
+    alone = train(root, 5, init_process_group=False)
+    assert [s for s, _ in alone] == list(range(41, 46))
+    fresh = train(None, 5, init_process_group=False)
     last = np.mean([loss for losses in whole for _, loss in losses[-5:]])
-    assert abs(np.mean([loss for _, loss in alone[:5]]) - last) < 0.25 * last
-    assert np.mean([loss for _, loss in alone[:5]]) < 0.5 * np.mean([loss for _, loss in fresh[:5]])
+    assert abs(np.mean([loss for _, loss in alone]) - last) < 0.25 * last
+    assert np.mean([loss for _, loss in alone]) < 0.5 * np.mean([loss for _, loss in fresh])
 
 
 def test_an_fsdp2_checkpoint_of_two_ranks_resumes_on_one_process(cluster2, tmp_path):

@@ -60,8 +60,9 @@ class EMCheckpoint:
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise ValueError(f"{self.path} is not a mixle_nb EM checkpoint; pass another path")
         if state["kind"] != kind:
-            raise ValueError(f"{self.path} is the checkpoint of {'an EMPanel' if state['kind'] == 'panel' else 'a fit'}, "
-                             f"not of {'an EMPanel' if kind == 'panel' else 'a fit'}; pass another path")
+            names = {"panel": "an EMPanel", "fit": "a fit"}
+            raise ValueError(f"{self.path} is the checkpoint of {names[state['kind']]}, not of "
+                             f"{names[kind]}; pass another path")
         return state
 
     # ---- fit()
@@ -75,8 +76,9 @@ class EMCheckpoint:
         if state is None:
             return None
         if (state["n_init"], state["init"]) != (n_init, init):
-            raise ValueError(f"{self.path} holds a fit with n_init={state['n_init']}, init={state['init']!r}, "
-                             f"not n_init={n_init}, init={init!r}: delete it, or pass another checkpoint path")
+            raise ValueError(f"{self.path} holds a fit with n_init={state['n_init']}, "
+                             f"init={state['init']!r}, not n_init={n_init}, init={init!r}: delete it, "
+                             "or pass another checkpoint path")
         rng.bit_generator.state = state["rng"]
         return state
 

@@ -51,7 +51,7 @@ class TrainingCheckpoints:
         self.every = validation.positive_int("checkpoint_every", every)
         self.asynchronous = bool(asynchronous)
         self._pending = None  # the Future of the save in flight
-        self._group = None  # the gloo group async saves use
+        self._group = None  # (the default group it was made in, the gloo group async saves use)
 
     def __repr__(self) -> str:
         return f"TrainingCheckpoints({self.root!r}, every={self.every}, asynchronous={self.asynchronous})"
@@ -90,9 +90,10 @@ class TrainingCheckpoints:
         import torch.distributed.checkpoint as dcp
 
         if self.asynchronous and dist.is_initialized():
-            if self._group is None:
-                self._group = dist.new_group(backend="gloo")
-            self._pending = dcp.async_save(state, checkpoint_id=path, process_group=self._group)
+            world = dist.distributed_c10d._get_default_group()
+            if self._group is None or self._group[0] is not world:  # none yet, or a new default group
+                self._group = (world, dist.new_group(backend="gloo"))
+            self._pending = dcp.async_save(state, checkpoint_id=path, process_group=self._group[1])
         else:
             with _one_process_quietly():
                 dcp.save(state, checkpoint_id=path, no_dist=not dist.is_initialized())

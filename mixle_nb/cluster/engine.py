@@ -43,9 +43,9 @@ def call_ranks() -> list[int] | None:
 def describe() -> dict:
     """Identity of this engine; importing torch here overlaps it with other engines' startup.
 
-    Also starts the engine's watch of its controller, and switches it to plain tracebacks: IPython's default context mode parses every
-    frame's source file, which for torch.distributed's frames delays a rank's first error by
-    about a second.
+    Also starts the engine's watch of its controller, and switches it to plain tracebacks:
+    IPython's default context mode parses every frame's source file, which for
+    torch.distributed's frames delays a rank's first error by about a second.
     """
     import torch
     from IPython import get_ipython

@@ -29,8 +29,9 @@ def rank_namespace() -> dict:
 def lookup(name: str) -> Any:
     namespace = rank_namespace()
     if name not in namespace:
-        raise NameError(f"{name!r} is not defined on this rank: push it (%mixle_push {name}), or if it was "
-                        "built on the ranks (a handle), build it there again: a restart leaves the ranks empty")
+        raise NameError(f"{name!r} is not defined on this rank: push it (%mixle_push {name}), or if "
+                        "it was built on the ranks (a handle), build it there again: a restart "
+                        "leaves the ranks empty")
     return namespace[name]
 
 

@@ -111,7 +111,8 @@ class TrainPanel(Panel):
                 estimator.module.load_state_dict(self.model_state)
             weights = f" with the weights of step {self.model_state_step}"
         self.error = None
-        self._show_status(f"attached to {handle!r}; continuing from step {self._offset[0]}{weights}")
+        start = self._offset[0] if resume is None else resume
+        self._show_status(f"attached to {handle!r}; continuing from step {start}{weights}")
 
     def _checkpoint_step(self) -> Optional[int]:
         """The step of the handle's newest complete checkpoint, where its training resumes."""
