@@ -64,3 +64,15 @@ def test_the_batch_template_carries_the_sbatch_options():
 def test_bad_slurm_options_are_refused_before_anything_starts(options, message):
     with pytest.raises(ValueError, match=message):
         MixleCluster(2, **options)
+
+
+def test_the_magic_passes_its_slurm_options_to_the_cluster():
+    """%mixle_cluster's sbatch flags reach MixleCluster: given to the local launcher they are
+    refused there, by name, before anything starts."""
+    from IPython.core.error import UsageError
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "mixle_nb")
+    with pytest.raises(UsageError, match=r"partition=, time=, extra_sbatch= need launcher='slurm'"):
+        shell.run_line_magic("mixle_cluster", "start 2 --partition p --time 00:30:00 --extra-sbatch=--qos=debug")
