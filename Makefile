@@ -14,8 +14,14 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # host's network namespace (iproute2). Installed here when missing; where systemd runs, apt
 # also starts the system's ssh service, which the tests never use.
 SSHD ?= /usr/sbin/sshd
+# The Slurm tests (tests/multihost/test_slurm.py) run slurmctld, a slurmd in each simulated host
+# and munged, all started and stopped by the harness with their own configuration and key
+# (where systemd runs, apt may also start the system's munge and slurm services; never used).
+SLURMD ?= /usr/sbin/slurmd
+# The MPI launcher test (tests/multihost/test_mpi.py) starts engines through Open MPI's mpiexec.
+MPIEXEC ?= /usr/bin/mpiexec
 
-.PHONY: venv browser multihost test demo lab
+.PHONY: venv browser multihost slurm mpi test demo lab
 
 venv: $(STAMP)
 
@@ -37,7 +43,19 @@ $(SSHD):
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server iproute2
 
-test: venv browser multihost
+slurm: $(SLURMD)
+
+$(SLURMD):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge
+
+mpi: $(MPIEXEC)
+
+$(MPIEXEC):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openmpi-bin
+
+test: venv browser multihost slurm mpi
 	OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q
 
 demo: venv

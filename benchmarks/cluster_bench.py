@@ -6,9 +6,17 @@ Start: time from start() until the torch.distributed group is ready, against
 ``ipyparallel.Cluster(n=n).start_and_connect_sync()`` (engines registered, no torch).
 Round trip: a no-op on every rank, ``MixleCluster.run`` against ``DirectView.apply_sync``,
 interleaved on the same engines so both see the same machine load.
+
+    .venv/bin/python benchmarks/cluster_bench.py --launchers [--hosts 2] [--per-host 2] [--rounds 3]
+
+Launchers (root: tests/multihost's simulated hosts, with Slurm on them): start() to group
+ready for the same number of engines through the local launcher, ssh (``per-host`` engines on
+each of ``hosts`` hosts) and Slurm (one sbatch job of the same tasks), in interleaved rounds.
 """
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import ipyparallel as ipp
@@ -52,11 +60,54 @@ def time_mixle(n, calls):
     return start_s, statistics.median(plain), statistics.median(mixle)
 
 
+def time_start(n, **options):
+    t0 = time.perf_counter()
+    cluster = MixleCluster(n, **options).start()
+    elapsed = time.perf_counter() - t0
+    cluster.stop()
+    return elapsed
+
+
+def time_launchers(hosts, per_host, rounds):
+    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+    sys.path[:0] = [tests, os.path.join(tests, "multihost")]
+    from simulated_hosts import SimulatedNetwork
+    from slurm_hosts import SlurmOnHosts
+
+    n = hosts * per_host
+    with SimulatedNetwork(hosts) as net, SlurmOnHosts(net, cpus_per_host=per_host) as slurm:
+        os.environ.update(slurm.environment(), PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(tests), tests, os.path.join(tests, "multihost")]))
+        lo, hi = net.engine_ports[0], net.engine_ports[-1]
+        ports = {"controller_ip": net.controller_ip,
+                 "controller_args": [f"--IPController.engine_ports={lo}-{hi}"]}
+        ways = {"local": {},
+                "ssh": {"launcher": "ssh", **net.cluster_options(engines_per_host=per_host)},
+                "slurm": {"launcher": "slurm", "partition": slurm.partition,
+                          "ntasks_per_node": per_host, **ports}}
+        seconds = {way: [] for way in ways}
+        for _ in range(rounds):
+            for way, options in ways.items():
+                seconds[way].append(time_start(n, **options))
+    print(f"start() to group ready, {n} engines ({hosts} hosts x {per_host} for ssh and slurm), "
+          f"median of {rounds} interleaved rounds")
+    for way, values in seconds.items():
+        print(f"{way:>6} {statistics.median(values):6.2f} s   rounds: "
+              + " ".join(f"{v:.2f}" for v in values))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--launchers", action="store_true", help="local, ssh and slurm starts")
+    parser.add_argument("--hosts", type=int, default=2)
+    parser.add_argument("--per-host", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.launchers:
+        time_launchers(args.hosts, args.per_host, args.rounds)
+        return
     print(f"{'n':>2} {'plain start s':>14} {'mixle start s':>14} "
           f"{'apply_sync ms':>14} {'run ms':>8} {'ratio':>6}")
     for n in args.sizes:

@@ -17,6 +17,7 @@ from IPython.display import display
 
 from . import cluster as cluster_module
 from .cluster import BACKENDS, ClusterState, MixleCluster, RankDiedError, RankError
+from .cluster.slurm import OPTIONS as SLURM_OPTIONS
 
 STREAM_POLL_S = 0.1
 OUTPUT_GRACE_S = 2.0  # a rank's last printed lines may arrive just after its answer
@@ -147,6 +148,15 @@ class MixleMagics(Magics):
     @argument("--name", default="mixle", help="notebook variable the cluster is bound to")
     @argument("--detach", action="store_true", help="start: keep the cluster when the kernel dies")
     @argument("--id", default=None, help="attach: which detached cluster (see list)")
+    @argument("--partition", help="slurm: sbatch --partition")
+    @argument("--account", help="slurm: sbatch --account")
+    @argument("--time", help="slurm: sbatch --time, e.g. 00:30:00")
+    @argument("--nodes", type=int, help="slurm: sbatch --nodes")
+    @argument("--ntasks-per-node", type=int, help="slurm: sbatch --ntasks-per-node")
+    @argument("--gpus-per-task", type=int, help="slurm: sbatch --gpus-per-task")
+    @argument("--extra-sbatch", action="append", default=[], help="slurm: another sbatch option, "
+              "e.g. --extra-sbatch=--qos=debug (repeatable)")
+    @argument("--pending-timeout", type=float, help="slurm: seconds start waits for the job to run")
     def mixle_cluster(self, line):
         """Start, stop, restart or show the mixle cluster.
 
@@ -161,6 +171,8 @@ class MixleMagics(Magics):
         ``start N --detach`` keeps the cluster when the kernel dies; in a new kernel
         ``%mixle_cluster list`` shows this user's detached clusters and ``%mixle_cluster attach``
         (``--id ID`` when there are several) reconnects to one and binds ``mixle``.
+        ``start N --launcher slurm --partition p --time 00:30:00`` asks Slurm for the engines
+        (``sbatch``'s own option names; see the README's "Schedulers: Slurm").
         """
         args = parse(self.mixle_cluster, line)
         if args is None:
@@ -171,9 +183,10 @@ class MixleMagics(Magics):
             current = cluster_module.current()
             if current is not None and current.state.has_processes:
                 raise UsageError("a mixle cluster is already running: %mixle_cluster stop (or restart) first")
+            slurm = {k: getattr(args, k) for k in SLURM_OPTIONS if getattr(args, k) not in (None, [])}
             try:
                 cluster = MixleCluster(args.n, backend=args.backend, timeout=args.timeout, launcher=args.launcher,
-                                       detached=args.detach)
+                                       detached=args.detach, **slurm)
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
             cluster.start(progress=lambda message: print(message, flush=True))

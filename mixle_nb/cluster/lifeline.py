@@ -60,6 +60,11 @@ class Lifeline:
         """Remove the files or directories matching the glob ``pattern`` if the owner dies."""
         self._send(remove=pattern)
 
+    def run(self, argv: list[str]) -> None:
+        """Run the command ``argv`` if the owner dies, after ending the processes (a batch
+        job's ``scancel``: its engines are on other hosts)."""
+        self._send(run=argv)
+
     def close(self) -> None:
         """End the watcher, touching nothing (the owner stopped the cluster itself)."""
         self._finish("close")
@@ -117,9 +122,10 @@ def _tree(watched: list[psutil.Process]) -> list[psutil.Process]:
     return list(found.values())
 
 
-def end_everything(watched: list[psutil.Process], patterns: list[str]) -> None:
+def end_everything(watched: list[psutil.Process], patterns: list[str],
+                   commands: list[list[str]] = ()) -> None:
     """SIGTERM, then SIGKILL after :data:`TERM_GRACE_S`, every watched process and descendant;
-    then remove the files."""
+    then run the commands and remove the files."""
     procs = _tree(watched)
     for proc in procs:
         try:
@@ -133,6 +139,11 @@ def end_everything(watched: list[psutil.Process], patterns: list[str]) -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(alive, timeout=TERM_GRACE_S)
+    for argv in commands:
+        try:
+            subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            pass
     for pattern in patterns:
         for path in glob.glob(pattern):
             if os.path.isdir(path):
@@ -157,6 +168,7 @@ def watch(owner: int) -> None:
     told to close or release."""
     watched: list[psutil.Process] = []
     patterns: list[str] = []
+    commands: list[list[str]] = []
     stdin = sys.stdin.buffer
     pending = b""
     while True:
@@ -180,7 +192,9 @@ def watch(owner: int) -> None:
                     watched.append(proc)
             if "remove" in message:
                 patterns.append(message["remove"])
-    end_everything(watched, patterns)
+            if "run" in message:
+                commands.append(message["run"])
+    end_everything(watched, patterns, commands)
 
 
 if __name__ == "__main__":

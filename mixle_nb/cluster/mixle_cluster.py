@@ -29,10 +29,11 @@ from typing import Any, Callable, Sequence
 
 from .. import validation
 from . import detached as detached_records
-from . import engine
+from . import engine, mpi
 from .calls import POLL_S, RankCall, RankDiedError, collective_broken
 from .lifeline import TERM_GRACE_S, Lifeline
 from .processes import OwnedProcesses, RankProcess
+from .slurm import SlurmJob, SlurmSpec
 from .state import ClusterState
 from .status import ClusterStatus, RankStatus
 
@@ -54,7 +55,12 @@ class MixleCluster:
     """``n`` ipyparallel engines forming one torch.distributed group (rank = engine id).
 
     ``launcher`` names an ipyparallel engine launcher ("local", "mpi", "ssh", "slurm", ...);
-    ``ipyparallel_options`` go to ``ipyparallel.Cluster``.
+    ``ipyparallel_options`` go to ``ipyparallel.Cluster``. With ``launcher="slurm"`` the
+    engines are one batch job (:mod:`~mixle_nb.cluster.slurm`): ``partition``, ``account``,
+    ``time``, ``nodes``, ``ntasks_per_node``, ``gpus_per_task`` and ``extra_sbatch`` are its
+    ``sbatch`` options, ``pending_timeout`` how long ``start()`` waits for it to run. With
+    ``launcher="mpi"`` they are one ``mpiexec`` (:mod:`~mixle_nb.cluster.mpi`), rank = MPI rank,
+    ``mpiexec_args`` its options.
 
     Its processes end with the process that started it, by any signal (see
     :mod:`~mixle_nb.cluster.lifeline`), unless it is ``detached`` (or :meth:`detach` is
@@ -89,6 +95,10 @@ class MixleCluster:
         self.launcher = launcher
         self.detached = bool(detached)
         self._record: str | None = None  # a detached cluster's record (mixle_nb/cluster/detached.py)
+        self._slurm = SlurmSpec.take(launcher, ipyparallel_options)
+        self._mpiexec_args = mpi.take_mpiexec_args(launcher, ipyparallel_options)
+        self._job: SlurmJob | None = None
+        self._batch_dir: str | None = None  # the job's batch script
         self._options = ipyparallel_options
         self.state = ClusterState.NEW
         self.broken_reason = ""
@@ -222,13 +232,25 @@ class MixleCluster:
         controller_args += list(options.pop("controller_args", []))
         options.setdefault("log_level", logging.WARNING)
         options.setdefault("shutdown_atexit", False)  # the lifeline ends it at exit (_end_all_at_exit)
+        self._configure_slurm(options)
+        if self._mpiexec_args is not None:
+            from traitlets.config import Config
+
+            mpi.configure(options.get("config") or options.setdefault("config", Config()),
+                          self._mpiexec_args)
         self._ipp = ipp.Cluster(engines=self.launcher, controller_args=controller_args, **options)
         self._start_lifeline()
+        if self._batch_dir:
+            self._lifeline.remove(self._batch_dir)
         self._ipp.start_controller_sync()
         self._processes.own(self._ipp.controller.pid)
         report("controller started")
         thread_env = {k: str(self.threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         self._ipp.start_engines_sync(self.n, environment=thread_env)
+        if self._slurm is not None:
+            self._job = SlurmJob(self._ipp.engine_set.job_id)
+            self._lifeline.run(["scancel", self._job.job_id])  # the job ends with this process too
+            self._job.wait_running(self._slurm.pending_timeout, report)
         from ipyparallel.cluster.launcher import SSHLauncher
 
         for launcher in getattr(self._ipp.engine_set, "launchers", {}).values():
@@ -236,6 +258,19 @@ class MixleCluster:
                 self._processes.own(launcher.pid)
         self.client = self._ipp.connect_client_sync()
         self._await_engines(report)
+
+    def _configure_slurm(self, options: dict) -> None:
+        """The batch job's template in ``options["config"]``, its script in a private directory.
+        The controller listens on every interface unless ``controller_ip`` says which one the
+        compute nodes reach; engines find it by this host's name."""
+        if self._slurm is None:
+            return
+        from traitlets.config import Config
+
+        self._batch_dir = tempfile.mkdtemp(prefix="mixle-slurm-")
+        config = options["config"] = options.get("config") or Config()
+        self._slurm.configure(config, self.n, self._batch_dir)
+        options.setdefault("controller_ip", "*")
 
     def _start_lifeline(self) -> None:
         """Every process and file of this cluster ends with this process, by any signal."""
@@ -324,7 +359,12 @@ class MixleCluster:
         return self.backend
 
     def _local_devices(self) -> dict[int, int]:
-        """One GPU per local rank: the i-th rank on a host gets that host's device i."""
+        """One GPU per local rank: the i-th rank on a host gets that host's device i (under
+        Slurm, each task chooses from its own SLURM_LOCALID and CUDA_VISIBLE_DEVICES)."""
+        if self._slurm is not None:
+            from ..parallel.slurm_env import task_device
+
+            return dict(enumerate(self._view_on(list(range(self.n))).apply_sync(task_device)))
         devices, seen = {}, {}
         for r in sorted(self._ranks):
             info = self._ranks[r]
@@ -345,9 +385,14 @@ class MixleCluster:
             if self._ipp is not None:
                 self._stop_ipyparallel()
         finally:
+            if self._job is not None:  # scancel, and wait until the job has left the queue
+                self._job, job = None, self._job
+                job.cancel()
             self._processes.reap()  # whatever went wrong above, no process of ours outlives stop()
-            if self._store_dir:
-                shutil.rmtree(self._store_dir, ignore_errors=True)
+            for folder in (self._store_dir, self._batch_dir):
+                if folder:
+                    shutil.rmtree(folder, ignore_errors=True)
+            self._batch_dir = None
             if self._lifeline is not None:
                 self._lifeline.close()
             self._processes.lifeline = self._lifeline = None
@@ -392,6 +437,8 @@ class MixleCluster:
     # ---- liveness and supervision (what a RankCall may ask of its cluster)
 
     def _dead_ranks(self, ranks) -> list[int]:
+        if self._job is not None and self._job.ended():  # scancel, time limit, node down
+            return list(ranks)
         registered = set(self.client.ids)
         return [r for r in ranks if self._engine_ids[r] not in registered or not self._ranks[r].alive()]
 
@@ -407,7 +454,10 @@ class MixleCluster:
         # seen from here, a killed remote engine and one whose host dropped off the network
         # are the same: the controller stopped hearing from it
         remote = any(r in self._ranks and not self._ranks[r].local for r in ranks)
-        return RankDiedError(ranks, " or lost contact (no heartbeat from its host)" if remote else "")
+        detail = " or lost contact (no heartbeat from its host)" if remote else ""
+        if self._job is not None:
+            detail += f"; slurm job {self._job.job_id} is {self._job.final_state()}"
+        return RankDiedError(ranks, detail)
 
     def mark_broken(self, reason: str) -> None:
         """The group cannot be trusted until ``restart()``; ``reason`` says why."""
@@ -572,6 +622,8 @@ class MixleCluster:
     def status(self) -> ClusterStatus:
         """One row per rank: pid, host, liveness, group membership, memory, last call time."""
         rows = ClusterStatus()
+        if self._job is not None:
+            rows.job = self._job.describe()
         if not self._ranks:
             return rows
         dead = set(self._dead_ranks(range(self.n)))

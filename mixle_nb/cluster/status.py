@@ -20,7 +20,10 @@ class RankStatus:
 
 
 class ClusterStatus(list):
-    """A list of :class:`RankStatus` rows that renders as a table."""
+    """A list of :class:`RankStatus` rows that renders as a table; ``job`` is a line about the
+    scheduler's job the engines run in (Slurm), shown above it."""
+
+    job = ""
 
     _COLUMNS = ("engine_id", "rank", "pid", "host", "alive", "in_group", "rss_MiB", "last_call_s")
 
@@ -33,10 +36,12 @@ class ClusterStatus(list):
     def __str__(self) -> str:
         rows = [list(self._COLUMNS)] + [self._cells(r) for r in self]
         widths = [max(len(r[i]) for r in rows) for i in range(len(self._COLUMNS))]
-        return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
+        table = "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
+        return f"{self.job}\n{table}" if self.job else table
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{c}</th>" for c in self._COLUMNS)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r))
                        + "</tr>" for r in self)
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        job = f"<p>{html.escape(self.job)}</p>" if self.job else ""
+        return f"{job}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -21,6 +21,8 @@ from typing import Any, Callable, Collection, Optional
 import torch
 import torch.distributed as dist
 
+from . import slurm_env
+
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 # Which default-group ranks the running call was sent to, or None when unknown (torchrun: every
@@ -60,10 +62,13 @@ class GroupMembership:
 
 
 def _device_for(backend: str) -> torch.device:
-    """The rank's CUDA device under nccl (``LOCAL_RANK`` when the launcher set it), else CPU."""
+    """The rank's CUDA device under nccl (a Slurm task's own, or ``LOCAL_RANK`` when the
+    launcher set it), else CPU."""
     if backend != "nccl":
         return torch.device("cpu")
-    if "LOCAL_RANK" in os.environ:
+    if slurm_env.in_slurm_step() and "TORCHELASTIC_RUN_ID" not in os.environ:  # srun, not torchrun
+        torch.cuda.set_device(slurm_env.task_device())
+    elif "LOCAL_RANK" in os.environ:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     return torch.device("cuda", torch.cuda.current_device())
 
@@ -71,7 +76,8 @@ def _device_for(backend: str) -> torch.device:
 def join_group(group: Any = None, *, init_process_group: bool = True,
                backend: Optional[str] = None) -> GroupMembership:
     """Adopt ``group`` or the existing default group, or create the default group from the
-    launcher's ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``.
+    launcher's ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (under ``srun``,
+    derived from Slurm's variables: :mod:`~mixle_nb.parallel.slurm_env`).
 
     ``init_process_group=False`` with no group asks for a one-process run (rank 0 of 1)."""
     if group is not None or (dist.is_available() and dist.is_initialized()):
@@ -80,11 +86,13 @@ def join_group(group: Any = None, *, init_process_group: bool = True,
                                _device_for(chosen), owned=False)
     if not init_process_group:
         return GroupMembership(0, 1, None, torch.device("cpu"), owned=False)
+    os.environ.update(slurm_env.launcher_variables())
     missing = [v for v in LAUNCHER_VARIABLES if v not in os.environ]
     if missing:
         raise RuntimeError(
             f"no torch.distributed process group exists and the launcher variables {missing} are "
-            "not set: run under `torchrun --nproc_per_node N script.py`, on a MixleCluster, or "
+            "not set: run under `torchrun --nproc_per_node N script.py` or `srun python script.py`, "
+            "on a MixleCluster, or "
             "after torch.distributed.init_process_group(); pass init_process_group=False to run "
             "as one process")
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")

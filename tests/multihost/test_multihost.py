@@ -129,10 +129,10 @@ def single_process_fit():
     return fit(seq_encode(x, model=start))
 
 
-def union_reference():
-    """One process, one AdamW, each step on the union of both ranks' micro-batches (each
-    rank's shard is its half of the tokens; a window's loss is the mean over its positions)."""
-    shards = np.array_split(TOKENS, 2)
+def union_reference(world=2):
+    """One process, one AdamW, each step on the union of the ``world`` ranks' micro-batches
+    (each rank's shard is its part of the tokens; a window's loss is the mean over its positions)."""
+    shards = np.array_split(TOKENS, world)
     sources = [stream_sequence_source(s, BLOCK, BATCH, seed=SEED, drop_last=True) for s in shards]
     model = parity_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
