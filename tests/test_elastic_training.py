@@ -36,9 +36,11 @@ def build(path=None, checkpoint=None):
     rank_namespace().update(h=h, est=estimator())
 
 
-def watch_steps(die_at=None):
+def watch_steps(die_at=None, stamp=None):
     """Record the step each optimizer step of ``h`` starts from (in ``seen``); SIGKILL this
-    engine when it reaches ``die_at``."""
+    engine when it reaches ``die_at``, first writing the time to the file ``stamp`` if given."""
+    import time
+
     from mixle_nb.cluster.rank_side import lookup, rank_namespace
 
     h, seen = lookup("h"), rank_namespace().setdefault("seen", [])
@@ -46,6 +48,9 @@ def watch_steps(die_at=None):
 
     def watched(tr, autocast):
         if tr.step == die_at:
+            if stamp:
+                with open(stamp, "w") as f:
+                    f.write(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
         seen.append(tr.step)
         return loss(tr, autocast)
