@@ -222,7 +222,8 @@ def elastic_rows(args) -> None:
             print(f"{name:<38} {seconds:6.2f} s  kill -> next completed step ({how})", flush=True)
         tokens = os.path.join(folder, "tokens.npy")
         np.save(tokens, training.TOKENS)
-        print(f"\nkill -9 of rank {args.engines - 1} at training step 15, checkpoint every 10, {args.engines} engines:")
+        print(f"\nkill -9 of rank {args.engines - 1} at training step 15, checkpoint every 10, "
+              f"{args.engines} engines:")
         for name, elastic_ in (("elastic training recovery", True), ("restart()", False)):
             seconds, how = training_kill_to_next_step(args.engines, args.timeout, tokens, folder, elastic_)
             print(f"{name:<38} {seconds:6.2f} s  kill -> next completed step ({how})", flush=True)

@@ -93,7 +93,8 @@ def cluster3():
     ("file", None, r"built without checkpoint=; .*from_file\(path, \.\.\., checkpoint=DIR\)"),
     ("memory", "ck", r"tokens passed from memory, .*from_file\(path, \.\.\., checkpoint=DIR\)"),
 ])
-def test_a_handle_that_cannot_go_on_is_refused_on_every_rank(cluster3, token_file, tmp_path, source, checkpoint, says):
+def test_a_handle_that_cannot_go_on_is_refused_on_every_rank(cluster3, token_file, tmp_path, source, checkpoint,
+                                                              says):
     from mixle_nb.widgets import TrainPanel
 
     cluster3.run(build, token_file if source == "file" else None,
@@ -104,7 +105,8 @@ def test_a_handle_that_cannot_go_on_is_refused_on_every_rank(cluster3, token_fil
     assert not os.path.exists(tmp_path / "ck")  # refused before any step
 
 
-def test_a_rank_killed_mid_training_and_the_survivors_go_on_from_the_newest_checkpoint(cluster3, token_file, tmp_path):
+def test_a_rank_killed_mid_training_and_the_survivors_go_on_from_the_newest_checkpoint(cluster3, token_file,
+                                                                                       tmp_path):
     from mixle_nb.widgets import TrainPanel
 
     cluster3.run(build, token_file, str(tmp_path / "ck"))

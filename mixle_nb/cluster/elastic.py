@@ -3,11 +3,15 @@
 The survivors of the failed call are let finish (their collective with the dead rank fails at
 once, its connections gone); they form a new group among themselves (:meth:`MixleCluster.drop_ranks`);
 every survivor's elastic handle reads the dead rank's logical shards again from the files
-(:meth:`TorchRunEncodedData.rejoin`; a streaming handle takes its new slice of the token file
-and resumes from the newest checkpoint, :meth:`StreamingTokenEncodedData.rejoin`), and the step is taken again, computing only those shards
+(:meth:`TorchRunEncodedData.rejoin`), and the step is taken again, computing only those shards
 (the survivors kept their own shards' statistics). Folded in shard order, the statistics — and so
 the model — are bit for bit those of a run without the failure. A rank that dies during the
 recovery is dropped too, until no rank is left.
+
+Streaming training takes the same path: each survivor's handle maps its new slice of the token
+file (:meth:`StreamingTokenEncodedData.rejoin`) and the next training call resumes from the
+newest complete checkpoint (``RecoveryEvent.resumed_from``); that run is within noise of the
+failure-free one, not bit for bit.
 """
 from __future__ import annotations
 
