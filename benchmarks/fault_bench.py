@@ -15,7 +15,10 @@ Then elastic recovery (issue 30) beside ``restart()``, on one fresh cluster each
 last rank in its E-step of an EM step on ``--n`` observations read from a ``.npy`` file, and the
 seconds from the kill to the next completed step: the survivors taking over its shards, or
 ``restart()``, building the handle again from the file, pushing the model and stepping.
-Target: elastic at most 2 s at N = 1e6 on 2 cores.
+Target: elastic at most 2 s at N = 1e6 on 2 cores. The same for streaming training (the small
+model of ``tests/test_elastic_training.py``, a checkpoint every 10 steps): kill -9 of the last
+rank at step 15, and the seconds to the next completed step, the survivors resuming from the
+checkpoint of step 10, or ``restart()``, building the handle again and resuming from it.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ sys.path.insert(0, TESTS)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))
 
 import rank_functions  # noqa: E402
+import test_elastic_training as training  # noqa: E402
 import test_faults as faults  # noqa: E402
 
 from mixle_nb.cluster import MixleCluster, RankDiedError, RankError, rank_side  # noqa: E402
@@ -179,6 +183,32 @@ def kill_to_next_step(engines: int, timeout: float, path: str, recover_elastical
             return time.time() - float(f.read()), how
 
 
+def training_kill_to_next_step(engines: int, timeout: float, path: str, folder: str,
+                               recover_elastically: bool) -> tuple:
+    """Seconds from kill -9 of the last rank at training step 15 to the next completed step."""
+    root, stamp = os.path.join(folder, f"ck-{recover_elastically}"), os.path.join(folder, "killed_at")
+    with MixleCluster(engines, timeout=timeout) as cluster:
+        cluster.run(training.build, path, root)
+        cluster.run(rank_side.train_on_rank, "h", "est", "leaf", 10, 10)  # to the checkpoint of step 10
+        cluster.run(training.watch_steps, 15, stamp, targets=[engines - 1])
+        call = cluster.run_async(rank_side.train_on_rank, "h", "est", "leaf", 10, 10)
+        try:
+            call.result()
+            raise RuntimeError("the rank was not killed")
+        except RankDiedError as exc:
+            if recover_elastically:
+                event = elastic.recover(cluster, "h", exc.ranks, [call])
+                how = f"{event.world} survivor(s) resumed from the checkpoint"
+            else:
+                elastic.settle_survivors(cluster, [call], exc.ranks)
+                cluster.restart()
+                cluster.run(training.build, path, root)
+                how = "restart(), handle built again, resumed from the checkpoint"
+        done = cluster.run(rank_side.train_on_rank, "h", "est", "leaf", 1, 1)[0]["steps_done"]
+        with open(stamp) as f:
+            return time.time() - float(f.read()), f"{how}; step {done} done"
+
+
 def elastic_rows(args) -> None:
     import tempfile
 
@@ -189,6 +219,13 @@ def elastic_rows(args) -> None:
         print(f"\nkill -9 of rank {args.engines - 1} in its E-step, N = {args.n:,} from .npy, {args.engines} engines:")
         for name, elastic_ in (("elastic recovery", True), ("restart()", False)):
             seconds, how = kill_to_next_step(args.engines, args.timeout, path, elastic_)
+            print(f"{name:<38} {seconds:6.2f} s  kill -> next completed step ({how})", flush=True)
+        tokens = os.path.join(folder, "tokens.npy")
+        np.save(tokens, training.TOKENS)
+        print(f"\nkill -9 of rank {args.engines - 1} at training step 15, checkpoint every 10, "
+              f"{args.engines} engines:")
+        for name, elastic_ in (("elastic training recovery", True), ("restart()", False)):
+            seconds, how = training_kill_to_next_step(args.engines, args.timeout, tokens, folder, elastic_)
             print(f"{name:<38} {seconds:6.2f} s  kill -> next completed step ({how})", flush=True)
 
 

@@ -106,6 +106,11 @@ class TrainingCheckpoints:
             pending.result()
             self._prune()
 
+    def abandon(self) -> None:
+        """Forget the save in flight (its group lost a rank: it never completes, and a
+        checkpoint without ``.metadata`` is never loaded)."""
+        self._pending = None
+
     def _prune(self) -> None:
         """On rank 0: remove all but the :data:`KEEP` newest complete checkpoints, and torn
         directories older than the newest complete one."""

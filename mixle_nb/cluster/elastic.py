@@ -7,12 +7,17 @@ every survivor's elastic handle reads the dead rank's logical shards again from 
 (the survivors kept their own shards' statistics). Folded in shard order, the statistics — and so
 the model — are bit for bit those of a run without the failure. A rank that dies during the
 recovery is dropped too, until no rank is left.
+
+Streaming training takes the same path: each survivor's handle maps its new slice of the token
+file (:meth:`StreamingTokenEncodedData.rejoin`) and the next training call resumes from the
+newest complete checkpoint (``RecoveryEvent.resumed_from``); that run is within noise of the
+failure-free one, not bit for bit.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from . import rank_side
 from .calls import RankCall, RankDiedError, RankError
@@ -34,9 +39,14 @@ class RecoveryEvent:
     seconds: float
     world: int
     read: list = field(default_factory=list)  # per new rank: the shards it read from the files
+    resumed_from: Optional[int] = None  # streaming training: the checkpoint's step it went on from
 
     def describe(self) -> str:
         lost = " then ".join(f"rank {', '.join(map(str, ranks))}" for ranks in self.lost)
+        if self.resumed_from is not None:
+            return (f"{lost} died at step {self.at_step}: the {self.world} surviving rank"
+                    f"{'s' if self.world > 1 else ''} resumed from the checkpoint of step "
+                    f"{self.resumed_from} ({self.seconds:.2f} s)")
         moved = sum(len(r) for r in self.read)
         return (f"{lost} died at step {self.at_step}: the {self.world} surviving rank"
                 f"{'s' if self.world > 1 else ''} read its {moved} shard{'s' if moved != 1 else ''} again and "

@@ -92,9 +92,19 @@ def completed_steps_on_rank(call_id: str) -> list:
     return list(_calls.get(call_id, {}).get("steps", []))
 
 
-def check_elastic_on_rank(handle: str) -> None:
-    """Raise, before any step, unless the handle ``handle`` can go on after a rank dies."""
+def check_elastic_on_rank(handle: str, training: bool = False) -> None:
+    """Raise, before any step, unless the handle ``handle`` can go on after a rank dies (in EM,
+    or with ``training`` in streaming training)."""
     h = lookup(handle)
+    if training:
+        if not hasattr(h, "check_elastic"):
+            raise ValueError(f"{handle!r} (a {type(h).__name__}) is not a streaming token handle: "
+                             "TrainPanel trains a StreamingTokenEncodedData")
+        try:
+            h.check_elastic()
+        except ValueError as exc:
+            raise ValueError(f"{handle!r}: {exc}") from None
+        return
     if getattr(h, "elastic", False) and hasattr(h, "rejoin"):
         return
     if hasattr(h, "rejoin") and getattr(h, "_shard_parts", None) is None:
@@ -106,13 +116,13 @@ def check_elastic_on_rank(handle: str) -> None:
                          "from_npy/from_files(..., elastic=True), then attach the panel")
     raise ValueError(f"{handle!r} (a {type(h).__name__}) cannot go on after a rank dies: elastic recovery covers "
                      "EM handles read from files (TorchRunEncodedData.from_npy/from_files(..., elastic=True)). "
-                     "Streaming training resumes from its newest checkpoint instead: cluster.restart(), build "
-                     "the handle again with the same checkpoint= (any number of ranks), then TrainPanel.attach")
+                     "Streaming training goes on from its newest checkpoint with TrainPanel(..., elastic=True)")
 
 
 def rejoin_on_rank(handle: str) -> list:
     """The elastic handle ``handle`` goes on in the group the survivors formed, reading the lost
-    shards (mixle_nb/cluster/elastic.py); the shards this rank read."""
+    shards (mixle_nb/cluster/elastic.py): the shards this rank read (a streaming handle: the
+    ``[lo, hi)`` of the token file it now trains on)."""
     return lookup(handle).rejoin()
 
 

@@ -42,6 +42,9 @@ from .handle import HandleLifetime
 _PARALLEL_MODES = ("auto", "ddp", "fsdp", "none")
 _PRECISIONS = ("fp32", "bf16")
 _FILE_DTYPES = ("uint16", "uint32", "int32", "int64")
+ELASTIC_TRAINING = ("elastic training resumes the survivors from the newest checkpoint, reading their new "
+                    "slices of the token file: build the handle with StreamingTokenEncodedData.from_file(path, "
+                    "..., checkpoint=DIR) on a DIR every rank can read")
 
 
 def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
@@ -224,6 +227,7 @@ class StreamingTokenEncodedData(HandleLifetime):
                                     seed=seed if shard_by_rank else seed + self.rank)
         self._training: _Training | None = None
         self._resumed = False  # the checkpoint is loaded into the first module trained only
+        self._n_tokens, self._source = n_tokens, None  # (path, dtype) when built by from_file
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, *, dtype: Any = None, **kwargs) -> "StreamingTokenEncodedData":
@@ -236,7 +240,44 @@ class StreamingTokenEncodedData(HandleLifetime):
         keywords are those of the constructor; training is identical to passing the same ids
         as an array.
         """
-        return cls(open_token_file(path, dtype), **kwargs)
+        handle = cls(open_token_file(path, dtype), **kwargs)
+        handle._source = (os.fspath(path), dtype)
+        return handle
+
+    def check_elastic(self) -> None:
+        """Raise unless the survivors of a lost rank can go on (:meth:`rejoin`): the handle reads
+        a token file again, and has checkpoints to resume from."""
+        missing = [what for what, ok in (("was built without checkpoint=", self.checkpoints is not None),
+                                         ("holds tokens passed from memory, which the survivors cannot read "
+                                          "again", self._source is not None)) if not ok]
+        if missing:
+            raise ValueError(f"the handle {' and '.join(missing)}; {ELASTIC_TRAINING}")
+
+    def rejoin(self) -> list:
+        """Go on after ranks died: every survivor calls it together, once the survivors formed a
+        new default group (a MixleCluster's elastic recovery does both). Takes this rank's new
+        rank and world and its slice of the token file for them; the next training call wraps
+        the module and builds the optimizer again and resumes from the newest complete
+        checkpoint (DCP reshards): module, optimizer, data position, RNG. The steps after it are
+        trained again, on the new slices. Returns ``[lo, hi)``, the tokens this rank now holds."""
+        self.check_elastic()
+        self._membership = join_group(None)
+        self.rank, self.world = self._membership.rank, self._membership.world
+        self.checkpoints.abandon()
+        self._training, self._resumed = None, False
+        if self.checkpoints.latest() is None:
+            raise RuntimeError(f"no complete checkpoint in {self.checkpoints.root} yet (one is written every "
+                               f"{self.checkpoints.every} steps): nothing to resume the survivors from; "
+                               "call cluster.restart() and train again")
+        tokens = open_token_file(*self._source)
+        if len(tokens) != self._n_tokens:
+            raise RuntimeError(f"{self._source[0]} holds {len(tokens)} tokens, not the {self._n_tokens} the "
+                               "handle was built on: did the file change?")
+        self._shard(tokens, self.block, self.batch_size, self.shard_by_rank, mapped=True)
+        self._windows = window_view(self.tokens, self.block)
+        self._order = SequenceOrder(len(self.tokens), self.block, self.batch_size, shuffle=self.shuffle,
+                                    seed=self.seed if self.shard_by_rank else self.seed + self.rank)
+        return list(shard_bounds(len(tokens), self.rank, self.world if self.shard_by_rank else 1))
 
     def _shard(self, tokens: np.ndarray, block: int, batch_size: int, shard_by_rank: bool, *,
                mapped: bool) -> None:

@@ -10,6 +10,7 @@ from typing import Optional
 import ipywidgets as w
 
 from .. import validation as check
+from ..cluster import elastic as elastic_recovery
 from ..cluster import rank_side
 from .loss_view import LossView, mean_curve
 from .panel import Panel, plot_image, resolve_cluster
@@ -35,12 +36,20 @@ class TrainPanel(Panel):
     continues the curves on a new handle, and the training from the last weights the panel
     kept: ``model_state`` (a ``state_dict`` of CPU tensors) is taken from rank 0 after every
     chunk (locally: after training), ``model_state_step`` is the step it was taken at.
+
+    ``elastic=True`` (on a cluster, with a handle built by ``from_file(..., checkpoint=DIR)``):
+    when a rank dies mid-chunk, the survivors form a group of their own, each takes its slice
+    of the token file for the new world size, and training goes on from the newest complete
+    checkpoint (module, optimizer, data position, RNG; mixle_nb/cluster/elastic.py). The curves
+    are cut back to its step; ``recoveries`` lists each
+    :class:`~mixle_nb.cluster.elastic.RecoveryEvent` (also in ``history_rows()``).
     """
 
     def __init__(self, cluster=None, *, handle, estimator, tokenizer=None, prompt: str = "",
                  sample_chars: int = 200, chunk_steps: int = 20, report_every: int = 5,
                  temperature: float = 0.8, validation=None, entropy_floor: Optional[float] = None,
-                 x_axis: str = "steps", log_scale: bool = False, smoothing: float = 0.8):
+                 x_axis: str = "steps", log_scale: bool = False, smoothing: float = 0.8,
+                 elastic: bool = False):
         super().__init__()
         self.chunk_steps = check.positive_int("chunk_steps", chunk_steps)
         self.report_every = check.positive_int("report_every", report_every)
@@ -58,6 +67,8 @@ class TrainPanel(Panel):
         self.last_model = None  # the trained leaf after the last finished chunk (local runs)
         self.model_state: Optional[dict] = None
         self.model_state_step = 0
+        self.elastic = bool(elastic)
+        self.recoveries: list = []
         self._offset = (0, 0)  # (steps, targets) trained on earlier handles, before attach()
         self._stop = threading.Event()
         self._rates: dict[int, float] = {}
@@ -71,6 +82,10 @@ class TrainPanel(Panel):
         if self.cluster is not None and validation is not None and not isinstance(validation, str):
             raise TypeError("with a cluster, pass validation= as the name the held-out handle has on the ranks")
         self.handle, self.estimator, self.validation = handle, estimator, validation
+        if self.elastic:
+            if self.cluster is None:
+                raise ValueError("elastic=True needs a cluster: it lets training go on when one of its ranks dies")
+            self.cluster.run(rank_side.check_elastic_on_rank, handle, True)
 
     def train(self, block: bool = True) -> None:
         """Train to the end of the handle's epochs (or until ``stop()``); ``block=False``
@@ -135,6 +150,8 @@ class TrainPanel(Panel):
                 for rank, pts in sorted(self.points.items()) for s, t, loss in list(pts)]
         rows += [{"kind": "held-out", "rank": "all", "step": s, "targets": t, "loss": loss}
                  for s, t, loss in list(self.held_out)]
+        rows += [{"kind": "recovery", "rank": sum(e.lost, []), "step": e.at_step, "targets": None, "loss": None,
+                  "recovery": e.describe()} for e in self.recoveries]
         return rows
 
     def _request_stop(self) -> None:
@@ -167,7 +184,13 @@ class TrainPanel(Panel):
         while steps_done < total and not self._stop.is_set():
             call = self.cluster.run_async(rank_side.train_on_rank, self.handle, self.estimator,
                                           PANEL_LEAF_NAME, self.chunk_steps, self.report_every)
-            results = self._await(call, on_slice=lambda: self._record(call.data))
+            try:
+                results = self._await(call, on_slice=lambda: self._record(call.data))
+            except elastic_recovery.RankDiedError as exc:
+                if not self.elastic:
+                    raise
+                steps_done, total = self._go_on(exc, call)
+                continue
             self._record(call.data)
             self._record({r: res["last_report"] for r, res in zip(call.ranks, results) if res["last_report"]})
             steps_done = results[0]["steps_done"]
@@ -176,6 +199,23 @@ class TrainPanel(Panel):
                 loss = self.cluster.run(rank_side.held_out_loss_on_rank, self.validation, PANEL_LEAF_NAME)[0]
                 self._add_held_out(loss)
         self.last_model = PANEL_LEAF_NAME
+
+    def _go_on(self, exc: BaseException, call) -> tuple[int, int]:
+        """Elastic: the survivors of ``call`` form a group, take their new slices of the token
+        file and resume from the newest checkpoint; the event is recorded, the curves cut back
+        to its step. The handle's (steps done, total steps) at the new world size."""
+        last = [pts[-1][0] for pts in self.points.values() if pts]
+        event = elastic_recovery.recover(self.cluster, self.handle, exc.ranks, [call],
+                                         at_step=max(last, default=self._offset[0]))
+        event.resumed_from = self._checkpoint_step()
+        offset = self._offset
+        self._cut_back(offset[0] + event.resumed_from)
+        self._offset = offset  # the same handle counts on from its checkpoint
+        self.recoveries.append(event)
+        self._show_status(event.describe())
+        done = self.cluster.run(rank_side.training_progress_on_rank, self.handle, targets=[0])[0]
+        self.progress.max = self._offset[0] + done["total_steps"]
+        return done["steps_done"], done["total_steps"]
 
     def _train_locally(self) -> None:
         h = self.handle
