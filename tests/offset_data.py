@@ -116,7 +116,7 @@ def estimator_and_start(p: OffsetProblem, kind: str, reg_covar: float):
 
 def sklearn_start(p: OffsetProblem, kind: str) -> dict:
     """``GaussianMixture`` keywords for the same start as :func:`estimator_and_start`."""
-    d, k, var = p.x.shape[1], p.k, p.scales ** 2
+    k, var = p.k, p.scales ** 2
     precisions = {"full": np.tile(np.diag(1 / var), (k, 1, 1)), "tied": np.diag(1 / var),
                   "diag": np.tile(1 / var, (k, 1)), "spherical": np.full(k, 1 / var.mean())}[kind]
     return dict(n_components=k, covariance_type=kind, weights_init=np.full(k, 1.0 / k), means_init=p.start_means,
