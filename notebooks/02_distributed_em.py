@@ -231,7 +231,9 @@ print(f"{mixle.n} ranks vs 1 process, same start, {len(single)} EM steps: "
 # The data never moves after sharding. Per step each rank contributes one vector of float64
 # numbers to one all-reduce, whatever the number of points:
 #
-# * the statistics: K counts, then [Σr, Σr·x, Σr·x²] per component, so K·(1+2D) + K numbers;
+# * the statistics: K counts, then [Σr, Σr·c, Σr·(x−c), Σr·(x−c)²] per component, taken about
+#   each component's previous mean c (the README's "Numerics": sums that keep their digits far
+#   from the origin), so K·(1+3D) + K numbers;
 # * a few numbers of bookkeeping: the count of points and the log-density, a status word (so
 #   that an error on one rank stops every rank at once instead of leaving them waiting), and
 #   a check that every rank stepped the same model.
@@ -254,7 +256,7 @@ acc = est.accumulator_factory().make()
 acc.seq_update(seq_encode(x[:10], model=start), None, start)
 statistics = flatten_value(acc.value()).size
 K, D = len(start.components), 1
-assert statistics == K * (1 + 2 * D) + K and len(set(sent)) == 1
+assert statistics == K * (1 + 3 * D) + K and len(set(sent)) == 1
 numbers, bookkeeping = sent[0], sent[0] - statistics
 shard = len(x) // mixle.n
 sizes = {"one rank's shard\n(raw float64)": shard * 8, "sent per rank\nper EM step": numbers * 8}
@@ -390,14 +392,16 @@ panel2
 panel2.snapshot()
 
 # %% [markdown]
-# With full covariances each component has 1 + D + D² sums, so each rank now sends
-# K·(1 + D + D²) + K statistics per step, and the same bookkeeping as before. The next cell
-# counts them.
+# With full covariances each component has 1 + 2D + D² sums (the count, the reference, the
+# first and the second centred moments), so each rank now sends K·(1 + 2D + D²) + K statistics
+# per step, and the same bookkeeping as before. The next cell counts them.
 
 # %%
 acc2 = est2.accumulator_factory().make()
 acc2.seq_update(seq_encode(x2[:10], model=start2), None, start2)
 statistics2 = flatten_value(acc2.value()).size
+K2, D2 = len(start2.components), x2.shape[1]
+assert statistics2 == K2 * (1 + 2 * D2 + D2 ** 2) + K2
 print(f"2-D, K={len(start2.components)}, full covariance: {statistics2} statistics + {bookkeeping} of "
       f"bookkeeping = {statistics2 + bookkeeping} float64 numbers per rank per step")
 
@@ -417,7 +421,7 @@ folder.cleanup()
 # ## Summary
 #
 # * Each rank reads its own rows from the data file and keeps them; per step only the
-#   K·(1+2D) + K statistics and a few numbers of bookkeeping travel from each rank, in one all-reduce.
+#   K·(1+3D) + K statistics and a few numbers of bookkeeping travel from each rank, in one all-reduce.
 # * Every rank runs the same M-step on the same totals, so every rank holds the same model,
 #   and it equals the one-process model up to rounding.
 # * The fold's cost is mostly waiting for the slowest rank.
