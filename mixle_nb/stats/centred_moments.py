@@ -172,7 +172,7 @@ class CentredMoments(Accumulator):
         if block is None:
             if references is None:
                 references = np.stack([acc._reference_for(None, enc) for acc in accumulators])
-            block = centred(enc, np.asarray(references, dtype=np.float64), not full)
+            block = centred(enc, np.asarray(references, dtype=np.float64))
         sums = block_sums(block, resp, full)
         for acc, reference, row in zip(accumulators, block.references, sums):
             acc.add_sums(reference, row)

@@ -15,7 +15,9 @@ EM that can go downhill. Nothing here works with raw moments:
   in any order, and the fold needs no extra exchange.
 
 The encoding is just the points, ``(D, N)`` on their device; the E-step keeps one pass over
-them, block by block, with ``(K, 2D+1, rows)`` temporaries sized to stay in cache.
+them, block by block: the differences ``d`` (K, D, rows) are made once per block and read by
+both steps (the log-density, then the weighted sums ``Σw``, ``Σw·d`` and ``Σw·d·d`` from one
+``w·d``), with temporaries sized to stay in cache.
 """
 from __future__ import annotations
 
@@ -45,8 +47,12 @@ class PointEncoding:
         return self.points.device
 
     @property
+    def dim(self) -> int:
+        return self.points.shape[0]
+
+    @property
     def row_width(self) -> int:
-        """Floats per row and component that an E-step block keeps (sizes the blocks)."""
+        """Floats per row and component of an E-step block's temporaries (sizes device blocks)."""
         return 2 * self.points.shape[0] + 1
 
     def rows(self, start: int, stop: int) -> "PointEncoding":
@@ -60,20 +66,10 @@ def point_encoding(x: np.ndarray, device: torch.device) -> PointEncoding:
 
 @dataclass
 class CentredBlock:
-    """One block's differences to reference points, with a row of ones in front so that one
-    weighted sum per component gives the weight too: ``rows`` (K, 1 + D, n) is ``[1; x -
-    references[k]]``, and for the diagonal families (K, 1 + 2D, n) ``[1; d; d²]``."""
+    """One block's differences ``d`` (K, D, n) to reference points ``references`` (K, D)."""
 
     references: np.ndarray
-    rows: torch.Tensor
-
-    @property
-    def d(self) -> torch.Tensor:
-        return self.rows[:, 1 : 1 + len(self.references[0])]
-
-    @property
-    def squares(self) -> torch.Tensor:
-        return self.rows[:, 1 + len(self.references[0]) :]
+    d: torch.Tensor
 
 
 class _Parameters:
@@ -89,18 +85,11 @@ class _Parameters:
         return found
 
 
-def centred(enc: PointEncoding, references: np.ndarray, squares: bool,
-            mu: Optional[torch.Tensor] = None) -> CentredBlock:
-    """The differences of ``enc``'s points to each of ``references`` (K, D) (and their squares)."""
+def centred(enc: PointEncoding, references: np.ndarray, mu: Optional[torch.Tensor] = None) -> CentredBlock:
+    """The differences of ``enc``'s points to each of ``references`` (K, D)."""
     if mu is None:
         mu = torch.from_numpy(np.ascontiguousarray(references, dtype=np.float64)).to(enc.device)
-    k, d = mu.shape
-    rows = torch.empty(k, 1 + (2 * d if squares else d), enc.points.shape[1], dtype=torch.float64, device=enc.device)
-    rows[:, 0] = 1.0
-    torch.sub(enc.points[None], mu[:, :, None], out=rows[:, 1 : 1 + d])
-    if squares:
-        torch.mul(rows[:, 1 : 1 + d], rows[:, 1 : 1 + d], out=rows[:, 1 + d :])
-    return CentredBlock(references, rows)
+    return CentredBlock(references, torch.sub(enc.points[None], mu[:, :, None]))
 
 
 class DiagonalKernel:
@@ -117,11 +106,12 @@ class DiagonalKernel:
     def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, CentredBlock]:
         """The log-joint and the block's differences, which the M-step sums next."""
         p = self._params.on(enc.device)
-        block = centred(enc, self.references, True, p["mu"])
-        if block.squares.shape[1] == 1:  # 1-D: one fused pass
-            lp = torch.addcmul(p["const"][:, None], block.squares[:, 0], p["neg_half_precision"])
+        block = centred(enc, self.references, p["mu"])
+        d = block.d
+        if d.shape[1] == 1:  # 1-D: c + (-1/(2σ²))·d·d, one fused pass after the scaling
+            lp = torch.addcmul(p["const"][:, None], d[:, 0], d[:, 0] * p["neg_half_precision"])
         else:
-            lp = torch.bmm(p["neg_half_precision"][:, None, :], block.squares)[:, 0].add_(p["const"][:, None])
+            lp = torch.bmm(p["neg_half_precision"][:, None, :], d * d)[:, 0].add_(p["const"][:, None])
         return lp, block
 
     def __call__(self, enc: PointEncoding) -> torch.Tensor:
@@ -140,7 +130,7 @@ class FullKernel:
 
     def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, CentredBlock]:
         p = self._params.on(enc.device)
-        block = centred(enc, self.references, False, p["mu"])
+        block = centred(enc, self.references, p["mu"])
         z = torch.bmm(p["whiten"], block.d)
         lp = z.square_().sum(dim=1).mul_(-0.5).add_(p["const"][:, None])
         return lp, block
@@ -151,20 +141,20 @@ class FullKernel:
 
 def block_sums(block: CentredBlock, weights: torch.Tensor, full: bool) -> np.ndarray:
     """``(K, 1 + D + S)`` rows ``[Σw, Σw·d, Σw·d²]`` (diagonal, S = D) or ``[Σw, Σw·d,
-    Σw·ddᵀ]`` (full, S = D²) for weights (K, n): one weighted sum or product per component,
-    on the block's device; only the sums come back."""
-    k, d = block.rows.shape[0], len(block.references[0])
-    if not full:
-        rows = block.rows if block.rows.shape[1] == 1 + 2 * d else centred_squares(block)
-        return torch.linalg.vecdot(rows, weights[:, None, :], dim=2).cpu().numpy()
-    rows = block.rows[:, : 1 + d]
-    moments = torch.bmm(rows * weights[:, None, :], rows.transpose(1, 2))  # (K, 1+D, 1+D)
-    return torch.cat([moments[:, 0], moments[:, 1:, 1:].reshape(k, d * d)], dim=1).cpu().numpy()
-
-
-def centred_squares(block: CentredBlock) -> torch.Tensor:
-    """``[1; d; d²]`` of a block that kept only ``[1; d]`` (a full kernel's, read by a diagonal family)."""
-    return torch.cat([block.rows, block.d * block.d], dim=1)
+    Σw·ddᵀ]`` (full, S = D²) for weights (K, n), on the block's device: the weighted
+    differences ``w·d`` once, then one sum and one product per component (no row of ones, no
+    weighted squares kept); only the sums come back."""
+    d = block.d
+    k, dim = d.shape[0], d.shape[1]
+    wd = d * weights[:, None, :]
+    sums = torch.empty(k, 1 + dim + (dim * dim if full else dim), dtype=torch.float64, device=d.device)
+    torch.sum(weights, dim=1, out=sums[:, 0])
+    torch.sum(wd, dim=2, out=sums[:, 1 : 1 + dim])
+    if full:
+        sums[:, 1 + dim :] = torch.bmm(wd, d.transpose(1, 2)).reshape(k, dim * dim)
+    else:
+        sums[:, 1 + dim :] = torch.linalg.vecdot(wd, d, dim=2)
+    return sums.cpu().numpy()
 
 
 def weighted_sums(enc: PointEncoding, weights, references: np.ndarray, full: bool) -> np.ndarray:
@@ -175,4 +165,4 @@ def weighted_sums(enc: PointEncoding, weights, references: np.ndarray, full: boo
     else:
         w = device_tensor(weights, enc.device)
         w = w.expand(len(references), -1) if w.ndim == 1 else w
-    return block_sums(centred(enc, references, not full), w, full)
+    return block_sums(centred(enc, references), w, full)
