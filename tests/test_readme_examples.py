@@ -1,9 +1,9 @@
 """Every Python example of the README and every ``Example::`` of the magics' docstrings, run as
 written, in order, in one real kernel: what a new user pastes first must work.
 
-The README's cells run first, on the 4-engine cluster its Quick start starts. Its one example
-that needs hosts it cannot reach (``Running across hosts``) builds the cluster object without
-starting it, as written. The shell examples (``make``, ``torchrun``, the benchmarks) are not
+The README's cells run first, on the 4-engine cluster its Quick start starts. Its examples
+that need hosts it cannot reach (``Running across hosts``, ``Schedulers: Slurm``) build the
+cluster object without starting it, as written. The shell examples (``make``, ``torchrun``, the benchmarks) are not
 Python: the torchrun one is run by notebook 04's test, the benchmarks take minutes. Then
 the cluster is stopped (the README says ``%mixle_cluster stop``), the ``%mixle_cluster``
 docstring starts a 2-engine one, the other magics' examples run on it, and it is stopped too:

@@ -181,7 +181,11 @@ def test_stop_leaves_no_process_on_any_host_and_no_job(cluster, slurm):
     assert slurm.jobs() == []
     for host in slurm.network.hosts:
         host.disconnect()
-    assert slurm.leftovers() == {h.hostname: [] for h in slurm.network.hosts}
+    empty = {h.hostname: [] for h in slurm.network.hosts}
+    deadline = time.monotonic() + 10  # the shared ssh connection's sshd session ends just after its exit
+    while (left := slurm.leftovers()) != empty and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == empty
     assert [p for p in local if _alive(p)] == []
 
 
@@ -235,7 +239,11 @@ def test_the_lifeline_cancels_the_job_when_its_owner_is_killed(slurm):
     assert _queue_empties(slurm) == []
     for host in slurm.network.hosts:
         host.disconnect()
-    assert slurm.leftovers() == {h.hostname: [] for h in slurm.network.hosts}
+    empty = {h.hostname: [] for h in slurm.network.hosts}
+    deadline = time.monotonic() + 10  # the shared ssh connection's sshd session ends just after its exit
+    while (left := slurm.leftovers()) != empty and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == empty
 
 
 def _alive(pid):
