@@ -109,7 +109,7 @@ class EMPanel(Panel):
         if self.elastic:
             if self.cluster is None:
                 raise ValueError("elastic=True needs a cluster: it lets a run go on when one of its ranks dies")
-            self.cluster.run(rank_side.check_elastic_on_rank, handle, targets=[0])
+            self.cluster.run(rank_side.check_elastic_on_rank, handle)  # on every rank: all fail together
         self.checkpoint = EMCheckpoint.of(checkpoint)
         saved = self.checkpoint.load("panel") if self.checkpoint else None
         self.start_model = self._current_model

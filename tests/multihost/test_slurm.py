@@ -179,13 +179,7 @@ def test_stop_leaves_no_process_on_any_host_and_no_job(cluster, slurm):
     local = cluster.pids
     cluster.stop()
     assert slurm.jobs() == []
-    for host in slurm.network.hosts:
-        host.disconnect()
-    empty = {h.hostname: [] for h in slurm.network.hosts}
-    deadline = time.monotonic() + 10  # the shared ssh connection's sshd session ends just after its exit
-    while (left := slurm.leftovers()) != empty and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert left == empty
+    assert _leftovers_once_disconnected(slurm) == {h.hostname: [] for h in slurm.network.hosts}
     assert [p for p in local if _alive(p)] == []
 
 
@@ -216,6 +210,16 @@ def _queue_empties(slurm, timeout=30.0):
     return slurm.jobs()
 
 
+def _leftovers_once_disconnected(slurm, timeout=10.0):
+    """Each host's processes that are not the harness's, after closing its shared ssh connection
+    (whose sshd session ends just after the connection's exit)."""
+    for host in slurm.network.hosts:
+        host.disconnect()
+    deadline = time.monotonic() + timeout
+    while any((left := slurm.leftovers()).values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
 _OWNER = """
 import sys, time
 from mixle_nb.cluster import MixleCluster
@@ -237,13 +241,7 @@ def test_the_lifeline_cancels_the_job_when_its_owner_is_killed(slurm):
         owner.kill()
         owner.wait()
     assert _queue_empties(slurm) == []
-    for host in slurm.network.hosts:
-        host.disconnect()
-    empty = {h.hostname: [] for h in slurm.network.hosts}
-    deadline = time.monotonic() + 10  # the shared ssh connection's sshd session ends just after its exit
-    while (left := slurm.leftovers()) != empty and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert left == empty
+    assert _leftovers_once_disconnected(slurm) == {h.hostname: [] for h in slurm.network.hosts}
 
 
 def _alive(pid):
