@@ -228,7 +228,7 @@ def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start, begun=N
     ``save(iteration, run)`` after each iteration; returns its result and whether Ctrl-C ended it."""
     history: list[IterationRecord] = list(begun[2]) if begun else []
     previous = begun[1] if begun else -math.inf
-    if history and ((delta is not None and history[-1].gain < delta) or (tol is not None and abs(history[-1].gain) < tol)):
+    if history and _converged(history[-1].gain, delta, tol):
         return FitResult(model, previous, history, True, len(history), ""), False  # saved as it converged
     for iteration in range(len(history) + 1, max_its + 1):
         try:
@@ -248,9 +248,14 @@ def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start, begun=N
         model, previous = step.model, step.log_density
         if save:
             save(iteration, (model, previous, history))
-        if (delta is not None and gain < delta) or (tol is not None and abs(gain) < tol):
+        if _converged(gain, delta, tol):
             return FitResult(model, previous, history, True, iteration, ""), False
     return FitResult(model, previous, history, False, max_its, ""), False
+
+
+def _converged(gain: float, delta: Optional[float], tol: Optional[float]) -> bool:
+    """The stopping rule: the gain per observation below ``delta`` or its magnitude below ``tol``."""
+    return (delta is not None and gain < delta) or (tol is not None and abs(gain) < tol)
 
 
 def _is_handle(data: Any) -> bool:

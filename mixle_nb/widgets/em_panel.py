@@ -201,7 +201,7 @@ class EMPanel(Panel):
         if k > len(self.history):
             raise ValueError(f"can go back 1..{len(self.history)} steps; got {k!r}")
         with self._lock:
-            del self.history[len(self.history) - int(k):]
+            del self.history[len(self.history) - k:]
             self._push_current()
             self._save_checkpoint(force=True)
         self.request_redraw()
