@@ -503,11 +503,11 @@ def test_costly_redraws_take_a_tenth_of_a_core_yet_come_twice_a_second():
         assert np.median(gaps) < spacing + 0.3, (cpu_s, gaps)
 
 
-def interrupt_run(panel, after_s: float) -> int:
-    """Ctrl-C ``after_s`` into a blocking ``panel.run``: it raises, and no step follows; the
-    steps done."""
+def interrupt_run(panel, after_s: float, elsewhere: bool = False) -> int:
+    """Ctrl-C ``after_s`` into a blocking ``panel.run`` (see ``interrupt_after``): it raises, and
+    no step follows; the steps done."""
     with kernel_interrupts(), pytest.raises(KeyboardInterrupt):
-        interrupt_after(after_s)
+        interrupt_after(after_s, elsewhere)
         panel.run(100_000)
     assert not panel.running
     steps = len(panel.history)
@@ -519,6 +519,13 @@ def interrupt_run(panel, after_s: float) -> int:
 def test_ctrl_c_during_a_blocking_local_run_stops_the_worker():
     panel, _ = local_panel(20_000)
     interrupt_run(panel, 1.0)
+
+
+def test_ctrl_c_delivered_to_another_thread_still_stops_a_blocking_run():
+    """A CI run once waited out all 100,000 steps: the SIGINT went to a thread other than the
+    main one, which slept in a lock wait that only a signal of its own would wake."""
+    panel, _ = local_panel(20_000)
+    interrupt_run(panel, 1.0, elsewhere=True)
 
 
 def test_train_panel_locally_with_held_out_loss_entropy_floor_and_targets(tmp_path):

@@ -17,6 +17,8 @@ REDRAW_CPU_SHARE = 0.1  # and, within that, at most this share of one core: a re
 # changed draws axes and text again (100-200 ms), which early in a run happens at nearly every redraw
 REDRAW_MAX_INTERVAL_S = 0.5  # but at least 2 redraws a second while there is something new to show
 AWAIT_SLICE_S = 0.1  # how often a worker waiting on the ranks checks for an interrupt
+WAIT_SLICE_S = 0.1  # how often a blocked wait() wakes: Python runs a Ctrl-C's handler only when the
+# main thread runs, and a SIGINT the kernel delivers to another thread does not wake a lock wait
 STOP_DEADLINE_S = 30.0  # how long Ctrl-C waits for the worker (a cancel may re-form the group)
 
 
@@ -73,7 +75,7 @@ class Panel:
             return
         # an Event, not Thread.join: a join interrupted by Ctrl-C can report a live thread as ended
         try:
-            finished = self._done.wait(timeout)
+            finished = self._wait_done(timeout)
         except KeyboardInterrupt:
             self._interrupted.set()
             self._request_stop()
@@ -85,6 +87,17 @@ class Panel:
             raise
         if finished:
             self.flush()
+
+    def _wait_done(self, timeout: Optional[float]) -> bool:
+        """Whether the worker ended within ``timeout`` s (``None``: however long), waited for in
+        slices of :data:`WAIT_SLICE_S` so that a pending Ctrl-C is raised within one slice."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, deadline - time.monotonic())
+            if left <= 0:
+                return self._done.is_set()
+            if self._done.wait(left):
+                return True
 
     def _request_stop(self) -> None:
         """Ask the worker to stop before its next step (subclasses set their flag)."""
