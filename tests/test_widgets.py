@@ -221,12 +221,12 @@ def test_names_without_a_running_cluster_say_how_to_start_one(monkeypatch):
         EMPanel(handle="h", estimator="est", model="start")
 
 
-def _make_token_handle():
+def _make_token_handle(epochs: int = 1):
     from mixle_nb.parallel import StreamingTokenEncodedData
     from mixle_nb.cluster.rank_side import rank_namespace
 
     ns = rank_namespace()
-    ns["th"] = StreamingTokenEncodedData(ns["ids"], block=16, batch_size=8, epochs=1,
+    ns["th"] = StreamingTokenEncodedData(ns["ids"], block=16, batch_size=8, epochs=epochs,
                                          init_process_group=False)
     return ns["th"].total_steps
 
@@ -615,7 +615,8 @@ def test_ctrl_c_during_a_blocking_cluster_run_stops_worker_and_ranks(em_cluster)
 
 
 def _push_long_training(cluster):
-    """A token handle ``th`` and an estimator ``test`` on the ranks, long enough to interrupt;
+    """A token handle ``th`` and an estimator ``test`` on the ranks, long enough to interrupt
+    (four epochs of 156 steps; a CI run once finished the one epoch it had before the kill);
     returns ``(tokenizer, text, module)`` to rebuild them."""
     from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm, stdlib_text
 
@@ -623,7 +624,7 @@ def _push_long_training(cluster):
     tokenizer = CharTokenizer.fit(text)
     module = build_causal_lm(tokenizer.vocab_size, d_model=32, n_layer=1, n_head=2, block=16)
     cluster.push(ids=tokenizer.encode(text), test=StreamingTransformerLeafEstimator(module, lr=1e-2))
-    cluster.run(_make_token_handle)
+    cluster.run(_make_token_handle, 4)
     return tokenizer, text, module
 
 
@@ -694,19 +695,32 @@ def _module_state(estimator: str) -> dict:
     return {k: v.detach().cpu().numpy() for k, v in lookup(estimator).module.state_dict().items()}
 
 
-def test_kill_9_during_training_keeps_the_curves_and_attach_continues_from_the_kept_weights(cluster2):
+@pytest.fixture
+def cluster_to_kill(cluster2):
+    """The session cluster for a test that kills a rank: should the test fail before its own
+    ``restart()``, the cluster is restarted and its EM handle rebuilt after, so that the failure
+    stays this test's alone."""
+    yield cluster2
+    if cluster2.state != "running" or not all(row.alive for row in cluster2.status()):
+        cluster2.restart()
+        _rebuild_em_handle(cluster2)
+
+
+def test_kill_9_during_training_keeps_the_curves_and_attach_continues_from_the_kept_weights(cluster_to_kill):
+    cluster = cluster_to_kill
     import os
     import signal
 
     from mixle_nb.cluster import RankDiedError
     from mixle_nb.neural import StreamingTransformerLeafEstimator
 
-    tokenizer, text, module = _push_long_training(cluster2)
-    panel = TrainPanel(cluster2, handle="th", estimator="test", chunk_steps=20, report_every=2)
+    tokenizer, text, module = _push_long_training(cluster)
+    panel = TrainPanel(cluster, handle="th", estimator="test", chunk_steps=20, report_every=2)
     panel.train(block=False)
     wait_until(lambda: panel.model_state is not None and len(panel.curves.get(0, [])) >= 12, 120,
                "a finished chunk and twelve progress reports")
-    os.kill(_engine_pid(cluster2, 1), signal.SIGKILL)
+    assert panel.running, "training ended before the kill: give it more steps"
+    os.kill(_engine_pid(cluster, 1), signal.SIGKILL)
     panel.wait(30)
     assert not panel.running
     assert isinstance(panel.error, RankDiedError) and "RankDiedError" in panel.status.value
@@ -715,13 +729,13 @@ def test_kill_9_during_training_keeps_the_curves_and_attach_continues_from_the_k
     assert panel.model_state_step % 20 == 0 and 20 <= panel.model_state_step <= kept
     trained_loss = dict(panel.curves[0])[panel.model_state_step]
     untrained_loss = panel.curves[0][0][1]
-    cluster2.restart()
+    cluster.restart()
     # the estimator pushed again carries the untrained module, as a notebook's re-run cell would
-    cluster2.push(ids=tokenizer.encode(text[:8000]), test=StreamingTransformerLeafEstimator(module, lr=1e-2))
-    total = cluster2.run(_make_token_handle)[0]
-    panel.attach(cluster2, handle="th", estimator="test")
+    cluster.push(ids=tokenizer.encode(text[:8000]), test=StreamingTransformerLeafEstimator(module, lr=1e-2))
+    total = cluster.run(_make_token_handle)[0]
+    panel.attach(cluster, handle="th", estimator="test")
     assert f"weights of step {panel.model_state_step}" in panel.status.value
-    for state in cluster2.run(_module_state, "test"):  # every rank now holds the kept weights
+    for state in cluster.run(_module_state, "test"):  # every rank now holds the kept weights
         assert state.keys() == panel.model_state.keys()
         assert all(np.array_equal(state[k], panel.model_state[k].numpy()) for k in state)
     panel.train()
@@ -731,7 +745,7 @@ def test_kill_9_during_training_keeps_the_curves_and_attach_continues_from_the_k
     # loss, not back at the untrained one
     resumed_loss = next(loss for step, loss in panel.curves[0] if step > kept)
     assert resumed_loss < (trained_loss + untrained_loss) / 2, (untrained_loss, trained_loss, resumed_loss)
-    _rebuild_em_handle(cluster2)  # leave the module's EM handle as em_cluster made it
+    _rebuild_em_handle(cluster)  # leave the module's EM handle as em_cluster made it
 
 
 # ---------------------------------------------------------------- starts and the choice of K
