@@ -168,6 +168,30 @@ def test_close_destroys_only_its_own_group(world_results):
     assert all(r["destroyed_own_group"] and r["kept_existing_group"] for r in results)
 
 
+def _handles_in_a_row(rank, world, rounds):
+    """A handle per round, each owning its group; rank 0 leaves each one later than the others."""
+    from mixle_nb.parallel import TorchRunEncodedData
+    from mixle_nb.stats import GaussianDistribution, GaussianEstimator
+
+    sums = []
+    for i in range(rounds):
+        with TorchRunEncodedData(np.arange(10.0), estimator=GaussianEstimator()) as h:
+            sums.append(h.pysp_seq_log_density_sum(GaussianDistribution(0.0, 1.0)))  # a collective
+            if rank == 0:
+                time.sleep(0.2 * (i % 3))
+    return sums
+
+
+def test_handles_in_a_row_rendezvous_whoever_leaves_first():
+    """torch's env:// rendezvous opens a new store per group on the same port: the rank that left
+    first joined the old store and both waited forever (here, and once in CI)."""
+    results = run_local(_handles_in_a_row, 2, timeout=60, rounds=8)
+    x = np.arange(10.0)
+    closed_form = -0.5 * np.sum(x ** 2) - 5 * np.log(2 * np.pi)
+    for count, total in results[0] + results[1]:
+        assert count == 10 and abs(total - closed_form) <= 1e-12 * abs(closed_form)
+
+
 def _initial_model(rank, world):
     from mixle_nb.parallel import TorchRunEncodedData
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Collection, Optional
 
 import torch
 import torch.distributed as dist
+from torch.distributed.constants import default_pg_timeout
 
 from . import slurm_env
 
@@ -31,6 +32,9 @@ _call_ranks: Optional[Callable[[], Optional[Collection[int]]]] = None
 # (fd, "socket:[inode]") of the connections the default group opened, when it was created here
 _group_sockets: dict[int, str] = {}
 _severed = False
+# ((MASTER_ADDR, MASTER_PORT, rank, world), store) opened by join_group, and the groups formed in it
+_launcher_store: Optional[tuple[tuple, dist.Store]] = None
+_groups_formed = 0
 
 
 @dataclass
@@ -97,8 +101,29 @@ def join_group(group: Any = None, *, init_process_group: bool = True,
             "as one process")
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     device = _device_for(backend)
-    init_default_group(backend)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    init_default_group(backend, store=_next_launcher_store(rank, world), rank=rank, world_size=world)
     return GroupMembership(dist.get_rank(), dist.get_world_size(), None, device, owned=True)
+
+
+def _next_launcher_store(rank: int, world: int) -> dist.Store:
+    """A fresh namespace in this process's one rendezvous store at ``MASTER_ADDR:MASTER_PORT``.
+
+    torch's own ``env://`` rendezvous opens a new store per group on the same port, so a rank that
+    leaves one handle's group and joins the next before rank 0 has left the first connects to the
+    old store and waits forever (seen with two handles in a row). Here the store is opened once per
+    process and address, held for its life, and every group formed through it gets the next
+    prefix; every rank forms its groups in the same order (construction is collective), so the
+    prefixes agree. Under torchrun every rank connects to the agent's store, as torch does."""
+    global _launcher_store, _groups_formed
+    where = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), rank, world)
+    if _launcher_store is None or _launcher_store[0] != where:
+        agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        store = dist.TCPStore(where[0], where[1], world, is_master=rank == 0 and not agent_store,
+                              timeout=default_pg_timeout, multi_tenant=True)
+        _launcher_store, _groups_formed = (where, store), 0
+    _groups_formed += 1
+    return dist.PrefixStore(f"mixle_nb/group{_groups_formed}", _launcher_store[1])
 
 
 def _open_sockets() -> dict[int, str]:
