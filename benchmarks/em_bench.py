@@ -4,9 +4,9 @@ and KMeans start, in EM steps (target: at most 3).
 
 Same data, same start, measured side by side in one run (this machine is shared and noisy:
 compare the ratios, not the absolute numbers). Run: .venv/bin/python benchmarks/em_bench.py
-(``--only init`` for the initialisation alone). ``--baseline DIR``: also time the EM step of
-the mixle_nb in another checkout (e.g. ``git worktree add /tmp/base main``), interleaved with
-this one's, to compare a change before and after in the same run.
+(``--only init`` for the initialisation alone). ``--baseline DIR`` (repeatable): also time the
+EM step of the mixle_nb in another checkout (e.g. ``git worktree add /tmp/base main``),
+interleaved with this one's, to compare a change before and after in the same run.
 """
 from __future__ import annotations
 
@@ -34,15 +34,15 @@ from mixle_nb.stats import (
 )
 
 
-def load_baseline(checkout: str):
-    """The ``stats`` package of the mixle_nb in ``checkout``, imported as ``mixle_nb_baseline``."""
+def load_baseline(checkout: str, name: str):
+    """The ``stats`` package of the mixle_nb in ``checkout``, imported as package ``name``."""
     package = os.path.join(os.path.abspath(checkout), "mixle_nb")
-    spec = importlib.util.spec_from_file_location("mixle_nb_baseline", os.path.join(package, "__init__.py"),
+    spec = importlib.util.spec_from_file_location(name, os.path.join(package, "__init__.py"),
                                                   submodule_search_locations=[package])
     module = importlib.util.module_from_spec(spec)
-    sys.modules["mixle_nb_baseline"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
-    return importlib.import_module("mixle_nb_baseline.stats")
+    return importlib.import_module(f"{name}.stats")
 
 
 def baseline_step(stats, x: np.ndarray, dim: int, k: int, start_means: np.ndarray):
@@ -122,7 +122,7 @@ def interleaved_best(fns: dict, repeats: int, settle_s: float = 0.25) -> dict:
     return {name: min(t) for name, t in times.items()}
 
 
-def run(n: int, dim: int, k: int, repeats: int, baseline=None) -> dict:
+def run(n: int, dim: int, k: int, repeats: int, baselines=()) -> dict:
     from sklearn.mixture import GaussianMixture
 
     x, start, means = make_data(n, dim, k)
@@ -152,8 +152,8 @@ def run(n: int, dim: int, k: int, repeats: int, baseline=None) -> dict:
         "sklearn_one": lambda: GaussianMixture(max_iter=1, tol=0, **gm_kwargs).fit(x2),
         "sklearn_more": lambda: GaussianMixture(max_iter=1 + iters, tol=0, **gm_kwargs).fit(x2),
     }
-    if baseline is not None:
-        contenders["baseline"] = baseline_step(baseline, x, dim, k, means)
+    for i, baseline in enumerate(baselines):
+        contenders[f"baseline{i}"] = baseline_step(baseline, x, dim, k, means)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         best = interleaved_best(contenders, repeats)
@@ -246,20 +246,24 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the N of each workload")
     parser.add_argument("--only", choices=("em", "init"), help="run only the EM or the initialisation workloads")
-    parser.add_argument("--baseline", metavar="DIR", help="also time the EM step of the mixle_nb checked out in DIR")
+    parser.add_argument("--baseline", metavar="DIR", action="append", default=[],
+                        help="also time the EM step of the mixle_nb checked out in DIR (repeatable)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    baseline = load_baseline(args.baseline) if args.baseline else None
+    baselines = [load_baseline(path, f"mixle_nb_baseline{i}") for i, path in enumerate(args.baseline)]
+    for i, path in enumerate(args.baseline):
+        print(f"baseline{i}: {path}")
     if args.only != "init":
         print(f"torch threads: {torch.get_num_threads()}")
-        extra = f"{'baseline ms':>13}{'baseline/torch':>16}" if baseline else ""
+        extra = "".join(f"{f'baseline{i} ms':>14}{f'baseline{i}/torch':>17}" for i in range(len(baselines)))
         print(f"{'workload':<24}{'mixle ms':>10}{'torch ms':>10}{'sklearn ms':>12}{'mixle/torch':>13}"
               f"{'mixle/sklearn':>15}{extra}")
         for n, dim, k in [(1_000_000, 1, 8), (200_000, 8, 8)]:
             n = int(n * args.scale)
-            r = run(n, dim, k, args.repeats, baseline)
+            r = run(n, dim, k, args.repeats, baselines)
             name = f"N={n} D={dim} K={k}"
-            extra = f"{r['baseline']*1e3:>13.1f}{r['baseline']/r['torch']:>16.2f}" if baseline else ""
+            extra = "".join(f"{r[f'baseline{i}']*1e3:>14.1f}{r[f'baseline{i}']/r['torch']:>17.2f}"
+                            for i in range(len(baselines)))
             print(f"{name:<24}{r['mixle']*1e3:>10.1f}{r['torch']*1e3:>10.1f}{r['sklearn']*1e3:>12.1f}"
                   f"{r['mixle']/r['torch']:>13.2f}{r['mixle']/r['sklearn']:>15.3f}{extra}")
     if args.only != "em":

@@ -135,6 +135,53 @@ def test_em_never_goes_downhill(offset):
         assert history[-1] > history[0]
 
 
+def _steps(p, estimator, model, steps=6):
+    enc = seq_encode(p.x[:, 0] if p.x.shape[1] == 1 else p.x, model=model)
+    history = []
+    for _ in range(steps):
+        step = em_step(enc, estimator, model)
+        model = step.model
+        history.append(step.log_density)
+    return full_covariances(model), np.array(history)
+
+
+def _cross_family(p, kind):
+    """A diagonal model stepped by a full estimator (``"full<-diag"``), and back."""
+    d, k, var = p.x.shape[1], p.k, p.scales ** 2
+    if kind == "full<-diag":
+        return (MixtureEstimator([MultivariateGaussianEstimator(d)] * k),
+                MixtureDistribution([DiagonalGaussianDistribution(m, var) for m in p.start_means], np.full(k, 1 / k)))
+    return (MixtureEstimator([DiagonalGaussianEstimator(d)] * k),
+            MixtureDistribution([MultivariateGaussianDistribution(m, np.diag(var)) for m in p.start_means],
+                                np.full(k, 1 / k)))
+
+
+@pytest.mark.parametrize("offset", (0.0, 1e6))
+def test_the_shared_frame_and_the_per_component_frame_give_the_same_fit(offset, monkeypatch):
+    """The fast path (features of ``x - c`` about the mean of the means, one product per step)
+    and the per-component differences agree: every family, and an estimator of another family
+    than the model's; at an offset of 1e6 spreads too."""
+    from mixle_nb.stats import frame
+
+    reach = frame.SHARED_FRAME_REACH
+    for dim, kind in [(1, "full"), (3, "full"), (8, "full"), (3, "tied"), (3, "diag"), (3, "spherical"),
+                      (3, "full<-diag"), (3, "diag<-full")]:
+        p = offset_problem(offset, 1.0, dim, separation=2.0, per=100, seed=4)
+        estimator, model = _cross_family(p, kind) if "<-" in kind else estimator_and_start(p, kind, 1e-6)
+        monkeypatch.setattr(frame, "SHARED_FRAME_REACH", reach)
+        assert model._batched()._c is not None, f"D={dim} {kind}: the start does not take the shared frame"
+        shared, shared_history = _steps(p, estimator, model)
+        monkeypatch.setattr(frame, "SHARED_FRAME_REACH", -1.0)  # no model within reach
+        model = MixtureDistribution(model.components, model.w)  # its kernel made anew
+        apart, apart_history = _steps(p, estimator, model)
+        where = f"offset={offset} D={dim} {kind}"
+        rounding = np.spacing(max(offset, 1.0))  # of the data themselves (spread 1): means differ by an ulp or so
+        np.testing.assert_allclose(shared_history, apart_history, rtol=1e-10, err_msg=where)
+        np.testing.assert_allclose(shared[0], apart[0], rtol=0, atol=1e-12 + rounding, err_msg=where)
+        for part in (1, 2):  # means, covariances
+            np.testing.assert_allclose(shared[part], apart[part], rtol=0, atol=1e-12 + 4 * rounding, err_msg=where)
+
+
 _BASE = offset_problem(0.0, 1.0, 2, separation=10.0, per=80, seed=3)
 
 

@@ -4,7 +4,8 @@ An accumulator's value is ``[n, n·c, S1, S2]``: the weight ``n = Σw``, the ref
 ``c`` (D,) times ``n``, and the centred sums ``S1 = Σw(x - c)`` and ``S2 = Σw(x - c)²`` per
 coordinate (diagonal families) or ``Σw(x - c)(x - c)ᵀ`` flattened (full). The mean is
 ``c + S1/n`` and the (co)variance ``S2/n - (S1/n)²``, which keeps its digits because ``c``
-is near the data: the model's component mean during EM, the k-means centre for a k-means
+is near the data: during EM the model's component mean, or the mean of its component means
+when they are near each other (:mod:`.frame`'s shared frame), the k-means centre for a k-means
 start, the first observation for a local random start.
 
 Why ``n·c`` and not ``c``: under one model every rank centres on the same ``c``, so every
@@ -28,7 +29,7 @@ from typing import Optional
 import numpy as np
 
 from .base import Accumulator, Encoder, merge_into
-from .frame import CentredBlock, PointEncoding, block_sums, centred, weighted_sums
+from .frame import CentredBlock, PointEncoding, SharedFrameBlock, centred, weighted_sums
 
 # A variance below this fraction of the mean squared difference to the reference has lost
 # all but ~3 of its digits to cancellation; it is taken as 0 (collapsed, or unresolvable).
@@ -157,7 +158,7 @@ class CentredMoments(Accumulator):
         self.add_sums(reference, weighted_sums(enc, weights, reference[None], self.full)[0])
 
     @staticmethod
-    def stacked_seq_update(accumulators, enc: PointEncoding, resp, block: Optional[CentredBlock] = None,
+    def stacked_seq_update(accumulators, enc: PointEncoding, resp, block: Optional[CentredBlock | SharedFrameBlock] = None,
                            references: Optional[np.ndarray] = None) -> np.ndarray:
         """Add column k of ``resp`` as the weights of accumulator k, about the E-step's
         ``block`` references, else ``references``, else each accumulator's own; returns each
@@ -173,7 +174,7 @@ class CentredMoments(Accumulator):
             if references is None:
                 references = np.stack([acc._reference_for(None, enc) for acc in accumulators])
             block = centred(enc, np.asarray(references, dtype=np.float64))
-        sums = block_sums(block, resp, full)
+        sums = block.sums(resp, full)
         for acc, reference, row in zip(accumulators, block.references, sums):
             acc.add_sums(reference, row)
         return sums[:, 0]

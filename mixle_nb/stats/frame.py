@@ -13,11 +13,20 @@ EM that can go downhill. Nothing here works with raw moments:
   already agrees on, the model's component mean (the same ``d`` the E-step made), see
   :mod:`.centred_moments`. They are plain sums, so blocks, chunks and ranks still combine
   in any order, and the fold needs no extra exchange.
+- **One shared frame, when the components allow it** (the fast path): when every component
+  mean lies within ``SHARED_FRAME_REACH`` of its own whitened units from the mean of the
+  means ``c``, the differences ``y = x - c`` are made once per block (not once per
+  component) with their squares or pairwise products, ``F = [y, y∘y]`` (D + D or
+  D + D(D+1)/2 rows), and both steps are one matrix product each: ``log p = b + Bᵀ F`` with
+  each component's quadratic form expanded about ``c`` in ``b, B``, and the sums ``F·wᵀ``
+  about ``c``. Expanding a quadratic costs ``eps·T²`` of its digits, ``T`` a mean's whitened
+  distance from ``c``: at most ~2e-11 here (absolute in log p, relative in a covariance).
+  Components farther apart than that (1e4 spreads, say) take the per-component path.
 
 The encoding is just the points, ``(D, N)`` on their device; the E-step keeps one pass over
-them, block by block: the differences ``d`` (K, D, rows) are made once per block and read by
-both steps (the log-density, then the weighted sums ``Σw``, ``Σw·d`` and ``Σw·d·d`` from one
-``w·d``), with temporaries sized to stay in cache.
+them, block by block: the block's differences are made once and read by both steps (the
+log-density, then the weighted sums ``Σw``, ``Σw·d`` and ``Σw·d·d``), with temporaries sized
+to stay in cache.
 """
 from __future__ import annotations
 
@@ -31,6 +40,9 @@ import torch
 from .base import CPU, device_tensor, float_tensor
 
 LOG_2PI = math.log(2.0 * math.pi)
+# Largest whitened distance T of a component mean from the mean of the means for which the
+# quadratic forms are expanded about that one point (eps·T² ≈ 2e-11 of their digits lost).
+SHARED_FRAME_REACH = 300.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,54 @@ class CentredBlock:
     references: np.ndarray
     d: torch.Tensor
 
+    def sums(self, weights: torch.Tensor, full: bool) -> np.ndarray:
+        """``(K, 1 + D + S)`` rows ``[Σw, Σw·d, Σw·d²]`` (diagonal, S = D) or ``[Σw, Σw·d,
+        Σw·ddᵀ]`` (full, S = D²) for weights (K, n), on the block's device: the weighted
+        differences ``w·d`` once, then one sum and one product per component; only the sums
+        come back."""
+        d = self.d
+        k, dim = d.shape[0], d.shape[1]
+        wd = d * weights[:, None, :]
+        sums = torch.empty(k, 1 + dim + (dim * dim if full else dim), dtype=torch.float64, device=d.device)
+        torch.sum(weights, dim=1, out=sums[:, 0])
+        torch.sum(wd, dim=2, out=sums[:, 1 : 1 + dim])
+        if full:
+            sums[:, 1 + dim :] = torch.bmm(wd, d.transpose(1, 2)).reshape(k, dim * dim)
+        else:
+            sums[:, 1 + dim :] = torch.linalg.vecdot(wd, d, dim=2)
+        return sums.cpu().numpy()
+
+
+@dataclass
+class SharedFrameBlock:
+    """One block's features ``F = [y, y∘y]`` (D + S, n) of ``y = x - c`` about one point ``c``
+    (every row of ``references``): ``S = D`` squares, or (``full``) the D(D+1)/2 products
+    ``y_i·y_j``, i <= j."""
+
+    references: np.ndarray
+    features: torch.Tensor
+    full: bool
+
+    @property
+    def y(self) -> torch.Tensor:
+        return self.features[: self.references.shape[1]]
+
+    def sums(self, weights: torch.Tensor, full: bool) -> np.ndarray:
+        """:meth:`CentredBlock.sums` about ``c``, from one product ``w Fᵀ``."""
+        dim = self.y.shape[0]
+        if full and not self.full and dim > 1:  # no cross products here: a full estimator on a diagonal model
+            return CentredBlock(self.references, self.y.expand(len(weights), -1, -1)).sums(weights, full)
+        sums = torch.cat([weights.sum(dim=1, keepdim=True), torch.mm(weights, self.features.T)], dim=1).cpu().numpy()
+        if dim == 1 or not (full or self.full):
+            return sums
+        upper = np.triu_indices(dim)
+        if not full:  # a diagonal estimator on a full model: the squares among the products
+            return np.concatenate([sums[:, : 1 + dim], sums[:, 1 + dim :][:, upper[0] == upper[1]]], axis=1)
+        square = np.empty((len(sums), dim, dim))
+        square[:, upper[0], upper[1]] = sums[:, 1 + dim :]
+        square[:, upper[1], upper[0]] = sums[:, 1 + dim :]
+        return np.concatenate([sums[:, : 1 + dim], square.reshape(len(sums), -1)], axis=1)
+
 
 class _Parameters:
     """Named float64 arrays, copied once to each device that asks for them."""
@@ -83,6 +143,30 @@ class _Parameters:
         if found is None:
             found = self._on[device] = {k: v.to(device) for k, v in self._on[CPU].items()}
         return found
+
+
+def _shared_point(mu: np.ndarray, whitened_offsets) -> Optional[np.ndarray]:
+    """The mean of the means ``c``, when ``whitened_offsets(c)`` ((K, D): each ``μ_k - c`` in
+    its component's whitened units) stays within ``SHARED_FRAME_REACH``; else ``None``."""
+    c = mu.mean(axis=0)
+    reach = np.sqrt(np.max(np.sum(whitened_offsets(c) ** 2, axis=1)))
+    return c if reach <= SHARED_FRAME_REACH else None
+
+
+def shared_frame(enc: PointEncoding, c: np.ndarray, k: int, full: bool, c_on_device: torch.Tensor) -> SharedFrameBlock:
+    """The block's :class:`SharedFrameBlock` about ``c``."""
+    dim, n = enc.points.shape
+    quadratic = dim * (dim + 1) // 2 if full else dim
+    features = torch.empty(dim + quadratic, n, dtype=torch.float64, device=enc.device)
+    y = torch.sub(enc.points, c_on_device[:, None], out=features[:dim])
+    if full:
+        row = dim
+        for i in range(dim):
+            torch.mul(y[i : i + 1], y[i:], out=features[row : row + dim - i])
+            row += dim - i
+    else:
+        torch.mul(y, y, out=features[dim:])
+    return SharedFrameBlock(np.broadcast_to(c, (k, dim)), features, full)
 
 
 def centred(enc: PointEncoding, references: np.ndarray, mu: Optional[torch.Tensor] = None) -> CentredBlock:
@@ -101,11 +185,20 @@ class DiagonalKernel:
         if log_weights is not None:
             const = const + log_weights
         self.references = mu
-        self._params = _Parameters(mu=mu, const=const, neg_half_precision=-0.5 / sigma2)
+        self._c = _shared_point(mu, lambda c: (mu - c) / np.sqrt(sigma2))
+        if self._c is None:
+            self._params = _Parameters(mu=mu, const=const, neg_half_precision=-0.5 / sigma2)
+        else:  # c_k - ½Σ p(y - m)² = (c_k - ½Σ p m²) + Σ (p m) y - ½Σ p y²
+            m, precision = mu - self._c, 1.0 / sigma2
+            self._params = _Parameters(c=self._c, const=const - 0.5 * np.sum(precision * m * m, axis=1),
+                                       coefficients=np.concatenate([precision * m, -0.5 * precision], axis=1))
 
-    def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, CentredBlock]:
-        """The log-joint and the block's differences, which the M-step sums next."""
+    def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, CentredBlock | SharedFrameBlock]:
+        """The log-joint and the block's differences or features, which the M-step sums next."""
         p = self._params.on(enc.device)
+        if self._c is not None:
+            block = shared_frame(enc, self._c, len(self.references), False, p["c"])
+            return torch.addmm(p["const"][:, None], p["coefficients"], block.features), block
         block = centred(enc, self.references, p["mu"])
         d = block.d
         if d.shape[1] == 1:  # 1-D: c + (-1/(2σ²))·d·d, one fused pass after the scaling
@@ -126,10 +219,23 @@ class FullKernel:
                  log_weights: Optional[np.ndarray] = None):
         const = log_norm if log_weights is None else log_norm + log_weights
         self.references = mu
-        self._params = _Parameters(mu=mu, whiten=np.transpose(prec_chol, (0, 2, 1)), const=const)
+        whiten = np.transpose(prec_chol, (0, 2, 1))
+        self._c = _shared_point(mu, lambda c: np.einsum("kij,kj->ki", whiten, mu - c))
+        if self._c is None:
+            self._params = _Parameters(mu=mu, whiten=whiten, const=const)
+        else:  # c_k - ½(y - m)ᵀP(y - m) = (c_k - ½mᵀPm) + (Pm)ᵀy - ½yᵀPy, P = UUᵀ
+            m, precision = mu - self._c, prec_chol @ whiten
+            pm = np.einsum("kij,kj->ki", precision, m)
+            upper = np.triu_indices(mu.shape[1])
+            quadratic = -precision[:, upper[0], upper[1]] * np.where(upper[0] == upper[1], 0.5, 1.0)
+            self._params = _Parameters(c=self._c, const=const - 0.5 * np.sum(pm * m, axis=1),
+                                       coefficients=np.concatenate([pm, quadratic], axis=1))
 
-    def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, CentredBlock]:
+    def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, CentredBlock | SharedFrameBlock]:
         p = self._params.on(enc.device)
+        if self._c is not None:
+            block = shared_frame(enc, self._c, len(self.references), True, p["c"])
+            return torch.addmm(p["const"][:, None], p["coefficients"], block.features), block
         block = centred(enc, self.references, p["mu"])
         z = torch.bmm(p["whiten"], block.d)
         lp = z.square_().sum(dim=1).mul_(-0.5).add_(p["const"][:, None])
@@ -139,30 +245,12 @@ class FullKernel:
         return self.joint(enc)[0]
 
 
-def block_sums(block: CentredBlock, weights: torch.Tensor, full: bool) -> np.ndarray:
-    """``(K, 1 + D + S)`` rows ``[Σw, Σw·d, Σw·d²]`` (diagonal, S = D) or ``[Σw, Σw·d,
-    Σw·ddᵀ]`` (full, S = D²) for weights (K, n), on the block's device: the weighted
-    differences ``w·d`` once, then one sum and one product per component (no row of ones, no
-    weighted squares kept); only the sums come back."""
-    d = block.d
-    k, dim = d.shape[0], d.shape[1]
-    wd = d * weights[:, None, :]
-    sums = torch.empty(k, 1 + dim + (dim * dim if full else dim), dtype=torch.float64, device=d.device)
-    torch.sum(weights, dim=1, out=sums[:, 0])
-    torch.sum(wd, dim=2, out=sums[:, 1 : 1 + dim])
-    if full:
-        sums[:, 1 + dim :] = torch.bmm(wd, d.transpose(1, 2)).reshape(k, dim * dim)
-    else:
-        sums[:, 1 + dim :] = torch.linalg.vecdot(wd, d, dim=2)
-    return sums.cpu().numpy()
-
-
 def weighted_sums(enc: PointEncoding, weights, references: np.ndarray, full: bool) -> np.ndarray:
-    """:func:`block_sums` of all of ``enc`` about ``references`` (K, D) for weights ``None``
+    """:meth:`CentredBlock.sums` of all of ``enc`` about ``references`` (K, D) for weights ``None``
     (every observation weighs 1), (N,) (each reference alike) or (K, N)."""
     if weights is None:
         w = torch.ones(len(references), len(enc), dtype=torch.float64, device=enc.device)
     else:
         w = device_tensor(weights, enc.device)
         w = w.expand(len(references), -1) if w.ndim == 1 else w
-    return block_sums(centred(enc, references), w, full)
+    return centred(enc, references).sums(w, full)

@@ -12,10 +12,11 @@ from .base import (Accumulator, Distribution, Encoder, Estimator, device_tensor,
 from .centred_moments import DegenerateComponentError
 from .sampler import Sampler
 
-# Components x dimensions x rows per E-step block on the CPU (2 MB of (K, D, rows) Gaussian
-# differences): the E-step reads the encoded data once, and the block's temporaries stay near
-# the cores instead of streaming (K, N) arrays through memory.
-BLOCK_ELEMENTS = 1 << 18
+# Components x dimensions x rows per E-step block on the CPU (4 MB of (K, D, rows) Gaussian
+# differences, or of a shared frame's features and (K, rows) log-joint): the E-step reads the
+# encoded data once, and the block's temporaries stay near the cores instead of streaming
+# (K, N) arrays through memory.
+BLOCK_ELEMENTS = 1 << 19
 # On a GPU a block costs kernel launches and a copy of its statistics to the host, and the
 # device's memory bandwidth does not need the cache: blocks as large as memory comfortably
 # allows (components x rows x the encoding's ``row_width`` floats: 512 MB at most).
@@ -37,9 +38,10 @@ def blocks(enc, k: int):
         yield 0, n, enc
         return
     device = encoding_device(enc)
-    # On the CPU the (K, D, rows) differences of the Gaussians (``dim`` D; else the (K, rows)
-    # log-joint) size the block: measured fastest (2 threads) at 1e6 x 1-D and 2e5 x 8-D, K = 8
-    # (32768 and 4096 rows), against 2x larger or smaller blocks.
+    # On the CPU K x ``dim`` D floats a row size the block (the Gaussians' (K, D, rows)
+    # differences, or their shared frame's features; else the (K, rows) log-joint): 65536 and
+    # 8192 rows at 1e6 x 1-D and 2e5 x 8-D, K = 8, measured (2 threads, shared frame) faster
+    # than half as many and no slower than twice as many.
     if device.type == "cpu":
         step = block_rows(device, k * getattr(enc, "dim", 1), BLOCK_ELEMENTS)
     else:
