@@ -26,6 +26,7 @@ from mixle_nb.stats import (
     MixtureEstimator,
     MultivariateGaussianEstimator,
     PoissonEstimator,
+    SphericalGaussianDistribution,
     SphericalGaussianEstimator,
     em_step,
     seq_encode,
@@ -93,11 +94,14 @@ def _sklearn_problem(covariance_type: str, dim: int, k: int = 8, n: int = 4000):
         start = MixtureDistribution([DiagonalGaussianDistribution(m, np.ones(dim)) for m in start_means],
                                     np.full(k, 1.0 / k))
         return x, start, MixtureEstimator([DiagonalGaussianEstimator(dim, reg_covar=0.0) for _ in range(k)]), start_means
+    if covariance_type == "spherical":
+        start = MixtureDistribution([SphericalGaussianDistribution(m, 1.0) for m in start_means], np.full(k, 1.0 / k))
+        return x, start, MixtureEstimator([SphericalGaussianEstimator(dim, reg_covar=0.0) for _ in range(k)]), start_means
     start = MixtureDistribution([GaussianDistribution(m[0], 1.0) for m in start_means], np.full(k, 1.0 / k))
     return x[:, 0], start, MixtureEstimator([GaussianEstimator(reg_covar=0.0) for _ in range(k)]), start_means
 
 
-@pytest.mark.parametrize("covariance_type, dim", [("spherical", 1), ("diag", 8)])
+@pytest.mark.parametrize("covariance_type, dim", [("1-D", 1), ("spherical", 3), ("diag", 8)])
 def test_fit_on_an_explicit_device_matches_the_default_and_scikit_learn(covariance_type, dim):
     iterations = 20
     x, start, estimator, start_means = _sklearn_problem(covariance_type, dim)
@@ -109,17 +113,18 @@ def test_fit_on_an_explicit_device_matches_the_default_and_scikit_learn(covarian
     assert on_device.log_density == pytest.approx(default.log_density, rel=1e-12)
 
     k = len(start.components)
-    gm = GaussianMixture(n_components=k, covariance_type="diag", max_iter=iterations, tol=0.0, reg_covar=0.0,
-                         weights_init=np.full(k, 1.0 / k), means_init=start_means,
-                         precisions_init=np.ones((k, dim)))
+    spherical = covariance_type == "spherical"
+    gm = GaussianMixture(n_components=k, covariance_type="spherical" if spherical else "diag", max_iter=iterations,
+                         tol=0.0, reg_covar=0.0, weights_init=np.full(k, 1.0 / k), means_init=start_means,
+                         precisions_init=np.ones(k) if spherical else np.ones((k, dim)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "did not converge": exactly `iterations` are asked for
         gm.fit(x.reshape(len(x), dim))
     model = on_device.model
     np.testing.assert_allclose(model.w, gm.weights_, rtol=1e-6, atol=1e-12)
     np.testing.assert_allclose([np.atleast_1d(c.mu) for c in model.components], gm.means_, rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose([np.atleast_1d(c.sigma2) for c in model.components], gm.covariances_,
-                               rtol=1e-6, atol=1e-9)
+    variances = [c.variance if spherical else np.atleast_1d(c.sigma2) for c in model.components]
+    np.testing.assert_allclose(variances, gm.covariances_, rtol=1e-6, atol=1e-9)
     enc = seq_encode(x, model=model, device="cpu")
     np.testing.assert_allclose(model.seq_log_density(enc), gm.score_samples(x.reshape(len(x), dim)), rtol=1e-8)
 
