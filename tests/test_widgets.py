@@ -67,6 +67,17 @@ def reference_log_densities(steps: int) -> list:
     return [r.log_density for r in records]
 
 
+def test_em_panel_on_a_cluster_draws_rank_0s_data(em_cluster):
+    """The model picture's histogram: evenly spaced observations of rank 0's shard (the
+    Gaussians' point encoding keeps them; an older encoding's ``x`` was looked for and missed)."""
+    from mixle_nb.widgets.em_panel import DATA_SAMPLE_SIZE
+
+    shard = em_problem()[0][0::2]
+    sample = fresh_panel(em_cluster).data_sample
+    assert sample is not None and sample.shape == (min(DATA_SAMPLE_SIZE, len(shard)),)
+    assert np.isin(sample, shard).all() and (sample[0], sample[-1]) == (shard[0], shard[-1])
+
+
 def test_em_panel_matches_single_process_and_never_decreases(em_cluster):
     panel = fresh_panel(em_cluster)
     panel.step()

@@ -130,12 +130,23 @@ def data_sample_on_rank(handle: str, n: int) -> Optional[np.ndarray]:
     """Up to ``n`` raw observations from this rank's encoded shard, for drawing; ``None`` if
     the encoding does not keep them."""
     chunks = getattr(lookup(handle), "chunks", None) or []
-    xs = [np.asarray(c.x) for c in chunks if hasattr(c, "x")]
+    xs = [_observations(c) for c in chunks]
+    xs = [x for x in xs if x is not None]
     if not xs:
         return None
     x = np.concatenate(xs)
     x = x[np.linspace(0, len(x) - 1, min(n, len(x))).astype(int)] if len(x) else x
     return x[:, 0] if x.ndim == 2 and x.shape[1] == 1 else x
+
+
+def _observations(chunk) -> Optional[np.ndarray]:
+    """An encoded chunk's observations (N, D) or (N,), where the encoding keeps them: the
+    Gaussians' points (D, N), or an ``x`` (mixle's encodings, Poisson counts)."""
+    if hasattr(chunk, "points"):
+        return chunk.points.T.cpu().numpy()
+    if hasattr(chunk, "x"):
+        return chunk.x.cpu().numpy() if hasattr(chunk.x, "cpu") else np.asarray(chunk.x)
+    return None
 
 
 def train_on_rank(handle: str, estimator: str, model: str, steps: int, every: int) -> dict:
