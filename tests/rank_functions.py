@@ -67,12 +67,17 @@ def build_elastic_handle(name: str, path: str, shards=None, sub_chunks: int = 2)
     """Bind ``name`` on this rank to an elastic 2-Gaussian-mixture handle on the ``.npy`` file."""
     from mixle_nb.cluster.rank_side import rank_namespace
     from mixle_nb.parallel.torchrun import TorchRunEncodedData
-    from mixle_nb.stats import GaussianEstimator, MixtureEstimator
 
-    est = MixtureEstimator([GaussianEstimator()] * 2)
+    est = _elastic_estimator()
     rank_namespace()[name] = TorchRunEncodedData.from_npy(path, est, shards=shards, sub_chunks=sub_chunks,
                                                           elastic=True)
     rank_namespace()["est"] = est
+
+
+def _elastic_estimator():
+    from mixle_nb.stats import GaussianEstimator, MixtureEstimator
+
+    return MixtureEstimator([GaussianEstimator()] * 2)
 
 
 def _kill_at(phase, step, at_phase, at_step, stamp):
@@ -95,6 +100,40 @@ def arm_kill(name: str, phase: str, step=None, stamp=None):
     from mixle_nb.cluster.rank_side import lookup
 
     lookup(name).phase_hook = functools.partial(_kill_at, at_phase=phase, at_step=step, stamp=stamp)
+
+
+def arm_stall(name: str, phase: str, step: int, stamp: str, seconds: float):
+    """This rank stops (sleeps ``seconds``) when the handle ``name`` reaches ``phase`` of EM
+    step ``step``, first creating the file ``stamp``: the moment a test takes its link down."""
+    import functools
+
+    from mixle_nb.cluster.rank_side import lookup
+
+    lookup(name).phase_hook = functools.partial(_stall_at, at_phase=phase, at_step=step, stamp=stamp,
+                                                seconds=seconds)
+
+
+def _stall_at(phase, step, at_phase, at_step, stamp, seconds):
+    if phase == at_phase and step == at_step:
+        open(stamp, "w").close()
+        time.sleep(seconds)
+
+
+def elastic_reference(path: str, start, steps: int, shards: int, sub_chunks: int = 2) -> list:
+    """Every step's parameters (bytes) of EM from the 2-component ``start`` in one process on
+    the ``.npy`` file ``path`` with the estimator, shards and parts of
+    :func:`build_elastic_handle`: what an elastic run must equal."""
+    from mixle_nb.parallel.torchrun import TorchRunEncodedData
+    from mixle_nb.stats import em_step
+
+    est = _elastic_estimator()
+    model, out = start, []
+    with TorchRunEncodedData.from_npy(path, est, shards=shards, sub_chunks=sub_chunks,
+                                      init_process_group=False) as handle:
+        for _ in range(steps):
+            model = em_step(handle, est, model).model
+            out.append(params(model).tobytes())
+    return out
 
 
 def build_in_memory_handle(name: str):

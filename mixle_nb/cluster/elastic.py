@@ -53,27 +53,39 @@ class RecoveryEvent:
                 f"went on ({self.seconds:.2f} s)")
 
 
-def settle_survivors(cluster: Any, calls: Sequence[RankCall], dead: Sequence[int]) -> None:
-    """Wait until every rank of ``calls`` but ``dead`` has answered. A survivor in a collective
-    with the dead rank fails at once, its connection gone; one waiting on another survivor (a
-    ring) fails when that survivor, once it answered, shuts its connections down (as
-    ``stop_call`` does). Those still running after :data:`SURVIVORS_SETTLE_S` are interrupted."""
-    severed: set = set(dead)
+def settle_survivors(cluster: Any, calls: Sequence[RankCall], dead: Sequence[int]) -> list[int]:
+    """Wait until every rank of ``calls`` but the dead has answered; the dead ranks, sorted:
+    ``dead`` and any found dead meanwhile (a second death can reach the client with the first:
+    a survivor that finished the step the first cut may die in the next). A survivor in a
+    collective with a dead rank fails at once, its connection gone; one waiting on another
+    survivor (a ring) fails when that survivor, once it answered, shuts its connections down
+    (as ``stop_call`` does). Those still running after :data:`SURVIVORS_SETTLE_S` are
+    interrupted."""
+    dead = set(dead)
+    severed: set = set()
     for call in calls:
         deadline = time.monotonic() + SURVIVORS_SETTLE_S
         interrupted = False
-        while [r for r in call.pending() if r not in dead]:
-            answered = sorted(set(call.ranks) - set(call.pending()) - severed)
+        while True:
+            dead.update(cluster.dead_ranks([r for r in call.ranks if r not in dead]))
+            running = [r for r in call.pending() if r not in dead]
+            if not running:
+                break
+            answered = sorted(set(call.ranks) - set(call.pending()) - severed - dead)
             if answered:
-                cluster._sever_group(answered, SURVIVORS_SETTLE_S)
-                severed.update(answered)
+                try:
+                    cluster.sever_group(answered, SURVIVORS_SETTLE_S)
+                    severed.update(answered)
+                except Exception:  # one of them died since the check: found on the next pass
+                    pass
             if time.monotonic() > deadline:
                 if interrupted:
-                    raise ElasticRecoveryError(f"ranks {call.pending()} did not stop after ranks {list(dead)} "
+                    raise ElasticRecoveryError(f"ranks {running} did not stop after ranks {sorted(dead)} "
                                                "died; call cluster.restart()")
-                cluster.interrupt([r for r in call.pending() if r not in dead])
+                cluster.interrupt(running)
                 deadline, interrupted = time.monotonic() + SURVIVORS_SETTLE_S, True
             time.sleep(0.01)
+    return sorted(dead)
 
 
 def recover(cluster: Any, handle: str, dead: Sequence[int], calls: Sequence[RankCall] = (),
@@ -83,8 +95,7 @@ def recover(cluster: Any, handle: str, dead: Sequence[int], calls: Sequence[Rank
     the lost shards. Survives further losses while it runs; raises
     :class:`ElasticRecoveryError` when no rank is left or the handle cannot go on."""
     started = time.perf_counter()
-    settle_survivors(cluster, calls, dead)
-    lost = [sorted(dead)]
+    lost = [settle_survivors(cluster, calls, dead)]
     while True:
         try:
             cluster.drop_ranks(lost[-1])
@@ -97,8 +108,7 @@ def recover(cluster: Any, handle: str, dead: Sequence[int], calls: Sequence[Rank
         try:
             read = call.result()
         except RankDiedError as exc:  # a survivor died while the others read its shards
-            settle_survivors(cluster, [call], exc.ranks)
-            lost.append(exc.ranks)
+            lost.append(settle_survivors(cluster, [call], exc.ranks))
             continue
         except RankError as exc:
             raise ElasticRecoveryError(f"the survivors could not take over the shards of ranks "

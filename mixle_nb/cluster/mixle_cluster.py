@@ -436,7 +436,9 @@ class MixleCluster:
 
     # ---- liveness and supervision (what a RankCall may ask of its cluster)
 
-    def _dead_ranks(self, ranks) -> list[int]:
+    def dead_ranks(self, ranks) -> list[int]:
+        """Those of ``ranks`` whose engine has died or left the controller (every rank once
+        the Slurm job has ended)."""
         if self._job is not None and self._job.ended():  # scancel, time limit, node down
             return list(ranks)
         registered = set(self.client.ids)
@@ -444,7 +446,7 @@ class MixleCluster:
 
     def check_alive(self, ranks: Sequence[int]) -> None:
         """Raise :class:`RankDiedError` (marking the cluster broken) if any of ``ranks`` died."""
-        dead = self._dead_ranks(ranks)
+        dead = self.dead_ranks(ranks)
         if dead:
             raise self.ranks_died(dead)
 
@@ -518,7 +520,7 @@ class MixleCluster:
                     return
                 if time.monotonic() >= settled_at:
                     answered = set(range(self.n)) - set(call.pending()) - severed
-                    self._sever_group(sorted(answered), grace)
+                    self.sever_group(sorted(answered), grace)
                     severed |= answered
             for r in call.ranks:
                 self._last_call[r] = call
@@ -527,7 +529,9 @@ class MixleCluster:
             self.mark_broken("interrupted again while stopping the ranks; call restart()")
             raise
 
-    def _sever_group(self, ranks: Sequence[int], grace: float) -> None:
+    def sever_group(self, ranks: Sequence[int], grace: float) -> None:
+        """``ranks`` (idle, alive) shut their group connections, failing at once any collective
+        another rank waits in with them."""
         if ranks:
             self._view_on(list(ranks)).apply_async(engine.sever_group).get(grace)
 
@@ -544,7 +548,7 @@ class MixleCluster:
 
     def _require_usable(self, ranks) -> None:
         if self.state == ClusterState.BROKEN:
-            dead = self._dead_ranks(range(self.n))
+            dead = self.dead_ranks(range(self.n))
             if dead:
                 raise RankDiedError(dead)
             raise RuntimeError(f"cluster needs restart(): {self.broken_reason}")
@@ -626,7 +630,7 @@ class MixleCluster:
             rows.job = self._job.describe()
         if not self._ranks:
             return rows
-        dead = set(self._dead_ranks(range(self.n)))
+        dead = set(self.dead_ranks(range(self.n)))
         for r, info in sorted(self._ranks.items()):
             rss = None
             if info.local and r not in dead:

@@ -1,10 +1,12 @@
 """MixleCluster across simulated hosts: engines started over ssh in their own network, UTS and
 PID namespaces, the group formed through a TCPStore with gloo over the bridge.
 
-The tests share one cluster and run in file order: the link test restarts it, the kill test
+The tests share one cluster and run in file order: the link tests restart it, the kill test
 leaves it broken, and the last test stops it and checks every host for leftovers.
 """
 import ipaddress
+import os
+import threading
 import time
 
 import numpy as np
@@ -12,12 +14,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from interrupts import interrupt_after, kernel_interrupts
-from rank_functions import allreduce_sum, late_allreduce
+from rank_functions import allreduce_sum, arm_stall, build_elastic_handle, elastic_reference, late_allreduce, params
 
 from mixle_nb.cluster import RankDiedError
 from mixle_nb.neural import StreamingTransformerLeafEstimator, build_causal_lm, stream_sequence_source
 from mixle_nb.parallel import StreamingTokenEncodedData, TorchRunEncodedData
 from mixle_nb.stats import GaussianDistribution, MixtureDistribution, em_step, seq_encode
+from mixle_nb.widgets import EMPanel
 
 pytestmark = pytest.mark.multihost
 
@@ -236,6 +239,44 @@ def test_link_down_mid_step_is_a_clear_error_and_restart_works_once_it_is_back(s
     old = [(h.hostname, p.name()) for h in network.hosts for p in h.processes()
            if p.name() != "sshd" and p.create_time() < restarted_at]
     assert old == []
+
+
+def _take_link_down_once(host, stamp, deadline_s=60.0):
+    """Take ``host``'s link down as soon as the file ``stamp`` exists (a rank stalled there)."""
+    deadline = time.monotonic() + deadline_s
+    while not os.path.exists(stamp) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    host.set_link(up=False)
+
+
+def test_link_down_mid_elastic_run_goes_on_on_the_survivor_bit_identical(ssh_cluster, network, tmp_path):
+    """Elastic EM (issue 30) across hosts: rank 1's host loses its link while rank 1 is in its
+    E-step of step 3 (rank 0 waits for it in the fold). The controller misses the host's
+    heartbeats, rank 0 is released and forms a group of its own, reads rank 1's shard from the
+    file, and the run ends with every step's model bit for bit one process's."""
+    x, _ = gaussian_problem()
+    path, stamp = str(tmp_path / "x.npy"), str(tmp_path / "stalled")
+    np.save(path, x)
+    _, start = gaussian_problem()
+    start = MixtureDistribution(start.components[:2], [0.5, 0.5])
+    ssh_cluster.run(build_elastic_handle, "eh", path, 2)
+    ssh_cluster.run(arm_stall, "eh", "e_step", 3, stamp, 60.0, targets=[1])
+    host = host_of(network, ssh_cluster.status()[1].host)
+    cut = threading.Thread(target=_take_link_down_once, args=(host, stamp), daemon=True)
+    cut.start()
+    try:
+        panel = EMPanel(ssh_cluster, handle="eh", estimator="est", model=start, elastic=True)
+        panel.run(EM_STEPS)
+    finally:
+        cut.join()
+        host.set_link(up=True)
+    assert panel.error is None, panel.error
+    assert [params(r.model).tobytes() for r in panel.history] == elastic_reference(path, start, EM_STEPS, 2)
+    [event] = panel.recoveries
+    assert (event.lost, event.at_step, event.world, event.read) == ([[1]], 3, 1, [[1]])
+    assert ssh_cluster.n == 1
+    ssh_cluster.restart()
+    assert ssh_cluster.run(allreduce_sum, 1) == [2.0, 2.0]
 
 
 def test_kill_9_of_a_remote_engine_is_a_rank_died_error_within_the_heartbeat(ssh_cluster, network):
