@@ -88,17 +88,17 @@ def _fold_rank(rank, world, n, steps, path):
         dist.barrier()
         t0 = time.perf_counter()
         for _ in range(steps):
-            handle._fold_shards(estimator, pieces, handle.layout, model=start)
+            handle.folding.shards(estimator, pieces, handle.layout, model=start)
         out[name] = (step, (time.perf_counter() - t0) / steps)
     # today's fold (before logical shards): the rank's one accumulator, one exchange, rank order
     handle = handles["in memory, 1 shard/rank"]
     acc = accumulate(handle.chunks, estimator, start, handle._counts).accumulator
-    plan, value = handle._agreed.plan, acc.value()
+    plan, value = handle.folding.agreed.plan, acc.value()
     dist.barrier()
     t0 = time.perf_counter()
     for _ in range(steps):
         header = [0.0, 0.0] + agreement_slots(fingerprint(start), world) + [float(len(x)), 0.0]
-        summed = handle._sum_across_ranks(np.concatenate([header, flatten_value(value)]))
+        summed = handle.exchange.sum(np.concatenate([header, flatten_value(value)]))
         acc.from_value(plan.restore(summed[7:]))
     out["today's fold"] = (out["in memory, 1 shard/rank"][0], (time.perf_counter() - t0) / steps)
     return out

@@ -30,6 +30,7 @@
 # The next cell imports what the notebook uses and loads the mixle magics.
 
 # %%
+import os
 import threading
 import time
 from collections import Counter
@@ -202,10 +203,10 @@ panel
 # Training gets a fixed wall-time budget: the next cell presses **Train**, and a timer
 # presses **Stop** when the budget runs out (on a cluster the ranks stop together at the end
 # of the current call). The panel above redraws as the ranks report; the cell prints how many
-# steps and targets fitted in the budget.
+# steps and targets fitted in the budget (45 s; the project's test suite sets a shorter one).
 
 # %%
-BUDGET_S = 45
+BUDGET_S = float(os.environ.get("MIXLE_NB_TRAIN_BUDGET_S", 45))
 started = time.perf_counter()
 timer = threading.Timer(BUDGET_S, panel.stop)
 timer.start()

@@ -147,6 +147,7 @@ def describe(procs: list[psutil.Process]) -> str:
 def test_notebook_runs_top_to_bottom_in_a_fresh_kernel(name, monkeypatch):
     tag = uuid.uuid4().hex
     monkeypatch.setenv(RUN_TAG, tag)  # inherited by the kernel and every process it starts
+    monkeypatch.setenv("MIXLE_NB_TRAIN_BUDGET_S", "15")  # notebook 03 trains 45 s for a reader
     nb = read(name)
     client = NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
                             resources={"metadata": {"path": str(NOTEBOOKS)}})

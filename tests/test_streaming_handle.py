@@ -15,6 +15,7 @@ from mixle_nb.neural import (CausalLM, StreamingTransformerLeaf, StreamingTransf
                              build_causal_lm, stream_sequence_source)
 from mixle_nb.parallel import StreamingTokenEncodedData
 from mixle_nb.parallel.local_launch import run_local
+from mixle_nb.parallel.torch_neural import SAME_TOKENS
 from strictness import unavailable
 
 torch.set_num_threads(1)
@@ -81,6 +82,8 @@ def test_validation_names_the_problem_before_any_work():
         handle(batch_size=900)
     with pytest.raises(TypeError, match="must hold integers"):
         handle(TOKENS.astype(np.float32))
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        StreamingTransformerLeafEstimator(tiny_model(), optimizer="adam")
     with pytest.raises(ValueError, match="parallel must be one of"):
         handle(parallel="zero3")
     with pytest.raises(ValueError, match="precision must be one of"):
@@ -158,6 +161,9 @@ def _rank_runs(rank):
                         activation_checkpointing=True)
     out["ckpt"] = state(leaf.module)
 
+    _, leaf, _ = _train(StreamingTransformerLeafEstimator(parity_model(), lr=LR, optimizer="sgd"))
+    out["ddp_sgd"] = state(leaf.module)
+
     polls = iter(range(1000))
     stop = (lambda: next(polls) >= 2) if rank == 1 else (lambda: False)  # rank 1 only, 3rd poll
     h, leaf, _ = _train(StreamingTransformerLeafEstimator(parity_model(), lr=LR), stop=stop)
@@ -182,6 +188,9 @@ def _rank_runs(rank):
     try:
         _, leaf, _ = _train(StreamingTransformerLeafEstimator(parity_model(), lr=LR), parallel="fsdp")
         out["fsdp"] = state(leaf.module)
+        _, leaf, _ = _train(StreamingTransformerLeafEstimator(parity_model(), lr=LR, optimizer="sgd"),
+                            parallel="fsdp")
+        out["fsdp_sgd"] = state(leaf.module)
         polls = iter(range(1000))
         h, leaf, _ = _train(StreamingTransformerLeafEstimator(tiny_model(), lr=LR), parallel="fsdp",
                             stop=stop, progress_every=2)
@@ -214,12 +223,12 @@ def _assert_close_states(a, b, atol):
         torch.testing.assert_close(a[k], b[k], atol=atol, rtol=0, msg=k)
 
 
-def _union_reference(n_steps, checkpoints):
-    """One process, one AdamW, each step on the union of both ranks' micro-batches."""
+def _union_reference(n_steps, checkpoints, optimizer=torch.optim.AdamW):
+    """One process, one ``optimizer``, each step on the union of both ranks' micro-batches."""
     shards = [TOKENS[:N_TOKENS // 2], TOKENS[N_TOKENS // 2:]]
     sources = [stream_sequence_source(s, BLOCK, BATCH, epochs=2, seed=SEED, drop_last=True) for s in shards]
     model = parity_model()
-    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    opt = optimizer(model.parameters(), lr=LR)
     states, rank_losses = {}, [[], []]
     for step, batches in enumerate(zip(*sources), start=1):
         inputs = np.concatenate([x for x, _ in batches])
@@ -243,6 +252,18 @@ def test_ddp_replicas_identical_and_match_union_reference_across_two_calls(ranks
     ref, _ = _union_reference(24, {12, 24})
     _assert_close_states(ranks[0]["ddp_1"], ref[12], atol=1e-5)
     _assert_close_states(ranks[0]["ddp_2"], ref[24], atol=1e-5)
+
+
+def test_plain_sgd_under_ddp_and_fsdp2_is_the_union_reference_to_rounding(ranks):
+    """AdamW is invariant to a constant gradient factor, so its parity cannot see a wrong
+    world-size divisor; plain SGD in float64 can (a sum instead of a mean doubles every step)."""
+    if "fsdp_error" in ranks[0]:
+        unavailable(f"FSDP2 fully_shard failed on CPU/gloo in torch {torch.__version__}:\n"
+                    f"{ranks[0]['fsdp_error']}")
+    ref, _ = _union_reference(12, {12}, optimizer=torch.optim.SGD)
+    for key in ("ddp_sgd", "fsdp_sgd"):
+        _assert_replicas_identical(ranks, key)
+        _assert_close_states(ranks[0][key], ref[12], atol=1e-12)
 
 
 def test_second_call_keeps_optimizer_state(ranks):
@@ -382,6 +403,7 @@ def _fault_runs(rank):
     out, bad = {}, rank == 1
     est = lambda: StreamingTransformerLeafEstimator(tiny_model(), lr=LR)  # noqa: E731
     out["construct"] = _outcome(lambda: handle(inject(TOKENS.astype(np.float32)) if bad else TOKENS))
+    out["disagree"] = _outcome(lambda: handle(block=BLOCK + 1 if bad else BLOCK))
     out["stop"] = _outcome(lambda: handle(max_steps=6, stop=_raise_on_second_poll() if bad else None)
                            .pysp_seq_estimate(est(), None))
     for call in (2, 4):  # call 2 is DDP's re-bucketing forward (a broadcast before the step)
@@ -474,6 +496,15 @@ def test_a_fault_on_one_rank_raises_on_every_rank_promptly(extras, fault, messag
     assert max(own[3], peer[3]) - injected < 5
 
 
+def test_ranks_that_disagree_on_an_argument_are_named_on_every_rank(extras):
+    """Rank 1 passes another block: it is told how its arguments differ from rank 0's and what
+    to do; rank 0 raises PeerRankError naming rank 1 (before, both only said "ranks disagree")."""
+    own, peer = extras[1]["disagree"], extras[0]["disagree"]
+    assert own[0] == "ValueError" and "differs from rank 0's" in own[1]
+    assert f"block={BLOCK + 1}" in own[1] and f"block={BLOCK}" in own[1] and SAME_TOKENS in own[1]
+    assert peer[0] == "PeerRankError" and peer[2] == 1 and SAME_TOKENS in peer[1]
+
+
 # -- FSDP2 fails together too: 2 gloo ranks, a group per fault (a failed FSDP2 step leaves the
 # group unusable: its peers are woken by the failed rank shutting its connections down)
 
@@ -481,7 +512,8 @@ FSDP_FAULTS = ["forward_3", "progress", "last_step"]
 
 
 def _fsdp_fault_runs(rank, world, store_dir):
-    from mixle_nb.parallel.group import group_severed, init_default_group, leave_default_group
+    from mixle_nb.parallel.group import leave_default_group
+    from mixle_nb.parallel.severing import group_severed, init_default_group
 
     def fsdp_handle(**kw):
         return handle(parallel="fsdp", **kw)

@@ -60,12 +60,12 @@ def _rank_checks(rank, world):
         assert dist.is_initialized() and len(h) == len(x)
         out["allreduce"] = em_steps(h, estimator, start)
         out["timings"] = h.last_timings
-        from mixle_nb.parallel import torchrun
+        from mixle_nb.parallel import exchange
 
-        small_fold_limit, torchrun.EXCHANGE_MAX_FLOATS = torchrun.EXCHANGE_MAX_FLOATS, 0
+        small_fold_limit, exchange.EXCHANGE_MAX_FLOATS = exchange.EXCHANGE_MAX_FLOATS, 0
         # the large-fold path
         out["allreduce_ring"] = em_steps(TorchRunEncodedData(x, estimator=estimator), estimator, start)
-        torchrun.EXCHANGE_MAX_FLOATS = small_fold_limit
+        exchange.EXCHANGE_MAX_FLOATS = small_fold_limit
         out["init"] = params(h.pysp_seq_initialize(estimator, np.random.default_rng(9), 0.5))
         out["density_sum"] = h.pysp_seq_log_density_sum(start)
         out["stream"] = h.pysp_stream_accumulate(estimator, start)  # (count, key-tied value), as mixle's
@@ -79,7 +79,7 @@ def _rank_checks(rank, world):
         labels, lstart = label_problem()
         lhandle = TorchRunEncodedData(labels, model=lstart)
         out["labels"] = em_steps(lhandle, lstart.estimator(), lstart)
-        out["labels_fold"] = lhandle._fold_path(lstart.estimator(), {})[0]
+        out["labels_fold"] = lhandle.folding.path(lstart.estimator(), {}).path
         tiny = TorchRunEncodedData(x[:3], estimator=estimator)  # fewer points than ranks
         out["tiny"] = em_steps(tiny, estimator, start, steps=2)
         out["tiny_shard"] = tiny.local_count

@@ -365,6 +365,20 @@ def test_gaussians_above_two_dimensions_draw_each_component_ellipse(full):
     np.testing.assert_allclose(np.abs(projected), np.abs(pca.components_ @ model.components[0].mu), rtol=1e-8)
 
 
+def test_rank_bars_show_millisecond_steps_in_milliseconds_at_a_readable_height():
+    """A 2-3 ms E-step after a 0.5 s one: bars of 2 and 3 (ms) on an axis that fits them (the
+    old axis stayed 0-1 s, so they drew as nothing)."""
+    from mixle_nb.widgets.em_view import EMView
+
+    model = _gaussian_mixture(2, True)
+    view = EMView(model, model.sampler(0).sample(200), distributed=True)
+    view.render([-10.0], model, [0.4, 0.5])
+    view.render([-10.0, -5.0], model, [0.002, 0.003])
+    assert [p.get_height() for p in view.bars] == pytest.approx([2.0, 3.0], rel=1e-12)
+    low, high = view.ranks.get_ylim()
+    assert low == 0.0 and 3.0 < high < 10.0 and "ms" in view.ranks.get_title()
+
+
 def test_categorical_and_poisson_mixtures_draw_bars_per_component():
     from scipy.stats import poisson
 

@@ -2,7 +2,7 @@
 
 These functions are shipped to the engines by reference, so they live at module level and
 import torch inside (the client never needs it). The group is formed through
-:func:`mixle_nb.parallel.group.init_default_group`, which remembers its connections, so that
+:func:`mixle_nb.parallel.severing.init_default_group`, which remembers its connections, so that
 :func:`sever_group` can shut them down: a peer blocked in a collective on this engine then fails
 at once ("Connection closed by peer") instead of at the group timeout.
 
@@ -109,7 +109,8 @@ def form_group(rank: int, world: int, backend: str, timeout_s: float, threads: i
     import torch
     import torch.distributed as dist
 
-    from ..parallel.group import init_default_group, set_call_ranks_source
+    from ..parallel.group import set_call_ranks_source
+    from ..parallel.severing import init_default_group
 
     leave_group()
     set_call_ranks_source(call_ranks)
@@ -140,8 +141,8 @@ def leave_group() -> None:
 
 def sever_group() -> int:
     """Shut down this engine's group connections (see
-    :func:`mixle_nb.parallel.group.sever_group`); how many were shut down."""
-    from ..parallel.group import sever_group as sever
+    :func:`mixle_nb.parallel.severing.sever_group`); how many were shut down."""
+    from ..parallel.severing import sever_group as sever
 
     return sever()
 
@@ -152,7 +153,7 @@ def group_state() -> tuple[bool, int]:
     connections were shut down (by a handle's failure path or the cluster) is not usable."""
     import torch.distributed as dist
 
-    from ..parallel.group import group_severed
+    from ..parallel.severing import group_severed
 
     if not dist.is_initialized() or group_severed():
         return False, -1

@@ -296,6 +296,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         counts = rng.multinomial(n_samples, self.weights_)
         generator = np.random.default_rng(rng.randint(2**31 - 1))
         model = self._model()
-        x = np.concatenate([c._draw(generator, int(m)).reshape(int(m), -1)
+        x = np.concatenate([c.draw(generator, int(m)).reshape(int(m), -1)
                             for c, m in zip(model.components, counts)])
         return x, np.repeat(np.arange(self.n_components), counts)

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..validation import choice
+
 _EVAL_CHUNK = 1024  # contexts per forward when scoring, to bound activation memory
 
 
@@ -61,19 +63,27 @@ class StreamingTransformerLeaf:
         return np.asarray(ids, dtype=np.int64)
 
 
+OPTIMIZERS = ("adamw", "sgd")
+
+
 class StreamingTransformerLeafEstimator:
-    """Carries the module to train, its AdamW learning rate, and the device to train on.
+    """Carries the module to train, its learning rate, the device to train on and the
+    optimizer: ``"adamw"`` (mixle's), or ``"sgd"`` (plain gradient steps), kept as
+    ``optimizer_kind`` (mixle's estimator has an ``optimizer`` of its own, an object).
 
     Plain attributes only, so it pickles (and cloudpickles to engines) with its module.
     """
 
-    def __init__(self, module: nn.Module, lr: float = 3e-3, device: str = "cpu"):
+    def __init__(self, module: nn.Module, lr: float = 3e-3, device: str = "cpu", *, optimizer: str = "adamw"):
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}; "
                             "build one with build_causal_lm(vocab)")
         if not lr > 0:
             raise ValueError(f"lr must be positive, got {lr!r}")
         self.module, self.lr, self.device = module, float(lr), device
+        self.optimizer_kind = choice("optimizer", optimizer, OPTIMIZERS)
 
     def __repr__(self) -> str:
-        return f"StreamingTransformerLeafEstimator({type(self.module).__name__}, lr={self.lr}, device={self.device!r})"
+        chosen = "" if self.optimizer_kind == "adamw" else f", optimizer={self.optimizer_kind!r}"
+        return (f"StreamingTransformerLeafEstimator({type(self.module).__name__}, lr={self.lr}, "
+                f"device={self.device!r}{chosen})")

@@ -23,7 +23,7 @@ from typing import Any, Mapping, NoReturn, Optional
 
 import torch.distributed as dist
 
-from .group import sever_group
+from .severing import sever_group
 
 ANNOUNCE_WAIT_S = 2.0  # how long a rank whose collective broke looks for a peer's message
 _BROKEN = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|Timed out waiting",

@@ -35,7 +35,8 @@ from ..checkpoint.training import TrainingCheckpoints
 from ..neural.leaf import StreamingTransformerLeaf
 from ..neural.source import (SequenceOrder, as_token_array, check_window_args, gather_sequences,
                              gather_windows, window_view)
-from .fail_together import PeerRankError, fail_by_severing, raise_together
+from .exchange import Header, RankExchange
+from .fail_together import PeerRankError, fail_by_severing, odd_ones_out, raise_failures, raise_together
 from .group import join_group, require_every_rank
 from .handle import HandleLifetime
 
@@ -45,6 +46,11 @@ _FILE_DTYPES = ("uint16", "uint32", "int32", "int64")
 ELASTIC_TRAINING = ("elastic training resumes the survivors from the newest checkpoint, reading their new "
                     "slices of the token file: build the handle with StreamingTokenEncodedData.from_file(path, "
                     "..., checkpoint=DIR) on a DIR every rank can read")
+SAME_TOKENS = "pass the same token ids, block and batch_size on every rank"
+CONSTRUCTION_HEADER = Header(failed=1, max_id=1, tokens=1, block=1, batch_size=1)
+LOG_DENSITY_HEADER = Header(failed=1, count=1, total=1)
+STEP_STATUS = Header(stop=1, failed=1)
+_OPTIMIZERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}  # mixle's estimator: AdamW  # after the gradients in a DDP step's one all-reduce
 
 
 def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
@@ -89,6 +95,10 @@ class _StepStatus:
         self.agreed_failed = False
         self._pending: list = []
 
+    def words(self, device: torch.device, **fields: float) -> torch.Tensor:
+        """The :data:`STEP_STATUS` words after the gradients, in their dtype."""
+        return torch.as_tensor(STEP_STATUS.pack(**fields), dtype=self.dtype, device=device)
+
 
 def _allreduce_with_status(status: _StepStatus, bucket):
     """DDP's mean all-reduce of every bucket as ONE all-reduce, with the status words appended.
@@ -104,12 +114,13 @@ def _allreduce_with_status(status: _StepStatus, bucket):
     pending, status._pending = status._pending, []
     buffers = [buf for buf, _ in pending]
     packed = torch.cat([b.reshape(-1).to(status.dtype) for b in buffers]
-                       + [torch.tensor([status.stop, 0.0], dtype=status.dtype, device=buffers[0].device)])
+                       + [status.words(stop=status.stop, failed=0.0, device=buffers[0].device)])
     packed[:-2].div_(dist.get_world_size())
 
     def unpack(fut):
         out = fut.value()[0]
-        status.agreed_stop, status.agreed_failed = bool(out[-2] > 0), bool(out[-1] > 0)
+        words = STEP_STATUS.read(out[-STEP_STATUS.width:].cpu().numpy())
+        status.agreed_stop, status.agreed_failed = words.stop > 0, words.failed > 0
         lo = 0
         for buf, future in pending[:-1]:
             future.set_result(out[lo:lo + buf.numel()].to(buf.dtype))
@@ -178,7 +189,7 @@ class StreamingTokenEncodedData(HandleLifetime):
 
     Errors: construction, every DDP training step and the log-density sum fail together (see
     the module docstring). After a failed step every rank drops its optimizer state (the
-    parameters are those before the failed step), so the next call starts a fresh AdamW.
+    parameters are those before the failed step), so the next call starts a fresh optimizer.
     A failed FSDP2 step leaves the group unusable (see the module docstring): on a
     MixleCluster the group is formed again by itself; train a new model after it.
     """
@@ -194,6 +205,7 @@ class StreamingTokenEncodedData(HandleLifetime):
         self._membership = join_group(init_process_group=init_process_group, backend=backend)
         require_every_rank(self._membership, "building a StreamingTokenEncodedData")
         self.rank, self.world = self._membership.rank, self._membership.world
+        self.exchange = RankExchange(self._membership)
         failure, n_tokens, max_id = None, 0, -1
         try:  # everything that can fail on one rank only, before the construction exchange
             tokens = as_token_array(token_ids, check_values=False)
@@ -263,6 +275,7 @@ class StreamingTokenEncodedData(HandleLifetime):
         self.check_elastic()
         self._membership = join_group(None)
         self.rank, self.world = self._membership.rank, self._membership.world
+        self.exchange = RankExchange(self._membership)
         self.checkpoints.abandon()
         self._training, self._resumed = None, False
         if self.checkpoints.latest() is None:
@@ -304,25 +317,24 @@ class StreamingTokenEncodedData(HandleLifetime):
 
     def _construction_exchange(self, failure, n_tokens: int, max_id: int, block: int,
                                batch_size: int) -> int:
-        """One all-reduce of status, largest token id and the arguments every rank must share;
-        returns the largest id of all shards. Raises together if any rank failed or disagreed."""
+        """One exchange of every rank's status, largest token id and the arguments every rank
+        must share; returns the largest id of all shards. Raises together if any rank failed
+        or disagreed (naming the ranks whose arguments differ)."""
         if self.world == 1 or not self._membership.grouped:
             if failure is not None:
                 raise failure
             return max_id
-        facts = torch.tensor([failure is not None, max_id, n_tokens, -n_tokens, block, -block,
-                              batch_size, -batch_size], dtype=torch.float64,
-                             device=self._membership.device)
-        dist.all_reduce(facts, op=dist.ReduceOp.MAX, group=self._membership.group)
-        failed, max_id, n_hi, n_lo, b_hi, b_lo, s_hi, s_lo = facts.tolist()
-        if not failed and (n_hi, b_hi, s_hi) != (-n_lo, -b_lo, -s_lo):
-            raise ValueError(
-                "ranks disagree on the token count, block or batch_size "
-                f"(tokens {-n_lo:g}..{n_hi:g}, block {-b_lo:g}..{b_hi:g}, batch_size "
-                f"{-s_lo:g}..{s_hi:g}); pass the same ids and arguments on every rank")
-        if failed:
+        rows = self.exchange.rows(CONSTRUCTION_HEADER.pack(
+            failed=float(failure is not None), max_id=max_id, tokens=n_tokens, block=block, batch_size=batch_size))
+        facts = [CONSTRUCTION_HEADER.read(row) for row in rows]
+        if any(f.failed for f in facts):
             raise_together(failure, self._membership.group, self.world, "StreamingTokenEncodedData")
-        return int(max_id)
+        shared = {r: f"{f.tokens:.0f} tokens, block={f.block:.0f}, batch_size={f.batch_size:.0f}"
+                  for r, f in enumerate(facts)}
+        odd = odd_ones_out(shared, "the token ids or arguments on this rank", SAME_TOKENS)
+        if odd:
+            raise_failures(odd, self.rank, None, "building a StreamingTokenEncodedData")
+        return int(max(f.max_id for f in facts))
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -400,7 +412,7 @@ class StreamingTokenEncodedData(HandleLifetime):
             wrapped.register_comm_hook(status, _allreduce_with_status)
         elif mode == "fsdp":
             replica = self._shard_fsdp(module)
-        optimizer = torch.optim.AdamW(module.parameters(), lr=estimator.lr)
+        optimizer = _OPTIMIZERS[getattr(estimator, "optimizer_kind", "adamw")](module.parameters(), lr=estimator.lr)
         self._training = _Training(module, wrapped, optimizer, mode, device, status, replica)
         if self.checkpoints is not None and not self._resumed:
             self._resumed = True
@@ -451,16 +463,14 @@ class StreamingTokenEncodedData(HandleLifetime):
             return tr.status.agreed_stop
         if self.stop is None or tr.step % self.progress_every:
             return False
-        flag = torch.tensor([float(local)], device=tr.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item() > 0)
+        return bool(self.exchange.sum([float(local)])[0] > 0)
 
     def _stand_in_for_exchange(self, tr: _Training) -> None:
         """A failed rank's part in the DDP step exchange its peers are in: zero gradients and
         "failed". DDP's second forward re-buckets once with a broadcast; take part in it too."""
         tr.wrapped.reducer._rebuild_buckets()  # no-op unless this is that forward's collective
-        words = torch.zeros(tr.status.size + 2, dtype=tr.status.dtype, device=tr.device)
-        words[-2], words[-1] = tr.status.stop, 1.0
+        words = torch.cat([torch.zeros(tr.status.size, dtype=tr.status.dtype, device=tr.device),
+                           tr.status.words(stop=tr.status.stop, failed=1.0, device=tr.device)])
         dist.all_reduce(words, group=self._membership.group)
 
     def _fail_step(self, tr: _Training, error: BaseException | None, exchange_pending: bool) -> None:
@@ -596,12 +606,11 @@ class StreamingTokenEncodedData(HandleLifetime):
         except Exception as error:  # noqa: BLE001 - carried to the peers, then re-raised
             failure = error
         if self.world > 1 and self.shard_by_rank:
-            sums = torch.tensor([count, total, failure is not None], dtype=torch.float64,
-                                device=self._membership.device)
-            dist.all_reduce(sums, group=self._membership.group)
-            count, total, failed = sums.tolist()
-            if failed:
+            summed = LOG_DENSITY_HEADER.read(self.exchange.sum(LOG_DENSITY_HEADER.pack(
+                failed=float(failure is not None), count=count, total=total)))
+            if summed.failed:
                 raise_together(failure, self._membership.group, self.world, "log-density sum")
+            count, total = summed.count, summed.total
         elif failure is not None:
             raise failure
         return count, total

@@ -15,7 +15,8 @@ accumulate) carries a status word in the exchange it already makes, so a rank th
 every rank raise at once — the failed rank its own error, the others
 :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it — instead of leaving peers
 waiting in a collective until the group timeout. The same exchange checks that every rank
-holds the same data description, estimator and model.
+holds the same data description, estimator and model. The exchanges are ``exchange.py``'s
+(:class:`~mixle_nb.parallel.exchange.RankExchange`), the statistics' fold is ``fold.py``'s.
 """
 from __future__ import annotations
 
@@ -34,29 +35,27 @@ import torch.distributed as dist
 from ..stats.base import Distribution, Estimator
 from ..stats.estimation import Accumulated, EMStep, accumulate, encode, log_density_total, m_step, takes_device, tie_keys
 from ..stats.kmeans import kmeans_init
-from ..stats.values import FoldPlan, flatten_value, fold_plan, value_layout
 from ..validation import choice, device as checked_device, fraction, positive_int
-from .fail_together import (agreed, agreement_slots, failure_message, fingerprint, odd_ones_out,
-                            raise_failures)
+from .exchange import STATUS, Header, RankExchange, all_well, status
+from .fail_together import failure_message, fingerprint
+from .fold import FOLDS, SAME_MODEL, StatisticsFold
 from .group import join_group, require_every_rank
 from .handle import HandleLifetime
-from .logical_shards import ShardLayout, fold_in_shard_order, rebalance
-from .rank_exchange import HandleExchange, map_shard
+from .logical_shards import ShardLayout, rebalance
+from .shard_map import map_shard
 from .shards import (NpyRows, dealt_files, describe, describe_rows, empty_like_rows, file_parts, load_npy,
                      rank_slice, release_freed_memory, split_parts)
 
-FOLDS = ("auto", "gather", "allreduce")
-EXCHANGE_MAX_FLOATS = 1 << 18  # world × vector length; above it the fold uses all_reduce
-POLL_S = 0.005  # how long a small fold polls before it blocks
 SAME_DATA = ("pass the same full data on every rank (each keeps "
              "data[rank::world] of it), or root_only=True with the data on the root. Did you %mixle_scatter "
              "it? For data already split across ranks use TorchRunEncodedData.from_shards(shard, estimator=...)")
 SAME_ROWS = "every rank's observations must have the same shape and dtype"
 SAME_FILES = "every rank must pass the same path (or list of paths); each rank reads its own part of it"
-SAME_MODEL = "every rank must pass the same model and estimator to the step"
 NOT_ELASTIC = ("elastic=True needs data the ranks can read again when a rank dies, and {what} lives only in "
                "the ranks' memory (lost with a rank): save it (np.save) and build the handle with "
                "TorchRunEncodedData.from_npy(path, ..., elastic=True) or from_files(paths, ..., elastic=True)")
+LOG_DENSITY_HEADER = Header(**STATUS, count=1, total=1)
+REJOIN_HEADER = Header(failed=1, count=1)
 
 
 @dataclass
@@ -69,23 +68,9 @@ class StepTimings:
     m_step_s: float
 
 
-@dataclass(frozen=True)
-class _AgreedFold:
-    """How statistics of one estimator cross ranks, as all ranks agreed: ``plan`` is the
-    all-reduce's :class:`FoldPlan`, ``None`` for the gather path."""
-
-    estimator: str  # the estimator's fingerprint
-    plan: Optional[FoldPlan]
-
-
-def _finish(work) -> None:
-    """Wait for an async collective: poll for up to ``POLL_S``, yielding the core, then block.
-    Waking a thread blocked in gloo costs about a millisecond on a busy machine, more than a
-    small fold itself; the poll is bounded so a long wait for a slower rank burns no CPU."""
-    deadline = time.perf_counter() + POLL_S
-    while not work.is_completed() and time.perf_counter() < deadline:
-        os.sched_yield()
-    work.wait()
+def _count_header(world: int) -> Header:
+    """Construction's count exchange: status, the global count, which ranks hold no observation."""
+    return Header(**STATUS, count=1, empty=world)
 
 
 class _Discard(io.TextIOBase):
@@ -179,7 +164,7 @@ class TorchRunEncodedData(HandleLifetime):
         except Exception as exc:
             error = exc
         if root_only:
-            shard = self._scatter(shards)
+            shard = self.exchange.scatter(shards)
             signature = None if shard is None else describe_rows(shard)
         parts = () if shard is None else split_parts(shard, sub_chunks)
         self._encode(encoder, [(self.rank, parts)], None, signature, error, "the data",
@@ -307,7 +292,7 @@ class TorchRunEncodedData(HandleLifetime):
     def _join(self, estimator, model, encoder, sub_chunks, group, root, init_process_group, backend,
               fold, shards: Optional[int] = None, elastic: bool = False) -> int:
         """Argument checks every rank makes alike, then the group; returns ``sub_chunks``."""
-        self.fold = choice("fold", fold, FOLDS)
+        fold = choice("fold", fold, FOLDS)
         sub_chunks = positive_int("sub_chunks", sub_chunks)
         if shards is not None:
             shards = positive_int("shards", shards)
@@ -325,10 +310,9 @@ class TorchRunEncodedData(HandleLifetime):
             self._membership.release()
             raise ValueError(f"shards={shards} is fewer than the {self.world} ranks: every rank needs a "
                              f"shard; pass shards >= {self.world} (or None: one per rank)")
-        self.root = root
-        self._global_root = self._membership.global_rank(root)
+        self._connect(root, fold)
         self.layout = ShardLayout.dealt(shards or self.world, self.world)
-        self._pieces: list = []  # (shard id, first chunk, end chunk) of each shard held, in shard order
+        self.shard_chunks: list = []  # (shard id, first chunk, end chunk) of each shard held, in shard order
         self.elastic = bool(elastic)
         self._encoder: Any = None
         self._locate: Any = None
@@ -337,15 +321,23 @@ class TorchRunEncodedData(HandleLifetime):
         self.phase_hook: Optional[Callable[[str, int], None]] = None  # (phase, step), for fault tests
         self.steps_taken = 0
         self._parts_read = 0
-        self._agreed: Optional[_AgreedFold] = None
-        self._estimator_prints: dict = {}
         self.chunks: list = []
         self._counts: list = []
         self.last_timings: Optional[StepTimings] = None
-        self.last_fold_floats: Optional[int] = None  # float64s the last all-reduce fold sent; None: gathered
         self.interleaved = True  # rank r holds observations r, r + world, ... (see from_shards)
         self._sample: Any = None  # one observation (none on an empty rank), to check a model against
         return sub_chunks
+
+    def _connect(self, root: int, fold: str) -> None:
+        """The exchange among the group's ranks (``root`` gathers and broadcasts) and the fold on it."""
+        self.root = root
+        self.exchange = RankExchange(self._membership, root, self._phase)
+        self.folding = StatisticsFold(self.exchange, fold)
+
+    @property
+    def last_fold_floats(self) -> Optional[int]:
+        """The float64s the last all-reduce fold sent; ``None``: it gathered."""
+        return self.folding.last_floats
 
     def _place(self, encoder, device: Any):
         """Check ``device`` on this rank and choose where ``encoder`` puts the encodings: there, or
@@ -359,16 +351,6 @@ class TorchRunEncodedData(HandleLifetime):
         self.device = chosen
         self._encode_device = chosen if ours else device  # encode() refuses a GPU for mixle's encoders
         return encoder
-
-    def _scatter(self, shards):
-        """The root's shards, one per rank (``None`` everywhere when the root failed)."""
-        if self.world == 1:
-            return None if shards is None else shards[0]
-        received = [None]
-        sent = shards if shards is not None or self.rank != self.root else [None] * self.world
-        dist.scatter_object_list(received, sent if self.rank == self.root else None,
-                                 src=self._global_root, group=self.group)
-        return received[0]
 
     def _encode(self, encoder, pieces: list, counts: Optional[list], signature: Optional[str],
                 error: Optional[BaseException], what: str, empty: Any = None,
@@ -389,28 +371,29 @@ class TorchRunEncodedData(HandleLifetime):
                     self._sample = empty
                 if not self.chunks:  # an empty shard: keep its empty encoding where the encoder
                     self._encode_empty(encoder, empty)  # takes one (it tells k-means‖ the dimension)
-                    sid, start, _ = self._pieces[-1]
-                    self._pieces[-1] = (sid, start, len(self.chunks))
+                    sid, start, _ = self.shard_chunks[-1]
+                    self.shard_chunks[-1] = (sid, start, len(self.chunks))
                 if counts is not None and sum(counts) != sizes:
                     raise RuntimeError("internal: file parts miscounted")
         except Exception as exc:
             error = exc
         self.local_count = int(sum(self._counts))
-        header = [0.0 if error is None else 1.0] + agreement_slots(signature, self.world)
-        empty = [0.0] * self.world  # which ranks hold no observation, for the warning below
-        empty[self.rank] = float(self.local_count == 0)
-        summed = self._sum_across_ranks(header + [float(self.local_count)] + empty)
-        if summed[0] > 0 or not agreed(summed[1:4]):
+        header = _count_header(self.world)
+        held_none = np.zeros(self.world)
+        held_none[self.rank] = float(self.local_count == 0)
+        summed = header.read(self.exchange.sum(header.pack(**status(error, signature, self.world),
+                                                           count=self.local_count, empty=held_none)))
+        if not all_well(summed):
             self.chunks, self._counts = [], []
             try:
-                self._settle("building the handle", error, signature, f"{what} on this rank", fix)
+                self.exchange.settle("building the handle", error, signature, f"{what} on this rank", fix)
             finally:
                 self._membership.release()  # as close() would: a group this handle made is destroyed
-        self._count = int(summed[4])
+        self._count = int(summed.count)
         if self._count == 0:
             self.close()
             raise ValueError("TorchRunEncodedData got no observations on any rank")
-        empty_ranks = [r for r in range(self.world) if summed[5 + r] > 0]
+        empty_ranks = np.flatnonzero(summed.empty).tolist()
         if empty_ranks and self.rank == self.root:  # allowed, as in mixle's handle, but visible
             warnings.warn(f"TorchRunEncodedData: ranks {empty_ranks} of {self.world} hold no observations "
                           f"({self._count} in all): each step still waits for them, and the model is "
@@ -436,9 +419,9 @@ class TorchRunEncodedData(HandleLifetime):
                 self._parts_read = number
                 del part
                 release_freed_memory()
-            self._pieces.append((sid, first, len(self.chunks)))
+            self.shard_chunks.append((sid, first, len(self.chunks)))
             rows += shard_rows
-        self._pieces.sort()
+        self.shard_chunks.sort()
         return rows
 
     def _encode_empty(self, encoder, empty) -> None:
@@ -448,236 +431,6 @@ class TorchRunEncodedData(HandleLifetime):
             return
         self.chunks.append(empty)
         self._counts.append(0)
-
-    # -- collectives -------------------------------------------------------------------------
-
-    def _sum_across_ranks(self, numbers) -> np.ndarray:
-        """Element-wise sum of a float64 vector over the ranks, bit-identical on every rank.
-
-        Small vectors take one ``all_to_all`` exchange, after which each rank adds the
-        world's vectors in rank order: one round of messages against the ring all-reduce's
-        2·(world - 1), which is what a per-step fold of a few statistics waits on. Vectors
-        whose exchange would move over ``EXCHANGE_MAX_FLOATS`` take ``all_reduce``."""
-        if self.world == 1:
-            return np.array(numbers, dtype=np.float64)
-        device = self._membership.device  # the backend's (nccl: CUDA), not necessarily the encodings'
-        local = torch.as_tensor(np.asarray(numbers, dtype=np.float64), device=device)
-        if local.numel() * self.world > EXCHANGE_MAX_FLOATS:
-            dist.all_reduce(local, group=self.group)
-            return local.cpu().numpy()
-        received = torch.empty(self.world, local.numel(), dtype=local.dtype, device=device)
-        _finish(dist.all_to_all_single(received, local.repeat(self.world), group=self.group, async_op=True))
-        total = received[0].clone()
-        for row in received[1:]:
-            total += row
-        return total.cpu().numpy()
-
-    def _rows_across_ranks(self, numbers, phase: Optional[str] = "fold") -> np.ndarray:
-        """Every rank's float64 vector, as rows in rank order, on every rank (the fold's
-        exchange: every rank then adds them in one agreed order). Small vectors take one
-        ``all_to_all`` (every pair of ranks connected: a dead rank fails every peer at once),
-        larger ones ``all_gather``; ``phase_hook`` sees ``phase`` once this rank's part is on
-        its way."""
-        local = np.asarray(numbers, dtype=np.float64)
-        if self.world == 1:
-            self._phase(phase)
-            return local[None]
-        device = self._membership.device  # the backend's (nccl: CUDA), not necessarily the encodings'
-        tensor = torch.as_tensor(local, device=device)
-        if tensor.numel() * self.world > EXCHANGE_MAX_FLOATS:
-            rows = [torch.empty_like(tensor) for _ in range(self.world)]
-            work = dist.all_gather(rows, tensor, group=self.group, async_op=True)
-            self._phase(phase)
-            work.wait()
-            return torch.stack(rows).cpu().numpy()
-        received = torch.empty(self.world, tensor.numel(), dtype=tensor.dtype, device=device)
-        work = dist.all_to_all_single(received, tensor.repeat(self.world), group=self.group, async_op=True)
-        self._phase(phase)
-        _finish(work)
-        return received.cpu().numpy()
-
-    def _all_gather(self, obj) -> list:
-        if self.world == 1:
-            return [obj]
-        out = [None] * self.world
-        dist.all_gather_object(out, obj, group=self.group)
-        return out
-
-    def _settle(self, operation: str, error: Optional[BaseException], mine: Optional[str], what: str,
-                fix: str) -> None:
-        """The failure path, once a status word or an agreement check failed: every rank sends
-        its error and its text, and all raise the same outcome. Never returns."""
-        entries = self._all_gather((None if error is None else failure_message(error), mine))
-        failures = {r: message for r, (message, _) in enumerate(entries) if message is not None}
-        if not failures:
-            failures = odd_ones_out({r: text for r, (_, text) in enumerate(entries)}, what, fix)
-        raise_failures(failures, self.rank, error, operation)
-
-    def _estimator_print(self, estimator: Estimator) -> str:
-        """The estimator's fingerprint, computed once per estimator object."""
-        known = self._estimator_prints.get(id(estimator))
-        if known is None or known[0] is not estimator:
-            if len(self._estimator_prints) > 16:
-                self._estimator_prints.clear()
-            known = (estimator, fingerprint(estimator))
-            self._estimator_prints[id(estimator)] = known
-        return known[1]
-
-    def _negotiate(self, operation, estimator, value, error, est_print, model_print) -> None:
-        """Agree, once per estimator, how its statistics cross ranks; also where every rank
-        compares estimator and model and learns of any failure. Sets ``self._agreed``."""
-        plan = None
-        if error is None and self.fold != "gather":
-            try:
-                plan = fold_plan(value, estimator.accumulator_factory().make)
-            except Exception as exc:  # still take part in the exchange below
-                error = exc
-        mine = (None if error is None else failure_message(error), est_print, model_print, plan)
-        entries = self._all_gather(mine)
-        failures = {r: e[0] for r, e in enumerate(entries) if e[0] is not None}
-        if not failures:
-            failures = odd_ones_out({r: e[1] for r, e in enumerate(entries)}, "the estimator on this rank", SAME_MODEL)
-        if not failures:
-            failures = odd_ones_out({r: e[2] for r, e in enumerate(entries)}, "the model on this rank", SAME_MODEL)
-        if failures:
-            raise_failures(failures, self.rank, error, operation)
-        plans = [e[3] for e in entries]
-        same = plans[0] is not None and all(p == plans[0] for p in plans)
-        if self.fold == "allreduce" and not same:
-            raise ValueError("fold='allreduce' needs numeric statistics with the same layout on every "
-                             f"rank, which combine adds; got {len(set(map(repr, plans)))} layouts. "
-                             "Use fold='gather' or 'auto'")
-        self._agreed = _AgreedFold(est_print, plans[0] if same else None)
-
-    def _fold_path(self, estimator: Estimator, value: Any) -> tuple[str, Any]:
-        """The agreed path for ``estimator`` (agreeing now if need be), and its plan."""
-        if self._agreed is None or self._agreed.estimator != self._estimator_print(estimator):
-            self._negotiate("folding statistics", estimator, value, None, self._estimator_print(estimator), None)
-        return ("allreduce" if self._agreed.plan is not None else "gather"), self._agreed.plan
-
-    def _fold(self, estimator: Estimator, count: float, acc, log_density: float, *, model: Any = None,
-              error: Optional[BaseException] = None, operation: str = "folding statistics"):
-        """Combine every rank's statistics ``acc`` (one part per rank, summed in rank order)
-        into ``acc`` on every rank; returns the global ``(count, log_density)``."""
-        pieces = None if error is not None else [Accumulated(count, acc, log_density)]
-        count, log_density, _ = self._fold_shards(estimator, pieces, ShardLayout.one_per_rank(self.world), acc,
-                                                  model=model, error=error, operation=operation)
-        return count, log_density
-
-    def _fold_shards(self, estimator: Estimator, pieces: Optional[list], layout: ShardLayout, into: Any = None, *,
-                     model: Any = None, error: Optional[BaseException] = None,
-                     operation: str = "folding statistics"):
-        """Combine the statistics of every logical shard of ``layout`` into ``into`` (a fresh
-        accumulator when ``None``) on every rank, summed in shard order; returns the global
-        ``(count, log_density, into)``. ``pieces``: this rank's statistics, one
-        :class:`Accumulated` per shard it holds, in shard order. Either path leaves
-        bit-identical statistics on all ranks, whichever rank held which shard, so the M-step
-        that follows is deterministic and needs no broadcast of the model.
-
-        ``error``: this rank already failed (``pieces`` may be ``None``); it still takes part, so
-        every rank raises together. ``model``: the model the statistics were taken under, which
-        must be the same on every rank."""
-        values = est_print = model_print = None
-        try:
-            est_print = self._estimator_print(estimator)
-            model_print = None if model is None else fingerprint(model)
-            if error is None:
-                values = [piece.accumulator.value() for piece in pieces]
-                into = estimator.accumulator_factory().make() if into is None else into
-        except Exception as exc:
-            error = error or exc
-        while True:
-            if self._agreed is None:
-                self._negotiate(operation, estimator, values[0] if values else None, error, est_print, model_print)
-            if self._agreed.plan is None:
-                return self._gather_fold(operation, estimator, layout, pieces, values, into, error, est_print,
-                                         model_print)
-            folded = self._allreduce_fold(operation, layout, pieces, values, into, error, est_print, model_print)
-            if folded is not None:
-                return folded
-            self._agreed = None  # some rank's statistics no longer fit the plan: agree again
-
-    def _allreduce_fold(self, operation, layout, pieces, values, into, error, est_print, model_print):
-        """One message per rank: status, replan flag, model agreement, then for each shard it
-        holds, that shard's count, log-density and statistics; every rank adds the shards'
-        parts in shard order. Returns ``None`` when a rank asked to agree a new plan."""
-        plan = self._agreed.plan
-        width = 2 + plan.size
-        body, fits = np.zeros(layout.slots * width), False
-        if error is None:
-            try:
-                fits = est_print == self._agreed.estimator
-                for slot, (piece, value) in enumerate(zip(pieces, values)):
-                    flat = flatten_value(value)
-                    fits = fits and value_layout(value) == plan.layout and plan.matches(flat)
-                    if not fits:
-                        break
-                    body[slot * width], body[slot * width + 1] = piece.count, piece.log_density
-                    body[slot * width + 2:(slot + 1) * width] = flat
-            except Exception as exc:
-                error = exc
-        if not fits:
-            body[:] = 0.0
-        header = [0.0 if error is None else 1.0, 0.0 if error is not None or fits else 1.0]
-        header += agreement_slots(model_print, self.world)
-        rows = self._rows_across_ranks(np.concatenate([header, body]))
-        self.last_fold_floats = len(header) + len(body)
-        summed = rows[:, :len(header)].sum(axis=0)
-        if summed[0] > 0 or not agreed(summed[2:5]):
-            self._settle(operation, error, model_print, "the model on this rank", SAME_MODEL)
-        if summed[1] > 0:
-            return None
-        total = fold_in_shard_order(rows, layout, len(header), width)
-        into.from_value(plan.restore(total[2:]))
-        return float(total[0]), float(total[1]), into
-
-    def _gather_fold(self, operation, estimator, layout, pieces, values, into, error, est_print, model_print):
-        """The reference path: statistics pickled to the root, combined there in shard order
-        (mixle's ``combine``, so any value works), the sum broadcast; failures ride in both
-        messages."""
-        mine = (("failed", failure_message(error)) if error is not None
-                else ("ok", est_print, model_print, [(p.count, p.log_density, v) for p, v in zip(pieces, values)]))
-        self.last_fold_floats = None
-        self._phase("fold")
-        if self.world == 1:
-            parts = [mine]
-        else:
-            parts = [None] * self.world if self.rank == self.root else None
-            dist.gather_object(mine, parts, dst=self._global_root, group=self.group)
-        message = None
-        if self.rank == self.root:
-            message = self._combine_on_root(estimator, parts, layout)
-        if self.world > 1:
-            box = [message]
-            dist.broadcast_object_list(box, src=self._global_root, group=self.group)
-            message = box[0]
-        if message[0] == "failed":
-            raise_failures(message[1], self.rank, error, operation)
-        _, count, log_density, value, renegotiate = message
-        into.from_value(value)
-        if renegotiate:
-            self._agreed = None
-        return float(count), float(log_density), into
-
-    def _combine_on_root(self, estimator, parts, layout: ShardLayout) -> tuple:
-        failures = {r: p[1] for r, p in enumerate(parts) if p[0] == "failed"}
-        if not failures:
-            failures = odd_ones_out({r: p[1] for r, p in enumerate(parts)}, "the estimator on this rank", SAME_MODEL)
-        if not failures:
-            failures = odd_ones_out({r: p[2] for r, p in enumerate(parts)}, "the model on this rank", SAME_MODEL)
-        if failures:
-            return ("failed", failures)
-        total = estimator.accumulator_factory().make()
-        count = log_density = 0.0
-        for shard, owner in enumerate(layout.owners):
-            shard_count, shard_log_density, value = parts[owner][3][layout.slot_of(shard)]
-            try:
-                total.combine(value)
-            except Exception as exc:
-                return ("failed", {owner: f"its statistics could not be combined with rank 0's: {failure_message(exc)}"})
-            count, log_density = count + shard_count, log_density + shard_log_density
-        renegotiate = parts[0][1] != self._agreed.estimator
-        return ("ok", count, log_density, total.value(), renegotiate)
 
     # -- the handle protocol -----------------------------------------------------------------
 
@@ -694,11 +447,11 @@ class TorchRunEncodedData(HandleLifetime):
         model they were taken under and gives them again for the same pair, so a step taken
         again after a rank died computes only the shards that rank held."""
         try:
-            key = ((self._estimator_print(estimator), fingerprint(model), with_log_density)
+            key = ((self.folding.estimator_print(estimator), fingerprint(model), with_log_density)
                    if self.elastic else None)
             kept = dict(self._kept[1]) if key is not None and self._kept is not None and self._kept[0] == key else {}
             pieces = []
-            for number, (shard, first, end) in enumerate(self._pieces):
+            for number, (shard, first, end) in enumerate(self.shard_chunks):
                 if number:
                     self._phase("e_step_shard")
                 if shard not in kept:
@@ -706,7 +459,7 @@ class TorchRunEncodedData(HandleLifetime):
                                              with_log_density)
                 pieces.append(kept[shard])
             if key is not None:
-                self._kept = (key, {shard: kept[shard] for shard, _, _ in self._pieces})
+                self._kept = (key, {shard: kept[shard] for shard, _, _ in self.shard_chunks})
             return pieces, None
         except Exception as exc:  # carried in the fold, so no peer waits for this rank
             return None, self.explain_failure(exc, model)
@@ -737,8 +490,8 @@ class TorchRunEncodedData(HandleLifetime):
         t1 = time.perf_counter()
         if error is None:
             self._phase("e_step_done")
-        count, log_density, acc = self._fold_shards(estimator, pieces, self.layout, model=prev_estimate,
-                                                    error=error, operation="EM step")
+        count, log_density, acc = self.folding.shards(estimator, pieces, self.layout, model=prev_estimate,
+                                                      error=error, operation="EM step")
         t2 = time.perf_counter()
         model = m_step(estimator, count, acc)
         self.steps_taken += 1
@@ -767,11 +520,11 @@ class TorchRunEncodedData(HandleLifetime):
                 seeds = [[drawn[s] for s in self.layout.held_by(r)] for r in range(self.world)]
         except Exception as exc:
             error = exc
-        mine = self._scatter(seeds)
+        mine = self.exchange.scatter(seeds)
         pieces = []
         if error is None and mine is not None:
             try:
-                for seed, (_, first, end) in zip(mine, self._pieces):
+                for seed, (_, first, end) in zip(mine, self.shard_chunks):
                     local_rng = np.random.RandomState(seed)
                     weight_rng = np.random.RandomState(local_rng.randint(2**31))
                     acc, included = estimator.accumulator_factory().make(), 0.0
@@ -782,7 +535,7 @@ class TorchRunEncodedData(HandleLifetime):
                     pieces.append(Accumulated(included, acc, 0.0))
             except Exception as exc:
                 error = exc
-        count, _, acc = self._fold_shards(estimator, pieces, self.layout, error=error, operation="initialisation")
+        count, _, acc = self.folding.shards(estimator, pieces, self.layout, error=error, operation="initialisation")
         return m_step(estimator, count, acc)
 
     def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
@@ -794,11 +547,11 @@ class TorchRunEncodedData(HandleLifetime):
             total = sum(log_density_total(estimate, c) for c in self.chunks)
         except Exception as exc:
             error = self.explain_failure(exc, estimate)
-        header = [0.0 if error is None else 1.0] + agreement_slots(model_print, self.world)
-        summed = self._sum_across_ranks(header + [float(self.local_count), total])
-        if summed[0] > 0 or not agreed(summed[1:4]):
-            self._settle("log-density sum", error, model_print, "the model on this rank", SAME_MODEL)
-        return float(summed[4]), float(summed[5])
+        summed = LOG_DENSITY_HEADER.read(self.exchange.sum(LOG_DENSITY_HEADER.pack(
+            **status(error, model_print, self.world), count=self.local_count, total=total)))
+        if not all_well(summed):
+            self.exchange.settle("log-density sum", error, model_print, "the model on this rank", SAME_MODEL)
+        return summed.count, summed.total
 
     def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
         """Globally folded, key-tied batch sufficient statistics for streaming EM: ``(count,
@@ -806,8 +559,8 @@ class TorchRunEncodedData(HandleLifetime):
         accumulator with ``from_value``)."""
         require_every_rank(self._membership, "stream accumulate on a TorchRunEncodedData")
         pieces, error = self._shard_statistics(estimator, model, with_log_density=False)
-        count, _, acc = self._fold_shards(estimator, pieces, self.layout, model=model, error=error,
-                                          operation="stream accumulate")
+        count, _, acc = self.folding.shards(estimator, pieces, self.layout, model=model, error=error,
+                                            operation="stream accumulate")
         return count, tie_keys(acc).value()
 
     def pysp_kmeans_init(self, estimator: Estimator, rng: Any, init: str = "kmeans++") -> Distribution:
@@ -815,11 +568,11 @@ class TorchRunEncodedData(HandleLifetime):
         (``"random_from_data"``) run on the shards where they live; identical on every rank
         and reproducible for a seed and world size (mixle_nb/stats/kmeans.py)."""
         require_every_rank(self._membership, "a k-means start on a TorchRunEncodedData")
-        return kmeans_init(self.chunks, estimator, rng, HandleExchange(self), init)
+        return kmeans_init(self.chunks, estimator, rng, self.folding, init)
 
     def pysp_shard_map(self, function, gather: bool = False) -> np.ndarray:
         """``function(enc)`` over this rank's shard; ``gather=True``: every observation's, in
-        the original order, on every rank (mixle_nb/parallel/rank_exchange.py)."""
+        the original order, on every rank (mixle_nb/parallel/shard_map.py)."""
         if gather:  # without it, each rank scores its own shard: no collective
             require_every_rank(self._membership, "gathering the scores of a TorchRunEncodedData")
         return map_shard(self, function, gather)
@@ -834,10 +587,10 @@ class TorchRunEncodedData(HandleLifetime):
             raise RuntimeError("rejoin() needs a handle built with elastic=True (from_npy or from_files)")
         self._membership = join_group(None)
         self.group, self.rank, self.world = None, self._membership.rank, self._membership.world
-        self.root, self._global_root, self._agreed = 0, 0, None
+        self._connect(0, self.folding.choice)
         mine = np.zeros(self.layout.count)
-        mine[[shard for shard, _, _ in self._pieces]] = 1.0
-        rows = self._rows_across_ranks(mine, phase="rejoin")  # all pairs: a death here fails every survivor
+        mine[[shard for shard, _, _ in self.shard_chunks]] = 1.0
+        rows = self.exchange.rows(mine, phase="rejoin")  # all pairs: a death here fails every survivor
         layout, drop, adopt = rebalance([np.flatnonzero(row).tolist() for row in rows], self.layout.count)
         error = None
         try:
@@ -846,26 +599,27 @@ class TorchRunEncodedData(HandleLifetime):
         except Exception as exc:  # carried in the count exchange below
             error = exc
         self.local_count = int(sum(self._counts))
-        summed = self._rows_across_ranks([0.0 if error is None else 1.0, float(self.local_count)], None).sum(axis=0)
-        if summed[0] > 0:
-            self._settle("reading a lost rank's shards", error, None, "the shards on this rank", SAME_FILES)
-        if int(summed[1]) != self._count:
-            raise RuntimeError(f"the survivors hold {int(summed[1])} of the {self._count} observations after "
+        summed = REJOIN_HEADER.read(self.exchange.rows(REJOIN_HEADER.pack(
+            failed=float(error is not None), count=self.local_count)).sum(axis=0))
+        if summed.failed:
+            self.exchange.settle("reading a lost rank's shards", error, None, "the shards on this rank", SAME_FILES)
+        if int(summed.count) != self._count:
+            raise RuntimeError(f"the survivors hold {int(summed.count)} of the {self._count} observations after "
                                "reading the lost shards: did a file change since the handle was built?")
         self.layout = layout
         return adopt[self.rank]
 
     def _drop_shards(self, shards: Sequence[int]) -> None:
-        kept = [(s, self.chunks[a:b], self._counts[a:b]) for s, a, b in self._pieces if s not in shards]
-        self.chunks, self._counts, self._pieces = [], [], []
+        kept = [(s, self.chunks[a:b], self._counts[a:b]) for s, a, b in self.shard_chunks if s not in shards]
+        self.chunks, self._counts, self.shard_chunks = [], [], []
         for shard, chunks, counts in kept:
-            self._pieces.append((shard, len(self.chunks), len(self.chunks) + len(chunks)))
+            self.shard_chunks.append((shard, len(self.chunks), len(self.chunks) + len(chunks)))
             self.chunks += chunks
             self._counts += counts
 
     def close(self) -> None:
         """Release the resident shard; destroy the process group only if this handle made it."""
-        self.chunks, self._counts, self._pieces, self._kept = [], [], [], None
+        self.chunks, self._counts, self.shard_chunks, self._kept = [], [], [], None
         self._membership.release()
 
     def __len__(self) -> int:

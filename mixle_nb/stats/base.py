@@ -100,6 +100,11 @@ class Distribution:
     def log_density(self, x: Any) -> float:
         return float(self.seq_log_density(self.dist_to_encoder().seq_encode([x]))[0])
 
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` observations drawn from ``rng`` (``sampler(seed).sample(n)`` and a mixture's
+        sampling call it)."""
+        raise NotImplementedError
+
 
 class Encoder:
     """Turns raw observations into the resident arrays the ``seq_*`` kernels read, on
@@ -122,6 +127,13 @@ class Estimator:
 
     def estimate(self, nobs: Optional[float], value: Any) -> Distribution:
         raise NotImplementedError
+
+    def free_parameters(self, model: Distribution, count: Any) -> int:
+        """How many free parameters ``model`` has as this estimator fits it, each tied
+        statistic counted once (``count``, a ``parameters.ParameterCount``: ``count.tied``;
+        a mixture counts its components with ``count.of``)."""
+        raise TypeError(f"no free-parameter count for {type(self).__name__}: pass n_parameters= "
+                        "to bic()/aic() yourself")
 
 
 class Accumulator:

@@ -71,12 +71,12 @@ class CategoricalDistribution(Distribution):
     def estimator(self, **kwargs) -> "CategoricalEstimator":
         return CategoricalEstimator(**kwargs)
 
-    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         labels = np.array(list(self.pmap.keys()))
         return labels[rng.choice(len(labels), size=n, p=np.array(list(self.pmap.values())))]
 
     def sampler(self, seed=None) -> Sampler:
-        return Sampler(self._draw, seed)
+        return Sampler(self.draw, seed)
 
 
 class CategoricalAccumulator(Accumulator):
@@ -123,3 +123,6 @@ class CategoricalEstimator(Estimator):
         total = counts.sum()
         probs = counts / total if total > 0 else np.full(len(counts), 1.0 / len(counts))
         return CategoricalDistribution(dict(zip(value.keys(), probs.tolist())))
+
+    def free_parameters(self, model: CategoricalDistribution, count) -> int:
+        return 0 if count.tied("all", self.keys) else len(model.pmap) - 1

@@ -67,11 +67,11 @@ class DiagonalGaussianDistribution(Distribution):
     def estimator(self, **kwargs) -> "DiagonalGaussianEstimator":
         return DiagonalGaussianEstimator(dim=len(self.mu), **kwargs)
 
-    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.mu + np.sqrt(self.sigma2) * rng.standard_normal((n, len(self.mu)))
 
     def sampler(self, seed=None) -> Sampler:
-        return Sampler(self._draw, seed)
+        return Sampler(self.draw, seed)
 
 
 class DiagonalGaussianEstimator(Estimator):
@@ -90,3 +90,10 @@ class DiagonalGaussianEstimator(Estimator):
         if np.size(value) == 0:
             raise ValueError("DiagonalGaussianEstimator saw no data and has no dim; pass dim=D")
         return DiagonalGaussianDistribution(*diagonal_estimate(value, self.reg_covar))
+
+    def free_parameters(self, model: DiagonalGaussianDistribution, count) -> int:
+        """Also the 1-D :class:`GaussianEstimator`'s (its ``mu`` a number)."""
+        if count.tied("all", self.keys):
+            return 0
+        dim = len(model.mu) if hasattr(model.mu, "__len__") else 1
+        return dim + (0 if count.tied("variance", self.variance_key) else dim)

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import foreign
 from .base import Accumulator, Distribution, Estimator, as_generator, total
 from .frame import PointEncoding
 
@@ -85,15 +86,15 @@ def accumulate(chunks: Sequence[Any], estimator: Estimator, model: Distribution 
     update does not, as mixle's, would pay a second pass).
 
     ``counts`` are the chunks' observation counts (a handle knows them from the raw data);
-    without them each chunk is counted with :func:`encoded_count`. Our accumulators get
-    ``None`` for unit weights, so no array of ones is built or sent to the encoding's device
-    every step; another package's (mixle's) get a float64 array of ones, as they require."""
-    acc = estimator.accumulator_factory().make()
+    without them each chunk is counted with :func:`encoded_count`. Unit weights are ``None``,
+    so no array of ones is built or sent to the encoding's device every step (another
+    package's accumulator gets the array it requires: ``foreign.py``)."""
+    acc = foreign.accumulator(estimator)
     if counts is None:
         counts = [encoded_count(enc, estimator) for enc in chunks]
     summed = 0.0
     for enc, n in zip(chunks, counts):
-        log_density = acc.seq_update(enc, None if isinstance(acc, Accumulator) else np.ones(n), model)
+        log_density = acc.seq_update(enc, None, model)
         if model is not None:
             if log_density is None and with_log_density:
                 summed += log_density_total(model, enc)

@@ -42,7 +42,7 @@ class GaussianDistribution(DiagonalGaussianDistribution):
     def estimator(self, **kwargs) -> "GaussianEstimator":
         return GaussianEstimator(**kwargs)
 
-    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.mu + math.sqrt(self.sigma2) * rng.standard_normal(n)
 
 

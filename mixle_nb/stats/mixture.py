@@ -9,6 +9,7 @@ import torch
 
 from .base import (Accumulator, Distribution, Encoder, Estimator, device_tensor, encoding_device, merge_into,
                    resident)
+from . import foreign
 from .centred_moments import DegenerateComponentError
 from .sampler import Sampler
 
@@ -147,16 +148,16 @@ class MixtureDistribution(Distribution):
     def estimator(self, **kwargs) -> "MixtureEstimator":
         return MixtureEstimator([c.estimator() for c in self.components], **kwargs)
 
-    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         z = rng.choice(len(self.w), size=n, p=self.w)
         counts = np.bincount(z, minlength=len(self.w))
-        drawn = np.concatenate([c._draw(rng, int(m)) for c, m in zip(self.components, counts)])
+        drawn = np.concatenate([foreign.draw(c, rng, int(m)) for c, m in zip(self.components, counts)])
         out = np.empty_like(drawn)
         out[np.argsort(z, kind="stable")] = drawn
         return out
 
     def sampler(self, seed=None) -> Sampler:
-        return Sampler(self._draw, seed)
+        return Sampler(self.draw, seed)
 
 
 class MixtureAccumulator(Accumulator):
@@ -186,7 +187,7 @@ class MixtureAccumulator(Accumulator):
                 acc.seq_initialize(enc, weights, initialize_rng)
         else:
             for acc, weights, model in zip(self.accumulators, resp, models):
-                acc.seq_update(enc, weights if isinstance(acc, Accumulator) else weights.cpu().numpy(), model)
+                acc.seq_update(enc, weights, model)
 
     def seq_update(self, enc, weights, model: MixtureDistribution):
         """The E-step; returns the per-observation log-density of ``model`` (see ``resident``)."""
@@ -261,7 +262,7 @@ class MixtureEstimator(Estimator):
         self.pseudo_count, self.keys = float(pseudo_count), keys
 
     def make_accumulator(self) -> MixtureAccumulator:
-        return MixtureAccumulator([e.make_accumulator() for e in self.estimators], self.keys)
+        return MixtureAccumulator([foreign.accumulator(e) for e in self.estimators], self.keys)
 
     def estimate(self, nobs, value) -> MixtureDistribution:
         counts, component_values = value
@@ -275,3 +276,8 @@ class MixtureEstimator(Estimator):
         total = weights.sum()
         w = weights / total if total > 0 else np.full(len(weights), 1.0 / len(weights))
         return MixtureDistribution(components, w)
+
+    def free_parameters(self, model: MixtureDistribution, count) -> int:
+        """The weights (``keys`` ties them) and each component's own count."""
+        weights = 0 if count.tied("weights", self.keys) else len(model.components) - 1
+        return weights + sum(count.of(e, c) for e, c in zip(self.estimators, model.components))

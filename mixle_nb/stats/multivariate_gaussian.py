@@ -66,11 +66,11 @@ class MultivariateGaussianDistribution(Distribution):
     def estimator(self, **kwargs) -> "MultivariateGaussianEstimator":
         return MultivariateGaussianEstimator(dim=len(self.mu), **kwargs)
 
-    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.multivariate_normal(self.mu, self.covar, size=n, method="cholesky")
 
     def sampler(self, seed=None) -> Sampler:
-        return Sampler(self._draw, seed)
+        return Sampler(self.draw, seed)
 
 
 class MultivariateGaussianEstimator(Estimator):
@@ -92,3 +92,9 @@ class MultivariateGaussianEstimator(Estimator):
         if np.size(value) == 0:
             raise ValueError("MultivariateGaussianEstimator saw no data and has no dim; pass dim=D")
         return MultivariateGaussianDistribution(*full_estimate(value, self.reg_covar))
+
+    def free_parameters(self, model: MultivariateGaussianDistribution, count) -> int:
+        if count.tied("all", self.keys):
+            return 0
+        dim = len(model.mu)
+        return dim + (0 if count.tied("covariance", self.covariance_key) else dim * (dim + 1) // 2)

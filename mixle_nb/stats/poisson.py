@@ -62,11 +62,11 @@ class PoissonDistribution(Distribution):
     def estimator(self, **kwargs) -> "PoissonEstimator":
         return PoissonEstimator(**kwargs)
 
-    def _draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.poisson(self.lam, size=n)
 
     def sampler(self, seed=None) -> Sampler:
-        return Sampler(self._draw, seed)
+        return Sampler(self.draw, seed)
 
 
 class PoissonAccumulator(ArrayAccumulator):
@@ -98,3 +98,6 @@ class PoissonEstimator(Estimator):
     def estimate(self, nobs, value: np.ndarray) -> PoissonDistribution:
         n, total = value
         return PoissonDistribution(max(total / n, self.min_lam) if n > 0 else 1.0)
+
+    def free_parameters(self, model: PoissonDistribution, count) -> int:
+        return 0 if count.tied("all", self.keys) else 1

@@ -50,3 +50,8 @@ class SphericalGaussianEstimator(Estimator):
         if np.size(value) == 0:
             raise ValueError("SphericalGaussianEstimator saw no data and has no dim; pass dim=D")
         return SphericalGaussianDistribution(*diagonal_estimate(value, self.reg_covar, spherical=True))
+
+    def free_parameters(self, model: SphericalGaussianDistribution, count) -> int:
+        if count.tied("all", self.keys):
+            return 0
+        return len(model.mu) + (0 if count.tied("variance", self.variance_key) else 1)

@@ -40,7 +40,7 @@ class EMView:
         self.convergence.set_ylim(1e-3, 1e3)
         self.gain_line = live.dynamic(self.convergence.plot([], [], "o-", color="#8e44ad", ms=3)[0])
         self.picture = ModelPicture(live, picture_ax, model, data, picture_dims)
-        self.ranks.set_title(f"E-step seconds {'per rank' if distributed else '(this process)'}, last step",
+        self.ranks.set_title(f"E-step ms {'per rank' if distributed else '(this process)'}, last step",
                              fontsize=10)
         self.ranks.set_xlabel("rank", fontsize=9, labelpad=1)
         self.ranks.set_ylim(0, 1)
@@ -65,7 +65,7 @@ class EMView:
                    | fit_limits(self.objective, log_densities, shrink=shrink),
                    self.convergence: fit_steps(self.convergence, last)
                    | fit_limits(self.convergence, g, log=True, shrink=shrink),
-                   self.ranks: self._rank_bars(rank_seconds, shrink)}
+                   self.ranks: self._rank_bars(rank_seconds)}
         if model is not self.model:
             changed[self.picture.ax] = self.picture.update(model)
             self.model = model
@@ -74,7 +74,9 @@ class EMView:
                 self.live.invalidate(ax)
         return self.live.png()
 
-    def _rank_bars(self, seconds: Sequence[float], shrink: bool) -> bool:
+    def _rank_bars(self, seconds: Sequence[float]) -> bool:
+        """Each rank's last E-step in milliseconds, the axis fitted to them (also shrinking:
+        they are the last step's, not a history)."""
         changed = False
         if seconds and len(seconds) != len(self.bars):  # no steps (a reset): keep the bars, at 0
             self.live.forget(self.bars)
@@ -87,9 +89,10 @@ class EMView:
             for bar in self.bars:
                 bar.set_height(0.0)
             return changed
-        for bar, s in zip(self.bars, seconds):
-            bar.set_height(s)
-        return fit_limits(self.ranks, [0.0, *seconds], floor=0.0, shrink=shrink) or changed
+        ms = [1e3 * s for s in seconds]
+        for bar, height in zip(self.bars, ms):
+            bar.set_height(height)
+        return fit_limits(self.ranks, [0.0, *ms], floor=0.0) or changed
 
 
 def choose_k_png(k: Sequence[int], bic: Sequence[float], aic: Sequence[float]) -> bytes:

@@ -1,34 +1,13 @@
-"""What the stats-level starts and per-observation scores need from a TorchRunEncodedData's
-group: sums and gathers over its ranks, its statistics fold, and whole arrays put back in the
-original observation order (logical shard ``s`` of ``S`` holds observations ``s, s + S, ...``;
-on in-memory data shard ``s`` is rank ``s``'s)."""
+"""Per-observation results of a TorchRunEncodedData, put back in the original observation order
+(logical shard ``s`` of ``S`` holds observations ``s, s + S, ...``; on in-memory data shard ``s``
+is rank ``s``'s)."""
 from __future__ import annotations
 
 from typing import Any, Callable
 
 import numpy as np
 
-from ..stats.base import Estimator
 from .fail_together import raise_together
-
-
-class HandleExchange:
-    """The :class:`mixle_nb.stats.kmeans.Exchange` of a TorchRunEncodedData's ranks, plus a
-    gather (its own collectives, so timeouts and the small-vector fast path are the handle's)."""
-
-    def __init__(self, handle: Any):
-        self._handle = handle
-        self.rank, self.world = handle.rank, handle.world
-
-    def sum(self, numbers: Any) -> np.ndarray:
-        return self._handle._sum_across_ranks(numbers)
-
-    def gather(self, obj: Any) -> list:
-        """Every rank's ``obj`` in rank order, on every rank."""
-        return self._handle._all_gather(obj)
-
-    def fold(self, estimator: Estimator, count: float, acc: Any) -> float:
-        return self._handle._fold(estimator, count, acc, float("nan"))[0]
 
 
 def in_order(parts: list, interleaved: bool) -> np.ndarray:
@@ -58,12 +37,11 @@ def map_shard(handle: Any, function: Callable[[Any], np.ndarray], gather: bool =
         return np.concatenate([np.asarray(function(enc)) for enc in handle.chunks])
     try:
         local = [(shard, np.concatenate([np.asarray(function(enc)) for enc in handle.chunks[first:end]]))
-                 for shard, first, end in handle._pieces if end > first]
+                 for shard, first, end in handle.shard_chunks if end > first]
         error = None
     except Exception as exc:  # carried in the gather, so no peer waits for this rank
         local, error = None, exc
-    exchange = HandleExchange(handle)
-    parts = exchange.gather(None if error is not None else local)
+    parts = handle.exchange.gather(None if error is not None else local)
     if error is not None or any(p is None for p in parts):
         raise_together(error, handle.group, handle.world, "scoring the shards")
     by_shard = sorted((shard, rows) for held in parts for shard, rows in held)

@@ -1,0 +1,68 @@
+"""Another package's pysp family (mixle's) inside ours, behind one adapter.
+
+Both speak the pysp protocol, with two differences the core must not have to know: our
+accumulators take ``None`` for unit weights and responsibilities as tensors where they are,
+mixle's take float64 numpy arrays; our distributions draw from a shared numpy ``Generator``
+(``draw(rng, n)``), mixle's sample only through their own ``sampler(seed)``. :func:`accumulator`
+and :func:`draw` are where the core meets either; everything else (``value``, ``from_value``,
+``combine``, the keys, ``estimate``) is the same protocol.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from .base import Accumulator, Distribution, Estimator
+
+
+def accumulator(estimator: Estimator) -> "Accumulator | ForeignAccumulator":
+    """A fresh accumulator of ``estimator``, with our calling convention."""
+    made = estimator.accumulator_factory().make()
+    return made if isinstance(made, Accumulator) else ForeignAccumulator(made)
+
+
+def draw(distribution: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` observations of ``distribution`` from ``rng``: ours draw from it; another package's
+    sample from a sampler seeded from it."""
+    if hasattr(distribution, "draw"):
+        return distribution.draw(rng, n)
+    sample = distribution.sampler(int(rng.integers(2**31 - 1))).sample(n)
+    return np.asarray(sample) if not isinstance(sample, list) else np.asarray(sample, dtype=object)
+
+
+class ForeignAccumulator:
+    """Another package's accumulator taking our weights: ``None`` (unit weights) or a tensor
+    become the float64 numpy array it requires. Every other attribute is the wrapped one's
+    (not an :class:`Accumulator`, whose defaults would hide them)."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self._encoder = None
+
+    def seq_update(self, enc: Any, weights: Optional[Any], model: Any):
+        return self.inner.seq_update(enc, self._numpy_weights(enc, weights), model)
+
+    def seq_initialize(self, enc: Any, weights: Optional[Any], rng: Any):
+        self.inner.seq_initialize(enc, self._numpy_weights(enc, weights), rng)
+
+    def _numpy_weights(self, enc: Any, weights: Optional[Any]) -> np.ndarray:
+        if weights is None:
+            return np.ones(self._rows(enc))
+        if isinstance(weights, torch.Tensor):
+            return weights.cpu().numpy()
+        return np.asarray(weights, dtype=np.float64)
+
+    def _rows(self, enc: Any) -> int:
+        """Observations in ``enc``: mixle's encoders count their own (a hidden Markov encoding is
+        a tuple of arrays, whose ``len`` is no count)."""
+        if self._encoder is None:
+            self._encoder = self.inner.acc_to_encoder()
+        counter = getattr(self._encoder, "row_count", None)
+        return int(counter(enc)) if counter is not None else len(enc)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
