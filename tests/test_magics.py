@@ -110,12 +110,16 @@ def test_kill_9_during_a_cell_then_restart(shell, capsys):
     shell.run_line_magic("mixle_cluster", "start 2 --timeout 20")
     cluster = shell.user_ns["mixle"]
     victim = cluster.status()[1].pid
-    threading.Timer(1.0, os.kill, (victim, signal.SIGKILL)).start()
+    kill = threading.Timer(1.0, os.kill, (victim, signal.SIGKILL))
+    kill.start()
     t0 = time.monotonic()
-    message = usage_error(shell, "mixle", "", "import torch, torch.distributed as dist\n"
-                                              "t = torch.ones(1000)\n"
-                                              "while True:\n"
-                                              "    dist.all_reduce(t)")
+    try:
+        message = usage_error(shell, "mixle", "", "import torch, torch.distributed as dist\n"
+                                                  "t = torch.ones(1000)\n"
+                                                  "while True:\n"
+                                                  "    dist.all_reduce(t)")
+    finally:
+        kill.cancel()  # if the cell failed before the kill, the pid must not be killed later
     assert "rank 1 died" in message and time.monotonic() - t0 < 1.0 + 3.0
     assert cluster.state == "broken"
     assert "needs a restart" in usage_error(shell, "mixle", "", "print(1)")

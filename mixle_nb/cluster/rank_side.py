@@ -4,15 +4,36 @@ names they have in the rank's namespace (where ``push``/``%mixle_push`` put them
 They run on the engines, so this module imports neither ipywidgets nor matplotlib."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import pickle
 import time
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
 
+# A namespace of LocalRanks (a panel without a cluster), while one of its calls runs
+_local_namespace: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar("mixle_local_namespace",
+                                                                                  default=None)
+
+
+@contextlib.contextmanager
+def in_namespace(namespace: dict) -> Iterator[None]:
+    """Run the rank functions against ``namespace`` (this thread, meanwhile)."""
+    token = _local_namespace.set(namespace)
+    try:
+        yield
+    finally:
+        _local_namespace.reset(token)
+
+
 def rank_namespace() -> dict:
-    """The engine's user namespace (``__main__`` outside IPython)."""
+    """The engine's user namespace (``__main__`` outside IPython), or the namespace of
+    :func:`in_namespace`."""
+    local = _local_namespace.get()
+    if local is not None:
+        return local
     try:
         from IPython import get_ipython
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -17,13 +16,14 @@ from .. import validation
 from ..checkpoint import EMCheckpoint
 from ..cluster import elastic as elastic_recovery
 from ..cluster import rank_side
-from ..inference import INITS, choose_k, initial_model
-from ..stats import MixtureEstimator
-from ..stats.estimation import em_step, seq_encode
+from ..cluster.local_ranks import LocalRanks
+from ..inference import INITS
+from ..stats.estimation import seq_encode
 from .em_view import EMView, choose_k_png
 from .panel import Panel, plot_image, resolve_cluster
 
 PANEL_MODEL_NAME = "_mixle_panel_model"
+LOCAL_HANDLE, LOCAL_ESTIMATOR, LOCAL_DATA = "handle", "estimator", "data"  # a local panel's, on its LocalRanks
 DATA_SAMPLE_SIZE = 2000
 BATCH_SECONDS = 0.2  # a run's call of several steps lasts about this long: the plot redraws at
 # most 5 times a second anyway, and Pause waits for at most two calls. With a call queued behind
@@ -49,8 +49,9 @@ class EMPanel(Panel):
     objects have on the ranks: ``model`` names the current model there, and each step replaces
     it (a model object is pushed under a private name instead). Without a cluster (none given
     and none running) they are local objects: ``handle`` may then be the raw data (an array or
-    a list of observations, encoded here) or data encoded already. Models may be ours or the
-    mixle package's.
+    a list of observations, encoded here) or data encoded already; they are stepped through
+    the same rank functions, on a one-rank :class:`~mixle_nb.cluster.local_ranks.LocalRanks`
+    (one step a call). Models may be ours or the mixle package's.
 
     The start: ``model=`` (a model, or its name on the ranks) or ``init=`` (``"kmeans++"``:
     k-means‖ where the data live, then a labelled M-step; ``"random_from_data"``: K observations
@@ -122,28 +123,36 @@ class EMPanel(Panel):
         self.redraw()
 
     def _bind(self, cluster, handle, estimator, model, data_sample) -> None:
-        """Take the handle, estimator and model to step with (on ``cluster``'s ranks, or local)."""
+        """Take the handle, estimator and model to step with: names on ``cluster``'s ranks, or
+        local objects, bound under names of their own on a :class:`LocalRanks`, so both run
+        the same rank functions (cluster/rank_side.py)."""
         self.cluster = resolve_cluster(cluster, handle, estimator)
-        self.handle, self.estimator = handle, estimator
         self._step_s: Optional[float] = None  # the ranks' seconds a step, measured by this handle's first call
         self._last_sent = 0  # steps in the last call sent
-        if self.cluster is not None:
-            if model is None:
-                self.model_name, self._current_model = PANEL_MODEL_NAME, None
-            elif isinstance(model, str):
-                self.model_name, self._current_model = model, self.cluster.pull(model)
-            else:
-                self.model_name, self._current_model = PANEL_MODEL_NAME, model
-                self.cluster.push(**{PANEL_MODEL_NAME: model})
-            if data_sample is None:
-                data_sample = self.cluster.run(rank_side.data_sample_on_rank, handle, DATA_SAMPLE_SIZE,
-                                               targets=[0])[0]
-        else:
-            self.model_name, self._current_model = None, model
+        if self.cluster is None:
             if isinstance(handle, (np.ndarray, list, tuple)):  # raw data: encode it here
                 data_sample = _evenly_spaced(handle, DATA_SAMPLE_SIZE) if data_sample is None else data_sample
-                self.handle = seq_encode(handle, model=model, estimator=estimator)
+                handle = seq_encode(handle, model=model, estimator=estimator)
+            self.ranks = LocalRanks()
+            self.ranks.push(**{LOCAL_HANDLE: handle, LOCAL_ESTIMATOR: estimator})
+            handle, estimator = LOCAL_HANDLE, LOCAL_ESTIMATOR
+        else:
+            self.ranks = self.cluster
+        self.handle, self.estimator = handle, estimator
+        if model is None:
+            self.model_name, self._current_model = PANEL_MODEL_NAME, None
+        elif isinstance(model, str):
+            self.model_name, self._current_model = model, self.ranks.pull(model)
+        else:
+            self.model_name, self._current_model = PANEL_MODEL_NAME, model
+            self.ranks.push(**{PANEL_MODEL_NAME: model})
+        if data_sample is None:
+            data_sample = self.ranks.run(rank_side.data_sample_on_rank, handle, DATA_SAMPLE_SIZE, targets=[0])[0]
         self.data_sample = None if data_sample is None else np.asarray(data_sample)
+        self._scored_on = handle  # what Choose K fits and scores: the handle; locally the raw data sample
+        if self.cluster is None:
+            self._scored_on = None if self.data_sample is None else LOCAL_DATA
+            self.ranks.push(**{LOCAL_DATA: self.data_sample})
 
     # -- state -------------------------------------------------------------------------------
 
@@ -225,7 +234,7 @@ class EMPanel(Panel):
                        else self.data_sample)
             self.error = None
         self._show_status(f"attached to {handle!r}; continuing from step {len(self.history)}")
-        self.view = EMView(self.model, self.data_sample, self.cluster is not None, self.picture_dims)
+        self.view = self._new_view()
         self.flush()
 
     def initialize(self, init: str = "kmeans++", seed: int = 0) -> None:
@@ -241,17 +250,15 @@ class EMPanel(Panel):
             self.history.clear()
             self.error = None
             self._save_checkpoint(force=True)
-        self.view = EMView(self.model, self.data_sample, self.cluster is not None, self.picture_dims)
+        self.view = self._new_view()
         self.request_redraw()
 
     def _initial_model(self, init: str, seed: int):
         init = validation.choice("init", init, INITS)
         seed = validation.integer("seed", seed, minimum=0)
-        if self.cluster is not None:
-            call = self.cluster.run_async(rank_side.initial_model_on_rank, self.handle, self.estimator,
-                                          self.model_name, init, seed)
-            return self._await(call)[0]
-        return initial_model(self.handle, self.estimator, init, rng=seed)
+        call = self.ranks.run_async(rank_side.initial_model_on_rank, self.handle, self.estimator,
+                                    self.model_name, init, seed)
+        return self._await(call)[0]
 
     def choose_k(self, k_max: int, init: str = "kmeans++", seed: int = 0, block: bool = True) -> None:
         """Fit K = 1..``k_max`` components (copies of the estimator's first component) on the
@@ -271,18 +278,11 @@ class EMPanel(Panel):
         self.error = None
         self._show_status(f"choosing K: fitting K = 1..{k_values[-1]} ...")
         try:
-            if self.cluster is not None:
-                call = self.cluster.run_async(rank_side.choose_k_on_rank, self.handle, self.estimator, k_values,
-                                              init, seed)
-                found = self._await(call)[0]
-            else:
-                if self.data_sample is None:
-                    raise ValueError("choosing K locally needs the raw data: pass data_sample=")
-                component = self.estimator.estimators[0]
-                result = choose_k(self.data_sample, lambda k: MixtureEstimator([component] * k), k_values,
-                                  init=init, rng=seed, out=None)
-                found = {"k": result.k, "bic": result.bic, "aic": result.aic,
-                         "models": [r.model for r in result.results]}
+            if self._scored_on is None:
+                raise ValueError("choosing K locally needs the raw data: pass data_sample=")
+            call = self.ranks.run_async(rank_side.choose_k_on_rank, self._scored_on, self.estimator, k_values,
+                                        init, seed)
+            found = self._await(call)[0]
         except BaseException as exc:
             self.error = exc
             self._show_status(f"choose K failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}",
@@ -302,21 +302,9 @@ class EMPanel(Panel):
     # -- work --------------------------------------------------------------------------------
 
     def _steps(self, n: int) -> tuple[list[StepRecord], float]:
-        """``n`` steps in one call (locally: one step); (their records, the slowest rank's
-        seconds per step). On failure the steps completed before it are recorded, then raised."""
-        if self.cluster is not None:
-            return self._collect(*self._send(n))
-        try:
-            t0 = time.perf_counter()
-            result = em_step(self.handle, self.estimator, self.model)
-            step_s = time.perf_counter() - t0
-            records = self._record([[{"model": result.model, "log_density": result.log_density,
-                                      "count": result.count, "e_step_s": step_s}]])
-        except BaseException as exc:
-            self._fail(exc)
-            raise
-        self.error = None
-        return records, step_s
+        """``n`` steps in one call; (their records, the slowest rank's seconds per step). On
+        failure the steps completed before it are recorded, then raised."""
+        return self._collect(*self._send(n))
 
     def _send(self, n: int, after: Optional[str] = None) -> tuple[Any, str, int]:
         """Start ``n`` steps on the ranks, behind the call ``after`` (see ``em_steps_on_rank``);
@@ -324,8 +312,8 @@ class EMPanel(Panel):
         call_id = uuid.uuid4().hex
         self.step_calls += 1
         self._last_sent = n
-        return self.cluster.run_async(rank_side.em_steps_on_rank, self.handle, self.estimator, self.model_name,
-                                      n, call_id, after), call_id, n
+        return self.ranks.run_async(rank_side.em_steps_on_rank, self.handle, self.estimator, self.model_name,
+                                    n, call_id, after), call_id, n
 
     def _collect(self, call, call_id: str, n: int, sent_after: Sequence = ()) -> tuple[list[StepRecord], float]:
         """Record the steps of a sent call (the caller holds the lock); (their records, the
@@ -356,7 +344,7 @@ class EMPanel(Panel):
         """Record the steps a failed call completed on every rank (fetched from the ranks, which
         keep them; nothing to fetch when a rank died)."""
         try:
-            self._record(self.cluster.run(rank_side.completed_steps_on_rank, call_id))
+            self._record(self.ranks.run(rank_side.completed_steps_on_rank, call_id))
         except Exception:  # a dead rank: the steps of this one call are lost with it
             pass
 
@@ -380,9 +368,15 @@ class EMPanel(Panel):
     def _next_batch(self) -> int:
         """Steps in the next call: one until the step time is measured, then about
         ``batch_seconds`` of it, at most ``BATCH_GROWTH`` times the last call's."""
-        if self._step_s is None or self.batch_seconds == 0:
+        if self._step_s is None or self._call_seconds == 0:
             return 1
-        return max(1, min(BATCH_GROWTH * self._last_sent, int(self.batch_seconds / self._step_s)))
+        return max(1, min(BATCH_GROWTH * self._last_sent, int(self._call_seconds / self._step_s)))
+
+    @property
+    def _call_seconds(self) -> float:
+        """About how long a call of steps lasts: ``batch_seconds`` on a cluster; locally one
+        step a call (each call runs in this process's worker, which stops between calls)."""
+        return self.batch_seconds if self.cluster is not None else 0.0
 
     def _explained(self, exc: BaseException) -> BaseException:
         """``exc``, or for a handle missing on the ranks (a restart leaves them empty) an error
@@ -411,26 +405,16 @@ class EMPanel(Panel):
 
     def _run_loop(self, n: int) -> None:
         self.progress.max, self.progress.value = n, 0
-        if self.cluster is not None:
-            self._run_on_cluster(n)
-        else:
-            while self.progress.value < n and not self._pause.is_set():
-                try:
-                    with self._lock:
-                        self._steps(1)
-                except BaseException:
-                    break  # _steps has shown the error and kept the last good model
-                self.progress.value += 1
-                self.request_redraw()
+        self._run_calls(n)
         self.request_redraw()
 
-    def _run_on_cluster(self, n: int) -> None:
+    def _run_calls(self, n: int) -> None:
         """Send calls of several steps, keeping one queued behind the running one (once the
         step time is measured; not at one step a call, so Pause stops within a step) so the
         ranks go from call to call without waiting on the round trip; record each as it returns."""
         sent, flight, last_id = 0, collections.deque(), None
         while True:
-            depth = 1 if self._step_s is None or self.batch_seconds == 0 else 2
+            depth = 1 if self._step_s is None or self._call_seconds == 0 else 2
             collecting = None
             try:
                 while len(flight) < depth and sent < n and not self._pause.is_set():
@@ -478,8 +462,7 @@ class EMPanel(Panel):
         return len(records)
 
     def _push_current(self) -> None:
-        if self.cluster is not None:
-            self.cluster.push(**{self.model_name: self.model})
+        self.ranks.push(**{self.model_name: self.model})
 
     def _restore_ranks(self) -> None:
         """After a failed step, put the last good model back on every rank that can take it."""
@@ -497,7 +480,7 @@ class EMPanel(Panel):
         self.progress = w.IntProgress(value=0, min=0, max=1, description="run")
         self.status = w.HTML()
         self.image = plot_image()
-        self.view = EMView(self.model, self.data_sample, self.cluster is not None, self.picture_dims)
+        self.view = self._new_view()
         actions = {
             "Step": lambda: self._in_background(self.step),
             "Run N": lambda: self.run(self.n_steps.value, block=False),
@@ -515,6 +498,9 @@ class EMPanel(Panel):
             rows.insert(1, self._selection_controls(init, seed))
         self.widget = w.VBox(rows)
         self.widget.add_class("mixle-em-panel")
+
+    def _new_view(self) -> EMView:
+        return EMView(self.model, self.data_sample, self.cluster is not None, self.picture_dims)
 
     def _selection_controls(self, init: str, seed: int):
         """Init (a start from the data) and Choose K (BIC against K), as an optional row."""

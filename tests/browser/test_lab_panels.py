@@ -104,6 +104,21 @@ def test_em_panel_steps_runs_and_pauses_from_browser_clicks(notebook):
     assert width < 100, f"progress bar full ({width}%) after a paused run"
     save_screenshot(panel, "em_panel_after_pause.png")
 
+    # what the figure holds: every step's log-density as the curve's points, the last step's
+    # E-step milliseconds as the rank bars; after Back one point fewer, after Reset none
+    curve_is_history = ("list(em_panel.view.objective_line.get_ydata()) == "
+                        "[r.log_density for r in em_panel.history]")
+    bars_are_ms = ("[b.get_height() for b in em_panel.view.bars] == "
+                   "[1e3 * s for s in em_panel.history[-1].rank_seconds]")
+    for clicked, steps in (("Back", final - 1), ("Reset", 0)):
+        panel.get_by_role("button", name=clicked, exact=True).click()
+        expect(status).to_have_text(re.compile(rf"^step {steps}( · |$)"))
+        assert notebook.kernel_value("len(em_panel.history)") == steps
+        notebook.wait_kernel_value(curve_is_history, lambda v: v is True, what=f"the curve after {clicked}")
+        if steps:
+            assert notebook.kernel_value(bars_are_ms) is True
+    assert notebook.kernel_value("len(em_panel.view.objective_line.get_xdata())") == 0
+
 
 def test_train_panel_loss_curve_updates_while_training_then_shows_text(notebook):
     from playwright.sync_api import expect
