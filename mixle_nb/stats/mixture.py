@@ -173,8 +173,8 @@ class MixtureAccumulator(Accumulator):
         """Responsibilities ``(K, N)`` become component weights: an update under ``models``, or a
         random initialisation when ``initialize_rng`` is given. Our accumulators take the rows
         where they are, with the E-step's ``block`` or the ``references`` to centre on (see
-        :meth:`seq_update_responsibilities`); another package's (mixle's) and every
-        initialisation take numpy rows."""
+        :meth:`seq_update_responsibilities`), every initialisation numpy rows (another
+        package's accumulator gets numpy rows through ``foreign.py``)."""
         stacked = _stacked_kernel(self.accumulators, "stacked_seq_update")
         if stacked is not None:
             if block is None and references is None and models is not None and all(hasattr(m, "mu") for m in models):
