@@ -49,8 +49,8 @@ ELASTIC_TRAINING = ("elastic training resumes the survivors from the newest chec
 SAME_TOKENS = "pass the same token ids, block and batch_size on every rank"
 CONSTRUCTION_HEADER = Header(failed=1, max_id=1, tokens=1, block=1, batch_size=1)
 LOG_DENSITY_HEADER = Header(failed=1, count=1, total=1)
-STEP_STATUS = Header(stop=1, failed=1)
-_OPTIMIZERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}  # mixle's estimator: AdamW  # after the gradients in a DDP step's one all-reduce
+STEP_STATUS = Header(stop=1, failed=1)  # after the gradients in a DDP step's one all-reduce
+_OPTIMIZERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}  # mixle's estimator names none: AdamW
 
 
 def shard_bounds(n: int, rank: int, world: int) -> tuple[int, int]:
@@ -115,7 +115,7 @@ def _allreduce_with_status(status: _StepStatus, bucket):
     buffers = [buf for buf, _ in pending]
     packed = torch.cat([b.reshape(-1).to(status.dtype) for b in buffers]
                        + [status.words(stop=status.stop, failed=0.0, device=buffers[0].device)])
-    packed[:-2].div_(dist.get_world_size())
+    packed[:-STEP_STATUS.width].div_(dist.get_world_size())
 
     def unpack(fut):
         out = fut.value()[0]
