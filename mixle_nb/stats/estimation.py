@@ -69,14 +69,10 @@ def encode(encoder: Any, data: Any, device: Any = None) -> Any:
 
 
 def encoded_count(enc: Any, estimator: Estimator = None) -> int:
-    """Observations in one local encoding. Encodings are opaque: mixle's encoders count their
-    own payloads with ``row_count`` (a hidden Markov encoding is a tuple of arrays, whose
-    ``len`` is no count); ours have no ``row_count`` and report ``len``."""
-    if estimator is not None:
-        encoder = estimator.accumulator_factory().make().acc_to_encoder()
-        if hasattr(encoder, "row_count"):
-            return int(encoder.row_count(enc))
-    return len(enc)
+    """Observations in one local encoding (see :func:`foreign.rows`); ``len`` without an estimator."""
+    if estimator is None:
+        return len(enc)
+    return foreign.rows(estimator.accumulator_factory().make().acc_to_encoder(), enc)
 
 
 def accumulate(chunks: Sequence[Any], estimator: Estimator, model: Distribution = None,

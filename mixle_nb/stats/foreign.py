@@ -29,7 +29,20 @@ def draw(distribution: Distribution, rng: np.random.Generator, n: int) -> np.nda
     if hasattr(distribution, "draw"):
         return distribution.draw(rng, n)
     sample = distribution.sampler(int(rng.integers(2**31 - 1))).sample(n)
-    return np.asarray(sample) if not isinstance(sample, list) else np.asarray(sample, dtype=object)
+    if isinstance(sample, np.ndarray):
+        return sample
+    out = np.empty(len(sample), dtype=object)  # one observation an entry (a tuple stays a tuple)
+    for i, observation in enumerate(sample):
+        out[i] = observation
+    return out
+
+
+def rows(encoder: Any, enc: Any) -> int:
+    """Observations in one encoding ``enc`` of ``encoder``: mixle's encoders count their own
+    payloads with ``row_count`` (a hidden Markov encoding is a tuple of arrays, whose ``len``
+    is no count); ours have no ``row_count`` and report ``len``."""
+    counter = getattr(encoder, "row_count", None)
+    return int(counter(enc)) if counter is not None else len(enc)
 
 
 class ForeignAccumulator:
@@ -55,12 +68,9 @@ class ForeignAccumulator:
         return np.asarray(weights, dtype=np.float64)
 
     def _rows(self, enc: Any) -> int:
-        """Observations in ``enc``: mixle's encoders count their own (a hidden Markov encoding is
-        a tuple of arrays, whose ``len`` is no count)."""
         if self._encoder is None:
             self._encoder = self.inner.acc_to_encoder()
-        counter = getattr(self._encoder, "row_count", None)
-        return int(counter(enc)) if counter is not None else len(enc)
+        return rows(self._encoder, enc)
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":  # not set yet (unpickling): no recursion

@@ -149,7 +149,9 @@ class EMPanel(Panel):
         if data_sample is None:
             data_sample = self.ranks.run(rank_side.data_sample_on_rank, handle, DATA_SAMPLE_SIZE, targets=[0])[0]
         self.data_sample = None if data_sample is None else np.asarray(data_sample)
-        self._scored_on = handle  # what Choose K fits and scores: the handle; locally the raw data sample
+        # what Choose K fits and scores: the handle; locally the raw data sample (inference.choose_k
+        # encodes what it is given, so it cannot take a local encoding)
+        self._scored_on = handle
         if self.cluster is None:
             self._scored_on = None if self.data_sample is None else LOCAL_DATA
             self.ranks.push(**{LOCAL_DATA: self.data_sample})
