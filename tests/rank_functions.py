@@ -35,6 +35,26 @@ def late_allreduce(late_rank, delay):
     return allreduce_sum(1)
 
 
+_finished: dict = {}  # call id -> whether this rank finished it (the EM panel's queued calls, in small)
+
+
+def slow_after_collective(call_id: str, slow_rank: int, delay: float) -> None:
+    """One all-reduce, then ``slow_rank`` works on for ``delay`` s before it counts the call as
+    finished: an interrupt there leaves the call finished on the other ranks only."""
+    import torch.distributed as dist
+
+    allreduce_sum(1)
+    if dist.get_rank() == slow_rank:
+        time.sleep(delay)
+    _finished[call_id] = True
+
+
+def collective_after(call_id: str) -> float | None:
+    """Queued behind ``call_id``: one all-reduce if that call finished on this rank, else none
+    (so a rank where it was interrupted skips, and the others wait in the collective alone)."""
+    return allreduce_sum(1) if _finished.get(call_id) else None
+
+
 def params(model) -> np.ndarray:
     """Every number of a model, flattened, for exact or toleranced comparison."""
     from mixle_nb.stats import CategoricalDistribution, MixtureDistribution, MultivariateGaussianDistribution

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 from interrupts import interrupt_after, kernel_interrupts
-from rank_functions import allreduce_sum, late_allreduce
+from rank_functions import allreduce_sum, collective_after, late_allreduce, slow_after_collective
 
 from mixle_nb.cluster import RankDiedError, RankError
 from mixle_nb.magics import run_cell
@@ -372,6 +372,26 @@ def test_a_collective_left_in_flight_does_not_hold_up_forming_the_group_again(cl
     t0 = time.monotonic()
     assert_running_and_usable(cluster, pids)  # no all-reduce pairs with the orphaned one
     assert time.monotonic() - t0 < INTERRUPT_BOUND_S
+
+
+def test_cancelling_a_call_stops_the_call_queued_behind_it_on_every_rank(cluster):
+    """The race behind a CI run whose Ctrl-C broke the cluster: the EM panel keeps a call queued
+    behind the running one, and the interrupt landed on rank 1 after the running call's last
+    collective, so rank 0 finished it and ran the queued call's steps alone, waiting in its first
+    collective; forming the group again then waited behind it until the group timeout. Stopping
+    the queued call with the running one releases it."""
+    pids = engine_pids(cluster)
+    running = cluster.run_async(slow_after_collective, "first", 1, 60)
+    queued = cluster.run_async(collective_after, "first")
+    deadline = time.monotonic() + 30
+    while running.ranks_done() != [0]:  # rank 0 finished; rank 1 works on after the collective
+        assert time.monotonic() < deadline, "rank 0 did not finish the first call"
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    running.cancel(queued=[queued])
+    assert time.monotonic() - t0 < INTERRUPT_BOUND_S
+    assert queued.done() and running.done()
+    assert_running_and_usable(cluster, pids)
 
 
 def test_ctrl_c_during_a_mixle_cell(cluster, sigint_raises):

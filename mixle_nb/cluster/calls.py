@@ -81,9 +81,10 @@ class Supervisor(Protocol):
     def ranks_died(self, ranks: Sequence[int]) -> RankDiedError:
         """Mark the cluster broken by the death of ``ranks``; the error to raise."""
 
-    def stop_call(self, call: RankCall) -> None:
-        """Stop every rank still running ``call`` and leave the group usable; where a rank does
-        not stop, mark the cluster broken (``call`` then still has pending ranks)."""
+    def stop_call(self, call: RankCall, queued: Sequence[RankCall] = ()) -> None:
+        """Stop every rank still running ``call`` (and the calls ``queued`` behind it) and leave
+        the group usable; where a rank does not stop, mark the cluster broken (``call`` then
+        still has pending ranks)."""
 
     def call_finished(self, call: RankCall) -> None:
         """``call`` has every rank's answer (for the status table's timings)."""
@@ -158,15 +159,18 @@ class RankCall:
         """Whether the cluster stopped this call's ranks (cancelled, or after a rank failed)."""
         return self._stopped
 
-    def cancel(self) -> None:
-        """Stop every rank still running this call (KeyboardInterrupt there); the group stays
-        usable, or the cluster says why it needs ``restart()``."""
+    def cancel(self, queued: Sequence[RankCall] = ()) -> None:
+        """Stop every rank still running this call (KeyboardInterrupt there), and the calls
+        ``queued`` behind it, which an interrupt may leave running on some ranks only; the group
+        stays usable, or the cluster says why it needs ``restart()``."""
         self._cancelled = True
-        self._stop()
+        for later in queued:
+            later._cancelled = later._stopped = True
+        self._stop(queued)
 
-    def _stop(self) -> None:
+    def _stop(self, queued: Sequence[RankCall] = ()) -> None:
         self._stopped = True
-        self.supervisor.stop_call(self)
+        self.supervisor.stop_call(self, queued)
 
     def result(self, timeout: float | None = None) -> list:
         """Per-rank results in rank order; raises RankError, RankDiedError or TimeoutError.

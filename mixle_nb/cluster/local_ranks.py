@@ -55,5 +55,5 @@ class DoneCall:
     def cancelled(self) -> bool:
         return False
 
-    def cancel(self) -> None:
-        """Nothing to stop: the call has run."""
+    def cancel(self, queued=()) -> None:
+        """Nothing to stop: the call (and any queued behind it) has run."""

@@ -491,39 +491,49 @@ class MixleCluster:
         if remote:
             self.client.send_signal("SIGINT", targets=[self._engine_ids[r] for r in remote], block=False)
 
-    def stop_call(self, call: RankCall) -> None:
-        """Stop every rank still running ``call``, within about one step, keeping the engines.
+    def stop_call(self, call: RankCall, queued: Sequence[RankCall] = ()) -> None:
+        """Stop every rank still running ``call`` or one of the calls ``queued`` behind it,
+        within about one step, keeping the engines.
 
         SIGINT first. A rank still running :data:`INTERRUPT_SETTLE_S` later sits in a
-        collective (or long C code), so every rank that has answered severs its group
-        connections, which fails the collectives waiting on it at once. Then the group is formed
-        again if it may be inconsistent. A rank that does not stop within the grace period marks
-        the cluster broken.
+        collective (or long C code), so every rank that has answered every call severs its
+        group connections, which fails the collectives waiting on it at once. Then the group is
+        formed again if it may be inconsistent. A rank that does not stop within the grace
+        period marks the cluster broken.
+
+        The queued calls are stopped with ``call``: an interrupt landing on one rank after the
+        last collective of ``call`` leaves it finished on the others only, so they run the next
+        call's steps alone and wait in its first collective.
         """
         with self._stopping:
-            self._stop_call(call)
+            self._stop_calls([call, *queued])
 
-    def _stop_call(self, call: RankCall) -> None:
+    def _stop_calls(self, calls: list[RankCall]) -> None:
         if self.state != ClusterState.RUNNING:  # broken already: only restart() helps
             return
+
+        def pending() -> list[int]:
+            return sorted(set().union(*(c.pending() for c in calls)))
+
         grace = min(self.timeout, 10.0)
         deadline = time.monotonic() + grace
         settled_at = time.monotonic() + INTERRUPT_SETTLE_S
         severed: set[int] = set()
         try:
-            self.interrupt(call.pending())
+            self.interrupt(pending())
             # no second SIGINT: one landing while a rank sends its reply would lose the reply
-            while not call.wait(POLL_S):
+            while not all(c.wait(POLL_S / len(calls)) for c in calls):
                 if time.monotonic() > deadline:
-                    self.mark_broken(f"ranks {call.pending()} did not stop within {grace:g} s of "
+                    self.mark_broken(f"ranks {pending()} did not stop within {grace:g} s of "
                                      "the interrupt; call restart()")
                     return
                 if time.monotonic() >= settled_at:
-                    answered = set(range(self.n)) - set(call.pending()) - severed
+                    answered = set(range(self.n)) - set(pending()) - severed
                     self.sever_group(sorted(answered), grace)
                     severed |= answered
-            for r in call.ranks:
-                self._last_call[r] = call
+            for c in calls:
+                for r in c.ranks:
+                    self._last_call[r] = c
             self._repair_group(severed=bool(severed))
         except KeyboardInterrupt:
             self.mark_broken("interrupted again while stopping the ranks; call restart()")

@@ -323,7 +323,7 @@ class EMPanel(Panel):
         run no step) are awaited, the steps it completed are recorded, the failure shown and
         raised."""
         try:
-            per_rank = self._await(call)
+            per_rank = self._await(call, queued=sent_after)
         except BaseException as exc:
             for later in sent_after:
                 try:

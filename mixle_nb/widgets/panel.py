@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import ipywidgets as w
 
@@ -115,16 +115,17 @@ class Panel:
         self._worker = threading.Thread(target=work, daemon=True)
         self._worker.start()
 
-    def _await(self, call, on_slice: Callable[[], None] = lambda: None) -> list:
+    def _await(self, call, on_slice: Callable[[], None] = lambda: None, queued: Sequence = ()) -> list:
         """The per-rank results of a RankCall, waited for in slices: between them ``on_slice``
-        runs and an interrupt cancels the call on every rank (its result then raises)."""
+        runs and an interrupt cancels the call, and the calls ``queued`` behind it, on every
+        rank (its result then raises)."""
         while True:
             try:
                 return call.result(timeout=AWAIT_SLICE_S)
             except TimeoutError:
                 on_slice()
                 if self._interrupted.is_set() and not call.cancelled():
-                    call.cancel()
+                    call.cancel(queued)
 
     # -- drawing -----------------------------------------------------------------------------
 
