@@ -686,7 +686,18 @@ def _rebuild_em_handle(cluster) -> None:
     assert sum(cluster.run(_make_em_handle)) == len(x)
 
 
-def test_kill_9_during_a_run_shows_rank_died_then_attach_continues(em_cluster):
+@pytest.fixture
+def cluster_to_kill(cluster2):
+    """The session cluster for a test that kills a rank: should the test fail before its own
+    ``restart()``, the cluster is restarted and its EM handle rebuilt after, so that the failure
+    stays this test's alone."""
+    yield cluster2
+    if cluster2.state != "running" or not all(row.alive for row in cluster2.status()):
+        cluster2.restart()
+        _rebuild_em_handle(cluster2)
+
+
+def test_kill_9_during_a_run_shows_rank_died_then_attach_continues(em_cluster, cluster_to_kill):
     import os
     import signal
 
@@ -704,6 +715,12 @@ def test_kill_9_during_a_run_shows_rank_died_then_attach_continues(em_cluster):
     kept = len(panel.history)
     good = panel.model
     assert kept >= 3 and good is panel.history[-1].model
+    # a run sent to the broken cluster fails at its first send, as a step fails: shown, nothing lost
+    # (its worker once raised it unseen, leaving the error of the run before)
+    first_error = panel.error
+    panel.run(2)
+    assert panel.error is not first_error and isinstance(panel.error, RankDiedError)
+    assert len(panel.history) == kept and "RankDiedError" in panel.status.value
     em_cluster.restart()
     _rebuild_em_handle(em_cluster)
     panel.attach(em_cluster, handle="h", estimator="est")
@@ -718,17 +735,6 @@ def _module_state(estimator: str) -> dict:
     from mixle_nb.cluster.rank_side import lookup
 
     return {k: v.detach().cpu().numpy() for k, v in lookup(estimator).module.state_dict().items()}
-
-
-@pytest.fixture
-def cluster_to_kill(cluster2):
-    """The session cluster for a test that kills a rank: should the test fail before its own
-    ``restart()``, the cluster is restarted and its EM handle rebuilt after, so that the failure
-    stays this test's alone."""
-    yield cluster2
-    if cluster2.state != "running" or not all(row.alive for row in cluster2.status()):
-        cluster2.restart()
-        _rebuild_em_handle(cluster2)
 
 
 def test_kill_9_during_training_keeps_the_curves_and_attach_continues_from_the_kept_weights(cluster_to_kill):

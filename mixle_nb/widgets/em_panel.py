@@ -430,8 +430,10 @@ class EMPanel(Panel):
                     records, _ = self._collect(call, call_id, size, [c for c, _, _ in flight])
             except BaseException as exc:
                 recorded = self._went_on(exc, [(c, i) for c, i, _ in ([collecting] if collecting else []) + list(flight)])
-                if recorded is None and collecting is None:
-                    raise  # sending failed
+                if recorded is None and collecting is None:  # sending failed (a rank died between calls)
+                    if self._collect_sent(flight):
+                        self._fail(exc)
+                    return
                 if recorded is None:
                     return  # _collect has recorded what completed, shown the error, kept the last good model
                 self.progress.value += recorded
@@ -442,6 +444,17 @@ class EMPanel(Panel):
                 self._pause.set()
             self.progress.value += len(records)
             self.request_redraw()
+
+    def _collect_sent(self, flight) -> bool:
+        """Record the steps of the calls already sent; False if one failed (it shows its own
+        error, as :meth:`_collect` does)."""
+        for call, call_id, size in flight:
+            try:
+                with self._lock:
+                    self.progress.value += len(self._collect(call, call_id, size)[0])
+            except BaseException:
+                return False
+        return True
 
     def _went_on(self, exc: BaseException, calls: list) -> Optional[int]:
         """Elastic: after a rank died, the survivors take over its shards, the steps the failed
