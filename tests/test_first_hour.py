@@ -102,6 +102,7 @@ def _handle_checks(rank, world, folder):
         with TorchRunEncodedData(x[:5], estimator=est) as few:
             out["k_over_n"] = outcome(lambda: fit(None, MixtureEstimator([DiagonalGaussianEstimator() for _ in range(10)]),
                                                   enc_data=few, out=None))
+        out["empty_rank"] = empty_rank_operations(rank, folder)  # 2: defined below
     return out
 
 
@@ -121,6 +122,9 @@ def rank_results(tmp_path_factory):
     np.save(folder / "clean.npy", blobs(12, seed=5))
     for i, part in enumerate(np.array_split(blobs(), 3)):
         np.save(folder / f"part{i}.npy", part)
+    for family in FAMILIES:
+        for source in SOURCES:
+            np.save(folder / f"{family}_{source}.npy", family_data(family, source))
     return run_local(_handle_checks, 2, timeout=120, folder=str(folder))
 
 
@@ -267,15 +271,13 @@ def numbers(answer) -> np.ndarray:
     return np.ravel(np.asarray(answer, dtype=np.float64))
 
 
-def _empty_rank_operations(rank, world, folder):
-    """Every operation on every family's handle whose rank 1 holds nothing, one group for all."""
-    import torch.distributed as dist
-
+def empty_rank_operations(rank, folder):
+    """Every operation on every family's handle whose rank 1 holds nothing (in the group of
+    ``_handle_checks``)."""
     from mixle_nb.inference import bic, initial_model, predict, score_samples
     from mixle_nb.parallel import TorchRunEncodedData
     from mixle_nb.stats import seq_log_density_sum
 
-    dist.init_process_group("gloo")
     out = {}
     for family in FAMILIES:
         for source in SOURCES:
@@ -300,17 +302,7 @@ def _empty_rank_operations(rank, world, folder):
                                                               max_its=EMPTY_RANK_ITS, out=None).model))
             out[family, source] = got
             handle.close()
-    dist.destroy_process_group()
     return out
-
-
-@pytest.fixture(scope="module")
-def empty_rank_results(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("first_hour_empty_rank")
-    for family in FAMILIES:
-        for source in SOURCES:
-            np.save(folder / f"{family}_{source}.npy", family_data(family, source))
-    return run_local(_empty_rank_operations, 2, timeout=120, folder=str(folder))
 
 
 def single_process(family: str, source: str, random_start) -> dict:
@@ -334,10 +326,10 @@ def single_process(family: str, source: str, random_start) -> dict:
 
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("family", FAMILIES)
-def test_2_an_empty_rank_is_harmless_in_every_operation_and_family(empty_rank_results, family, source):
+def test_2_an_empty_rank_is_harmless_in_every_operation_and_family(rank_results, family, source):
     """Each answer of the handle whose rank 1 holds no observation is one process's on all the
     data (predictions and scores gathered in the data's order), on both ranks."""
-    got = [result[family, source] for result in empty_rank_results]
+    got = [result["empty_rank"][family, source] for result in rank_results]
     random_start = got[0].get("start random")
     assert not isinstance(random_start, str), f"start random: {random_start}"
     expected = single_process(family, source, random_start)
