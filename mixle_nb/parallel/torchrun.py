@@ -277,7 +277,7 @@ class TorchRunEncodedData(HandleLifetime):
             count, held = self.layout.count, self.layout.held_by(self.rank)
             self._shard_parts = lambda s: file_parts(dealt_files(names, s, count), reader, sub_chunks, counts,
                                                      sources)
-            self.interleaved = False  # a part begins at its row of file paths[s + count * (its file in shard s)]
+            self.interleaved = False  # gathered file by file: a part's origin is (its file's index, first row)
             self._origin = lambda s, part, _row: (s + count * sources[part][2], sources[part][1])
             mine = [name for s in held for name in dealt_files(names, s, count)]
             pieces = [(s, self._shard_parts(s)) for s in held]
