@@ -3,8 +3,9 @@ starts and restarts, model choice (:func:`bic`, :func:`aic`, :func:`choose_k`), 
 (:func:`predict`, :func:`predict_proba`, :func:`score_samples`) and streaming statistics.
 
 Each takes local data or any handle as its first argument; on a handle the work runs where the
-shards live, and progress lines are printed on the handle's root rank only (``out=ROOT_STDOUT``,
-the default)."""
+shards live. Progress lines are printed on the root rank only (``out=ROOT_STDOUT``, the
+default): a handle's root, or for local data rank 0 of the torch.distributed group (or of
+torchrun's ``RANK``), so that every rank running the same cell prints once."""
 from __future__ import annotations
 
 import math
@@ -16,6 +17,7 @@ from typing import Any, Callable, Iterable, Optional, TextIO, Union
 import numpy as np
 
 from .checkpoint import EMCheckpoint
+from .parallel.torchrun import torchrun_out
 from .stats.base import Distribution, Estimator, as_generator
 from .stats.diagonal_gaussian import DiagonalGaussianEstimator
 from .stats.estimation import (EMStep, accumulate, em_step, encoded_count, seq_encode, seq_initialize,
@@ -28,7 +30,7 @@ from .stats.spherical_gaussian import SphericalGaussianEstimator
 from .validation import choice, non_negative_real, optional_int, positive_int
 
 INITS = ("kmeans++", "random_from_data", "random")
-ROOT_STDOUT = "stdout on the root rank"  # the default ``out``: sys.stdout, on a handle's root rank only
+ROOT_STDOUT = "stdout on the root rank"  # the default ``out``: sys.stdout, on the root rank only
 GAUSSIAN_FAMILY = (DiagonalGaussianEstimator, SphericalGaussianEstimator, MultivariateGaussianEstimator)
 
 
@@ -140,8 +142,9 @@ def fit(
     (local encoded data or any handle) skips encoding ``data``;
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``; ``None``: the CPU) is
     where ``data`` are encoded and every E-step kernel runs, the M-step staying on the host. One
-    line per iteration goes to ``out`` (``None`` silences it; the default is ``sys.stdout``, on
-    a handle's root rank only, as ``torchrun_out`` does); ``on_step`` gets every
+    line per iteration goes to ``out`` (``None`` silences it; the default is ``sys.stdout`` on
+    the root rank only, a handle's root or, for local data under torch.distributed, rank 0, as
+    ``torchrun_out`` does; ``out=sys.stdout`` prints on every rank); ``on_step`` gets every
     :class:`IterationRecord`. Ctrl-C returns the best start so far (the interrupted one
     with its last good model); any other failure raises :class:`FitError` carrying it.
     ``checkpoint`` (a path or an :class:`~mixle_nb.checkpoint.EMCheckpoint`) saves the run
@@ -263,13 +266,14 @@ def _is_handle(data: Any) -> bool:
 
 
 def _output(out: Union[TextIO, str, None], data: Any) -> Optional[TextIO]:
-    """Where progress lines go: ``out``, with :data:`ROOT_STDOUT` resolved to ``sys.stdout``,
-    or to nothing on a handle's ranks other than its root."""
+    """Where progress lines go: ``out``, with :data:`ROOT_STDOUT` resolved to ``sys.stdout``
+    on the root rank (a handle's root; for local data, rank 0 of the group, see
+    ``torchrun_out``) and to nothing on the others."""
     if out is not ROOT_STDOUT:
         return out
-    if _is_handle(data) and getattr(data, "rank", 0) != getattr(data, "root", 0):
-        return None
-    return sys.stdout
+    if _is_handle(data):
+        return sys.stdout if getattr(data, "rank", 0) == getattr(data, "root", 0) else None
+    return torchrun_out()
 
 
 def _require_enough_observations(enc: Any, estimator: Estimator) -> None:

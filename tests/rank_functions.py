@@ -57,7 +57,8 @@ def collective_after(call_id: str) -> float | None:
 
 def params(model) -> np.ndarray:
     """Every number of a model, flattened, for exact or toleranced comparison."""
-    from mixle_nb.stats import CategoricalDistribution, MixtureDistribution, MultivariateGaussianDistribution
+    from mixle_nb.stats import (CategoricalDistribution, MixtureDistribution, MultivariateGaussianDistribution,
+                                PoissonDistribution)
 
     if isinstance(model, MixtureDistribution):
         return np.concatenate([model.w] + [params(c) for c in model.components])
@@ -65,6 +66,8 @@ def params(model) -> np.ndarray:
         return np.array([model.pmap[k] for k in sorted(model.pmap)])
     if isinstance(model, MultivariateGaussianDistribution):
         return np.concatenate([model.mu, model.covar.ravel()])
+    if isinstance(model, PoissonDistribution):
+        return np.array([model.lam])
     return np.atleast_1d(np.concatenate([np.atleast_1d(model.mu), np.atleast_1d(model.sigma2)]))
 
 

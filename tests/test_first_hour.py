@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import warnings
 
 import numpy as np
 import pytest
 from IPython import get_ipython
 from IPython.core.error import UsageError
 from IPython.testing.globalipapp import start_ipython
-from rank_functions import outcome
+from rank_functions import outcome, params
 
 from mixle_nb import cluster as cluster_module
 from mixle_nb.inference import choose_k, fit
@@ -20,9 +21,6 @@ from mixle_nb.parallel.local_launch import run_local
 from mixle_nb.stats import (DiagonalGaussianEstimator, GaussianEstimator, MixtureDistribution, MixtureEstimator,
                             MultivariateGaussianDistribution, MultivariateGaussianEstimator, em_step, seq_encode)
 from mixle_nb.widgets import EMPanel
-
-N_2D = 7  # rows of the 2-D file: one file, two ranks
-
 
 def blobs(n: int = 400, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
@@ -38,10 +36,6 @@ def model_3d():
                                [0.5, 0.5])
 
 
-def params(model) -> np.ndarray:
-    return np.concatenate([model.w] + [np.concatenate([c.mu, c.sigma2]) for c in model.components])
-
-
 def attempt(fn):
     """``fn()``, or what it raised as text: one item's failure on old code leaves the others to run
     (every item fails on every rank alike, so the group stays in step)."""
@@ -53,7 +47,7 @@ def attempt(fn):
 
 def _handle_checks(rank, world, folder):
     """Every gloo-group question of this file, in one process group to keep the suite fast."""
-    from mixle_nb.inference import predict
+    from mixle_nb.inference import predict, score_samples
     from mixle_nb.parallel import TorchRunEncodedData
 
     out = {}
@@ -70,6 +64,13 @@ def _handle_checks(rank, world, folder):
                         predict(shards, start, gather=True), predict(full, start, gather=True))
 
         out["from_shards"] = attempt(from_shards)
+
+        def from_files():  # 2: three files on two ranks, gathered back file by file
+            paths = [os.path.join(folder, f"part{i}.npy") for i in range(3)]
+            with TorchRunEncodedData.from_files(paths, estimator=est, sub_chunks=2) as dealt:
+                return score_samples(dealt, start, gather=True), score_samples(full, start, gather=True)
+
+        out["files_order"] = attempt(from_files)
         # 3: a handle is data for fit as for every driver
         out["fit_handle"] = attempt(lambda: params(fit(full, est, init="kmeans++", rng=1, max_its=5, out=None).model))
         out["fit_enc_data"] = params(fit(None, est, enc_data=full, init="kmeans++", rng=1, max_its=5,
@@ -80,6 +81,11 @@ def _handle_checks(rank, world, folder):
             choose_k(full, lambda k: MixtureEstimator([DiagonalGaussianEstimator() for _ in range(k)]), [1, 2],
                      rng=0, max_its=2)
         out["printed"] = printed.getvalue()
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            fit(full, est, init="kmeans++", rng=0, max_its=2)
+            fit(x, est, init="kmeans++", rng=0, max_its=2)  # each rank's own data, under the group
+        out["printed_fit"] = printed.getvalue()
         # 5: a model of another dimension: the mismatch, on every rank, before a raw torch error
         out["wrong_dim_step"] = outcome(lambda: em_step(full, MixtureEstimator(
             [MultivariateGaussianEstimator() for _ in range(2)]), model_3d()))
@@ -88,28 +94,16 @@ def _handle_checks(rank, world, folder):
 
         # 4: a NaN in the user's row 7 is reported as row 7 (of the file, of the data)
         out["nan_npy"] = outcome(lambda: TorchRunEncodedData.from_npy(os.path.join(folder, "nan.npy"), estimator=est))
+        out["nan_files"] = outcome(lambda: TorchRunEncodedData.from_files(  # nan.npy is rank 1's
+            [os.path.join(folder, "clean.npy"), os.path.join(folder, "nan.npy")], estimator=est, sub_chunks=2))
         out["nan_memory"] = outcome(lambda: TorchRunEncodedData(np.load(os.path.join(folder, "nan.npy")),
                                                                 estimator=est))
         # 8: more components than observations, refused on every rank before any step
         with TorchRunEncodedData(x[:5], estimator=est) as few:
             out["k_over_n"] = outcome(lambda: fit(None, MixtureEstimator([DiagonalGaussianEstimator() for _ in range(10)]),
                                                   enc_data=few, out=None))
+        out["empty_rank"] = empty_rank_operations(rank, folder)  # 2: defined below
     return out
-
-
-def _empty_rank_checks(rank, world, folder):
-    """Item 2 in a group of its own: on the old code the empty rank's errors broke the group."""
-    from mixle_nb.parallel import TorchRunEncodedData
-
-    est = mixture_2d()
-    path = os.path.join(folder, "one.npy")
-    with TorchRunEncodedData.from_files([path], estimator=est) as dealt, \
-            TorchRunEncodedData(np.load(path), estimator=est) as memory:
-        begin = fit(None, est, enc_data=memory, init="kmeans++", rng=0, max_its=1, out=None).model
-        step = attempt(lambda: params(em_step(dealt, est, begin).model))
-        fitted = attempt(lambda: params(fit(None, est, enc_data=dealt, init="kmeans++", rng=0, max_its=3,
-                                            out=None).model))
-        return {"one_file": (step, params(em_step(memory, est, begin).model), fitted)}
 
 
 def value(result: dict, key: str):
@@ -125,14 +119,13 @@ def rank_results(tmp_path_factory):
     with_nan = blobs(12, seed=4)
     with_nan[7, 1] = np.nan
     np.save(folder / "nan.npy", with_nan)
+    np.save(folder / "clean.npy", blobs(12, seed=5))
+    for i, part in enumerate(np.array_split(blobs(), 3)):
+        np.save(folder / f"part{i}.npy", part)
+    for family in FAMILIES:
+        for source in SOURCES:
+            np.save(folder / f"{family}_{source}.npy", family_data(family, source))
     return run_local(_handle_checks, 2, timeout=120, folder=str(folder))
-
-
-@pytest.fixture(scope="module")
-def empty_rank_results(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("first_hour_empty_rank")
-    np.save(folder / "one.npy", blobs(N_2D, seed=3))
-    return run_local(_empty_rank_checks, 2, timeout=60, folder=str(folder))
 
 
 def both_ranks_say(results, key, *phrases):
@@ -158,16 +151,10 @@ def test_1_from_shards_keeps_each_rank_whole_and_equals_the_full_data_handle(ran
         np.testing.assert_array_equal(shard_labels, full_labels)  # the scattered sequence's order
 
 
-def test_2_an_empty_rank_of_from_files_is_harmless_for_vector_data(empty_rank_results):
-    fits = []
-    for result in empty_rank_results:
-        dealt, memory, fitted = value(result, "one_file")
-        assert not isinstance(dealt, str), f"an EM step: {dealt}"
-        assert not isinstance(fitted, str), f"fit from kmeans++: {fitted}"
-        np.testing.assert_allclose(dealt, memory, rtol=1e-10)
-        assert np.all(np.isfinite(fitted))
-        fits.append(fitted)
-    np.testing.assert_array_equal(fits[0], fits[1])
+def test_2_from_files_gathers_back_file_by_file(rank_results):
+    for result in rank_results:
+        dealt, full = value(result, "files_order")
+        np.testing.assert_allclose(dealt, full, rtol=1e-10)
 
 
 def test_3_fit_takes_a_handle_like_every_driver(rank_results):
@@ -179,6 +166,8 @@ def test_4_a_nan_is_reported_at_the_users_row_and_file(rank_results, tmp_path):
     both_ranks_say(rank_results, "nan_npy", "row 7 of ", "nan.npy", "NaN or infinite", "rank 1",
                    "drop or impute it")
     both_ranks_say(rank_results, "nan_memory", "row 7 of the data", "rank 1")
+    both_ranks_say(rank_results, "nan_files", "row 7 of ", "nan.npy", "NaN or infinite", "rank 1", "drop or impute it")
+    assert "clean.npy" not in rank_results[0]["nan_files"][1]
 
 
 def test_5_a_model_of_another_dimension_names_the_mismatch_on_every_rank(rank_results):
@@ -198,6 +187,10 @@ def test_9_fit_and_choose_k_print_on_the_root_only_and_name_each_k(rank_results)
     root, other = rank_results[0]["printed"], rank_results[1]["printed"]
     assert other == ""
     assert root.startswith("K = 1\nIteration 1:") and "\nK = 2\nIteration 1:" in root
+    # fit on a handle, then on raw data each rank holds, both under the group: rank 0's lines only
+    root, other = rank_results[0]["printed_fit"], rank_results[1]["printed_fit"]
+    assert other == ""
+    assert [line.split(":")[0] for line in root.splitlines()] == ["Iteration 1", "Iteration 2"] * 2
 
 
 def test_6_a_local_panel_encodes_raw_data_it_is_given():
@@ -230,6 +223,122 @@ def test_10_the_docs_a_user_reaches_for_first():
         assert phrase in EMPanel.__doc__
     readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
     assert "rank 0's output only" in readme and "--all" in readme
+
+
+# -- 2: a rank that holds no observation, in every operation and family -----------------------
+
+FAMILIES = ("full", "diagonal", "spherical", "gaussian_1d", "poisson", "categorical")
+GAUSSIAN_FAMILIES = FAMILIES[:4]
+# from_files: one file on two ranks; from_npy: fewer rows than ranks; from_shards: rank 1's shard empty
+SOURCES = ("from_files", "from_npy", "from_shards")
+EMPTY_RANK_ITS = 3
+
+
+def family_data(family: str, source: str) -> np.ndarray:
+    """Seven observations (one for from_npy: fewer rows than the two ranks)."""
+    x = blobs(7, seed=3)
+    data = {"poisson": np.array([9, 1, 8, 0, 2, 7, 1]), "categorical": np.array([2, 0, 2, 1, 3, 2, 0]),
+            "gaussian_1d": x[:, 0].copy()}.get(family, x)
+    return data[:1] if source == "from_npy" else data
+
+
+def family_estimator(family: str, source: str):
+    """A mixture of two components of ``family`` (one for the one-row file)."""
+    from mixle_nb import stats
+
+    component = {"full": MultivariateGaussianEstimator, "diagonal": DiagonalGaussianEstimator,
+                 "spherical": stats.SphericalGaussianEstimator, "gaussian_1d": GaussianEstimator,
+                 "poisson": stats.PoissonEstimator, "categorical": stats.CategoricalEstimator}[family]
+    return MixtureEstimator([component() for _ in range(1 if source == "from_npy" else 2)])
+
+
+def family_inits(family: str) -> tuple:
+    return ("kmeans++", "random_from_data", "random") if family in GAUSSIAN_FAMILIES else ("random",)
+
+
+def scoring_model(family: str, source: str):
+    """The model every operation but the starts is asked about: two single-process EM steps."""
+    return fit(family_data(family, source), family_estimator(family, source), init=family_inits(family)[0],
+               rng=0, init_p=1.0, max_its=2, out=None).model
+
+
+def numbers(answer) -> np.ndarray:
+    """Every number of an answer (a model, an array, a tuple of them), flattened."""
+    if hasattr(answer, "dist_to_encoder"):
+        return params(answer)
+    if isinstance(answer, tuple):
+        return np.concatenate([numbers(part) for part in answer])
+    return np.ravel(np.asarray(answer, dtype=np.float64))
+
+
+def empty_rank_operations(rank, folder):
+    """Every operation on every family's handle whose rank 1 holds nothing (in the group of
+    ``_handle_checks``)."""
+    from mixle_nb.inference import bic, initial_model, predict, score_samples
+    from mixle_nb.parallel import TorchRunEncodedData
+    from mixle_nb.stats import seq_log_density_sum
+
+    out = {}
+    for family in FAMILIES:
+        for source in SOURCES:
+            x, est, model = family_data(family, source), family_estimator(family, source), scoring_model(family, source)
+            path = os.path.join(folder, f"{family}_{source}.npy")
+            build = {"from_files": lambda: TorchRunEncodedData.from_files([path], estimator=est),
+                     "from_npy": lambda: TorchRunEncodedData.from_npy(path, estimator=est),
+                     "from_shards": lambda: TorchRunEncodedData.from_shards(x if rank == 0 else x[:0], estimator=est,
+                                                                            interleaved=False)}[source]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the warning that a rank holds no observations
+                handle = build()
+            got = {"em_step": attempt(lambda: (params((step := em_step(handle, est, model)).model), step.log_density)),
+                   "log_density_sum": attempt(lambda: seq_log_density_sum(handle, model)),
+                   "score_samples": attempt(lambda: score_samples(handle, model, gather=True)),
+                   "predict": attempt(lambda: predict(handle, model, gather=True)),
+                   "bic": attempt(lambda: bic(handle, model, est))}
+            for init in family_inits(family):
+                # a Generator, as fit() makes of its seed: the start of the fit below
+                got[f"start {init}"] = attempt(lambda: initial_model(handle, est, init, np.random.default_rng(0), 1.0))
+                got[f"fit {init}"] = attempt(lambda: params(fit(handle, est, init=init, rng=0, init_p=1.0,
+                                                              max_its=EMPTY_RANK_ITS, out=None).model))
+            out[family, source] = got
+            handle.close()
+    return out
+
+
+def single_process(family: str, source: str, random_start) -> dict:
+    """What one process holding all the data answers to each operation."""
+    from mixle_nb.inference import bic, initial_model, predict, score_samples
+    from mixle_nb.stats import seq_log_density_sum
+
+    x, est, model = family_data(family, source), family_estimator(family, source), scoring_model(family, source)
+    enc = seq_encode(x, estimator=est)
+    step = em_step(enc, est, model)
+    expected = {"em_step": (params(step.model), step.log_density), "log_density_sum": seq_log_density_sum(enc, model),
+                "score_samples": score_samples(x, model), "predict": predict(x, model), "bic": bic(x, model, est)}
+    for init in family_inits(family):
+        # every rank's random start is the handle's own draw (it differs from one process's by
+        # design); EM from it must be one process's EM from it
+        start = random_start if init == "random" else initial_model(enc, est, init, rng=0)
+        expected[f"start {init}"] = start
+        expected[f"fit {init}"] = params(fit(x, est, init=start, max_its=EMPTY_RANK_ITS, out=None).model)
+    return expected
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_2_an_empty_rank_is_harmless_in_every_operation_and_family(rank_results, family, source):
+    """Each answer of the handle whose rank 1 holds no observation is one process's on all the
+    data (predictions and scores gathered in the data's order), on both ranks."""
+    got = [result["empty_rank"][family, source] for result in rank_results]
+    random_start = got[0].get("start random")
+    assert not isinstance(random_start, str), f"start random: {random_start}"
+    expected = single_process(family, source, random_start)
+    for rank, answers in enumerate(got):
+        assert answers.keys() == expected.keys()
+        for operation, want in expected.items():
+            found = answers[operation]
+            assert not isinstance(found, str), f"rank {rank}, {operation}: {found}"
+            np.testing.assert_allclose(numbers(found), numbers(want), rtol=1e-10, err_msg=f"rank {rank}, {operation}")
 
 
 # -- on the real cluster ---------------------------------------------------------------------
@@ -320,7 +429,7 @@ def test_5_9_panel_on_the_cluster_wrong_model_and_a_handle_gone(shell, cluster2)
 
 
 def test_no_stopping_rule_runs_exactly_max_its():
-    """For the scikit-learn face (REQUESTS.md): ``delta=None`` with ``tol=0`` or ``None`` never stops
+    """For the scikit-learn face (issue 27): ``delta=None`` with ``tol=0`` or ``None`` never stops
     early, as scikit-learn's ``tol=0``; the iterations are those of EM, step for step."""
     x, est = blobs(), mixture_2d()
     for tol in (0.0, None):

@@ -9,7 +9,7 @@ the cluster is stopped (the README says ``%mixle_cluster stop``), the ``%mixle_c
 docstring starts a 2-engine one, the other magics' examples run on it, and it is stopped too:
 no process and no rendezvous folder may be left behind. (A graceful kernel shutdown with a
 cluster running is not tested here: whether the cluster's stop fits in the kernel manager's 5 s
-grace depends on the machine's load; see REQUESTS.md.)
+grace depends on the machine's load.)
 """
 from __future__ import annotations
 

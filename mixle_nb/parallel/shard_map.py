@@ -10,12 +10,6 @@ import numpy as np
 from .fail_together import raise_together
 
 
-def in_order(parts: list, interleaved: bool) -> np.ndarray:
-    """Every rank's rows in the original order: interleaved (rank ``r``'s at ``r, r + world,
-    ...``) or, for shards of consecutive blocks, concatenated in rank order."""
-    return interleave(parts) if interleaved else np.concatenate([np.asarray(p) for p in parts])
-
-
 def interleave(parts: list) -> np.ndarray:
     """Rank ``r``'s rows at positions ``r, r + world, ...``: the original order of data that
     was sharded as ``data[rank::world]``."""
@@ -32,17 +26,24 @@ def map_shard(handle: Any, function: Callable[[Any], np.ndarray], gather: bool =
     ``gather=True`` returns every rank's rows in the original observation order, on every
     rank; a rank whose ``function`` raised sends its error in that gather instead, and every
     rank raises together (the failed rank its own error, the others PeerRankError).
-    The rows go back in logical-shard order, whichever rank holds which shard."""
+    Interleaved handles send each logical shard's rows, put back in shard order whichever rank
+    holds which shard; others (``interleaved=False``) each chunk's, put back at its origin
+    (``chunk_origins``: a shard's block, a file's part), empty chunks left out."""
     if not gather:
         return np.concatenate([np.asarray(function(enc)) for enc in handle.chunks])
+    interleaved = getattr(handle, "interleaved", True)
     try:
-        local = [(shard, np.concatenate([np.asarray(function(enc)) for enc in handle.chunks[first:end]]))
-                 for shard, first, end in handle.shard_chunks if end > first]
+        if interleaved:
+            local = [(shard, np.concatenate([np.asarray(function(enc)) for enc in handle.chunks[first:end]]))
+                     for shard, first, end in handle.shard_chunks if end > first]
+        else:
+            local = [(origin, np.asarray(function(enc))) for enc, origin in zip(handle.chunks, handle.chunk_origins)
+                     if origin is not None]
         error = None
     except Exception as exc:  # carried in the gather, so no peer waits for this rank
         local, error = None, exc
     parts = handle.exchange.gather(None if error is not None else local)
     if error is not None or any(p is None for p in parts):
         raise_together(error, handle.group, handle.world, "scoring the shards")
-    by_shard = sorted((shard, rows) for held in parts for shard, rows in held)
-    return in_order([rows for _, rows in by_shard], getattr(handle, "interleaved", True))
+    rows = [rows for _, rows in sorted((pair for held in parts for pair in held), key=lambda pair: pair[0])]
+    return interleave(rows) if interleaved else np.concatenate(rows)

@@ -162,13 +162,13 @@ def file_parts(paths: Sequence[str], reader: Callable[[str], Any], sub_chunks: i
                counts: list, sources: Optional[list] = None) -> Iterator[Any]:
     """Each file's observations in ``sub_chunks`` parts, read one file at a time; the size of
     each part is appended to ``counts`` as it is produced, and ``(path, its first row in the
-    file)`` to ``sources``."""
-    for path in paths:
+    file, the file's index in paths)`` to ``sources``."""
+    for number, path in enumerate(paths):
         data = reader(path)
         for (start, _), part in zip(part_bounds(len(data), sub_chunks), split_parts(data, sub_chunks)):
             counts.append(len(part))
             if sources is not None:
-                sources.append((path, start))
+                sources.append((path, start, number))
             yield part
 
 

@@ -263,8 +263,9 @@ class TorchRunEncodedData(HandleLifetime):
         memory-mapped ``np.load``; any function from a path to a sequence of observations), one
         file at a time, each file encoded in ``sub_chunks`` parts. Every rank passes the same
         list. The model equals the in-memory handle's on the concatenated data up to the order
-        of floating-point sums. ``shards`` and ``elastic`` as for :meth:`from_npy`; shard ``s``
-        is the files ``paths[s::shards]``."""
+        of floating-point sums, and per-observation results gathered with ``gather=True`` come
+        back in that order (file by file, as listed). ``shards`` and ``elastic`` as for
+        :meth:`from_npy`; shard ``s`` is the files ``paths[s::shards]``."""
         self = cls.__new__(cls)
         sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
                                 backend, fold, shards, elastic)
@@ -276,6 +277,8 @@ class TorchRunEncodedData(HandleLifetime):
             count, held = self.layout.count, self.layout.held_by(self.rank)
             self._shard_parts = lambda s: file_parts(dealt_files(names, s, count), reader, sub_chunks, counts,
                                                      sources)
+            self.interleaved = False  # gathered file by file: a part's origin is (its file's index, first row)
+            self._origin = lambda s, part, _row: (s + count * sources[part][2], sources[part][1])
             mine = [name for s in held for name in dealt_files(names, s, count)]
             pieces = [(s, self._shard_parts(s)) for s in held]
             if not mine and names:  # an empty rank: the first file's kind of row, so every step works
@@ -325,6 +328,10 @@ class TorchRunEncodedData(HandleLifetime):
         self._counts: list = []
         self.last_timings: Optional[StepTimings] = None
         self.interleaved = True  # rank r holds observations r, r + world, ... (see from_shards)
+        # otherwise each chunk is a block of the data's order, beginning at a sortable origin:
+        # (shard, its first row in the shard) by default; None for an empty chunk
+        self._origin: Callable[[int, int, int], Any] = lambda shard, _part, row: (shard, row)
+        self.chunk_origins: list = []
         self._sample: Any = None  # one observation (none on an empty rank), to check a model against
         return sub_chunks
 
@@ -415,6 +422,7 @@ class TorchRunEncodedData(HandleLifetime):
                         raise _located(exc, part, shard_rows - len(part), lambda shard_row, part_row, s=sid, n=number:
                                        self._locate(s, n, shard_row, part_row), self.rank) from exc
                     self._counts.append(len(part))
+                    self.chunk_origins.append(self._origin(sid, number, shard_rows - len(part)))
                 number += 1
                 self._parts_read = number
                 del part
@@ -431,6 +439,7 @@ class TorchRunEncodedData(HandleLifetime):
             return
         self.chunks.append(empty)
         self._counts.append(0)
+        self.chunk_origins.append(None)
 
     # -- the handle protocol -----------------------------------------------------------------
 
@@ -610,16 +619,18 @@ class TorchRunEncodedData(HandleLifetime):
         return adopt[self.rank]
 
     def _drop_shards(self, shards: Sequence[int]) -> None:
-        kept = [(s, self.chunks[a:b], self._counts[a:b]) for s, a, b in self.shard_chunks if s not in shards]
-        self.chunks, self._counts, self.shard_chunks = [], [], []
-        for shard, chunks, counts in kept:
+        kept = [(s, self.chunks[a:b], self._counts[a:b], self.chunk_origins[a:b])
+                for s, a, b in self.shard_chunks if s not in shards]
+        self.chunks, self._counts, self.shard_chunks, self.chunk_origins = [], [], [], []
+        for shard, chunks, counts, origins in kept:
             self.shard_chunks.append((shard, len(self.chunks), len(self.chunks) + len(chunks)))
             self.chunks += chunks
             self._counts += counts
+            self.chunk_origins += origins
 
     def close(self) -> None:
         """Release the resident shard; destroy the process group only if this handle made it."""
-        self.chunks, self._counts, self.shard_chunks, self._kept = [], [], [], None
+        self.chunks, self._counts, self.shard_chunks, self.chunk_origins, self._kept = [], [], [], [], None
         self._membership.release()
 
     def __len__(self) -> int:
