@@ -632,7 +632,7 @@ def test_local_train_panel_stop_ends_training_after_the_current_step_and_train_g
     from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm, stdlib_text
     from mixle_nb.parallel import StreamingTokenEncodedData
 
-    text = stdlib_text(3_000)
+    text = stdlib_text(1_500)
     tokenizer = CharTokenizer.fit(text)
     handle = StreamingTokenEncodedData(tokenizer.encode(text), block=8, batch_size=8, epochs=1,
                                        init_process_group=False)
