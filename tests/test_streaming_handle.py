@@ -454,10 +454,33 @@ def _file_runs(token_dir):
     return out
 
 
+SUBGROUP_STEPS = 6
+
+
+def _subgroup_runs(rank, root):
+    """Rank 1 trains alone in a one-rank subgroup under DDP and FSDP2, checkpointing
+    (asynchronously) into ``root``, while rank 0 waits at a barrier of the default group."""
+    out, alone = {}, dist.new_group([1])
+    if rank == 1:
+        for parallel in ("ddp", "fsdp"):
+            try:
+                h = handle(group=alone, parallel=parallel, max_steps=SUBGROUP_STEPS,
+                           checkpoint=os.path.join(root, parallel), checkpoint_every=SUBGROUP_STEPS // 2)
+                est = StreamingTransformerLeafEstimator(parity_model(), lr=LR, optimizer="sgd")
+                out[f"subgroup_{parallel}"] = (h.rank, h.world, state(h.pysp_seq_estimate(est, None).module))
+                again = handle(group=alone, parallel=parallel, checkpoint=os.path.join(root, parallel))
+                out[f"subgroup_{parallel}_resumes_at"] = again.steps_done
+            except Exception:  # recorded so the test shows the rank's traceback
+                out[f"subgroup_{parallel}_error"] = traceback.format_exc()
+    dist.barrier()
+    return out
+
+
 def _extras_main(rank, world, token_dir):
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     try:
         out = _fault_runs(rank)
+        out.update(_subgroup_runs(rank, token_dir))
         out.update(_file_runs(token_dir))
         try:
             out.update(_mixle_runs())
@@ -614,3 +637,49 @@ def test_mixle_streaming_transformer_trains_through_our_handle(extras):
         opt.step()
         if step in (12, 24):
             _assert_close_states(extras[0][f"mixle_{step // 12}"], state(model), atol=1e-5)
+
+
+def test_a_handle_on_a_one_rank_subgroup_trains_in_that_group_only(extras):
+    """Rank 1 alone in its group: DDP's exchange (divided by the group's size, 1), FSDP2's mesh
+    and the checkpoints' saves are that group's, so plain SGD in float64 is one process's run to
+    rounding; the default group's size (2) would halve every step, its collectives wait for rank 0."""
+    out = extras[1]
+    assert "subgroup_ddp_error" not in out, out["subgroup_ddp_error"]
+    if "subgroup_fsdp_error" in out:
+        unavailable(f"FSDP2 on a subgroup failed on CPU/gloo in torch {torch.__version__}:\n"
+                    f"{out['subgroup_fsdp_error']}")
+    est = StreamingTransformerLeafEstimator(parity_model(), lr=LR, optimizer="sgd")
+    reference = state(handle(max_steps=SUBGROUP_STEPS).pysp_seq_estimate(est, None).module)
+    for parallel in ("ddp", "fsdp"):
+        rank, world, trained = out[f"subgroup_{parallel}"]
+        assert (rank, world) == (0, 1)
+        _assert_close_states(trained, reference, atol=1e-12)
+        assert out[f"subgroup_{parallel}_resumes_at"] == SUBGROUP_STEPS  # saved in that group
+
+
+def _launcher_variables(monkeypatch, world: int) -> None:
+    from mixle_nb.parallel.local_launch import free_port
+
+    assert not dist.is_initialized()
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", str(world)), ("MASTER_ADDR", "127.0.0.1"),
+                        ("MASTER_PORT", str(free_port()))):
+        monkeypatch.setenv(name, value)
+
+
+def test_a_group_the_handle_creates_carries_its_timeout(monkeypatch):
+    _launcher_variables(monkeypatch, 1)
+    h = handle(init_process_group=True, timeout=45)
+    try:
+        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        assert backend.options._timeout == timedelta(seconds=45)
+    finally:
+        h.close()
+    assert not dist.is_initialized()
+
+
+def test_a_group_the_handle_creates_waits_for_a_missing_rank_only_its_timeout(monkeypatch):
+    _launcher_variables(monkeypatch, 2)  # rank 1 never comes
+    started = time.monotonic()
+    with pytest.raises(dist.DistStoreError, match="1/2 clients joined"):
+        handle(init_process_group=True, timeout=1)
+    assert time.monotonic() - started < 10  # torch's default would wait 30 minutes

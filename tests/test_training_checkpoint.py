@@ -123,3 +123,32 @@ def test_a_train_panel_attached_to_a_checkpointing_handle_redraws_the_lost_steps
         assert 60 in again
         assert {s: again[s] for s in set(again) & set(whole[rank])} == \
             {s: whole[rank][s] for s in set(again) & set(whole[rank])}
+
+
+def test_a_local_train_panel_attached_to_a_checkpointing_handle_resumes_from_it(tmp_path):
+    """The same without a cluster: the panel's one local call per Train resumes from the handle's
+    checkpoint after attach, and steps 21..48 come again bit for bit."""
+    import shutil
+
+    from mixle_nb.widgets import TrainPanel
+
+    root = str(tmp_path / "local")
+
+    def objects():  # 24 steps an epoch on one process
+        return dict(handle=StreamingTokenEncodedData(TOKENS, block=BLOCK, batch_size=BATCH, seed=SEED, epochs=2,
+                                                     checkpoint=root, checkpoint_every=EVERY,
+                                                     init_process_group=False),
+                    estimator=StreamingTransformerLeafEstimator(
+                        build_causal_lm(VOCAB, d_model=32, n_layer=2, n_head=2, block=BLOCK, seed=0), lr=LR))
+
+    panel = TrainPanel(**objects(), report_every=1)
+    panel.train()
+    whole = {s: (t, loss) for s, t, loss in panel.points[0]}
+    assert sorted(whole) == list(range(1, 49))
+    shutil.rmtree(os.path.join(root, "step-00000040"))
+    panel.attach(**objects())
+    assert max(s for s, _, _ in panel.points[0]) == 20  # cut back to the checkpoint
+    assert "from the checkpoint of step 20" in panel.status.value
+    panel.train()
+    assert panel.error is None
+    assert {s: (t, loss) for s, t, loss in panel.points[0]} == whole

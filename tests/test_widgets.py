@@ -625,6 +625,39 @@ def test_local_train_panel_attach_loads_the_kept_weights_into_the_new_module():
     assert f"weights of step {first.total_steps}" in panel.status.value
 
 
+def test_local_train_panel_stop_ends_training_after_the_current_step_and_train_goes_on():
+    """A local panel trains in one call to the end of the epochs; Stop reaches that call's
+    training loop (the handle's stop flag), not only the gap between calls: Stop at step 1's
+    report ends the run after step 2, and Train then goes on to the end."""
+    from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm, stdlib_text
+    from mixle_nb.parallel import StreamingTokenEncodedData
+
+    text = stdlib_text(1_500)
+    tokenizer = CharTokenizer.fit(text)
+    handle = StreamingTokenEncodedData(tokenizer.encode(text), block=8, batch_size=8, epochs=1,
+                                       init_process_group=False)
+    module = build_causal_lm(tokenizer.vocab_size, d_model=16, n_layer=1, n_head=2, block=8, seed=0)
+    estimator = StreamingTransformerLeafEstimator(module, lr=1e-2)
+    with pytest.raises(ValueError, match="elastic=True needs a cluster"):
+        TrainPanel(handle=handle, estimator=estimator, elastic=True)
+    panel = TrainPanel(handle=handle, estimator=estimator, report_every=1)
+    record = panel.ranks.on_data
+
+    def record_then_stop(data: dict) -> None:
+        record(data)
+        panel.stop()
+
+    panel.ranks.on_data = record_then_stop
+    panel.train()
+    assert panel.error is None
+    assert [step for step, _ in panel.curves[0]] == [1, 2] and panel.model_state_step == 2
+    assert handle.stop is None and handle.max_steps is None  # the handle's own settings are back
+    panel.ranks.on_data = record
+    panel.train()
+    assert [step for step, _ in panel.curves[0]] == list(range(1, handle.total_steps + 1))
+    assert panel.model_state_step == handle.total_steps
+
+
 # ---------------------------------------------------------------- interrupts and dead ranks
 
 

@@ -11,7 +11,8 @@ written by 2 ranks resumes on 1 or 4.
 (which training must wait for, or it would change under the copy) and written to disk by a
 background thread while training goes on, over a gloo group of its own so that its
 collectives never interleave with the training step's. At most one save is in flight: the next
-one, and the end of a training call, wait for it.
+one, and the end of a training call, wait for it. Saves and loads run in the training's process
+group (``group``; ``None``: the default group).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import re
 import shutil
 import warnings
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any, Optional
 
 import torch
@@ -46,10 +48,13 @@ def _complete(path: str) -> bool:
 class TrainingCheckpoints:
     """The checkpoints of one training run under ``root``, one every ``every`` steps."""
 
-    def __init__(self, root: str | os.PathLike, every: int, asynchronous: bool = True):
+    def __init__(self, root: str | os.PathLike, every: int, asynchronous: bool = True, *, group: Any = None,
+                 timeout_s: Optional[float] = None):
         self.root = os.fspath(root)
         self.every = validation.positive_int("checkpoint_every", every)
         self.asynchronous = bool(asynchronous)
+        self.group = group  # the training's; async saves get a gloo group of its ranks with timeout_s (None: torch's)
+        self.timeout = None if timeout_s is None else timedelta(seconds=timeout_s)
         self._pending = None  # the Future of the save in flight
         self._group = None  # (the default group it was made in, the gloo group async saves use)
 
@@ -82,7 +87,7 @@ class TrainingCheckpoints:
 
         self.wait()
         model_state, optim_state = get_state_dict(module, optimizer)
-        rank = dist.get_rank() if dist.is_initialized() else 0
+        rank = self._rank()
         state = {"model": model_state, "optim": optim_state, "progress": dict(progress),
                  "rng": {f"rank{rank}": torch.get_rng_state()}}
         path = os.path.join(self.root, f"step-{progress['step']:08d}")
@@ -92,11 +97,13 @@ class TrainingCheckpoints:
         if self.asynchronous and dist.is_initialized():
             world = dist.distributed_c10d._get_default_group()
             if self._group is None or self._group[0] is not world:  # none yet, or a new default group
-                self._group = (world, dist.new_group(backend="gloo"))
+                ranks = None if self.group is None else dist.get_process_group_ranks(self.group)
+                self._group = (world, dist.new_group(ranks, backend="gloo", timeout=self.timeout,
+                                                     use_local_synchronization=ranks is not None))
             self._pending = dcp.async_save(state, checkpoint_id=path, process_group=self._group[1])
         else:
             with _one_process_quietly():
-                dcp.save(state, checkpoint_id=path, no_dist=not dist.is_initialized())
+                dcp.save(state, checkpoint_id=path, process_group=self.group, no_dist=not dist.is_initialized())
             self._prune()
 
     def wait(self) -> None:
@@ -114,7 +121,7 @@ class TrainingCheckpoints:
     def _prune(self) -> None:
         """On rank 0: remove all but the :data:`KEEP` newest complete checkpoints, and torn
         directories older than the newest complete one."""
-        if dist.is_initialized() and dist.get_rank() != 0:
+        if self._rank() != 0:
             return
         steps = self.steps()
         complete = [step for step, _, done in steps if done]
@@ -122,6 +129,9 @@ class TrainingCheckpoints:
         for step, path, done in steps:
             if step not in kept and complete and step < complete[-1]:
                 shutil.rmtree(path, ignore_errors=True)
+
+    def _rank(self) -> int:
+        return dist.get_rank(self.group) if dist.is_initialized() else 0
 
     # ---- loading
 
@@ -137,7 +147,7 @@ class TrainingCheckpoints:
         if found is None:
             return None
         step, path = found
-        rank = dist.get_rank() if dist.is_initialized() else 0
+        rank = self._rank()
         saved_keys = FileSystemReader(path).read_metadata().state_dict_metadata
         model_state, optim_state = get_state_dict(module, optimizer)
         state: dict[str, Any] = {"model": model_state, "optim": optim_state,
@@ -146,7 +156,7 @@ class TrainingCheckpoints:
         if f"rng.{rng_key}" in saved_keys:  # a rank that did not exist then keeps its own
             state["rng"] = {rng_key: torch.get_rng_state()}
         with _one_process_quietly():
-            dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
+            dcp.load(state, checkpoint_id=path, process_group=self.group, no_dist=not dist.is_initialized())
         set_state_dict(module, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         if "rng" in state:
             torch.set_rng_state(state["rng"][rng_key])

@@ -3,7 +3,10 @@
 A panel without a cluster steps its local objects through the same rank functions
 (:mod:`.rank_side`) as on a cluster, so it has one code path: :class:`LocalRanks` binds the
 objects in a namespace of its own (never the notebook's) and runs each call in it, in the
-calling thread; a call's error is raised by its ``result()``, as a cluster call's is.
+calling thread; a call's error is raised by its ``result()``, as a cluster call's is. What a
+call publishes (:func:`~.rank_side.publish`) reaches ``on_data`` as it is published, as
+``{0: data}``: the call runs to its end before ``run_async`` returns, so its progress cannot
+wait to be read from the call.
 """
 from __future__ import annotations
 
@@ -17,16 +20,24 @@ class LocalRanks:
 
     n = 1
 
-    def __init__(self):
+    def __init__(self, on_data: Callable[[dict], None] = lambda data: None):
         self.namespace: dict = {}
+        self.on_data = on_data
 
     def run_async(self, fn: Callable, *args, targets=None, **kwargs) -> "DoneCall":
         """``fn(*args, **kwargs)`` run now, with the rank functions' names bound here."""
-        with rank_side.in_namespace(self.namespace):
+        call = DoneCall()
+
+        def publish(data: dict) -> None:
+            call.data = {0: data}
+            self.on_data(call.data)
+
+        with rank_side.in_namespace(self.namespace, publish):
             try:
-                return DoneCall(fn(*args, **kwargs))
+                call.value = fn(*args, **kwargs)
             except BaseException as exc:  # Ctrl-C too: the panel records it as a failed step
-                return DoneCall(error=exc)
+                call.error = exc
+        return call
 
     def run(self, fn: Callable, *args, targets=None, **kwargs) -> list:
         return self.run_async(fn, *args, **kwargs).result()
@@ -40,17 +51,20 @@ class LocalRanks:
 
 
 class DoneCall:
-    """A call that has run: its one rank's result, or its error, raised by :meth:`result`."""
+    """A call that has run: its one rank's result, or its error, raised by :meth:`result`;
+    ``data`` is what it published last (``{0: data}``, or ``{}``), as a cluster call's."""
 
     ranks = [0]
 
-    def __init__(self, value: Any = None, error: BaseException | None = None):
-        self._value, self._error = value, error
+    def __init__(self):
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.data: dict = {}
 
     def result(self, timeout: float | None = None) -> list:
-        if self._error is not None:
-            raise self._error
-        return [self._value]
+        if self.error is not None:
+            raise self.error
+        return [self.value]
 
     def cancelled(self) -> bool:
         return False

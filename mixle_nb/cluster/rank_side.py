@@ -8,24 +8,40 @@ import contextlib
 import contextvars
 import pickle
 import time
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
 
-# A namespace of LocalRanks (a panel without a cluster), while one of its calls runs
+# A namespace of LocalRanks (a panel without a cluster) and where its calls publish, while one runs
 _local_namespace: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar("mixle_local_namespace",
                                                                                   default=None)
+_local_publish: contextvars.ContextVar[Optional[Callable[[dict], None]]] = contextvars.ContextVar(
+    "mixle_local_publish", default=None)
 
 
 @contextlib.contextmanager
-def in_namespace(namespace: dict) -> Iterator[None]:
-    """Run the rank functions against ``namespace`` (this thread, meanwhile)."""
-    token = _local_namespace.set(namespace)
+def in_namespace(namespace: dict, publish: Callable[[dict], None] = lambda data: None) -> Iterator[None]:
+    """Run the rank functions against ``namespace`` (this thread, meanwhile); what they
+    :func:`publish` goes to ``publish``."""
+    tokens = _local_namespace.set(namespace), _local_publish.set(publish)
     try:
         yield
     finally:
-        _local_namespace.reset(token)
+        _local_namespace.reset(tokens[0])
+        _local_publish.reset(tokens[1])
+
+
+def publish(data: dict) -> None:
+    """Send ``data`` to the client while the call runs, without a collective: through
+    ipyparallel's data channel on an engine, to the receiver of :func:`in_namespace` here."""
+    local = _local_publish.get()
+    if local is not None:
+        local(data)
+        return
+    from ipyparallel.datapub import publish_data
+
+    publish_data(data)
 
 
 def rank_namespace() -> dict:
@@ -170,40 +186,35 @@ def _observations(chunk) -> Optional[np.ndarray]:
     return None
 
 
-def train_on_rank(handle: str, estimator: str, model: str, steps: int, every: int) -> dict:
-    """Train up to ``steps`` more optimizer steps, publishing ``{step, loss, tokens,
-    tokens_per_s, rank}`` every ``every`` steps through ipyparallel's data channel (no
-    collective). The trained leaf is bound to ``model`` on the rank. The result repeats the
-    call's last report: published data can reach the client after the result does."""
-    from ipyparallel.datapub import publish_data
-
+def train_on_rank(handle: str, estimator: str, model: str, steps: Optional[int], every: int,
+                  stop: Optional[str] = None) -> dict:
+    """Train up to ``steps`` more optimizer steps (``None``: to the end of the handle's epochs),
+    publishing ``{step, loss, targets, targets_per_s, rank}`` every ``every`` steps (:func:`publish`:
+    no collective). ``stop`` names a flag on the rank (``is_set()``) the training loop polls
+    before each step: a panel in this process passes its Stop button's, which an engine's
+    client cannot reach mid-call. The trained leaf is bound to ``model`` on the rank. The result
+    repeats the call's last report: published data can reach the client after the result does."""
     h = lookup(handle)
-    saved = h.max_steps, h.progress, h.progress_every
+    saved = h.max_steps, h.progress, h.progress_every, h.stop
     # the last chunk stops at the end of the handle's epochs instead of running past it
-    h.max_steps = max(0, min(steps, h.total_steps - h.steps_done))
+    left = h.total_steps - h.steps_done
+    h.max_steps = max(0, left if steps is None else min(steps, left))
     last_report: dict = {}
 
     def report(progress: dict) -> None:
         last_report.update(progress)
-        publish_data(progress)
+        publish(progress)
 
     h.progress, h.progress_every = report, every
+    if stop is not None:
+        h.stop = lookup(stop)
     try:
         leaf = rank_namespace()[model] = h.pysp_seq_estimate(lookup(estimator), None)
     finally:
-        h.max_steps, h.progress, h.progress_every = saved
-    return {"steps_done": h.steps_done, "total_steps": h.total_steps, "state": _root_state(leaf.module),
+        h.max_steps, h.progress, h.progress_every, h.stop = saved
+    return {"steps_done": h.steps_done, "total_steps": h.total_steps,
+            "state": cpu_state(leaf.module) if h.rank == 0 else None,  # every rank holds the same weights
             "last_report": last_report or None}
-
-
-def _root_state(module) -> Optional[dict]:
-    """The trained module's weights as CPU tensors, from the group's rank 0 only (every rank
-    holds the same weights; one copy is enough for the client to keep)."""
-    import torch.distributed as dist
-
-    if dist.is_initialized() and dist.get_rank() != 0:
-        return None
-    return cpu_state(module)
 
 
 def cpu_state(module) -> dict:
@@ -217,16 +228,12 @@ def load_module_state_on_rank(estimator: str, state: dict) -> None:
     lookup(estimator).module.load_state_dict(state)
 
 
-def checkpoint_step(handle) -> Optional[int]:
-    """The step of ``handle``'s newest complete training checkpoint (None: none, or no
+def checkpoint_step_on_rank(handle: str) -> Optional[int]:
+    """The step of the handle's newest complete training checkpoint (None: none, or no
     checkpoints configured)."""
-    checkpoints = getattr(handle, "checkpoints", None)
+    checkpoints = getattr(lookup(handle), "checkpoints", None)
     found = checkpoints.latest() if checkpoints is not None else None
     return None if found is None else found[0]
-
-
-def checkpoint_step_on_rank(handle: str) -> Optional[int]:
-    return checkpoint_step(lookup(handle))
 
 
 def training_progress_on_rank(handle: str) -> dict:

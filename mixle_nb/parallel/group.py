@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Callable, Collection, Optional
 
 import torch
 import torch.distributed as dist
-from torch.distributed.constants import default_pg_timeout
 
+from .. import validation
 from . import severing, slurm_env
 from .severing import init_default_group
 
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+GROUP_TIMEOUT_S = 300.0  # a group created here: how long the rendezvous waits for every rank, and a
+# collective for a missing peer (torch's default is 30 minutes); a slow rank's step must fit in it
 
 # Which default-group ranks the running call was sent to, or None when unknown (torchrun: every
 # rank runs the script). A MixleCluster's engines install one (mixle_nb/cluster/engine.py).
@@ -72,13 +75,15 @@ def _device_for(backend: str) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def join_group(group: Any = None, *, init_process_group: bool = True,
-               backend: Optional[str] = None) -> GroupMembership:
+def join_group(group: Any = None, *, init_process_group: bool = True, backend: Optional[str] = None,
+               timeout: float = GROUP_TIMEOUT_S) -> GroupMembership:
     """Adopt ``group`` or the existing default group, or create the default group from the
     launcher's ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (under ``srun``,
-    derived from Slurm's variables: :mod:`~mixle_nb.parallel.slurm_env`).
+    derived from Slurm's variables: :mod:`~mixle_nb.parallel.slurm_env`), with ``timeout``
+    seconds for its rendezvous and collectives (an adopted group keeps its own).
 
     ``init_process_group=False`` with no group asks for a one-process run (rank 0 of 1)."""
+    timeout = timedelta(seconds=validation.positive_real("timeout", timeout))
     if group is not None or (dist.is_available() and dist.is_initialized()):
         chosen = dist.get_backend(group)
         return GroupMembership(dist.get_rank(group), dist.get_world_size(group), group,
@@ -97,11 +102,12 @@ def join_group(group: Any = None, *, init_process_group: bool = True,
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     device = _device_for(backend)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    init_default_group(backend, store=_next_launcher_store(rank, world), rank=rank, world_size=world)
+    init_default_group(backend, store=_next_launcher_store(rank, world, timeout), rank=rank, world_size=world,
+                       timeout=timeout)
     return GroupMembership(dist.get_rank(), dist.get_world_size(), None, device, owned=True)
 
 
-def _next_launcher_store(rank: int, world: int) -> dist.Store:
+def _next_launcher_store(rank: int, world: int, timeout: timedelta) -> dist.Store:
     """A fresh namespace in this process's one rendezvous store at ``MASTER_ADDR:MASTER_PORT``.
 
     torch's own ``env://`` rendezvous opens a new store per group on the same port, so a rank that
@@ -109,13 +115,14 @@ def _next_launcher_store(rank: int, world: int) -> dist.Store:
     old store and waits forever (seen with two handles in a row). Here the store is opened once per
     process and address, held for its life, and every group formed through it gets the next
     prefix; every rank forms its groups in the same order (construction is collective), so the
-    prefixes agree. Under torchrun every rank connects to the agent's store, as torch does."""
+    prefixes agree. Under torchrun every rank connects to the agent's store, as torch does. The
+    store's ``timeout`` is that of the first group formed through it."""
     global _launcher_store, _groups_formed
     where = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), rank, world)
     if _launcher_store is None or _launcher_store[0] != where:
         agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
         store = dist.TCPStore(where[0], where[1], world, is_master=rank == 0 and not agent_store,
-                              timeout=default_pg_timeout, multi_tenant=True)
+                              timeout=timeout, multi_tenant=True)
         _launcher_store, _groups_formed = (where, store), 0
     _groups_formed += 1
     return dist.PrefixStore(f"mixle_nb/group{_groups_formed}", _launcher_store[1])

@@ -37,7 +37,7 @@ from ..neural.source import (SequenceOrder, as_token_array, check_window_args, g
                              gather_windows, window_view)
 from .exchange import Header, RankExchange
 from .fail_together import PeerRankError, fail_by_severing, odd_ones_out, raise_failures, raise_together
-from .group import join_group, require_every_rank
+from .group import GROUP_TIMEOUT_S, join_group, require_every_rank
 from .handle import HandleLifetime
 
 _PARALLEL_MODES = ("auto", "ddp", "fsdp", "none")
@@ -86,10 +86,12 @@ class _StepStatus:
     """What a DDP step's exchange carries besides the gradients: stop and failed words.
 
     ``size`` and ``dtype`` describe the gradient part of the exchange, which is what a failed
-    rank sends as zeros to stand in for its gradients."""
+    rank sends as zeros to stand in for its gradients; ``group`` (``None``: the default group)
+    and ``world`` are the group it runs in and its size."""
 
-    def __init__(self, size: int, dtype: torch.dtype):
+    def __init__(self, size: int, dtype: torch.dtype, group: Any, world: int):
         self.size, self.dtype = size, dtype
+        self.group, self.world = group, world
         self.stop = 0.0
         self.agreed_stop = False
         self.agreed_failed = False
@@ -115,7 +117,7 @@ def _allreduce_with_status(status: _StepStatus, bucket):
     buffers = [buf for buf, _ in pending]
     packed = torch.cat([b.reshape(-1).to(status.dtype) for b in buffers]
                        + [status.words(stop=status.stop, failed=0.0, device=buffers[0].device)])
-    packed[:-STEP_STATUS.width].div_(dist.get_world_size())
+    packed[:-STEP_STATUS.width].div_(status.world)
 
     def unpack(fut):
         out = fut.value()[0]
@@ -127,7 +129,7 @@ def _allreduce_with_status(status: _StepStatus, bucket):
             lo += buf.numel()
         return out[lo:lo + buffers[-1].numel()].to(buffers[-1].dtype)
 
-    return dist.all_reduce(packed, async_op=True).get_future().then(unpack)
+    return dist.all_reduce(packed, group=status.group, async_op=True).get_future().then(unpack)
 
 
 class _Training:
@@ -159,6 +161,11 @@ class StreamingTokenEncodedData(HandleLifetime):
     The module must accept ``module(inputs, return_all_logits=True)`` and return
     ``(batch, t, vocab)`` logits, as :class:`~mixle_nb.neural.CausalLM` and mixle's
     ``CausalLM`` do. :meth:`from_file` builds the handle from a memory-mapped token file.
+
+    ``group``: the process group to train in (default: the existing default group, else one
+    created from the launcher's variables, with ``timeout`` seconds for its rendezvous and
+    collectives; see :func:`~mixle_nb.parallel.group.join_group`). Every collective of the
+    handle, DDP's and FSDP2's included, runs in it; ranks outside it take no part.
 
     Extension keywords (also settable as attributes between calls):
 
@@ -196,13 +203,15 @@ class StreamingTokenEncodedData(HandleLifetime):
 
     def __init__(self, token_ids: Any, *, block: int, batch_size: int, epochs: int = 1,
                  shuffle: bool = True, shard_by_rank: bool = True, init_process_group: bool = True,
-                 backend: str | None = None, parallel: str = "auto", precision: str = "fp32",
+                 backend: str | None = None, group: Any = None, timeout: float = GROUP_TIMEOUT_S,
+                 parallel: str = "auto", precision: str = "fp32",
                  activation_checkpointing: bool = False,
                  progress: Callable[[dict], None] | None = None, progress_every: int = 10,
                  seed: int = 0, max_steps: int | None = None, stop: Any = None,
                  checkpoint: str | os.PathLike | None = None, checkpoint_every: int = 50,
                  checkpoint_async: bool = True):
-        self._membership = join_group(init_process_group=init_process_group, backend=backend)
+        self._membership = join_group(group, init_process_group=init_process_group, backend=backend,
+                                      timeout=timeout)
         require_every_rank(self._membership, "building a StreamingTokenEncodedData")
         self.rank, self.world = self._membership.rank, self._membership.world
         self.exchange = RankExchange(self._membership)
@@ -220,7 +229,8 @@ class StreamingTokenEncodedData(HandleLifetime):
             if stop is not None and not (callable(stop) or hasattr(stop, "is_set")):
                 raise TypeError("stop must be None, a zero-argument callable, or have is_set()")
             self.checkpoints = (None if checkpoint is None else
-                                TrainingCheckpoints(checkpoint, checkpoint_every, checkpoint_async))
+                                TrainingCheckpoints(checkpoint, checkpoint_every, checkpoint_async,
+                                                    group=self._membership.group, timeout_s=timeout))
             self._shard(tokens, block, batch_size, shard_by_rank,
                         mapped=isinstance(token_ids, np.memmap))
             max_id = int(self.tokens.max())  # of this rank's part only: a file is never read whole
@@ -374,7 +384,7 @@ class StreamingTokenEncodedData(HandleLifetime):
         return module
 
     def _resolve_mode(self, device: torch.device) -> str:
-        grouped = dist.is_available() and dist.is_initialized()
+        grouped = self._membership.grouped
         if self.parallel == "auto":
             return "none" if self.world == 1 else ("fsdp" if device.type == "cuda" else "ddp")
         if self.parallel == "none":
@@ -385,7 +395,7 @@ class StreamingTokenEncodedData(HandleLifetime):
         if not grouped:
             raise RuntimeError(f"parallel={self.parallel!r} needs a torch.distributed process group; "
                                "launch with torchrun or on a MixleCluster, or use parallel='none'")
-        if dist.get_backend() == "nccl" and device.type != "cuda":
+        if dist.get_backend(self._membership.group) == "nccl" and device.type != "cuda":
             raise RuntimeError(f"parallel={self.parallel!r} on the nccl backend needs a CUDA device, "
                                f"got {device}; use backend='gloo' or estimator device='cuda'")
         return self.parallel
@@ -402,13 +412,14 @@ class StreamingTokenEncodedData(HandleLifetime):
         if hasattr(module, "activation_checkpointing"):
             module.activation_checkpointing = self.activation_checkpointing
         trainable = [p for p in module.parameters() if p.requires_grad]
-        status = _StepStatus(sum(p.numel() for p in trainable), trainable[0].dtype)
+        status = _StepStatus(sum(p.numel() for p in trainable), trainable[0].dtype, self._membership.group,
+                             self.world)
         replica, wrapped = None, module
         if mode == "ddp":
             # init_sync=False: replicas are identical by construction, so no broadcast.
             wrapped = nn.parallel.DistributedDataParallel(
                 module, device_ids=[device.index] if device.type == "cuda" else None,
-                forward_sync_buffers=False, init_sync=False)
+                process_group=self._membership.group, forward_sync_buffers=False, init_sync=False)
             wrapped.register_comm_hook(status, _allreduce_with_status)
         elif mode == "fsdp":
             replica = self._shard_fsdp(module)
@@ -423,7 +434,7 @@ class StreamingTokenEncodedData(HandleLifetime):
 
     def _shard_fsdp(self, module: nn.Module) -> nn.Module:
         """Shard each block, then the root; return a meta-device twin to export full weights into."""
-        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.device_mesh import DeviceMesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         blocks = getattr(module, "blocks", None)
@@ -433,8 +444,10 @@ class StreamingTokenEncodedData(HandleLifetime):
         replica = copy.deepcopy(module).to("meta")
         policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
                   if self.precision == "bf16" else MixedPrecisionPolicy())
-        # fully_shard's default mesh is the accelerator's whenever one exists, even for a CPU module
-        mesh = init_device_mesh(next(module.parameters()).device.type, (dist.get_world_size(),))
+        # the handle's group, on the module's device type: fully_shard's default mesh is the
+        # default group's, on the accelerator whenever one exists, even for a CPU module
+        mesh = DeviceMesh.from_group(self._membership.group or dist.group.WORLD,
+                                     next(module.parameters()).device.type)
         for blk in blocks:
             fully_shard(blk, mesh=mesh, mp_policy=policy)
         fully_shard(module, mesh=mesh, mp_policy=policy)

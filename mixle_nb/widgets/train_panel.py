@@ -12,10 +12,13 @@ import ipywidgets as w
 from .. import validation as check
 from ..cluster import elastic as elastic_recovery
 from ..cluster import rank_side
+from ..cluster.local_ranks import LocalRanks
 from .loss_view import LossView, mean_curve
 from .panel import Panel, plot_image, resolve_cluster
 
 PANEL_LEAF_NAME = "_mixle_panel_leaf"
+# a local panel's objects, on its LocalRanks
+LOCAL_HANDLE, LOCAL_ESTIMATOR, LOCAL_VALIDATION, LOCAL_STOP = "handle", "estimator", "validation", "stop"
 
 
 class TrainPanel(Panel):
@@ -24,8 +27,12 @@ class TrainPanel(Panel):
     With a cluster, ``handle``, ``estimator`` and ``validation`` are names on the ranks;
     training runs in calls of ``chunk_steps`` optimizer steps, and Stop takes effect after the
     current chunk (Ctrl-C during a blocking ``train()`` within one step). Without a cluster they
-    are local objects and Stop takes effect after the current step. ``validation`` (a token
-    handle of held-out text) adds a held-out loss point after every chunk (locally: at the end).
+    are local objects, trained through the same rank functions on a one-rank
+    :class:`~mixle_nb.cluster.local_ranks.LocalRanks`, in one call to the end of the epochs:
+    the training loop there polls the Stop flag itself, so Stop takes effect after the current
+    step (chunks would only add a held-out pass and a copy of the weights each). ``validation``
+    (a token handle of held-out text) adds a held-out loss point after every call (every chunk;
+    locally: at the end).
     ``entropy_floor`` (nats), where the source's entropy is known, is drawn as the line no
     model can go below. ``tokenizer`` (a ``CharTokenizer``) decodes the sample generated from
     ``prompt`` after training.
@@ -35,7 +42,7 @@ class TrainPanel(Panel):
     ``train()`` and ``stop()`` are the buttons' twins; after a ``restart()``, ``attach(...)``
     continues the curves on a new handle, and the training from the last weights the panel
     kept: ``model_state`` (a ``state_dict`` of CPU tensors) is taken from rank 0 after every
-    chunk (locally: after training), ``model_state_step`` is the step it was taken at.
+    call, ``model_state_step`` is the step it was taken at.
 
     ``elastic=True`` (on a cluster, with a handle built by ``from_file(..., checkpoint=DIR)``):
     when a rank dies mid-chunk, the survivors form a group of their own, each takes its slice
@@ -64,7 +71,6 @@ class TrainPanel(Panel):
         self.held_out: list = []
         self.updates = 0  # progress reports received, all ranks together
         self.sample_text = ""
-        self.last_model = None  # the trained leaf after the last finished chunk (local runs)
         self.model_state: Optional[dict] = None
         self.model_state_step = 0
         self.elastic = bool(elastic)
@@ -78,14 +84,28 @@ class TrainPanel(Panel):
         self.redraw()
 
     def _bind(self, cluster, handle, estimator, validation) -> None:
+        """Take the handle, estimator and held-out handle: names on ``cluster``'s ranks, or
+        local objects, bound under names of their own on a :class:`LocalRanks` with the Stop
+        flag, its published progress drawn as it comes; both train through the same rank
+        functions (cluster/rank_side.py)."""
         self.cluster = resolve_cluster(cluster, handle, estimator)
-        if self.cluster is not None and validation is not None and not isinstance(validation, str):
-            raise TypeError("with a cluster, pass validation= as the name the held-out handle has on the ranks")
+        if self.cluster is None:
+            if self.elastic:
+                raise ValueError("elastic=True needs a cluster: it lets training go on when one of its ranks dies")
+            self.ranks = LocalRanks(on_data=self._record)
+            self.ranks.push(**{LOCAL_HANDLE: handle, LOCAL_ESTIMATOR: estimator, LOCAL_VALIDATION: validation,
+                               LOCAL_STOP: self._stop})
+            handle, estimator = LOCAL_HANDLE, LOCAL_ESTIMATOR
+            validation = None if validation is None else LOCAL_VALIDATION
+            self._chunk_steps, self._stop_name = None, LOCAL_STOP  # one call; its loop sees Stop
+        else:
+            if validation is not None and not isinstance(validation, str):
+                raise TypeError("with a cluster, pass validation= as the name the held-out handle has on the ranks")
+            self.ranks = self.cluster
+            self._chunk_steps, self._stop_name = self.chunk_steps, None
         self.handle, self.estimator, self.validation = handle, estimator, validation
         if self.elastic:
-            if self.cluster is None:
-                raise ValueError("elastic=True needs a cluster: it lets training go on when one of its ranks dies")
-            self.cluster.run(rank_side.check_elastic_on_rank, handle, True)
+            self.ranks.run(rank_side.check_elastic_on_rank, handle, True)
 
     def train(self, block: bool = True) -> None:
         """Train to the end of the handle's epochs (or until ``stop()``); ``block=False``
@@ -120,10 +140,7 @@ class TrainPanel(Panel):
             self._cut_back(resume)
             weights = f" from the checkpoint of step {resume} (module, optimizer, data position)"
         elif self.model_state is not None:
-            if self.cluster is not None:
-                self.cluster.run(rank_side.load_module_state_on_rank, estimator, self.model_state)
-            else:
-                estimator.module.load_state_dict(self.model_state)
+            self.ranks.run(rank_side.load_module_state_on_rank, self.estimator, self.model_state)
             weights = f" with the weights of step {self.model_state_step}"
         self.error = None
         start = self._offset[0] if resume is None else resume
@@ -131,9 +148,7 @@ class TrainPanel(Panel):
 
     def _checkpoint_step(self) -> Optional[int]:
         """The step of the handle's newest complete checkpoint, where its training resumes."""
-        if self.cluster is not None:
-            return self.cluster.run(rank_side.checkpoint_step_on_rank, self.handle, targets=[0])[0]
-        return rank_side.checkpoint_step(self.handle)
+        return self.ranks.run(rank_side.checkpoint_step_on_rank, self.handle, targets=[0])[0]
 
     def _cut_back(self, step: int) -> None:
         """Drop what was drawn after ``step``; the resumed handle counts steps and targets on
@@ -163,10 +178,7 @@ class TrainPanel(Panel):
         self.error = None
         self._started = time.monotonic()
         try:
-            if self.cluster is not None:
-                self._train_on_cluster()
-            else:
-                self._train_locally()
+            self._train()
             self._show_sample()
         except BaseException as exc:
             self.error = exc
@@ -177,13 +189,15 @@ class TrainPanel(Panel):
                 self._show_status(f"{type(exc).__name__}: {first}", error=True)
         self.request_redraw()
 
-    def _train_on_cluster(self) -> None:
-        done = self.cluster.run(rank_side.training_progress_on_rank, self.handle, targets=[0])[0]
+    def _train(self) -> None:
+        """Calls of :func:`~mixle_nb.cluster.rank_side.train_on_rank` until the handle's epochs
+        are done or Stop; after each, the weights are kept and the held-out loss is taken."""
+        done = self.ranks.run(rank_side.training_progress_on_rank, self.handle, targets=[0])[0]
         steps_done, total = done["steps_done"], done["total_steps"]
         self.progress.max = self._offset[0] + total
         while steps_done < total and not self._stop.is_set():
-            call = self.cluster.run_async(rank_side.train_on_rank, self.handle, self.estimator,
-                                          PANEL_LEAF_NAME, self.chunk_steps, self.report_every)
+            call = self.ranks.run_async(rank_side.train_on_rank, self.handle, self.estimator, PANEL_LEAF_NAME,
+                                        self._chunk_steps, self.report_every, self._stop_name)
             try:
                 results = self._await(call, on_slice=lambda: self._record(call.data))
             except elastic_recovery.RankDiedError as exc:
@@ -196,9 +210,8 @@ class TrainPanel(Panel):
             steps_done = results[0]["steps_done"]
             self.model_state, self.model_state_step = results[0]["state"], self._offset[0] + steps_done
             if self.validation is not None:
-                loss = self.cluster.run(rank_side.held_out_loss_on_rank, self.validation, PANEL_LEAF_NAME)[0]
+                loss = self.ranks.run(rank_side.held_out_loss_on_rank, self.validation, PANEL_LEAF_NAME)[0]
                 self._add_held_out(loss)
-        self.last_model = PANEL_LEAF_NAME
 
     def _go_on(self, exc: BaseException, call) -> tuple[int, int]:
         """Elastic: the survivors of ``call`` form a group, take their new slices of the token
@@ -216,22 +229,6 @@ class TrainPanel(Panel):
         done = self.cluster.run(rank_side.training_progress_on_rank, self.handle, targets=[0])[0]
         self.progress.max = self._offset[0] + done["total_steps"]
         return done["steps_done"], done["total_steps"]
-
-    def _train_locally(self) -> None:
-        h = self.handle
-        saved = h.progress, h.progress_every, h.stop
-        h.progress = lambda report: self._record({report.get("rank", 0): report})
-        h.progress_every, h.stop = self.report_every, self._stop
-        self.progress.max = self._offset[0] + h.total_steps
-        try:
-            self.last_model = h.pysp_seq_estimate(self.estimator, None)
-        finally:
-            h.progress, h.progress_every, h.stop = saved
-        self.model_state = rank_side.cpu_state(self.last_model.module)
-        self.model_state_step = self._offset[0] + h.steps_done
-        if self.validation is not None:
-            count, total = self.validation.pysp_seq_log_density_sum(self.last_model)
-            self._add_held_out(-total / count)
 
     def _add_held_out(self, loss: float) -> None:
         last = [pts[-1] for pts in self.points.values() if pts]
@@ -258,11 +255,8 @@ class TrainPanel(Panel):
         if self.tokenizer is None or not self.prompt:
             return
         ids = self.tokenizer.encode(self.prompt)
-        if self.cluster is not None:
-            out = self.cluster.run(rank_side.generate_on_rank, PANEL_LEAF_NAME, ids, self.sample_chars,
-                                   self.temperature, 0, targets=[0])[0]
-        else:
-            out = self.last_model.generate(ids, self.sample_chars, temperature=self.temperature, seed=0)
+        out = self.ranks.run(rank_side.generate_on_rank, PANEL_LEAF_NAME, ids, self.sample_chars,
+                             self.temperature, 0, targets=[0])[0]
         self.sample_text = self.tokenizer.decode(out)  # the prompt followed by the sample
         self.sample.value = self.sample_text
 
