@@ -370,3 +370,29 @@ def test_each_rank_reads_its_own_part_from_disk(tmp_path):
     assert_matches(results[0]["files"], single_process(x, start, start.estimator()))
     own, peer = results[1]["missing"], results[0]["missing"]
     assert own[0] == "FileNotFoundError" and peer[0] == "PeerRankError" and "rank 1: " in peer[1]
+
+
+def test_a_group_the_handle_creates_carries_its_timeout(monkeypatch):
+    """``timeout=`` reaches the group a handle creates from the launcher's variables (default
+    300 s, not torch's 30 minutes): the value gloo reports."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from mixle_nb.parallel import TorchRunEncodedData
+    from mixle_nb.parallel.local_launch import free_port
+
+    assert not dist.is_initialized()
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                        ("MASTER_PORT", str(free_port()))):
+        monkeypatch.setenv(name, value)
+    for timeout in (45, None):
+        options = {} if timeout is None else {"timeout": timeout}
+        h = TorchRunEncodedData(np.zeros(3), estimator=GaussianEstimator(), **options)
+        try:
+            backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+            assert backend.options._timeout == timedelta(seconds=timeout or 300)
+        finally:
+            h.close()
+        assert not dist.is_initialized()

@@ -39,7 +39,7 @@ from ..validation import choice, device as checked_device, fraction, positive_in
 from .exchange import STATUS, Header, RankExchange, all_well, status
 from .fail_together import failure_message, fingerprint
 from .fold import FOLDS, SAME_MODEL, StatisticsFold
-from .group import join_group, require_every_rank
+from .group import GROUP_TIMEOUT_S, join_group, require_every_rank
 from .handle import HandleLifetime
 from .logical_shards import ShardLayout, rebalance
 from .shard_map import map_shard
@@ -118,6 +118,10 @@ class TorchRunEncodedData(HandleLifetime):
     under nccl, else the CPU. An encoder without ``device=`` (mixle's) encodes on the CPU. A
     device this rank cannot use fails on every rank together, before any data are read.
 
+    ``timeout``: seconds a group the handle creates from the launcher's variables waits, at the
+    rendezvous for every rank and in a collective for a missing peer (default 300; torch's own
+    is 30 minutes); a rank's slowest E-step must fit in it. An existing group keeps its own.
+
     Running EM on it (every rank runs the same call, e.g. in a ``%%mixle`` cell)::
 
         from mixle_nb.inference import fit, predict
@@ -144,11 +148,12 @@ class TorchRunEncodedData(HandleLifetime):
         fold: str = "auto",
         device: Any = None,
         elastic: bool = False,
+        timeout: float = GROUP_TIMEOUT_S,
     ):
         if elastic:
             raise ValueError(NOT_ELASTIC.format(what="data passed to the constructor"))
         sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
-                                backend, fold)
+                                backend, fold, timeout=timeout)
         error, shards, shard, signature = None, None, None, None
         try:  # whatever fails here is carried to the peers in the count exchange
             encoder = self._place(_choose_encoder(estimator, model, encoder), device)
@@ -177,7 +182,8 @@ class TorchRunEncodedData(HandleLifetime):
                     model: Optional[Distribution] = None, encoder: Any = None, sub_chunks: int = 1,
                     group: Any = None, root: int = 0, init_process_group: bool = True,
                     backend: Optional[str] = None, *, interleaved: bool = True, fold: str = "auto",
-                    device: Any = None, elastic: bool = False) -> "TorchRunEncodedData":
+                    device: Any = None, elastic: bool = False,
+                    timeout: float = GROUP_TIMEOUT_S) -> "TorchRunEncodedData":
         """A handle on data already split across ranks: each rank passes its own observations
         ``shard`` and keeps all of them (sizes may differ). This is the constructor for a
         sequence ``%mixle_scatter`` (or ``cluster.scatter``) dealt out, where rank ``r`` holds
@@ -194,7 +200,7 @@ class TorchRunEncodedData(HandleLifetime):
             raise ValueError(NOT_ELASTIC.format(what="a shard passed from memory (scattered or pushed)"))
         self = cls.__new__(cls)
         sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
-                                backend, fold)
+                                backend, fold, timeout=timeout)
         self.interleaved = bool(interleaved)
         error, parts, signature, empty = None, (), None, None
         try:
@@ -216,7 +222,7 @@ class TorchRunEncodedData(HandleLifetime):
                  encoder: Any = None, sub_chunks: int = 1, group: Any = None, root: int = 0,
                  init_process_group: bool = True, backend: Optional[str] = None, *,
                  fold: str = "auto", device: Any = None, shards: Optional[int] = None,
-                 elastic: bool = False) -> "TorchRunEncodedData":
+                 elastic: bool = False, timeout: float = GROUP_TIMEOUT_S) -> "TorchRunEncodedData":
         """Each rank reads its own rows of the ``.npy`` file at ``path`` (a path every rank can
         open): rows ``rank, rank + world, ...``, the same shard — and so the same model (bit for
         bit in our 1-D test; to rounding where BLAS treats a strided view and a contiguous copy
@@ -236,7 +242,7 @@ class TorchRunEncodedData(HandleLifetime):
         again from the file and the step goes on (see :meth:`rejoin`)."""
         self = cls.__new__(cls)
         sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
-                                backend, fold, shards, elastic)
+                                backend, fold, shards, elastic, timeout)
         count = self.layout.count
         error, pieces, signature, empty = None, [], None, None
         try:
@@ -258,7 +264,7 @@ class TorchRunEncodedData(HandleLifetime):
                    group: Any = None, root: int = 0, init_process_group: bool = True,
                    backend: Optional[str] = None, *, reader: Callable[[str], Any] = load_npy,
                    fold: str = "auto", device: Any = None, shards: Optional[int] = None,
-                   elastic: bool = False) -> "TorchRunEncodedData":
+                   elastic: bool = False, timeout: float = GROUP_TIMEOUT_S) -> "TorchRunEncodedData":
         """Files dealt out to ranks: rank ``r`` reads ``paths[r::world]`` with ``reader`` (default: a
         memory-mapped ``np.load``; any function from a path to a sequence of observations), one
         file at a time, each file encoded in ``sub_chunks`` parts. Every rank passes the same
@@ -268,7 +274,7 @@ class TorchRunEncodedData(HandleLifetime):
         :meth:`from_npy`; shard ``s`` is the files ``paths[s::shards]``."""
         self = cls.__new__(cls)
         sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
-                                backend, fold, shards, elastic)
+                                backend, fold, shards, elastic, timeout)
         error, pieces, counts, sources, signature, empty = None, [], [], [], None, None
         try:
             encoder = self._place(_choose_encoder(estimator, model, encoder), device)
@@ -293,7 +299,8 @@ class TorchRunEncodedData(HandleLifetime):
     # -- set-up ------------------------------------------------------------------------------
 
     def _join(self, estimator, model, encoder, sub_chunks, group, root, init_process_group, backend,
-              fold, shards: Optional[int] = None, elastic: bool = False) -> int:
+              fold, shards: Optional[int] = None, elastic: bool = False,
+              timeout: float = GROUP_TIMEOUT_S) -> int:
         """Argument checks every rank makes alike, then the group; returns ``sub_chunks``."""
         fold = choice("fold", fold, FOLDS)
         sub_chunks = positive_int("sub_chunks", sub_chunks)
@@ -301,7 +308,8 @@ class TorchRunEncodedData(HandleLifetime):
             shards = positive_int("shards", shards)
         if encoder is None and model is None and estimator is None:
             raise ValueError("TorchRunEncodedData needs encoder=, model= or estimator= to encode the data")
-        self._membership = join_group(group, init_process_group=init_process_group, backend=backend)
+        self._membership = join_group(group, init_process_group=init_process_group, backend=backend,
+                                      timeout=timeout)
         require_every_rank(self._membership, "building a TorchRunEncodedData")
         self.group, self.rank, self.world = group, self._membership.rank, self._membership.world
         self.device = self._membership.device  # where the encodings live; see _place
