@@ -157,8 +157,9 @@ def fit_limits(ax, values, axis: str = "y", log: bool = False, floor: Optional[f
 
 
 def fit_steps(ax, n: int) -> bool:
-    """x limits for a per-step plot: 1..10, then doubling, so the background is redrawn only
-    when the step count passes a power of two."""
+    """x limits for a per-step plot of ``n`` steps: 1..10, then doubling, so the steps fill more
+    than half the axis at every ``n``, and a run of ``n`` steps redraws the background for
+    them only about log2(n / 10) times. Fewer steps (Back, Reset) fit again."""
     top = 10
     while top < n:
         top *= 2
