@@ -121,7 +121,8 @@ def panel_step_seconds(panel: EMPanel, steps: int) -> tuple[float, float, float]
     """(wall seconds per step of ``panel.run(steps)`` from the start model, steps per call,
     seconds of the final draw that ``run`` ends with), ``run(steps)`` being
     ``run(steps, block=False)`` then ``wait()``, which draws the final state. The reset before
-    it keeps the plot's axes as the last run left them, as Reset does in a notebook."""
+    it fits the step axes to no steps, so the run widens them again as it goes (log2(steps / 10)
+    redraws of those axes), as Reset then Run N does in a notebook."""
     panel.reset()
     panel.flush()  # the reset's redraw now, not inside the timed run
     calls = panel.step_calls

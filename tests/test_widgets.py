@@ -458,20 +458,49 @@ def test_limits_of_a_growing_history_only_widen():
     assert fit_limits(ax, [0.0, 4.0], shrink=False) and ax.get_ylim() == (-1.0, 5.0)
 
 
-def test_a_run_draws_its_step_axes_once_for_all_its_steps():
-    """The step axes reach the run's last step from its first redraw, and a reset keeps them,
-    so neither a run nor a run after Reset redraws those axes as it goes."""
-    from mixle_nb.widgets import live_figure
-
+def test_a_long_run_paused_early_draws_its_step_axes_to_the_steps_taken():
+    """Run N at N = 100,000 paused at about 120 steps: the step axes reach at most twice the
+    steps taken (they reached 100,000 before, the curve a sliver at the left edge); Back and
+    Reset fit them again to the steps left."""
     panel, _ = local_panel(500)
-    panel.run(150)
-    assert panel.view.objective.get_xlim() == panel.view.convergence.get_xlim() == (0.5, 160.5)
+    panel.run(100_000, block=False)
+    wait_until(lambda: len(panel.history) >= 120, 60, "120 steps")
+    panel.pause()
+    panel.wait()
+    steps = len(panel.history)
+    assert panel.view.objective_line.get_xdata()[-1] == steps
+    for ax in (panel.view.objective, panel.view.convergence):
+        low, high = ax.get_xlim()
+        assert low == 0.5 and steps <= high <= 2 * steps + 0.5, (steps, high)
+    panel.back(steps - 7)
+    panel.flush()
+    assert panel.view.objective.get_xlim() == panel.view.convergence.get_xlim() == (0.5, 10.5)
+
+
+def test_a_long_run_redraws_its_step_axes_a_logarithmic_number_of_times():
+    """Drawn after every step of a 160-step EM history, the step axes' limits only widen, and
+    their background is redrawn about log2(160 / 10) = 4 times, not at every step."""
+    from mixle_nb.widgets.em_view import EMView
+
+    x, start = em_problem(500)
+    records = []
+    optimize(x, start.estimator(), prev_estimate=start, max_its=160, delta=0.0, out=None, on_step=records.append)
+    densities = [r.log_density for r in records]
+    view = EMView(start, None, distributed=False)
     stale = []
-    invalidate = live_figure.LiveFigure.invalidate
-    panel.view.live.invalidate = lambda ax=None: (stale.append(ax), invalidate(panel.view.live, ax))
-    panel.reset()
-    panel.run(150)
-    assert panel.view.objective not in stale and panel.view.convergence not in stale, stale
+    invalidate = view.live.invalidate
+    view.live.invalidate = lambda ax=None: (stale.append(ax), invalidate(ax))
+    step_axes = (view.objective, view.convergence)
+    limits = []
+    for i in range(1, len(densities) + 1):
+        view.render(densities[:i], start, [0.01])
+        limits.append([(*ax.get_xlim(), *ax.get_ylim()) for ax in step_axes])
+    low_x, high_x, low_y, high_y = np.asarray(limits).transpose(2, 0, 1)
+    assert (np.diff(low_x, axis=0) == 0).all() and (np.diff(high_x, axis=0) >= 0).all()
+    assert (np.diff(low_y, axis=0) <= 0).all() and (np.diff(high_y, axis=0) >= 0).all()
+    assert high_x[-1].tolist() == [160.5, 160.5]
+    for ax in step_axes:
+        assert 4 <= stale.count(ax) <= 8, [stale.count(a) for a in step_axes]
 
 
 def test_png_encoding_is_lossless():

@@ -98,7 +98,6 @@ class EMPanel(Panel):
         self.batch_seconds = validation.real("batch_seconds", batch_seconds, at_least=0.0)
         self.step_calls = 0  # calls of steps sent to the ranks (a run's call may hold several steps)
         self.history: list[StepRecord] = []
-        self._planned_steps = 0  # the last step of the latest run: the plot's step axes reach it
         self._lock = threading.Lock()
         self._pause = threading.Event()
         self.picture_dims = picture_dims
@@ -197,7 +196,6 @@ class EMPanel(Panel):
         if self.running:
             raise RuntimeError("a run is already going: pause() it or wait() for it first")
         self._pause.clear()
-        self._planned_steps = len(self.history) + n
         self._start_worker(self._run_loop, n)
         if block:
             self.wait()
@@ -545,7 +543,7 @@ class EMPanel(Panel):
     def _render(self) -> bytes:
         history = list(self.history)
         png = self.view.render([r.log_density for r in history], self.model,
-                               history[-1].rank_seconds if history else [], self._planned_steps)
+                               history[-1].rank_seconds if history else [])
         if self.error is None:
             last = f" · log-density {history[-1].log_density:.6g}" if history else ""
             stopped = " · interrupted (Ctrl-C): run stopped" if self._interrupted.is_set() else ""

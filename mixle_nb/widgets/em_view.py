@@ -50,20 +50,17 @@ class EMView:
             fit_steps(ax, 0)
         self.model = model
 
-    def render(self, log_densities: Sequence[float], model, rank_seconds: Sequence[float],
-               planned_steps: int = 0) -> bytes:
-        """Draw the steps so far; the step axes cover at least ``planned_steps`` (a run's last
-        step), so a run never redraws their axes as it goes."""
+    def render(self, log_densities: Sequence[float], model, rank_seconds: Sequence[float]) -> bytes:
+        """Draw the steps so far, on step axes fitted to them (see :func:`fit_steps`)."""
         steps = np.arange(1, len(log_densities) + 1)
         g = gains(log_densities)
         self.objective_line.set_data(steps, log_densities)
         self.gain_line.set_data(steps[1:], g)
-        last = max(len(steps), planned_steps)
         shrink = len(steps) < self.shown_steps  # limits only widen while the history grows
         self.shown_steps = len(steps)
-        changed = {self.objective: fit_steps(self.objective, last)
+        changed = {self.objective: fit_steps(self.objective, len(steps))
                    | fit_limits(self.objective, log_densities, shrink=shrink),
-                   self.convergence: fit_steps(self.convergence, last)
+                   self.convergence: fit_steps(self.convergence, len(steps))
                    | fit_limits(self.convergence, g, log=True, shrink=shrink),
                    self.ranks: self._rank_bars(rank_seconds)}
         if model is not self.model:

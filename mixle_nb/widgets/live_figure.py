@@ -84,14 +84,15 @@ class LiveFigure:
         pixels = np.asarray(self.canvas.buffer_rgba())
         height, width = pixels.shape[:2]
         for ax in self._stale:
-            for box in (self._extents.get(ax), ax.get_tightbbox(renderer)):
+            new = ax.get_tightbbox(renderer)  # what the draw below covers: the costly half, measured once
+            for box in (self._extents.get(ax), new):
                 if box is not None:
                     x0, x1 = max(int(box.x0) - 1, 0), min(int(math.ceil(box.x1)) + 1, width)
                     y0, y1 = max(height - int(math.ceil(box.y1)) - 1, 0), min(height - int(box.y0) + 1, height)
                     pixels[y0:y1, x0:x1] = 255
+            self._extents[ax] = new
         for ax in self._stale:
             ax.draw(renderer)
-            self._extents[ax] = ax.get_tightbbox(renderer)
         self._stale.clear()
         self._background = self.canvas.copy_from_bbox(self.figure.bbox)
 
@@ -157,8 +158,9 @@ def fit_limits(ax, values, axis: str = "y", log: bool = False, floor: Optional[f
 
 
 def fit_steps(ax, n: int) -> bool:
-    """x limits for a per-step plot: 1..10, then doubling, so the background is redrawn only
-    when the step count passes a power of two."""
+    """x limits for a per-step plot of ``n`` steps: 1..10, then doubling, so the steps fill more
+    than half the axis at every ``n``, and a run of ``n`` steps redraws the background for
+    them only about log2(n / 10) times. Fewer steps (Back, Reset) fit again."""
     top = 10
     while top < n:
         top *= 2

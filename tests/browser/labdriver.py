@@ -408,3 +408,41 @@ def save_screenshot(locator, name: str) -> Path:
     return path
 
 
+# An image's bytes as the browser holds them (the widget's PNG, via its blob: URL).
+_JS_IMAGE_DIGEST = """
+async (img) => {
+  if (!img.src || !img.complete || img.naturalWidth === 0) return null;
+  const bytes = await (await fetch(img.src)).arrayBuffer();
+  const digest = await crypto.subtle.digest('SHA-256', bytes);
+  return Array.from(new Uint8Array(digest), b => b.toString(16).padStart(2, '0')).join('');
+}
+"""
+
+
+def image_digest(image) -> str:
+    """SHA-256 of the PNG an image element shows, as the browser received it."""
+    digest = image.evaluate(_JS_IMAGE_DIGEST)
+    assert digest, "the plot image has not loaded"
+    return digest
+
+
+def wait_for_new_digest(image, previous: str, timeout_s: float = 30) -> str:
+    """Wait until the browser shows another PNG than the one of digest ``previous``; its digest."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        digest = image.evaluate(_JS_IMAGE_DIGEST)
+        if digest and digest != previous:
+            return digest
+        assert time.monotonic() < deadline, f"the plot image did not change within {timeout_s} s"
+        image.page.wait_for_timeout(100)
+
+
+def type_number(page: "LabPage", widget, label: str, value: int, kernel_name: str) -> None:
+    """Type ``value`` into the number box labelled ``label`` in ``widget`` (a locator) and wait
+    until the kernel's ``kernel_name`` holds it."""
+    box = (widget.locator(".widget-inline-hbox")
+           .filter(has=widget.page.locator("label", has_text=re.compile(rf"^{re.escape(label)}$")))
+           .locator("input[type=number]"))
+    box.fill(str(value))
+    box.press("Enter")
+    page.wait_kernel_value(kernel_name, lambda v: v == value, what=f"{label} typed in the browser")

@@ -6,25 +6,15 @@ TrainPanel) is opened and run once for the module; each test checks its own pane
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
-from labdriver import opened, save_screenshot
+from figure_checks import assert_curve_fits_the_steps, assert_rank_bars_in_ms, axis_limits
+from labdriver import image_digest, opened, save_screenshot, type_number, wait_for_new_digest
 
 pytestmark = pytest.mark.browser
 
 NOTEBOOK = "cluster_panels.ipynb"
-
-# An image's bytes as the browser holds them (the widget's PNG, via its blob: URL).
-_JS_IMAGE_DIGEST = """
-async (img) => {
-  if (!img.src || !img.complete || img.naturalWidth === 0) return null;
-  const bytes = await (await fetch(img.src)).arrayBuffer();
-  const digest = await crypto.subtle.digest('SHA-256', bytes);
-  return Array.from(new Uint8Array(digest), b => b.toString(16).padStart(2, '0')).join('');
-}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -41,34 +31,28 @@ def panel_with_button(page, label: str):
             .filter(has=page.page.get_by_role("button", name=label, exact=True)))
 
 
-def image_digest(image) -> str:
-    digest = image.evaluate(_JS_IMAGE_DIGEST)
-    assert digest, "the plot image has not loaded"
-    return digest
-
-
-def wait_for_new_digest(page, image, previous: str, timeout_s: float = 30) -> str:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        digest = image.evaluate(_JS_IMAGE_DIGEST)
-        if digest and digest != previous:
-            return digest
-        assert time.monotonic() < deadline, f"the plot image did not change within {timeout_s} s"
-        page.page.wait_for_timeout(100)
-
-
 def step_count(status_text: str) -> int:
     match = re.match(r"step (\d+)", status_text.strip())
     assert match, f"unexpected panel status {status_text!r}"
     return int(match.group(1))
 
 
-def test_em_panel_steps_runs_and_pauses_from_browser_clicks(notebook):
+# the largest difference between the drawn density and the panel's model's, by scipy
+DENSITY_ERROR = ("float(abs(em_panel.view.picture.line.get_ydata() - sum("
+                 "w * __import__('scipy.stats', fromlist=['norm']).norm.pdf(em_panel.view.picture.grid, c.mu, "
+                 "c.sigma2 ** 0.5) for w, c in zip(em_panel.model.w, em_panel.model.components))).max())")
+
+
+def test_em_panel_buttons_clicked_in_the_browser(notebook):
+    """Step, Run N (N = 100,000) and Pause, Back, Reset, Init and Choose K, each clicked; after
+    each, what the figure holds: the curve's points, step axes fitted to the steps taken (not
+    to N), the rank bars in milliseconds on an axis scaled to them, the model's density."""
     from playwright.sync_api import expect
 
     panel = panel_with_button(notebook, "Run N")
     expect(panel).to_have_count(1)
-    expect(panel.locator("button.widget-button")).to_have_text(["Step", "Run N", "Pause", "Back", "Reset"])
+    expect(panel.locator("button.widget-button")).to_have_text(
+        ["Step", "Run N", "Pause", "Back", "Reset", "Init", "Choose K"])
     expect(panel.locator(".widget-hprogress .progress-bar")).to_have_count(1)
     image = panel.locator("img.widget-image")
     expect(image).to_have_count(1)
@@ -77,50 +61,65 @@ def test_em_panel_steps_runs_and_pauses_from_browser_clicks(notebook):
     expect(status).to_have_text("step 0")
     digest = image_digest(image)
 
+    def click(name: str) -> None:
+        panel.get_by_role("button", name=name, exact=True).click()
+
     for k in (1, 2, 3):  # one click at a time: a click while a step runs is ignored by design
-        panel.get_by_role("button", name="Step", exact=True).click()
+        click("Step")
         expect(status).to_have_text(re.compile(rf"^step {k} · log-density -?\d"))
-        digest = wait_for_new_digest(notebook, image, digest)
-    expect(status).to_have_text(re.compile(r"^step 3 · log-density"))
-    assert notebook.kernel_value("len(em_panel.history)") == 3
-    shot = save_screenshot(panel, "em_panel_after_3_steps.png")
-    assert shot.stat().st_size > 10_000
+        digest = wait_for_new_digest(image, digest)
+    assert_curve_fits_the_steps(notebook, "em_panel", 3)
+    assert_rank_bars_in_ms(notebook, "em_panel")
+    save_screenshot(panel, "em_panel_after_3_steps.png")
 
     n = 100_000  # minutes of steps: Run N sends batches of about 0.2 s, so a short run could end before Pause lands
-    n_box = panel.locator(".widget-inline-hbox input[type=number]")
-    n_box.fill(str(n))
-    n_box.press("Enter")
-    notebook.wait_kernel_value("em_panel.n_steps.value", lambda v: v == n, what="N typed in the browser")
-    panel.get_by_role("button", name="Run N", exact=True).click()
+    type_number(notebook, panel, "N", n, "em_panel.n_steps.value")
+    click("Run N")
     # under way: at least two steps of the run shown in the browser
     expect(status).to_have_text(re.compile(r"^step ([5-9]|\d\d+) "), timeout=60_000)
     seen = step_count(status.inner_text())
-    panel.get_by_role("button", name="Pause", exact=True).click()
+    click("Pause")
     notebook.wait_kernel_value("em_panel.running", lambda v: v is False, what="the run after Pause")
     final = notebook.kernel_value("len(em_panel.history)")
     assert seen <= final < 3 + n, f"Pause at step {seen}, run ended at {final} of {3 + n}"
     expect(status).to_have_text(re.compile(rf"^step {final} · log-density"))
     width = panel.locator(".widget-hprogress .progress-bar").evaluate("e => parseFloat(e.style.width)")
     assert width < 100, f"progress bar full ({width}%) after a paused run"
+    assert_curve_fits_the_steps(notebook, "em_panel", final)  # to the steps taken, not to N
+    assert_rank_bars_in_ms(notebook, "em_panel")
     save_screenshot(panel, "em_panel_after_pause.png")
 
-    # what the figure holds: every step's log-density as the curve's points, the last step's
-    # E-step milliseconds as the rank bars; after Back one point fewer, after Reset none
-    curve_is_history = ("list(em_panel.view.objective_line.get_ydata()) == "
-                        "[r.log_density for r in em_panel.history]")
-    bars_are_ms = ("[b.get_height() for b in em_panel.view.bars] == "
-                   "[1e3 * s for s in em_panel.history[-1].rank_seconds]")
     for clicked, steps in (("Back", final - 1), ("Reset", 0)):
-        panel.get_by_role("button", name=clicked, exact=True).click()
+        click(clicked)
         expect(status).to_have_text(re.compile(rf"^step {steps}( · |$)"))
-        assert notebook.kernel_value("len(em_panel.history)") == steps
-        notebook.wait_kernel_value(curve_is_history, lambda v: v is True, what=f"the curve after {clicked}")
-        if steps:
-            assert notebook.kernel_value(bars_are_ms) is True
+        assert_curve_fits_the_steps(notebook, "em_panel", steps)
     assert notebook.kernel_value("len(em_panel.view.objective_line.get_xdata())") == 0
 
+    # Init: a k-means++ start from the data replaces the start model, and the picture draws it
+    start = notebook.kernel_value("id(em_panel.start_model)")
+    click("Init")
+    notebook.wait_kernel_value("id(em_panel.start_model)", lambda v: v != start, what="the start after Init")
+    notebook.wait_kernel_value("em_panel.running", lambda v: v is False, what="Init's end")
+    assert notebook.kernel_value("repr(em_panel.start_model) != repr(start)") is True
+    assert notebook.kernel_value(DENSITY_ERROR) < 1e-12
+    expect(status).to_have_text("step 0")
 
-def test_train_panel_loss_curve_updates_while_training_then_shows_text(notebook):
+    # Choose K: K = 1..3 fitted on the ranks; BIC picks the data's two components, and its plot
+    # appears below the panel's
+    type_number(notebook, panel, "K max", 3, "em_panel.k_max.value")
+    click("Choose K")
+    expect(status).to_have_text(re.compile(r"BIC chooses K = 2 \(of 1\.\.3\)$"), timeout=120_000)
+    choice = notebook.kernel_value("(em_panel.k_choice['k'], [float(b) for b in em_panel.k_choice['bic']])")
+    assert choice[0] == [1, 2, 3] and min(choice[1]) == choice[1][1], choice
+    expect(image).to_have_count(2)
+    panel.page.wait_for_function("img => img.complete && img.naturalWidth > 200",
+                                 arg=image.nth(1).element_handle())
+    save_screenshot(panel, "em_panel_after_choose_k.png")
+
+
+def test_train_panel_trains_stops_and_trains_on_from_browser_clicks(notebook):
+    """Train, Stop (after the chunk under way) and Train again to the end, clicked; the figure
+    holds each rank's points and the smoothed mean as they come, its x axis covering them."""
     from playwright.sync_api import expect
 
     panel = panel_with_button(notebook, "Train")
@@ -131,27 +130,38 @@ def test_train_panel_loss_curve_updates_while_training_then_shows_text(notebook)
     expect(image).to_be_visible()
     sample = panel.locator("textarea")
     expect(sample).to_have_value("")
+    status = panel.locator(".widget-html-content")
+    drawn = ("(len(train_panel.view.mean.get_xdata()), "
+             "[float(l.get_xdata()[-1]) for l in train_panel.view.raw.values()], "
+             "[float(p[-1][0]) for r, p in sorted(train_panel.points.items())])")
 
     panel.get_by_role("button", name="Train", exact=True).click()
-    status = panel.locator(".widget-html-content")
     # a few loss reports in (a curve, not one point), well before the end
     expect(status).to_have_text(re.compile(r"^step ([4-9]\d|1\d\d)/\d+ · mean loss"), timeout=60_000)
-    first = image.screenshot()
+    digest = image_digest(image)
     save_screenshot(panel, "train_panel_midrun_1.png")
-    taken = time.monotonic()
-    while True:  # seconds later, the loss curve itself (the image, not only the status) differs
-        notebook.page.wait_for_timeout(500)
-        second = image.screenshot()
-        if time.monotonic() - taken >= 2 and second != first:
-            break
-        assert time.monotonic() - taken < 60, "the loss curve did not change within 60 s of training"
+    first = notebook.kernel_value(drawn)[0]
+    wait_for_new_digest(image, digest, timeout_s=60)  # the browser gets the curve as it grows
+    notebook.wait_kernel_value(drawn, lambda v: v[0] > first, what="more mean points drawn")
+    assert notebook.kernel_value("train_panel.running") is True, "training ended before the curve grew"
     save_screenshot(panel, "train_panel_midrun_2.png")
-    assert notebook.kernel_value("train_panel.running") is True, "training ended before the second screenshot"
 
+    panel.get_by_role("button", name="Stop", exact=True).click()
+    notebook.wait_kernel_value("train_panel.running", lambda v: v is False, what="training after Stop")
+    # each rank's curve drawn to its last report, where the chunk under way ended
+    _, _, points_end = notebook.wait_kernel_value(drawn, lambda v: v[1] == v[2], what="the curves after Stop")
+    stopped, total = int(max(points_end)), notebook.kernel_value("train_panel.progress.max")
+    assert 0 < stopped < total, (stopped, total)
+    expect(status).to_have_text(re.compile(rf"^step {stopped}/{total} · mean loss"))
+    assert axis_limits(notebook, "train_panel.view.ax")[1] >= stopped
+
+    panel.get_by_role("button", name="Train", exact=True).click()  # on from where Stop left it
     expect(sample).to_have_value(re.compile(r"^The .{20,}", re.S), timeout=180_000)
     assert notebook.kernel_value("train_panel.error is None") is True
     assert notebook.kernel_value("sorted(train_panel.curves)") == [0, 1]
-    expect(status).to_have_text(re.compile(r"^step (\d+)/\1 · mean loss"))  # ran to the end
+    expect(status).to_have_text(re.compile(rf"^step {total}/{total} · mean loss"))  # ran to the end
+    notebook.wait_kernel_value(drawn, lambda v: v[1] == v[2] == [float(total)] * 2, what="the curves at the end")
+    assert axis_limits(notebook, "train_panel.view.ax")[1] >= total
     save_screenshot(panel, "train_panel_done.png")
 
 
