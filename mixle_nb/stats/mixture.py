@@ -190,13 +190,22 @@ class MixtureAccumulator(Accumulator):
                 acc.seq_update(enc, weights, model)
 
     def seq_update(self, enc, weights, model: MixtureDistribution):
-        """The E-step; returns the per-observation log-density of ``model`` (see ``resident``)."""
+        """The E-step; returns the per-observation log-density of ``model`` (see ``resident``).
+        A family that can (the Gaussians) adds its M-step sums up on the device over the
+        blocks and takes them once, after the last."""
         peak, total = torch.empty(2, len(enc), dtype=torch.float64, device=encoding_device(enc))
+        gather = _stacked_kernel(self.accumulators, "stacked_block_sums")
+        sums = gather(self.accumulators) if gather is not None else None
         for start, stop, block in blocks(enc, len(self.accumulators)):
             w = None if weights is None else weights[start:stop]
-            log_joint, centred = model.log_joint_terms(block)
+            log_joint, terms = model.log_joint_terms(block)
             resp = posterior(log_joint, w, peak[start:stop], total[start:stop])
-            self._update_components(block, resp, models=model.components, block=centred)
+            if sums is not None and terms is not None:
+                sums.add(terms, resp)
+            else:
+                self._update_components(block, resp, models=model.components, block=terms)
+        if sums is not None:
+            self.counts += sums.hand_over()
         return resident(log_density(peak, total))
 
     def seq_update_responsibilities(self, enc, resp: torch.Tensor, references=None) -> None:

@@ -23,7 +23,8 @@ class MultivariateGaussianEncoder(Encoder):
         self.dim = dim
 
     def seq_encode(self, data, device=None) -> PointEncoding:
-        return point_encoding(check_vectors(data, self.dim, "MultivariateGaussian"), resolve_device(device))
+        return point_encoding(check_vectors(data, self.dim, "MultivariateGaussian"), resolve_device(device),
+                              products=True)
 
 
 class MultivariateGaussianDistribution(Distribution):
