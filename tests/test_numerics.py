@@ -145,8 +145,8 @@ def _counts_and_labels(scale):
     rng = np.random.default_rng(7)
     rates = scale * np.array([1.0, 1.5, 2.5]) if scale < 1e3 else scale + 3e3 * np.arange(3)
     counts = rng.poisson(np.repeat(rates, 400))
-    poisson = (MixtureEstimator([PoissonEstimator()] * 3),
-               MixtureDistribution([PoissonDistribution(r) for r in rates * np.array([0.8, 1.1, 1.3])], np.full(3, 1 / 3)))
+    start = [PoissonDistribution(r) for r in rates * np.array([0.8, 1.1, 1.3])]
+    poisson = (MixtureEstimator([PoissonEstimator()] * 3), MixtureDistribution(start, np.full(3, 1 / 3)))
     probs = np.array([[0.5, 0.2, 0.1, 0.1, 0.1], [0.1, 0.4, 0.3, 0.1, 0.1], [0.1, 0.1, 0.2, 0.3, 0.3]])
     labels = np.concatenate([rng.choice(list("abcde"), size=400, p=q) for q in probs])
     start = [CategoricalDistribution(dict(zip("abcde", q))) for q in (0.6 * probs + 0.4 * probs[::-1])]
@@ -227,7 +227,8 @@ def test_stored_features_and_features_made_per_block_give_the_same_fit(offset):
         p = offset_problem(offset, 1.0, dim, separation=2.0, per=100, seed=4)
         estimator, model = _cross_family(p, kind) if "<-" in kind else estimator_and_start(p, kind, 1e-6)
         fits = {}
-        for name, enc in (("stored", seq_encode(p.x, model=model)), ("per block", point_encoding(p.x, torch.device("cpu")))):
+        encodings = {"stored": seq_encode(p.x, model=model), "per block": point_encoding(p.x, torch.device("cpu"))}
+        for name, enc in encodings.items():
             assert (enc.features is not None) == (name == "stored")
             step_model, history = model, []
             for _ in range(6):

@@ -15,25 +15,25 @@ EM that can go downhill. Nothing here works with raw moments:
   in any order, and the fold needs no extra exchange.
 - **One shared frame, when the components allow it** (the fast path): when every component
   mean lies within ``SHARED_FRAME_REACH`` of its own whitened units from the mean of the
-  means ``c``, the differences ``y = x - c`` are made once per block (not once per
-  component) with their squares or pairwise products, ``F = [y, y∘y]`` (D + D or
-  D + D(D+1)/2 rows), and both steps are one matrix product each: ``log p = b + Bᵀ F`` with
-  each component's quadratic form expanded about ``c`` in ``b, B``, and the sums ``F·wᵀ``
-  about ``c``. Expanding a quadratic costs ``eps·T²`` of its digits, ``T`` a mean's whitened
-  distance from ``c``: at most ~2e-11 here (absolute in log p, relative in a covariance).
-  Components farther apart than that (1e4 spreads, say) take the per-component path.
+  means ``c``, the features ``F = [1, y, y∘y]`` of ``y = x - c`` (1 + D + D or 1 + D +
+  D(D+1)/2 rows: the squares, or the pairwise products) are made once per block, not once per
+  component, and both steps are one matrix product each: ``log p = Bᵀ F`` with each
+  component's quadratic form expanded about ``c`` in ``B``, and the sums ``w Fᵀ`` about ``c``.
+  Expanding a quadratic costs ``eps·T²`` of its digits, ``T`` a mean's whitened distance from
+  ``c``: at most ~2e-11 here (absolute in log p, relative in a covariance). Components farther
+  apart than that (1e4 spreads, say) take the per-component path.
 - **Features made once** (full covariance, D <= ``STORED_FEATURES_MAX_DIM``): the encoding
-  keeps ``F = [y, y∘y]`` of ``y = x - o`` about its own ``origin`` ``o``, the mean of its
-  points rounded to a power of two within their spread (so ``y`` is exact), and a step only reads them (the raw-moment encoding's speed, which kept ``[1, x,
-  xxᵀ]``). A model whose means are all within ``SHARED_FRAME_REACH`` of ``o`` expands its
-  quadratic forms about ``o`` (the same ``eps·T²`` bound); the block's sums about ``o`` are
-  moved, once an E-step, to the model's ``c``, which every rank shares (``o`` is each shard's
-  own), at the same cost in digits. Otherwise the features are made per block about ``c``.
+  keeps ``F`` of ``y = x - o`` about its own ``origin`` ``o`` (the mean of its points, rounded
+  to a power of two within their spread, so that ``y`` is exact), and a step only reads them,
+  as the raw-moment encoding read its ``[1, x, xxᵀ]``. A model whose means all lie within
+  ``SHARED_FRAME_REACH`` of ``o`` expands about ``o`` (the same ``eps·T²`` bound), and the
+  sums about ``o`` move once an E-step to the model's ``c``, the point every rank shares (each
+  shard has its own ``o``), at the same cost in digits; otherwise ``F`` is made per block about ``c``.
 
-The encoding is the points, ``(D, N)`` on their device (with the full family's features); the
-E-step keeps one pass over them, block by block: what the block's log-density read (its
-differences or features) is read again by the M-step's weighted sums ``Σw``, ``Σw·d`` and
-``Σw·d·d``, which stay on the device until the E-step's last block.
+The encoding is the points, ``(D, N)`` on their device (and the full family's features); the
+E-step keeps one pass over them, block by block: what a block's log-density read (its
+differences or features) the M-step's weighted sums ``Σw``, ``Σw·d``, ``Σw·d·d`` read next,
+and the sums stay on the device until the E-step's last block.
 """
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ STORED_FEATURES_MAX_DIM = 16
 @dataclass(frozen=True, eq=False)
 class PointEncoding:
     """Observations as the columns of ``points`` (D, N), contiguous on their device; a full
-    family's also with ``features`` (1 + D + D(D+1)/2, N) of ``y = x - origin`` (:func:`frame_features`)."""
+    family's also with ``features`` (1 + D + D(D+1)/2, N) of ``y = x - origin``
+    (:func:`frame_features`)."""
 
     points: torch.Tensor
     origin: Optional[np.ndarray] = None
@@ -87,8 +88,8 @@ class PointEncoding:
 
 def point_encoding(x: np.ndarray, device: torch.device, products: bool = False) -> PointEncoding:
     """``x`` (N, D) as a :class:`PointEncoding` on ``device`` (only ``x`` crosses to it); with
-    ``products`` (a full family's), up to ``STORED_FEATURES_MAX_DIM``, its features about the
-    mean of its points too."""
+    ``products`` (a full family's), up to ``STORED_FEATURES_MAX_DIM``, its features about its
+    :func:`_origin` too."""
     points = float_tensor(x).to(device).T.contiguous()
     dim, n = points.shape
     if not (products and n and dim <= STORED_FEATURES_MAX_DIM):
@@ -136,7 +137,8 @@ def moved(n, s1: np.ndarray, s2: np.ndarray, delta: np.ndarray, full: bool):
     n = np.asarray(n)[..., None]
     if full:
         cross = s1[..., :, None] * delta[..., None, :]
-        return s1 + n * delta, s2 + cross + np.swapaxes(cross, -1, -2) + n[..., None] * (delta[..., :, None] * delta[..., None, :])
+        square = delta[..., :, None] * delta[..., None, :]
+        return s1 + n * delta, s2 + cross + np.swapaxes(cross, -1, -2) + n[..., None] * square
     return s1 + n * delta, s2 + 2.0 * delta * s1 + n * delta * delta
 
 
@@ -177,9 +179,9 @@ class CentredBlock(_Block):
 
 @dataclass
 class SharedFrameBlock(_Block):
-    """One block's features ``F = [1, y, y∘y]`` (1 + D + S, n) of ``y = x - origin`` (:func:`frame_features`;
-    ``full``: with the cross products); its sums go to the accumulators about the model's ``c``,
-    every row of ``references``."""
+    """One block's features ``F = [1, y, y∘y]`` (1 + D + S, n) of ``y = x - origin``
+    (:func:`frame_features`; ``full``: with the cross products); its sums go to the
+    accumulators about the model's ``c``, every row of ``references``."""
 
     references: np.ndarray
     features: torch.Tensor
@@ -330,7 +332,8 @@ class FullKernel:
         if self._c is not None:
             stored = self._stored_frame(enc)
             if stored is not None:
-                block = SharedFrameBlock(np.broadcast_to(self._c, self.references.shape), enc.features, True, enc.origin)
+                references = np.broadcast_to(self._c, self.references.shape)
+                block = SharedFrameBlock(references, enc.features, True, enc.origin)
                 return torch.mm(stored["coefficients"], enc.features), block
             block = shared_frame(enc, self._c, len(self.references), True, p["c"])
             return torch.mm(p["coefficients"], block.features), block

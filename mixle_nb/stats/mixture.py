@@ -18,6 +18,11 @@ from .sampler import Sampler
 # encoded data once, and the block's temporaries stay near the cores instead of streaming
 # (K, N) arrays through memory.
 BLOCK_ELEMENTS = 1 << 19
+# Components x rows per block of an encoding that stores its features (the full Gaussians'):
+# the block makes none, it reads them, and each block costs ~20 calls: 16384 rows at K = 8, as
+# the raw-moment code, measured (D = 8, K = 8, 1 and 2 threads) faster than 8192 and no slower
+# than 32768.
+STORED_BLOCK_ELEMENTS = 1 << 17
 # On a GPU a block costs kernel launches and a copy of its statistics to the host, and the
 # device's memory bandwidth does not need the cache: blocks as large as memory comfortably
 # allows (components x rows x the encoding's ``row_width`` floats: 512 MB at most).
@@ -40,10 +45,12 @@ def blocks(enc, k: int):
         return
     device = encoding_device(enc)
     # On the CPU K x ``dim`` D floats a row size the block (the Gaussians' (K, D, rows)
-    # differences, or their shared frame's features; else the (K, rows) log-joint): 65536 and
-    # 8192 rows at 1e6 x 1-D and 2e5 x 8-D, K = 8, measured (2 threads, shared frame) faster
-    # than half as many and no slower than twice as many.
-    if device.type == "cpu":
+    # differences, or their shared frame's features; else the (K, rows) log-joint): 65536 rows
+    # at 1e6 x 1-D, K = 8, measured (2 threads, shared frame) faster than half as many and no
+    # slower than twice as many. Stored features: K floats a row (STORED_BLOCK_ELEMENTS).
+    if device.type == "cpu" and getattr(enc, "features", None) is not None:
+        step = block_rows(device, k, STORED_BLOCK_ELEMENTS)
+    elif device.type == "cpu":
         step = block_rows(device, k * getattr(enc, "dim", 1), BLOCK_ELEMENTS)
     else:
         step = block_rows(device, k * getattr(enc, "row_width", 1))
