@@ -19,10 +19,10 @@ from .sampler import Sampler
 # (K, N) arrays through memory.
 BLOCK_ELEMENTS = 1 << 19
 # Components x rows per block of an encoding that stores its features (the full Gaussians'):
-# the block makes none, it reads them, and each block costs ~20 calls: 16384 rows at K = 8, as
-# the raw-moment code, measured (D = 8, K = 8, 1 and 2 threads) faster than 8192 and no slower
-# than 32768.
-STORED_BLOCK_ELEMENTS = 1 << 17
+# the block makes none, it reads them twice (log-joint, then sums), the second time from near
+# the core: 8192 rows at K = 8 (2.9 MB of features at D = 8), measured (one thread, N = 1e6,
+# D = 8) 0.83x the time of 16384 rows and 0.94x that of 4096, and as fast at N = 2e5.
+STORED_BLOCK_ELEMENTS = 1 << 16
 # On a GPU a block costs kernel launches and a copy of its statistics to the host, and the
 # device's memory bandwidth does not need the cache: blocks as large as memory comfortably
 # allows (components x rows x the encoding's ``row_width`` floats: 512 MB at most).
