@@ -18,10 +18,11 @@ from .sampler import Sampler
 # encoded data once, and the block's temporaries stay near the cores instead of streaming
 # (K, N) arrays through memory.
 BLOCK_ELEMENTS = 1 << 19
-# Components x rows per block of an encoding that stores its features (the full Gaussians'):
-# the block makes none, it reads them twice (log-joint, then sums), the second time from near
-# the core: 8192 rows at K = 8 (2.9 MB of features at D = 8), measured (one thread, N = 1e6,
-# D = 8) 0.83x the time of 16384 rows and 0.94x that of 4096, and as fast at N = 2e5.
+# Components x rows per block and thread of an encoding that stores its features (the full
+# Gaussians'): the block makes none, it reads them twice (log-joint, then sums), the second
+# time from near the core: 8192 rows a thread at K = 8 (2.9 MB of features at D = 8), measured
+# (D = 8) on one thread at N = 1e6 0.83x the time of 16384 rows and 0.94x that of 4096, and on
+# two threads at N = 2e5 (16384 rows) faster than 8192 and 32768.
 STORED_BLOCK_ELEMENTS = 1 << 16
 # On a GPU a block costs kernel launches and a copy of its statistics to the host, and the
 # device's memory bandwidth does not need the cache: blocks as large as memory comfortably
@@ -49,7 +50,7 @@ def blocks(enc, k: int):
     # at 1e6 x 1-D, K = 8, measured (2 threads, shared frame) faster than half as many and no
     # slower than twice as many. Stored features: K floats a row (STORED_BLOCK_ELEMENTS).
     if device.type == "cpu" and getattr(enc, "features", None) is not None:
-        step = block_rows(device, k, STORED_BLOCK_ELEMENTS)
+        step = block_rows(device, k, STORED_BLOCK_ELEMENTS * torch.get_num_threads())
     elif device.type == "cpu":
         step = block_rows(device, k * getattr(enc, "dim", 1), BLOCK_ELEMENTS)
     else:
