@@ -5,11 +5,14 @@ ranks read their rows of the same data from a ``.npy`` (``fit(mixle.handle("h"))
 trip included). Target: ours at most 0.1x scikit-learn's time in one process.
 
 Run: .venv/bin/python benchmarks/sklearn_api_bench.py  (``--quick`` for a small smoke run;
-``--no-cluster`` to skip the cluster). This machine is shared and noisy: compare the ratios.
+``--no-cluster`` to skip the cluster; ``--baseline DIR``: also the fit of the mixle_nb in another
+checkout, interleaved, for a change's before and after). This machine is shared and noisy:
+compare the ratios.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import tempfile
 import time
@@ -75,6 +78,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--quick", action="store_true", help="N / 100, for a smoke run")
     parser.add_argument("--no-cluster", action="store_true")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also time the GaussianMixture of the mixle_nb checked out in DIR")
     parser.add_argument("--threads", type=int, default=1,
                         help="threads of each library in this process (torch's and scikit-learn's BLAS); "
                              "on a loaded machine 2 threads' spin barriers slow both down many times over")
@@ -82,6 +87,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     threadpool_limits(args.threads)
     cases = [("full", 1_000_000, 8, 8), ("full", 10_000_000, 1, 8)]
+    baseline = None
+    if args.baseline:
+        from em_bench import load_baseline  # this folder is on the path of a script run from it
+
+        load_baseline(args.baseline, "mixle_nb_baseline")
+        baseline = importlib.import_module("mixle_nb_baseline.mixture").GaussianMixture
     cluster = None
     if not args.no_cluster:
         from mixle_nb.cluster import MixleCluster
@@ -90,25 +101,29 @@ def main() -> None:
     try:
         print(f"fit, {args.iterations} EM iterations from the same start, best of {args.rounds} rounds, "
               f"{args.threads} thread(s) in this process, 1 a rank on the cluster")
+        extra = f" {'baseline s':>11} {'baseline ratio':>15}" if baseline else ""
         print(f"{'case':>24} {'scikit-learn s':>15} {'ours s':>8} {'ratio':>7} {'2-rank cluster s':>17} "
-              f"{'max rel diff':>13}")
+              f"{'max rel diff':>13}{extra}")
         for covariance_type, n, d, k in cases:
             n = n // 100 if args.quick else n
             x, start = problem(n, d, k)
             settings = dict(n_components=k, covariance_type=covariance_type, tol=0, max_iter=args.iterations,
                             **start)
-            theirs, ours, cluster_s = [], [], []
+            theirs, ours, cluster_s, before = [], [], [], []
             for _ in range(args.rounds):
                 t, reference = timed_fit(ScikitGaussianMixture(**settings), x)
                 theirs.append(t)
                 t, fitted = timed_fit(GaussianMixture(**settings), x)
                 ours.append(t)
+                if baseline is not None:
+                    before.append(timed_fit(baseline(**settings), x)[0])
                 if cluster is not None:
                     cluster_s.append(on_cluster(cluster, x, settings))
             clustered = f"{min(cluster_s):17.2f}" if cluster_s else f"{'-':>17}"
             name = f"N={n:.0e} D={d} K={k} {covariance_type}"
+            extra = f" {min(before):11.2f} {min(before) / min(theirs):15.3f}" if before else ""
             print(f"{name:>24} {min(theirs):15.2f} {min(ours):8.2f} {min(ours) / min(theirs):7.3f} {clustered} "
-                  f"{largest_difference(reference, fitted):13.1e}", flush=True)
+                  f"{largest_difference(reference, fitted):13.1e}{extra}", flush=True)
     finally:
         if cluster is not None:
             cluster.stop()

@@ -27,9 +27,10 @@ import math
 from typing import Optional
 
 import numpy as np
+import torch
 
 from .base import Accumulator, Encoder, merge_into
-from .frame import CentredBlock, PointEncoding, SharedFrameBlock, centred, weighted_sums
+from .frame import CentredBlock, PointEncoding, SharedFrameBlock, centred, moved, weighted_sums
 
 # A variance below this fraction of the mean squared difference to the reference has lost
 # all but ~3 of its digits to cancellation; it is taken as 0 (collapsed, or unresolvable).
@@ -60,14 +61,6 @@ def _split(stats: np.ndarray, full: bool):
     d = _dim(len(stats), full)
     s2 = stats[1 + 2 * d :]
     return stats[0], stats[1 : 1 + d], stats[1 + d : 1 + 2 * d], s2.reshape(d, d) if full else s2
-
-
-def _moved(n: float, s1: np.ndarray, s2: np.ndarray, delta: np.ndarray, full: bool):
-    """``S1, S2`` about ``c - delta`` from those about ``c``: ``x - (c - δ) = (x - c) + δ``."""
-    if full:
-        cross = np.outer(s1, delta)
-        return s1 + n * delta, s2 + cross + cross.T + n * np.outer(delta, delta)
-    return s1 + n * delta, s2 + 2.0 * delta * s1 + n * delta * delta
 
 
 class CentredMoments(Accumulator):
@@ -106,7 +99,7 @@ class CentredMoments(Accumulator):
         if self.reference is None or (n == 0 and not np.array_equal(reference, self.reference)):
             self.reference = np.array(reference, dtype=np.float64)
         elif not np.array_equal(reference, self.reference):
-            add_s1, add_s2 = _moved(add_n, add_s1, add_s2, reference - self.reference, self.full)
+            add_s1, add_s2 = moved(add_n, add_s1, add_s2, reference - self.reference, self.full)
         self.stats[0] += add_n
         s1 += add_s1
         s2 += add_s2
@@ -179,8 +172,40 @@ class CentredMoments(Accumulator):
             acc.add_sums(reference, row)
         return sums[:, 0]
 
+    @staticmethod
+    def stacked_block_sums(accumulators) -> Optional["BlockSums"]:
+        """An E-step's :class:`BlockSums` for these accumulators; ``None`` when diagonal and
+        full ones are mixed (each then takes its own sums, block by block)."""
+        full = accumulators[0].full
+        return BlockSums(accumulators) if all(acc.full == full for acc in accumulators) else None
+
     def acc_to_encoder(self) -> Encoder:
         return self.encoder
+
+
+class BlockSums:
+    """An E-step's weighted sums for accumulator k from row k of each block's responsibilities,
+    added up on the device block by block (the blocks of one model on one encoding: the same
+    references and layout), and handed to the accumulators once, after the last block."""
+
+    def __init__(self, accumulators):
+        self.accumulators, self.full = accumulators, accumulators[0].full
+        self.total: Optional[torch.Tensor] = None
+        self.block: Optional[CentredBlock | SharedFrameBlock] = None
+
+    def add(self, block: CentredBlock | SharedFrameBlock, resp: torch.Tensor) -> None:
+        sums = block.device_sums(resp, self.full)
+        self.total = sums if self.total is None else self.total.add_(sums)
+        self.block = block
+
+    def hand_over(self) -> np.ndarray:
+        """Add the sums to the accumulators; returns each one's weight total."""
+        if self.total is None:
+            return np.zeros(len(self.accumulators))
+        rows = self.block.rows(self.total, self.full)
+        for acc, reference, row in zip(self.accumulators, self.block.references, rows):
+            acc.add_sums(reference, row)
+        return rows[:, 0]
 
 
 def _centred_parts(value: np.ndarray, full: bool):

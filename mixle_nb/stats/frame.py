@@ -15,18 +15,25 @@ EM that can go downhill. Nothing here works with raw moments:
   in any order, and the fold needs no extra exchange.
 - **One shared frame, when the components allow it** (the fast path): when every component
   mean lies within ``SHARED_FRAME_REACH`` of its own whitened units from the mean of the
-  means ``c``, the differences ``y = x - c`` are made once per block (not once per
-  component) with their squares or pairwise products, ``F = [y, y∘y]`` (D + D or
-  D + D(D+1)/2 rows), and both steps are one matrix product each: ``log p = b + Bᵀ F`` with
-  each component's quadratic form expanded about ``c`` in ``b, B``, and the sums ``F·wᵀ``
-  about ``c``. Expanding a quadratic costs ``eps·T²`` of its digits, ``T`` a mean's whitened
-  distance from ``c``: at most ~2e-11 here (absolute in log p, relative in a covariance).
-  Components farther apart than that (1e4 spreads, say) take the per-component path.
+  means ``c``, the features ``F = [1, y, y∘y]`` of ``y = x - c`` (1 + D + D or 1 + D +
+  D(D+1)/2 rows: the squares, or the pairwise products) are made once per block, not once per
+  component, and both steps are one matrix product each: ``log p = Bᵀ F`` with each
+  component's quadratic form expanded about ``c`` in ``B``, and the sums ``w Fᵀ`` about ``c``.
+  Expanding a quadratic costs ``eps·T²`` of its digits, ``T`` a mean's whitened distance from
+  ``c``: at most ~2e-11 here (absolute in log p, relative in a covariance). Components farther
+  apart than that (1e4 spreads, say) take the per-component path.
+- **Features made once** (full covariance, D <= ``STORED_FEATURES_MAX_DIM``): the encoding
+  keeps ``F`` of ``y = x - o`` about its own ``origin`` ``o`` (the mean of its points, rounded
+  to a power of two within their spread, so that ``y`` is exact), and a step only reads them,
+  as the raw-moment encoding read its ``[1, x, xxᵀ]``. A model whose means all lie within
+  ``SHARED_FRAME_REACH`` of ``o`` expands about ``o`` (the same ``eps·T²`` bound), and the
+  sums about ``o`` move once an E-step to the model's ``c``, the point every rank shares (each
+  shard has its own ``o``), at the same cost in digits; otherwise ``F`` is made per block about ``c``.
 
-The encoding is just the points, ``(D, N)`` on their device; the E-step keeps one pass over
-them, block by block: the block's differences are made once and read by both steps (the
-log-density, then the weighted sums ``Σw``, ``Σw·d`` and ``Σw·d·d``), with temporaries sized
-to stay in cache.
+The encoding is the points, ``(D, N)`` on their device (and the full family's features); the
+E-step keeps one pass over them, block by block: what a block's log-density read (its
+differences or features) the M-step's weighted sums ``Σw``, ``Σw·d``, ``Σw·d·d`` read next,
+and the sums stay on the device until the E-step's last block.
 """
 from __future__ import annotations
 
@@ -43,13 +50,20 @@ LOG_2PI = math.log(2.0 * math.pi)
 # Largest whitened distance T of a component mean from the mean of the means for which the
 # quadratic forms are expanded about that one point (eps·T² ≈ 2e-11 of their digits lost).
 SHARED_FRAME_REACH = 300.0
+# Up to this dimension a full-covariance encoding keeps its features, 1 + D + D(D+1)/2 floats
+# a point (45 at D = 8); above it they are made per block, so memory stays O(N·D).
+STORED_FEATURES_MAX_DIM = 16
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PointEncoding:
-    """Observations as the columns of ``points`` (D, N), contiguous on their device."""
+    """Observations as the columns of ``points`` (D, N), contiguous on their device; a full
+    family's also with ``features`` (1 + D + D(D+1)/2, N) of ``y = x - origin``
+    (:func:`frame_features`)."""
 
     points: torch.Tensor
+    origin: Optional[np.ndarray] = None
+    features: Optional[torch.Tensor] = None
 
     def __len__(self) -> int:
         return self.points.shape[1]
@@ -68,26 +82,85 @@ class PointEncoding:
         return 2 * self.points.shape[0] + 1
 
     def rows(self, start: int, stop: int) -> "PointEncoding":
-        return PointEncoding(self.points[:, start:stop])
+        features = None if self.features is None else self.features[:, start:stop]
+        return PointEncoding(self.points[:, start:stop], self.origin, features)
 
 
-def point_encoding(x: np.ndarray, device: torch.device) -> PointEncoding:
-    """``x`` (N, D) as a :class:`PointEncoding` on ``device`` (only ``x`` crosses to it)."""
-    return PointEncoding(float_tensor(x).to(device).T.contiguous())
+def point_encoding(x: np.ndarray, device: torch.device, products: bool = False) -> PointEncoding:
+    """``x`` (N, D) as a :class:`PointEncoding` on ``device`` (only ``x`` crosses to it); with
+    ``products`` (a full family's), up to ``STORED_FEATURES_MAX_DIM``, its features about its
+    :func:`_origin` too."""
+    points = float_tensor(x).to(device).T.contiguous()
+    dim, n = points.shape
+    if not (products and n and dim <= STORED_FEATURES_MAX_DIM):
+        return PointEncoding(points)
+    origin = _origin(points)
+    return PointEncoding(points, origin.cpu().numpy(), frame_features(points, origin, True))
+
+
+def _origin(points: torch.Tensor) -> torch.Tensor:
+    """The points' mean, each coordinate rounded to a multiple of a power of two within its
+    spread: ``x - origin`` is then exact for data far from 0 compared with their spread (and
+    round numbers stay round, as a collapsed component's)."""
+    mean, spread = points.mean(dim=1), points.std(dim=1, correction=0)
+    step = torch.ldexp(torch.ones_like(spread), torch.frexp(spread).exponent - 1)
+    return torch.where(spread > 0, torch.round(mean / step) * step, mean)
+
+
+def frame_features(points: torch.Tensor, point: Optional[torch.Tensor], full: bool) -> torch.Tensor:
+    """``F = [1, y, y∘y]`` (1 + D + S, n) of ``y = points - point`` (``points`` themselves when
+    ``point`` is ``None``): S = D squares or (``full``) the D(D+1)/2 products ``y_i·y_j``, i <= j.
+    The row of ones makes the log-density's constant and the sum of the weights part of the
+    products."""
+    dim, n = points.shape
+    quadratic = dim * (dim + 1) // 2 if full else dim
+    features = torch.empty(1 + dim + quadratic, n, dtype=torch.float64, device=points.device)
+    features[0] = 1.0
+    y = features[1 : 1 + dim]
+    if point is None:
+        y.copy_(points)
+    else:
+        torch.sub(points, point[:, None], out=y)
+    if full:
+        row = 1 + dim
+        for i in range(dim):
+            torch.mul(y[i : i + 1], y[i:], out=features[row : row + dim - i])
+            row += dim - i
+    else:
+        torch.mul(y, y, out=features[1 + dim :])
+    return features
+
+
+def moved(n, s1: np.ndarray, s2: np.ndarray, delta: np.ndarray, full: bool):
+    """``S1, S2`` about ``c - delta`` from those about ``c``: ``x - (c - δ) = (x - c) + δ``;
+    leading axes (components) broadcast, S2 (..., D, D) when ``full``."""
+    n = np.asarray(n)[..., None]
+    if full:
+        cross = s1[..., :, None] * delta[..., None, :]
+        square = delta[..., :, None] * delta[..., None, :]
+        return s1 + n * delta, s2 + cross + np.swapaxes(cross, -1, -2) + n[..., None] * square
+    return s1 + n * delta, s2 + 2.0 * delta * s1 + n * delta * delta
+
+
+class _Block:
+    """An E-step block's M-step sums: :meth:`device_sums` add up over blocks on the device,
+    :meth:`rows` turns their total into the accumulators' ``[Σw, S1, S2]`` about ``references``."""
+
+    def sums(self, weights: torch.Tensor, full: bool) -> np.ndarray:
+        return self.rows(self.device_sums(weights, full), full)
 
 
 @dataclass
-class CentredBlock:
+class CentredBlock(_Block):
     """One block's differences ``d`` (K, D, n) to reference points ``references`` (K, D)."""
 
     references: np.ndarray
     d: torch.Tensor
 
-    def sums(self, weights: torch.Tensor, full: bool) -> np.ndarray:
+    def device_sums(self, weights: torch.Tensor, full: bool) -> torch.Tensor:
         """``(K, 1 + D + S)`` rows ``[Σw, Σw·d, Σw·d²]`` (diagonal, S = D) or ``[Σw, Σw·d,
         Σw·ddᵀ]`` (full, S = D²) for weights (K, n), on the block's device: the weighted
-        differences ``w·d`` once, then one sum and one product per component; only the sums
-        come back."""
+        differences ``w·d`` once, then one sum and one product per component."""
         d = self.d
         k, dim = d.shape[0], d.shape[1]
         wd = d * weights[:, None, :]
@@ -98,38 +171,50 @@ class CentredBlock:
             sums[:, 1 + dim :] = torch.bmm(wd, d.transpose(1, 2)).reshape(k, dim * dim)
         else:
             sums[:, 1 + dim :] = torch.linalg.vecdot(wd, d, dim=2)
-        return sums.cpu().numpy()
+        return sums
+
+    def rows(self, total: torch.Tensor, full: bool) -> np.ndarray:
+        return total.cpu().numpy()
 
 
 @dataclass
-class SharedFrameBlock:
-    """One block's features ``F = [y, y∘y]`` (D + S, n) of ``y = x - c`` about one point ``c``
-    (every row of ``references``): ``S = D`` squares, or (``full``) the D(D+1)/2 products
-    ``y_i·y_j``, i <= j."""
+class SharedFrameBlock(_Block):
+    """One block's features ``F = [1, y, y∘y]`` (1 + D + S, n) of ``y = x - origin``
+    (:func:`frame_features`; ``full``: with the cross products); its sums go to the
+    accumulators about the model's ``c``, every row of ``references``."""
 
     references: np.ndarray
     features: torch.Tensor
     full: bool
+    origin: np.ndarray
 
-    @property
-    def y(self) -> torch.Tensor:
-        return self.features[: self.references.shape[1]]
+    def device_sums(self, weights: torch.Tensor, full: bool) -> torch.Tensor:
+        """``[Σw, Σw·y, Σw·y∘y] = w Fᵀ`` (K, 1 + D + S) about ``origin``, one product; a full
+        estimator on a diagonal model's block makes the cross products first."""
+        dim = len(self.origin)
+        features = self.features
+        if full and not self.full and dim > 1:
+            features = frame_features(features[1 : 1 + dim], None, True)
+        return torch.mm(weights, features.T)
 
-    def sums(self, weights: torch.Tensor, full: bool) -> np.ndarray:
-        """:meth:`CentredBlock.sums` about ``c``, from one product ``w Fᵀ``."""
-        dim = self.y.shape[0]
-        if full and not self.full and dim > 1:  # no cross products here: a full estimator on a diagonal model
-            return CentredBlock(self.references, self.y.expand(len(weights), -1, -1)).sums(weights, full)
-        sums = torch.cat([weights.sum(dim=1, keepdim=True), torch.mm(weights, self.features.T)], dim=1).cpu().numpy()
-        if dim == 1 or not (full or self.full):
-            return sums
-        upper = np.triu_indices(dim)
-        if not full:  # a diagonal estimator on a full model: the squares among the products
-            return np.concatenate([sums[:, : 1 + dim], sums[:, 1 + dim :][:, upper[0] == upper[1]]], axis=1)
-        square = np.empty((len(sums), dim, dim))
-        square[:, upper[0], upper[1]] = sums[:, 1 + dim :]
-        square[:, upper[1], upper[0]] = sums[:, 1 + dim :]
-        return np.concatenate([sums[:, : 1 + dim], square.reshape(len(sums), -1)], axis=1)
+    def rows(self, total: torch.Tensor, full: bool) -> np.ndarray:
+        """:meth:`CentredBlock.sums`'s rows about ``c`` from the total of :meth:`device_sums`."""
+        sums = total.cpu().numpy()
+        dim = len(self.origin)
+        n, s1, s2 = sums[:, 0], sums[:, 1 : 1 + dim], sums[:, 1 + dim :]
+        if dim > 1 and (full or self.full):
+            upper = np.triu_indices(dim)
+            if full:
+                square = np.empty((len(sums), dim, dim))
+                square[:, upper[0], upper[1]] = s2
+                square[:, upper[1], upper[0]] = s2
+                s2 = square
+            else:  # a diagonal estimator on a full model: the squares among the products
+                s2 = s2[:, upper[0] == upper[1]]
+        c = self.references[0]
+        if not np.array_equal(self.origin, c):  # the encoding's own origin: to the model's point
+            s1, s2 = moved(n, s1, s2, self.origin - c, full and dim > 1)
+        return np.concatenate([n[:, None], s1, s2.reshape(len(sums), -1)], axis=1)
 
 
 class _Parameters:
@@ -154,19 +239,8 @@ def _shared_point(mu: np.ndarray, whitened_offsets) -> Optional[np.ndarray]:
 
 
 def shared_frame(enc: PointEncoding, c: np.ndarray, k: int, full: bool, c_on_device: torch.Tensor) -> SharedFrameBlock:
-    """The block's :class:`SharedFrameBlock` about ``c``."""
-    dim, n = enc.points.shape
-    quadratic = dim * (dim + 1) // 2 if full else dim
-    features = torch.empty(dim + quadratic, n, dtype=torch.float64, device=enc.device)
-    y = torch.sub(enc.points, c_on_device[:, None], out=features[:dim])
-    if full:
-        row = dim
-        for i in range(dim):
-            torch.mul(y[i : i + 1], y[i:], out=features[row : row + dim - i])
-            row += dim - i
-    else:
-        torch.mul(y, y, out=features[dim:])
-    return SharedFrameBlock(np.broadcast_to(c, (k, dim)), features, full)
+    """The block's :class:`SharedFrameBlock` about ``c``, its features made here."""
+    return SharedFrameBlock(np.broadcast_to(c, (k, len(c))), frame_features(enc.points, c_on_device, full), full, c)
 
 
 def centred(enc: PointEncoding, references: np.ndarray, mu: Optional[torch.Tensor] = None) -> CentredBlock:
@@ -190,15 +264,15 @@ class DiagonalKernel:
             self._params = _Parameters(mu=mu, const=const, neg_half_precision=-0.5 / sigma2)
         else:  # c_k - ½Σ p(y - m)² = (c_k - ½Σ p m²) + Σ (p m) y - ½Σ p y²
             m, precision = mu - self._c, 1.0 / sigma2
-            self._params = _Parameters(c=self._c, const=const - 0.5 * np.sum(precision * m * m, axis=1),
-                                       coefficients=np.concatenate([precision * m, -0.5 * precision], axis=1))
+            self._params = _Parameters(c=self._c, coefficients=np.concatenate(
+                [(const - 0.5 * np.sum(precision * m * m, axis=1))[:, None], precision * m, -0.5 * precision], axis=1))
 
     def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, CentredBlock | SharedFrameBlock]:
         """The log-joint and the block's differences or features, which the M-step sums next."""
         p = self._params.on(enc.device)
         if self._c is not None:
             block = shared_frame(enc, self._c, len(self.references), False, p["c"])
-            return torch.addmm(p["const"][:, None], p["coefficients"], block.features), block
+            return torch.mm(p["coefficients"], block.features), block
         block = centred(enc, self.references, p["mu"])
         d = block.d
         if d.shape[1] == 1:  # 1-D: c + (-1/(2σ²))·d·d, one fused pass after the scaling
@@ -213,29 +287,56 @@ class DiagonalKernel:
 
 class FullKernel:
     """``enc -> (K, N)`` log w_k + log p_k(x) of full-covariance Gaussians: ``c_k - ½‖Uₖᵀ(x -
-    μ_k)‖²`` with ``Σ_k⁻¹ = U_k U_kᵀ`` (``prec_chol`` (K, D, D)); one batched product per block."""
+    μ_k)‖²`` with ``Σ_k⁻¹ = U_k U_kᵀ`` (``prec_chol`` (K, D, D)); one batched product per block,
+    or one product with the features, stored (about the encoding's origin) or made per block."""
 
     def __init__(self, mu: np.ndarray, prec_chol: np.ndarray, log_norm: np.ndarray,
                  log_weights: Optional[np.ndarray] = None):
-        const = log_norm if log_weights is None else log_norm + log_weights
+        self._const = log_norm if log_weights is None else log_norm + log_weights
         self.references = mu
-        whiten = np.transpose(prec_chol, (0, 2, 1))
-        self._c = _shared_point(mu, lambda c: np.einsum("kij,kj->ki", whiten, mu - c))
+        self._whiten = np.transpose(prec_chol, (0, 2, 1))
+        self._precision = prec_chol @ self._whiten
+        self._c = _shared_point(mu, self._whitened_offsets)
         if self._c is None:
-            self._params = _Parameters(mu=mu, whiten=whiten, const=const)
-        else:  # c_k - ½(y - m)ᵀP(y - m) = (c_k - ½mᵀPm) + (Pm)ᵀy - ½yᵀPy, P = UUᵀ
-            m, precision = mu - self._c, prec_chol @ whiten
-            pm = np.einsum("kij,kj->ki", precision, m)
-            upper = np.triu_indices(mu.shape[1])
-            quadratic = -precision[:, upper[0], upper[1]] * np.where(upper[0] == upper[1], 0.5, 1.0)
-            self._params = _Parameters(c=self._c, const=const - 0.5 * np.sum(pm * m, axis=1),
-                                       coefficients=np.concatenate([pm, quadratic], axis=1))
+            self._params = _Parameters(mu=mu, whiten=self._whiten, const=self._const)
+        else:
+            self._params = _Parameters(c=self._c, **self._expanded(self._c))
+        self._about_origin: dict = {}  # an encoding's origin -> its expansion there, or None (out of reach)
+
+    def _whitened_offsets(self, point: np.ndarray) -> np.ndarray:
+        return np.einsum("kij,kj->ki", self._whiten, self.references - point)
+
+    def _expanded(self, point: np.ndarray) -> dict:
+        """c_k - ½(y - m)ᵀP(y - m) = (c_k - ½mᵀPm) + (Pm)ᵀy - ½yᵀPy about ``point``, P = UUᵀ."""
+        m = self.references - point
+        pm = np.einsum("kij,kj->ki", self._precision, m)
+        upper = np.triu_indices(m.shape[1])
+        quadratic = -self._precision[:, upper[0], upper[1]] * np.where(upper[0] == upper[1], 0.5, 1.0)
+        const = self._const - 0.5 * np.sum(pm * m, axis=1)
+        return dict(coefficients=np.concatenate([const[:, None], pm, quadratic], axis=1))
+
+    def _stored_frame(self, enc: PointEncoding) -> Optional[dict]:
+        """The expansion about ``enc``'s origin, on its device, when it stores its features and
+        every mean is within reach of that origin."""
+        if enc.features is None:
+            return None
+        key = enc.origin.tobytes()
+        if key not in self._about_origin:
+            reach = np.sqrt(np.max(np.sum(self._whitened_offsets(enc.origin) ** 2, axis=1)))
+            self._about_origin[key] = _Parameters(**self._expanded(enc.origin)) if reach <= SHARED_FRAME_REACH else None
+        found = self._about_origin[key]
+        return None if found is None else found.on(enc.device)
 
     def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, CentredBlock | SharedFrameBlock]:
         p = self._params.on(enc.device)
         if self._c is not None:
+            stored = self._stored_frame(enc)
+            if stored is not None:
+                references = np.broadcast_to(self._c, self.references.shape)
+                block = SharedFrameBlock(references, enc.features, True, enc.origin)
+                return torch.mm(stored["coefficients"], enc.features), block
             block = shared_frame(enc, self._c, len(self.references), True, p["c"])
-            return torch.addmm(p["const"][:, None], p["coefficients"], block.features), block
+            return torch.mm(p["coefficients"], block.features), block
         block = centred(enc, self.references, p["mu"])
         z = torch.bmm(p["whiten"], block.d)
         lp = z.square_().sum(dim=1).mul_(-0.5).add_(p["const"][:, None])

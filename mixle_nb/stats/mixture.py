@@ -18,6 +18,12 @@ from .sampler import Sampler
 # encoded data once, and the block's temporaries stay near the cores instead of streaming
 # (K, N) arrays through memory.
 BLOCK_ELEMENTS = 1 << 19
+# Components x rows per block and thread of an encoding that stores its features (the full
+# Gaussians'): the block makes none, it reads them twice (log-joint, then sums), the second
+# time from near the core: 8192 rows a thread at K = 8 (2.9 MB of features at D = 8), measured
+# (D = 8) on one thread at N = 1e6 0.83x the time of 16384 rows and 0.94x that of 4096, and on
+# two threads at N = 2e5 (16384 rows) faster than 8192 and 32768.
+STORED_BLOCK_ELEMENTS = 1 << 16
 # On a GPU a block costs kernel launches and a copy of its statistics to the host, and the
 # device's memory bandwidth does not need the cache: blocks as large as memory comfortably
 # allows (components x rows x the encoding's ``row_width`` floats: 512 MB at most).
@@ -40,10 +46,12 @@ def blocks(enc, k: int):
         return
     device = encoding_device(enc)
     # On the CPU K x ``dim`` D floats a row size the block (the Gaussians' (K, D, rows)
-    # differences, or their shared frame's features; else the (K, rows) log-joint): 65536 and
-    # 8192 rows at 1e6 x 1-D and 2e5 x 8-D, K = 8, measured (2 threads, shared frame) faster
-    # than half as many and no slower than twice as many.
-    if device.type == "cpu":
+    # differences, or their shared frame's features; else the (K, rows) log-joint): 65536 rows
+    # at 1e6 x 1-D, K = 8, measured (2 threads, shared frame) faster than half as many and no
+    # slower than twice as many. Stored features: K floats a row (STORED_BLOCK_ELEMENTS).
+    if device.type == "cpu" and getattr(enc, "features", None) is not None:
+        step = block_rows(device, k, STORED_BLOCK_ELEMENTS * torch.get_num_threads())
+    elif device.type == "cpu":
         step = block_rows(device, k * getattr(enc, "dim", 1), BLOCK_ELEMENTS)
     else:
         step = block_rows(device, k * getattr(enc, "row_width", 1))
@@ -190,13 +198,22 @@ class MixtureAccumulator(Accumulator):
                 acc.seq_update(enc, weights, model)
 
     def seq_update(self, enc, weights, model: MixtureDistribution):
-        """The E-step; returns the per-observation log-density of ``model`` (see ``resident``)."""
+        """The E-step; returns the per-observation log-density of ``model`` (see ``resident``).
+        A family that can (the Gaussians) adds its M-step sums up on the device over the
+        blocks and takes them once, after the last."""
         peak, total = torch.empty(2, len(enc), dtype=torch.float64, device=encoding_device(enc))
+        gather = _stacked_kernel(self.accumulators, "stacked_block_sums")
+        sums = gather(self.accumulators) if gather is not None else None
         for start, stop, block in blocks(enc, len(self.accumulators)):
             w = None if weights is None else weights[start:stop]
-            log_joint, centred = model.log_joint_terms(block)
+            log_joint, terms = model.log_joint_terms(block)
             resp = posterior(log_joint, w, peak[start:stop], total[start:stop])
-            self._update_components(block, resp, models=model.components, block=centred)
+            if sums is not None and terms is not None:
+                sums.add(terms, resp)
+            else:
+                self._update_components(block, resp, models=model.components, block=terms)
+        if sums is not None:
+            self.counts += sums.hand_over()
         return resident(log_density(peak, total))
 
     def seq_update_responsibilities(self, enc, resp: torch.Tensor, references=None) -> None:

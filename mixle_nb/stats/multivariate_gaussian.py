@@ -1,9 +1,10 @@
 """Gaussian with full covariance.
 
-Encoded as the points themselves; log-densities from whitened differences ``Uᵀ(x - μ)`` (one
-batched product per block of rows) and statistics ``[n, n·c, Σw(x-c), Σw(x-c)(x-c)ᵀ]`` about a
-reference point (:mod:`.frame`, :mod:`.centred_moments`), so fits do not depend on where the
-data sit or on their units.
+Encoded as the points and, up to D = 16, their features ``[1, y, y_i·y_j]`` about the
+encoding's own origin (``y = x - o``, exact); log-densities from those features or from
+whitened differences ``Uᵀ(x - μ)`` (one product per block of rows) and statistics ``[n, n·c,
+Σw(x-c), Σw(x-c)(x-c)ᵀ]`` about a reference point (:mod:`.frame`, :mod:`.centred_moments`), so
+fits do not depend on where the data sit or on their units.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ class MultivariateGaussianEncoder(Encoder):
         self.dim = dim
 
     def seq_encode(self, data, device=None) -> PointEncoding:
-        return point_encoding(check_vectors(data, self.dim, "MultivariateGaussian"), resolve_device(device))
+        return point_encoding(check_vectors(data, self.dim, "MultivariateGaussian"), resolve_device(device),
+                              products=True)
 
 
 class MultivariateGaussianDistribution(Distribution):
