@@ -170,7 +170,7 @@ def kill_to_next_step(engines: int, timeout: float, path: str, recover_elastical
             if recover_elastically:
                 event = elastic.recover(cluster, "h", exc.ranks, [call])
                 done = elastic.completed_on_survivors(cluster, ["killed"])
-                cluster.push(m=done[-1]["model"])
+                cluster.push(m=done[-1].model)
                 how = f"{event.world} survivor(s) read {sum(len(r) for r in event.read)} shard(s)"
             else:
                 elastic.settle_survivors(cluster, [call], exc.ranks)

@@ -72,8 +72,10 @@ def lookup(name: str) -> Any:
     return namespace[name]
 
 
-def em_step_on_rank(handle: str, estimator: str, model: str) -> dict:
-    """One EM step on this rank's resident shard; the new model replaces ``model`` here."""
+def em_step_on_rank(handle: str, estimator: str, model: str) -> Any:
+    """One EM step on this rank's resident shard, its :class:`~mixle_nb.stats.EMStep` carrying
+    this rank's E-step seconds (``rank_seconds``) and whole step's (``step_s``); the new model
+    replaces ``model`` here."""
     from ..stats.estimation import em_step
 
     t0 = time.perf_counter()
@@ -81,14 +83,9 @@ def em_step_on_rank(handle: str, estimator: str, model: str) -> dict:
     step = em_step(h, lookup(estimator), lookup(model))
     rank_namespace()[model] = step.model
     timings = getattr(h, "last_timings", None)
-    return {
-        "model": step.model,
-        "log_density": step.log_density,
-        "count": step.count,
-        "e_step_s": timings.e_step_s if timings is not None else time.perf_counter() - t0,
-        "fold_s": timings.fold_s if timings is not None else float("nan"),
-        "step_s": time.perf_counter() - t0,
-    }
+    step.step_s = time.perf_counter() - t0
+    step.rank_seconds = [timings.e_step_s if timings is not None else step.step_s]
+    return step
 
 
 # The steps of the last two em_steps_on_rank calls on this rank, by call id, and whether each
@@ -117,7 +114,7 @@ def em_steps_on_rank(handle: str, estimator: str, model: str, n_steps: int, call
         record = em_step_on_rank(handle, estimator, model)
         # keep a copy as it travels (pickled): the live model holds what its E-step prepared
         # (torch tensors), and keeping every step's live model made the E-steps ~30% slower
-        record["model"] = pickle.loads(pickle.dumps(record["model"]))
+        record.model = pickle.loads(pickle.dumps(record.model))
         steps.append(record)
     _calls[call_id]["finished"] = True
     return steps

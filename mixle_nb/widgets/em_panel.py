@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 import ipywidgets as w
@@ -18,7 +18,7 @@ from ..cluster import elastic as elastic_recovery
 from ..cluster import rank_side
 from ..cluster.local_ranks import LocalRanks
 from ..inference import INITS
-from ..stats.estimation import seq_encode
+from ..stats.estimation import EMStep, seq_encode
 from .em_view import EMView, choose_k_png
 from .panel import Panel, plot_image, resolve_cluster
 
@@ -29,19 +29,6 @@ BATCH_SECONDS = 0.2  # a run's call of several steps lasts about this long: the 
 # most 5 times a second anyway, and Pause waits for at most two calls. With a call queued behind
 # the running one the round trip is hidden; 0.5 s calls measured no faster (1.04x against 1.09x)
 BATCH_GROWTH = 4  # a call at most 4x the steps of the last: one fast measurement cannot make a long call
-
-
-@dataclass
-class StepRecord:
-    """One EM step: the model it produced, the all-reduced log-density of the model it started
-    from (one E-step pass yields both), and each rank's E-step seconds."""
-
-    step: int
-    model: Any
-    log_density: float
-    rank_seconds: list
-    count: float = float("nan")  # observations, all ranks together
-    recovery: Any = None  # the elastic recovery (a RecoveryEvent) this step was taken again after
 
 
 class EMPanel(Panel):
@@ -97,7 +84,7 @@ class EMPanel(Panel):
         self._pending_recovery = None
         self.batch_seconds = validation.real("batch_seconds", batch_seconds, at_least=0.0)
         self.step_calls = 0  # calls of steps sent to the ranks (a run's call may hold several steps)
-        self.history: list[StepRecord] = []
+        self.history: list[EMStep] = []
         self._lock = threading.Lock()
         self._pause = threading.Event()
         self.picture_dims = picture_dims
@@ -179,7 +166,7 @@ class EMPanel(Panel):
 
     # -- the programmatic twins of the buttons ----------------------------------------------
 
-    def step(self) -> StepRecord:
+    def step(self) -> EMStep:
         """One EM step on every rank; blocks until it is recorded."""
         self._interrupted.clear()
         with self._lock:
@@ -301,7 +288,7 @@ class EMPanel(Panel):
 
     # -- work --------------------------------------------------------------------------------
 
-    def _steps(self, n: int) -> tuple[list[StepRecord], float]:
+    def _steps(self, n: int) -> tuple[list[EMStep], float]:
         """``n`` steps in one call; (their records, the slowest rank's seconds per step). On
         failure the steps completed before it are recorded, then raised."""
         return self._collect(*self._send(n))
@@ -315,7 +302,7 @@ class EMPanel(Panel):
         return self.ranks.run_async(rank_side.em_steps_on_rank, self.handle, self.estimator, self.model_name,
                                     n, call_id, after), call_id, n
 
-    def _collect(self, call, call_id: str, n: int, sent_after: Sequence = ()) -> tuple[list[StepRecord], float]:
+    def _collect(self, call, call_id: str, n: int, sent_after: Sequence = ()) -> tuple[list[EMStep], float]:
         """Record the steps of a sent call (the caller holds the lock); (their records, the
         slowest rank's seconds per step). If it failed, the calls ``sent_after`` it (which then
         run no step) are awaited, the steps it completed are recorded, the failure shown and
@@ -337,7 +324,7 @@ class EMPanel(Panel):
         records = self._record(per_rank)
         self.error = None
         if records:
-            self._step_s = max(sum(s["step_s"] for s in steps) for steps in per_rank) / n
+            self._step_s = max(sum(s.step_s for s in steps) for steps in per_rank) / n
         return records, self._step_s
 
     def _keep_completed(self, call_id: str) -> None:
@@ -348,13 +335,12 @@ class EMPanel(Panel):
         except Exception:  # a dead rank: the steps of this one call are lost with it
             pass
 
-    def _record(self, per_rank: list) -> list[StepRecord]:
+    def _record(self, per_rank: list) -> list[EMStep]:
         """Append the steps every rank completed (a rank interrupted just after a step may have
         one more than the others): rank 0's model and log-density, each rank's E-step seconds."""
         completed = min(len(steps) for steps in per_rank)
-        records = [StepRecord(len(self.history) + 1 + i, per_rank[0][i]["model"],
-                              float(per_rank[0][i]["log_density"]), [steps[i]["e_step_s"] for steps in per_rank],
-                              float(per_rank[0][i]["count"])) for i in range(completed)]
+        records = [replace(per_rank[0][i], step=len(self.history) + 1 + i,
+                           rank_seconds=[steps[i].rank_seconds[0] for steps in per_rank]) for i in range(completed)]
         if records and self._pending_recovery is not None:
             records[0].recovery, self._pending_recovery = self._pending_recovery, None
         self.history.extend(records)
