@@ -3,10 +3,7 @@ log-density per step (all-reduced across ranks) and its gain on a log scale, the
 the data, and per-rank E-step times."""
 from __future__ import annotations
 
-import collections
 import threading
-import uuid
-from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 import ipywidgets as w
@@ -17,6 +14,7 @@ from ..checkpoint import EMCheckpoint
 from ..cluster import elastic as elastic_recovery
 from ..cluster import rank_side
 from ..cluster.local_ranks import LocalRanks
+from ..cluster.step_calls import BATCH_SECONDS, StepCalls
 from ..inference import INITS
 from ..stats.estimation import EMStep, seq_encode
 from .em_view import EMView, choose_k_png
@@ -25,10 +23,6 @@ from .panel import Panel, plot_image, resolve_cluster
 PANEL_MODEL_NAME = "_mixle_panel_model"
 LOCAL_HANDLE, LOCAL_ESTIMATOR, LOCAL_DATA = "handle", "estimator", "data"  # a local panel's, on its LocalRanks
 DATA_SAMPLE_SIZE = 2000
-BATCH_SECONDS = 0.2  # a run's call of several steps lasts about this long: the plot redraws at
-# most 5 times a second anyway, and Pause waits for at most two calls. With a call queued behind
-# the running one the round trip is hidden; 0.5 s calls measured no faster (1.04x against 1.09x)
-BATCH_GROWTH = 4  # a call at most 4x the steps of the last: one fast measurement cannot make a long call
 
 
 class EMPanel(Panel):
@@ -83,7 +77,6 @@ class EMPanel(Panel):
         self.recoveries: list = []
         self._pending_recovery = None
         self.batch_seconds = validation.real("batch_seconds", batch_seconds, at_least=0.0)
-        self.step_calls = 0  # calls of steps sent to the ranks (a run's call may hold several steps)
         self.history: list[EMStep] = []
         self._lock = threading.Lock()
         self._pause = threading.Event()
@@ -113,8 +106,6 @@ class EMPanel(Panel):
         local objects, bound under names of their own on a :class:`LocalRanks`, so both run
         the same rank functions (cluster/rank_side.py)."""
         self.cluster = resolve_cluster(cluster, handle, estimator)
-        self._step_s: Optional[float] = None  # the ranks' seconds a step, measured by this handle's first call
-        self._last_sent = 0  # steps in the last call sent
         if self.cluster is None:
             if isinstance(handle, (np.ndarray, list, tuple)):  # raw data: encode it here
                 data_sample = _evenly_spaced(handle, DATA_SAMPLE_SIZE) if data_sample is None else data_sample
@@ -132,6 +123,9 @@ class EMPanel(Panel):
         else:
             self.model_name, self._current_model = PANEL_MODEL_NAME, model
             self.ranks.push(**{PANEL_MODEL_NAME: model})
+        # locally one step a call: each runs in this process's worker, which stops between calls
+        self.calls = StepCalls(self.ranks, handle, estimator, self.model_name,
+                               self.batch_seconds if self.cluster is not None else 0.0, self._interrupted)
         if data_sample is None:
             data_sample = self.ranks.run(rank_side.data_sample_on_rank, handle, DATA_SAMPLE_SIZE, targets=[0])[0]
         self.data_sample = None if data_sample is None else np.asarray(data_sample)
@@ -143,6 +137,11 @@ class EMPanel(Panel):
             self.ranks.push(**{LOCAL_DATA: self.data_sample})
 
     # -- state -------------------------------------------------------------------------------
+
+    @property
+    def step_calls(self) -> int:
+        """Calls of steps sent to the ranks since the handle was bound (a call may hold several steps)."""
+        return self.calls.sent
 
     @property
     def model(self):
@@ -170,7 +169,8 @@ class EMPanel(Panel):
         """One EM step on every rank; blocks until it is recorded."""
         self._interrupted.clear()
         with self._lock:
-            record = self._steps(1)[0][0]
+            self.calls.send(1)
+            record = self._collect()[0]
         self.request_redraw()
         return record
 
@@ -288,81 +288,35 @@ class EMPanel(Panel):
 
     # -- work --------------------------------------------------------------------------------
 
-    def _steps(self, n: int) -> tuple[list[EMStep], float]:
-        """``n`` steps in one call; (their records, the slowest rank's seconds per step). On
-        failure the steps completed before it are recorded, then raised."""
-        return self._collect(*self._send(n))
-
-    def _send(self, n: int, after: Optional[str] = None) -> tuple[Any, str, int]:
-        """Start ``n`` steps on the ranks, behind the call ``after`` (see ``em_steps_on_rank``);
-        (the call, its id, ``n``)."""
-        call_id = uuid.uuid4().hex
-        self.step_calls += 1
-        self._last_sent = n
-        return self.ranks.run_async(rank_side.em_steps_on_rank, self.handle, self.estimator, self.model_name,
-                                    n, call_id, after), call_id, n
-
-    def _collect(self, call, call_id: str, n: int, sent_after: Sequence = ()) -> tuple[list[EMStep], float]:
-        """Record the steps of a sent call (the caller holds the lock); (their records, the
-        slowest rank's seconds per step). If it failed, the calls ``sent_after`` it (which then
-        run no step) are awaited, the steps it completed are recorded, the failure shown and
-        raised."""
+    def _collect(self) -> list[EMStep]:
+        """Record the steps of the oldest call sent (the caller holds the lock). If it failed,
+        the steps it completed are recorded, the failure shown and raised."""
         try:
-            per_rank = self._await(call, queued=sent_after)
+            steps = self.calls.collect()
         except BaseException as exc:
-            for later in sent_after:
-                try:
-                    self._await(later)
-                except BaseException:
-                    pass
-            self._keep_completed(call_id)
+            self._record(self.calls.completed())
             explained = self._explained(exc)
             self._fail(explained)
             if explained is not exc:
                 raise explained from exc
             raise
-        records = self._record(per_rank)
+        records = self._record(steps)
         self.error = None
-        if records:
-            self._step_s = max(sum(s.step_s for s in steps) for steps in per_rank) / n
-        return records, self._step_s
-
-    def _keep_completed(self, call_id: str) -> None:
-        """Record the steps a failed call completed on every rank (fetched from the ranks, which
-        keep them; nothing to fetch when a rank died)."""
-        try:
-            self._record(self.ranks.run(rank_side.completed_steps_on_rank, call_id))
-        except Exception:  # a dead rank: the steps of this one call are lost with it
-            pass
-
-    def _record(self, per_rank: list) -> list[EMStep]:
-        """Append the steps every rank completed (a rank interrupted just after a step may have
-        one more than the others): rank 0's model and log-density, each rank's E-step seconds."""
-        completed = min(len(steps) for steps in per_rank)
-        records = [replace(per_rank[0][i], step=len(self.history) + 1 + i,
-                           rank_seconds=[steps[i].rank_seconds[0] for steps in per_rank]) for i in range(completed)]
-        if records and self._pending_recovery is not None:
-            records[0].recovery, self._pending_recovery = self._pending_recovery, None
-        self.history.extend(records)
-        self._save_checkpoint(before=len(self.history) - len(records))
         return records
+
+    def _record(self, steps: list[EMStep]) -> list[EMStep]:
+        """Append ``steps``, numbered on from the history; the first after an elastic recovery carries it."""
+        for i, step in enumerate(steps):
+            step.step = len(self.history) + 1 + i
+        if steps and self._pending_recovery is not None:
+            steps[0].recovery, self._pending_recovery = self._pending_recovery, None
+        self.history.extend(steps)
+        self._save_checkpoint(before=len(self.history) - len(steps))
+        return steps
 
     def _save_checkpoint(self, before: Optional[int] = None, force: bool = False) -> None:
         if self.checkpoint and (force or self.checkpoint.due(len(self.history), before)):
             self.checkpoint.save("panel", {"start_model": self.start_model, "history": list(self.history)})
-
-    def _next_batch(self) -> int:
-        """Steps in the next call: one until the step time is measured, then about
-        ``batch_seconds`` of it, at most ``BATCH_GROWTH`` times the last call's."""
-        if self._step_s is None or self._call_seconds == 0:
-            return 1
-        return max(1, min(BATCH_GROWTH * self._last_sent, int(self._call_seconds / self._step_s)))
-
-    @property
-    def _call_seconds(self) -> float:
-        """About how long a call of steps lasts: ``batch_seconds`` on a cluster; locally one
-        step a call (each call runs in this process's worker, which stops between calls)."""
-        return self.batch_seconds if self.cluster is not None else 0.0
 
     def _explained(self, exc: BaseException) -> BaseException:
         """``exc``, or for a handle missing on the ranks (a restart leaves them empty) an error
@@ -395,61 +349,57 @@ class EMPanel(Panel):
         self.request_redraw()
 
     def _run_calls(self, n: int) -> None:
-        """Send calls of several steps, keeping one queued behind the running one (once the
-        step time is measured; not at one step a call, so Pause stops within a step) so the
-        ranks go from call to call without waiting on the round trip; record each as it returns."""
-        sent, flight, last_id = 0, collections.deque(), None
+        """Send the run's steps in calls with one queued behind the running one (StepCalls), so
+        the ranks go from call to call without waiting on the round trip; record each as it returns."""
+        sent = 0
         while True:
-            depth = 1 if self._step_s is None or self._call_seconds == 0 else 2
-            collecting = None
+            collecting = False
             try:
-                while len(flight) < depth and sent < n and not self._pause.is_set():
-                    call = self._send(min(self._next_batch(), n - sent), last_id)
-                    flight.append(call)
-                    sent, last_id = sent + call[2], call[1]
-                if not flight:
+                sent += self.calls.fill(n - sent, self._pause.is_set)
+                if not self.calls.queue:
                     return
-                call, call_id, size = collecting = flight.popleft()
+                collecting = True
                 with self._lock:
-                    records, _ = self._collect(call, call_id, size, [c for c, _, _ in flight])
+                    records = self._collect()
             except BaseException as exc:
-                recorded = self._went_on(exc, [(c, i) for c, i, _ in ([collecting] if collecting else []) + list(flight)])
-                if recorded is None and collecting is None:  # sending failed (a rank died between calls)
-                    if self._collect_sent(flight):
+                recorded = self._went_on(exc)
+                if recorded is None and not collecting:  # sending failed (a rank died between calls)
+                    if self._collect_sent():
                         self._fail(exc)
                     return
                 if recorded is None:
                     return  # _collect has recorded what completed, shown the error, kept the last good model
                 self.progress.value += recorded
-                flight.clear()
-                sent, last_id = self.progress.value, None
+                sent = self.progress.value
                 continue
             if not records:  # the ranks ran nothing (a call behind an interrupted one): stop
                 self._pause.set()
             self.progress.value += len(records)
             self.request_redraw()
 
-    def _collect_sent(self, flight) -> bool:
+    def _collect_sent(self) -> bool:
         """Record the steps of the calls already sent; False if one failed (it shows its own
         error, as :meth:`_collect` does)."""
-        for call, call_id, size in flight:
+        while self.calls.queue:
             try:
                 with self._lock:
-                    self.progress.value += len(self._collect(call, call_id, size)[0])
+                    self.progress.value += len(self._collect())
             except BaseException:
                 return False
         return True
 
-    def _went_on(self, exc: BaseException, calls: list) -> Optional[int]:
+    def _went_on(self, exc: BaseException) -> Optional[int]:
         """Elastic: after a rank died, the survivors take over its shards, the steps the failed
-        ``calls`` ((call, id)) completed are recorded and the run goes on; how many steps were
-        recorded. ``None``: not elastic, not a dead rank, or the recovery failed (shown)."""
-        if not self.elastic or self.cluster is None or not isinstance(exc, elastic_recovery.RankDiedError):
+        calls completed are recorded and the run goes on; how many steps were recorded.
+        ``None``: not elastic, not a dead rank, or the recovery failed (shown)."""
+        if not self.elastic or not isinstance(exc, elastic_recovery.RankDiedError):
             return None
+        calls = self.calls.abandon()
         try:
             with self._lock:
-                event = elastic_recovery.recover(self.cluster, self.handle, exc.ranks, [c for c, _ in calls])
-                records = self._record([elastic_recovery.completed_on_survivors(self.cluster, [i for _, i in calls])])
+                event = elastic_recovery.recover(self.cluster, self.handle, exc.ranks, [c.call for c in calls])
+                records = self._record(elastic_recovery.completed_on_survivors(self.cluster,
+                                                                               [c.call_id for c in calls]))
                 event.at_step = len(self.history) + 1
                 self._push_current()
         except BaseException as failure:
