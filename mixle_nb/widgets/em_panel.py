@@ -17,7 +17,8 @@ from ..cluster.local_ranks import LocalRanks
 from ..cluster.step_calls import BATCH_SECONDS, StepCalls
 from ..inference import INITS
 from ..stats.estimation import EMStep, seq_encode
-from .em_view import EMView, choose_k_png
+from .em_model_choice import ModelChoice
+from .em_view import EMView
 from .panel import Panel, plot_image, resolve_cluster
 
 PANEL_MODEL_NAME = "_mixle_panel_model"
@@ -25,7 +26,7 @@ LOCAL_HANDLE, LOCAL_ESTIMATOR, LOCAL_DATA = "handle", "estimator", "data"  # a l
 DATA_SAMPLE_SIZE = 2000
 
 
-class EMPanel(Panel):
+class EMPanel(ModelChoice, Panel):
     """Interactive EM. With a cluster, ``handle``/``estimator``/``model`` are the names those
     objects have on the ranks: ``model`` names the current model there, and each step replaces
     it (a model object is pushed under a private name instead). Without a cluster (none given
@@ -224,65 +225,6 @@ class EMPanel(Panel):
         self.view = self._new_view()
         self.flush()
 
-    def initialize(self, init: str = "kmeans++", seed: int = 0) -> None:
-        """Start again from the model ``init`` finds in the data (k-means++, run as k-means‖
-        where the data live; ``"random_from_data"``; ``"random"``): history cleared."""
-        if self.running:
-            raise RuntimeError("a run is going: pause() it or wait() for it first")
-        self._reinitialize(init, seed)
-
-    def _reinitialize(self, init: str, seed: int) -> None:
-        with self._lock:
-            self.start_model = self._initial_model(init, seed)
-            self.history.clear()
-            self.error = None
-            self._save_checkpoint(force=True)
-        self.view = self._new_view()
-        self.request_redraw()
-
-    def _initial_model(self, init: str, seed: int):
-        init = validation.choice("init", init, INITS)
-        seed = validation.integer("seed", seed, minimum=0)
-        call = self.ranks.run_async(rank_side.initial_model_on_rank, self.handle, self.estimator,
-                                    self.model_name, init, seed)
-        return self._await(call)[0]
-
-    def choose_k(self, k_max: int, init: str = "kmeans++", seed: int = 0, block: bool = True) -> None:
-        """Fit K = 1..``k_max`` components (copies of the estimator's first component) on the
-        cluster (locally: on ``data_sample``), plot BIC and AIC against K, keep them in
-        ``k_choice`` (``k``, ``bic``, ``aic``, ``models``, ``best_k``)."""
-        k_max = validation.positive_int("k_max", k_max)
-        init = validation.choice("init", init, INITS)
-        if self.running:
-            raise RuntimeError("a run is going: pause() it or wait() for it first")
-        self._start_worker(self._guarded, lambda: self._choose_k(list(range(1, k_max + 1)), init, seed))
-        if block:
-            self.wait()
-            if self.error is not None:
-                raise self.error
-
-    def _choose_k(self, k_values: list, init: str, seed: int) -> None:
-        self.error = None
-        self._show_status(f"choosing K: fitting K = 1..{k_values[-1]} ...")
-        try:
-            if self._scored_on is None:
-                raise ValueError("choosing K locally needs the raw data: pass data_sample=")
-            call = self.ranks.run_async(rank_side.choose_k_on_rank, self._scored_on, self.estimator, k_values,
-                                        init, seed)
-            found = self._await(call)[0]
-        except BaseException as exc:
-            self.error = exc
-            self._show_status(f"choose K failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}",
-                              error=True)
-            raise
-        found["best_k"] = found["k"][int(np.argmin(found["bic"]))]
-        self.k_choice = found
-        if self.k_image is None:
-            self.k_image = plot_image()
-            self.widget.children = (*self.widget.children, self.k_image)
-        self.k_image.value = choose_k_png(found["k"], found["bic"], found["aic"])
-        self.request_redraw()
-
     def _request_stop(self) -> None:
         self._pause.set()
 
@@ -450,20 +392,6 @@ class EMPanel(Panel):
 
     def _new_view(self) -> EMView:
         return EMView(self.model, self.data_sample, self.cluster is not None, self.picture_dims)
-
-    def _selection_controls(self, init: str, seed: int):
-        """Init (a start from the data) and Choose K (BIC against K), as an optional row."""
-        self.init_choice = w.Dropdown(options=list(INITS), value=init, description="init",
-                                      layout=w.Layout(width="210px"), style={"description_width": "initial"})
-        self.k_max = w.BoundedIntText(value=6, min=1, max=50, description="K max",
-                                      style={"description_width": "initial"}, layout=w.Layout(width="110px"))
-        self.buttons["Init"] = w.Button(description="Init")
-        self.buttons["Choose K"] = w.Button(description="Choose K")
-        self.buttons["Init"].on_click(lambda _: self._guarded(
-            lambda: self._in_background(lambda: self._reinitialize(self.init_choice.value, seed))))
-        self.buttons["Choose K"].on_click(lambda _: self._guarded(
-            lambda: self.choose_k(self.k_max.value, self.init_choice.value, seed, block=False)))
-        return w.HBox([self.init_choice, self.buttons["Init"], self.k_max, self.buttons["Choose K"]])
 
     def _in_background(self, action) -> None:
         if not self.running:
