@@ -50,7 +50,7 @@ class EMStep:
 
     # pickled as its values alone, without the field names: the ranks send every step's record
     def __getstate__(self) -> tuple:
-        return tuple(self.__dict__.values())
+        return tuple(getattr(self, name) for name in EM_STEP_FIELDS)
 
     def __setstate__(self, values: tuple) -> None:
         self.__dict__.update(zip(EM_STEP_FIELDS, values))
