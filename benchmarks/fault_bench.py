@@ -39,7 +39,7 @@ import rank_functions  # noqa: E402
 import test_elastic_training as training  # noqa: E402
 import test_faults as faults  # noqa: E402
 
-from mixle_nb.cluster import MixleCluster, RankDiedError, RankError, rank_side  # noqa: E402
+from mixle_nb.cluster import MixleCluster, RankDiedError, RankError, rank_side, step_calls  # noqa: E402
 from mixle_nb.cluster import elastic  # noqa: E402
 from mixle_nb.magics import run_cell  # noqa: E402
 
@@ -160,9 +160,9 @@ def kill_to_next_step(engines: int, timeout: float, path: str, recover_elastical
     with MixleCluster(engines, timeout=timeout) as cluster:
         cluster.run(rank_functions.build_elastic_handle, "h", path)
         cluster.push(m=start)
-        cluster.run(rank_side.em_steps_on_rank, "h", "est", "m", 2, "warm-up")
+        cluster.run(step_calls.em_steps_on_rank, "h", "est", "m", 2, "warm-up")
         cluster.run(rank_functions.arm_kill, "h", "e_step", 4, stamp, targets=[engines - 1])
-        call = cluster.run_async(rank_side.em_steps_on_rank, "h", "est", "m", 5, "killed")
+        call = cluster.run_async(step_calls.em_steps_on_rank, "h", "est", "m", 5, "killed")
         try:
             call.result()
             raise RuntimeError("the rank was not killed")
@@ -170,7 +170,7 @@ def kill_to_next_step(engines: int, timeout: float, path: str, recover_elastical
             if recover_elastically:
                 event = elastic.recover(cluster, "h", exc.ranks, [call])
                 done = elastic.completed_on_survivors(cluster, ["killed"])
-                cluster.push(m=done[-1]["model"])
+                cluster.push(m=done[-1].model)
                 how = f"{event.world} survivor(s) read {sum(len(r) for r in event.read)} shard(s)"
             else:
                 elastic.settle_survivors(cluster, [call], exc.ranks)

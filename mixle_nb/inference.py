@@ -42,18 +42,6 @@ class FitError(RuntimeError):
         self.model, self.history = model, history
 
 
-@dataclass
-class IterationRecord:
-    """What ``optimize`` reports per iteration: ``log_density`` is that of the model the
-    iteration started from; ``model`` is the model it produced."""
-
-    iteration: int
-    model: Distribution
-    log_density: float
-    gain: float
-    start: int = 0  # which of fit()'s n_init starts
-
-
 def streaming_accumulate(enc: Any, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
     """``(count, accumulator)`` of the data under ``model``, folded and key-tied (a handle's
     ``pysp_stream_accumulate`` returns tied values, as mixle's do), for blending with older
@@ -128,7 +116,7 @@ def fit(
     init_p: float = 0.1,
     rng: Any = None,
     out: Union[TextIO, str, None] = ROOT_STDOUT,
-    on_step: Optional[Callable[[IterationRecord], None]] = None,
+    on_step: Optional[Callable[[EMStep], None]] = None,
     device: Any = None,
     checkpoint: Any = None,
 ) -> FitResult:
@@ -145,7 +133,7 @@ def fit(
     line per iteration goes to ``out`` (``None`` silences it; the default is ``sys.stdout`` on
     the root rank only, a handle's root or, for local data under torch.distributed, rank 0, as
     ``torchrun_out`` does; ``out=sys.stdout`` prints on every rank); ``on_step`` gets every
-    :class:`IterationRecord`. Ctrl-C returns the best start so far (the interrupted one
+    :class:`~mixle_nb.stats.EMStep`. Ctrl-C returns the best start so far (the interrupted one
     with its last good model); any other failure raises :class:`FitError` carrying it.
     ``checkpoint`` (a path or an :class:`~mixle_nb.checkpoint.EMCheckpoint`) saves the run
     atomically every step (or every ``EMCheckpoint.every``); if the file exists, the fit
@@ -212,7 +200,7 @@ def optimize(
     init_p: float = 0.1,
     rng: Any = None,
     out: Union[TextIO, str, None] = ROOT_STDOUT,
-    on_step: Optional[Callable[[IterationRecord], None]] = None,
+    on_step: Optional[Callable[[EMStep], None]] = None,
     device: Any = None,
 ) -> Distribution:
     """:func:`fit`, returning only the model (as the reference's ``optimize`` does).
@@ -229,13 +217,13 @@ def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start, begun=N
         save=None) -> tuple[FitResult, bool]:
     """One start's EM loop, continuing ``begun`` (model, previous, history) if given, and
     ``save(iteration, run)`` after each iteration; returns its result and whether Ctrl-C ended it."""
-    history: list[IterationRecord] = list(begun[2]) if begun else []
+    history: list[EMStep] = list(begun[2]) if begun else []
     previous = begun[1] if begun else -math.inf
     if history and _converged(history[-1].gain, delta, tol):
         return FitResult(model, previous, history, True, len(history), ""), False  # saved as it converged
     for iteration in range(len(history) + 1, max_its + 1):
         try:
-            step: EMStep = em_step(enc, estimator, model)
+            step = em_step(enc, estimator, model)
         except KeyboardInterrupt:
             _say(out, f"Interrupted in iteration {iteration}; returning the model of iteration {iteration - 1}")
             return FitResult(model, previous, history, False, iteration - 1, ""), True
@@ -243,11 +231,11 @@ def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start, begun=N
             raise FitError(f"EM iteration {iteration} failed ({exc}); the last good model is in .model",
                            model, history) from exc
         gain = (step.log_density - previous) / max(step.count, 1.0)
-        record = IterationRecord(iteration, step.model, step.log_density, gain, start)
-        history.append(record)
+        step.step, step.gain, step.start = iteration, gain, start
+        history.append(step)
         _say(out, f"Iteration {iteration}: log-density {step.log_density:.10g}, gain/obs {gain:.3g}")
         if on_step is not None:
-            on_step(record)
+            on_step(step)
         model, previous = step.model, step.log_density
         if save:
             save(iteration, (model, previous, history))

@@ -16,7 +16,7 @@ import json
 from mixle_nb.cluster import rank_side
 from test_detach import build_on_rank
 mixle.run(build_on_rank)
-steps = [mixle.run(rank_side.em_step_on_rank, "h", "est", "model")[0]["log_density"] for _ in range(2)]
+steps = [mixle.run(rank_side.em_step_on_rank, "h", "est", "model")[0].log_density for _ in range(2)]
 print(json.dumps({"pids": sorted(mixle.pids), "id": mixle._ipp.cluster_id, "steps": steps}))
 """
 
@@ -26,7 +26,7 @@ ATTACH = """
 %mixle_cluster attach
 import json
 from mixle_nb.cluster import rank_side
-step = mixle.run(rank_side.em_step_on_rank, "h", "est", "model")[0]["log_density"]
+step = mixle.run(rank_side.em_step_on_rank, "h", "est", "model")[0].log_density
 print(json.dumps({"step": step, "pids": sorted(mixle.pids)}))
 """
 

@@ -57,7 +57,7 @@ def em_steps(steps, handle="h", estimator="est", model="model"):
 
     for _ in range(steps):
         out = em_step_on_rank(handle, estimator, model)
-    return out["log_density"]
+    return out.log_density
 
 
 def train_fsdp2(fail_at=None):

@@ -15,7 +15,7 @@ from .. import validation
 from .atomic import write_atomically
 
 FORMAT = "mixle_nb EM checkpoint"
-VERSION = 1
+VERSION = 2  # 2: every step an EMStep (1 held fit's IterationRecord or the panel's StepRecord)
 
 
 class EMCheckpoint:
@@ -57,8 +57,14 @@ class EMCheckpoint:
                 state = pickle.load(f)
         except FileNotFoundError:
             return None
+        except AttributeError as exc:  # a class of an older mixle_nb, gone since
+            raise ValueError(f"{self.path} was written by an older mixle_nb ({exc}): its steps cannot be "
+                             "read; delete it or pass another path") from exc
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise ValueError(f"{self.path} is not a mixle_nb EM checkpoint; pass another path")
+        if state.get("version") != VERSION:
+            raise ValueError(f"{self.path} is an EM checkpoint of version {state.get('version')}, and this "
+                             f"mixle_nb reads version {VERSION}: delete it or pass another path")
         if state["kind"] != kind:
             names = {"panel": "an EMPanel", "fit": "a fit"}
             raise ValueError(f"{self.path} is the checkpoint of {names[state['kind']]}, not of "

@@ -2,8 +2,9 @@
 
 Modules, one concept each: ``mixle_cluster`` (lifecycle and data API), ``calls`` (a call on the
 ranks and its errors), ``processes`` (process ownership, liveness, reaping), ``engine`` (what
-the cluster runs on its engines), ``rank_side`` (what the panels run on the ranks), ``status``
-(the status table), ``state`` (the lifecycle states). This module keeps the current cluster.
+the cluster runs on its engines), ``rank_side`` (what the panels run on the ranks),
+``step_calls`` (EM steps in pipelined calls, both halves), ``status`` (the status table),
+``state`` (the lifecycle states). This module keeps the current cluster.
 """
 from __future__ import annotations
 

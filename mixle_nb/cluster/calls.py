@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 POLL_S = 0.05  # client wait slice: bounds how late a dead rank is noticed
+AWAIT_SLICE_S = 0.1  # how often a worker waiting on the ranks checks for an interrupt
 FAIL_SETTLE_S = 0.5  # after one rank failed, how long the others may take to fail on their own
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -221,6 +223,20 @@ class RankCall:
         if dead:
             raise self.supervisor.ranks_died(dead)
         raise RankError.from_failures(failed)
+
+
+def result_unless_interrupted(call: Any, interrupted: threading.Event, on_slice: Callable[[], None] = lambda: None,
+                              queued: Sequence = ()) -> list:
+    """The per-rank results of ``call`` (a :class:`RankCall`, or a local one), waited for in
+    slices: between them ``on_slice`` runs, and once ``interrupted`` is set the call is cancelled
+    on every rank with the calls ``queued`` behind it (its result then raises)."""
+    while True:
+        try:
+            return call.result(timeout=AWAIT_SLICE_S)
+        except TimeoutError:
+            on_slice()
+            if interrupted.is_set() and not call.cancelled():
+                call.cancel(queued)
 
 
 def _first_line(text: str) -> str:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from . import rank_side
+from . import rank_side, step_calls
 from .calls import RankCall, RankDiedError, RankError
 
 SURVIVORS_SETTLE_S = 10.0  # how long the survivors of a failed call may take to fail with it
@@ -122,7 +122,7 @@ def completed_on_survivors(cluster: Any, call_ids: Sequence[str]) -> list:
     the same, bit for bit, as far as each got): one record per step, in order."""
     steps: list = []
     for call_id in call_ids:
-        per_rank = cluster.run(rank_side.completed_steps_on_rank, call_id)
+        per_rank = cluster.run(step_calls.completed_steps_on_rank, call_id)
         longest = max(per_rank, key=len)
         steps += longest
         if any(len(s) < len(longest) for s in per_rank) or not longest:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import pickle
 import time
 from typing import Any, Callable, Iterator, Optional
 
@@ -72,8 +71,10 @@ def lookup(name: str) -> Any:
     return namespace[name]
 
 
-def em_step_on_rank(handle: str, estimator: str, model: str) -> dict:
-    """One EM step on this rank's resident shard; the new model replaces ``model`` here."""
+def em_step_on_rank(handle: str, estimator: str, model: str) -> Any:
+    """One EM step on this rank's resident shard, its :class:`~mixle_nb.stats.EMStep` carrying
+    this rank's E-step seconds (``rank_seconds``) and whole step's (``step_s``); the new model
+    replaces ``model`` here."""
     from ..stats.estimation import em_step
 
     t0 = time.perf_counter()
@@ -81,52 +82,9 @@ def em_step_on_rank(handle: str, estimator: str, model: str) -> dict:
     step = em_step(h, lookup(estimator), lookup(model))
     rank_namespace()[model] = step.model
     timings = getattr(h, "last_timings", None)
-    return {
-        "model": step.model,
-        "log_density": step.log_density,
-        "count": step.count,
-        "e_step_s": timings.e_step_s if timings is not None else time.perf_counter() - t0,
-        "fold_s": timings.fold_s if timings is not None else float("nan"),
-        "step_s": time.perf_counter() - t0,
-    }
-
-
-# The steps of the last two em_steps_on_rank calls on this rank, by call id, and whether each
-# finished: a call failing (or interrupted) mid-batch loses nothing, since the client fetches
-# its completed steps afterwards, and the call sent behind it knows not to start.
-_calls: dict = {}
-CALLS_KEPT = 2
-
-
-def em_steps_on_rank(handle: str, estimator: str, model: str, n_steps: int, call_id: str,
-                     after: Optional[str] = None) -> list:
-    """``n_steps`` EM steps in one call, each as :func:`em_step_on_rank` records it; the
-    batch size is fixed by the client, so every rank runs the same collectives and no rank's
-    clock decides when to stop. Each completed step is kept for :func:`completed_steps_on_rank`.
-
-    ``after`` is the call sent just before this one: the client sends a call before the last
-    one returns, so the ranks never wait on it. If that call did not finish here (it failed or
-    was interrupted, which happens on every rank together), this one runs no step."""
-    if after is not None and not _calls.get(after, {}).get("finished", False):
-        return []
-    steps: list = []
-    _calls[call_id] = {"steps": steps, "finished": False}
-    for old in list(_calls)[:-CALLS_KEPT]:
-        del _calls[old]
-    for _ in range(n_steps):
-        record = em_step_on_rank(handle, estimator, model)
-        # keep a copy as it travels (pickled): the live model holds what its E-step prepared
-        # (torch tensors), and keeping every step's live model made the E-steps ~30% slower
-        record["model"] = pickle.loads(pickle.dumps(record["model"]))
-        steps.append(record)
-    _calls[call_id]["finished"] = True
-    return steps
-
-
-def completed_steps_on_rank(call_id: str) -> list:
-    """The steps call ``call_id`` of :func:`em_steps_on_rank` completed here (all of them if it
-    finished; those before the failing step if it raised or was interrupted)."""
-    return list(_calls.get(call_id, {}).get("steps", []))
+    step.step_s = time.perf_counter() - t0
+    step.rank_seconds = [timings.e_step_s if timings is not None else step.step_s]
+    return step
 
 
 def check_elastic_on_rank(handle: str, training: bool = False) -> None:

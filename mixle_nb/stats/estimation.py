@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Sequence
 
 import numpy as np
@@ -24,12 +24,39 @@ class Accumulated:
 
 @dataclass
 class EMStep:
-    """One EM iteration: the new ``model``, and ``log_density`` of the data under the model
-    the step started from (a by-product of the same E-step pass)."""
+    """One EM step, the one record of it end to end (``em_step``, ``fit``'s history, a rank's
+    step, a panel's history, checkpoints): the new ``model``, and ``log_density`` of the data
+    under the model the step started from (a by-product of the same E-step pass), over
+    ``count`` observations. The rest is filled by whoever knows it: ``step`` (1-based, in its
+    start or panel), ``gain`` per observation over the previous step and ``start`` (which of
+    ``fit``'s starts); on the ranks ``rank_seconds`` (E-step seconds per rank: this rank's
+    alone until the client gathers them) and ``step_s`` (this rank's whole step); and the
+    elastic ``recovery`` the step was taken again after."""
 
     model: Distribution
     count: float
     log_density: float
+    step: int = 0
+    gain: float = float("nan")
+    start: int = 0
+    rank_seconds: list = field(default_factory=list)
+    step_s: float = float("nan")
+    recovery: Any = None
+
+    @property
+    def iteration(self) -> int:
+        """``step``, under the name ``fit``'s history used."""
+        return self.step
+
+    # pickled as its values alone, without the field names: the ranks send every step's record
+    def __getstate__(self) -> tuple:
+        return tuple(getattr(self, name) for name in EM_STEP_FIELDS)
+
+    def __setstate__(self, values: tuple) -> None:
+        self.__dict__.update(zip(EM_STEP_FIELDS, values))
+
+
+EM_STEP_FIELDS = tuple(f.name for f in fields(EMStep))
 
 
 def seq_encode(data: Any, model: Distribution = None, estimator: Estimator = None, device: Any = None) -> Any:

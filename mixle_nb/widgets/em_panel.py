@@ -3,10 +3,7 @@ log-density per step (all-reduced across ranks) and its gain on a log scale, the
 the data, and per-rank E-step times."""
 from __future__ import annotations
 
-import collections
 import threading
-import uuid
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import ipywidgets as w
@@ -17,34 +14,19 @@ from ..checkpoint import EMCheckpoint
 from ..cluster import elastic as elastic_recovery
 from ..cluster import rank_side
 from ..cluster.local_ranks import LocalRanks
+from ..cluster.step_calls import BATCH_SECONDS, StepCalls
 from ..inference import INITS
-from ..stats.estimation import seq_encode
-from .em_view import EMView, choose_k_png
+from ..stats.estimation import EMStep, seq_encode
+from .em_model_choice import ModelChoice
+from .em_view import EMView
 from .panel import Panel, plot_image, resolve_cluster
 
 PANEL_MODEL_NAME = "_mixle_panel_model"
 LOCAL_HANDLE, LOCAL_ESTIMATOR, LOCAL_DATA = "handle", "estimator", "data"  # a local panel's, on its LocalRanks
 DATA_SAMPLE_SIZE = 2000
-BATCH_SECONDS = 0.2  # a run's call of several steps lasts about this long: the plot redraws at
-# most 5 times a second anyway, and Pause waits for at most two calls. With a call queued behind
-# the running one the round trip is hidden; 0.5 s calls measured no faster (1.04x against 1.09x)
-BATCH_GROWTH = 4  # a call at most 4x the steps of the last: one fast measurement cannot make a long call
 
 
-@dataclass
-class StepRecord:
-    """One EM step: the model it produced, the all-reduced log-density of the model it started
-    from (one E-step pass yields both), and each rank's E-step seconds."""
-
-    step: int
-    model: Any
-    log_density: float
-    rank_seconds: list
-    count: float = float("nan")  # observations, all ranks together
-    recovery: Any = None  # the elastic recovery (a RecoveryEvent) this step was taken again after
-
-
-class EMPanel(Panel):
+class EMPanel(ModelChoice, Panel):
     """Interactive EM. With a cluster, ``handle``/``estimator``/``model`` are the names those
     objects have on the ranks: ``model`` names the current model there, and each step replaces
     it (a model object is pushed under a private name instead). Without a cluster (none given
@@ -96,8 +78,7 @@ class EMPanel(Panel):
         self.recoveries: list = []
         self._pending_recovery = None
         self.batch_seconds = validation.real("batch_seconds", batch_seconds, at_least=0.0)
-        self.step_calls = 0  # calls of steps sent to the ranks (a run's call may hold several steps)
-        self.history: list[StepRecord] = []
+        self.history: list[EMStep] = []
         self._lock = threading.Lock()
         self._pause = threading.Event()
         self.picture_dims = picture_dims
@@ -126,8 +107,6 @@ class EMPanel(Panel):
         local objects, bound under names of their own on a :class:`LocalRanks`, so both run
         the same rank functions (cluster/rank_side.py)."""
         self.cluster = resolve_cluster(cluster, handle, estimator)
-        self._step_s: Optional[float] = None  # the ranks' seconds a step, measured by this handle's first call
-        self._last_sent = 0  # steps in the last call sent
         if self.cluster is None:
             if isinstance(handle, (np.ndarray, list, tuple)):  # raw data: encode it here
                 data_sample = _evenly_spaced(handle, DATA_SAMPLE_SIZE) if data_sample is None else data_sample
@@ -145,6 +124,9 @@ class EMPanel(Panel):
         else:
             self.model_name, self._current_model = PANEL_MODEL_NAME, model
             self.ranks.push(**{PANEL_MODEL_NAME: model})
+        # locally one step a call: each runs in this process's worker, which stops between calls
+        self.calls = StepCalls(self.ranks, handle, estimator, self.model_name,
+                               self.batch_seconds if self.cluster is not None else 0.0, self._interrupted)
         if data_sample is None:
             data_sample = self.ranks.run(rank_side.data_sample_on_rank, handle, DATA_SAMPLE_SIZE, targets=[0])[0]
         self.data_sample = None if data_sample is None else np.asarray(data_sample)
@@ -156,6 +138,11 @@ class EMPanel(Panel):
             self.ranks.push(**{LOCAL_DATA: self.data_sample})
 
     # -- state -------------------------------------------------------------------------------
+
+    @property
+    def step_calls(self) -> int:
+        """Calls of steps sent to the ranks since the handle was bound (a call may hold several steps)."""
+        return self.calls.sent
 
     @property
     def model(self):
@@ -179,11 +166,12 @@ class EMPanel(Panel):
 
     # -- the programmatic twins of the buttons ----------------------------------------------
 
-    def step(self) -> StepRecord:
+    def step(self) -> EMStep:
         """One EM step on every rank; blocks until it is recorded."""
         self._interrupted.clear()
         with self._lock:
-            record = self._steps(1)[0][0]
+            self.calls.send(1)
+            record = self._collect()[0]
         self.request_redraw()
         return record
 
@@ -237,146 +225,40 @@ class EMPanel(Panel):
         self.view = self._new_view()
         self.flush()
 
-    def initialize(self, init: str = "kmeans++", seed: int = 0) -> None:
-        """Start again from the model ``init`` finds in the data (k-means++, run as k-means‖
-        where the data live; ``"random_from_data"``; ``"random"``): history cleared."""
-        if self.running:
-            raise RuntimeError("a run is going: pause() it or wait() for it first")
-        self._reinitialize(init, seed)
-
-    def _reinitialize(self, init: str, seed: int) -> None:
-        with self._lock:
-            self.start_model = self._initial_model(init, seed)
-            self.history.clear()
-            self.error = None
-            self._save_checkpoint(force=True)
-        self.view = self._new_view()
-        self.request_redraw()
-
-    def _initial_model(self, init: str, seed: int):
-        init = validation.choice("init", init, INITS)
-        seed = validation.integer("seed", seed, minimum=0)
-        call = self.ranks.run_async(rank_side.initial_model_on_rank, self.handle, self.estimator,
-                                    self.model_name, init, seed)
-        return self._await(call)[0]
-
-    def choose_k(self, k_max: int, init: str = "kmeans++", seed: int = 0, block: bool = True) -> None:
-        """Fit K = 1..``k_max`` components (copies of the estimator's first component) on the
-        cluster (locally: on ``data_sample``), plot BIC and AIC against K, keep them in
-        ``k_choice`` (``k``, ``bic``, ``aic``, ``models``, ``best_k``)."""
-        k_max = validation.positive_int("k_max", k_max)
-        init = validation.choice("init", init, INITS)
-        if self.running:
-            raise RuntimeError("a run is going: pause() it or wait() for it first")
-        self._start_worker(self._guarded, lambda: self._choose_k(list(range(1, k_max + 1)), init, seed))
-        if block:
-            self.wait()
-            if self.error is not None:
-                raise self.error
-
-    def _choose_k(self, k_values: list, init: str, seed: int) -> None:
-        self.error = None
-        self._show_status(f"choosing K: fitting K = 1..{k_values[-1]} ...")
-        try:
-            if self._scored_on is None:
-                raise ValueError("choosing K locally needs the raw data: pass data_sample=")
-            call = self.ranks.run_async(rank_side.choose_k_on_rank, self._scored_on, self.estimator, k_values,
-                                        init, seed)
-            found = self._await(call)[0]
-        except BaseException as exc:
-            self.error = exc
-            self._show_status(f"choose K failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}",
-                              error=True)
-            raise
-        found["best_k"] = found["k"][int(np.argmin(found["bic"]))]
-        self.k_choice = found
-        if self.k_image is None:
-            self.k_image = plot_image()
-            self.widget.children = (*self.widget.children, self.k_image)
-        self.k_image.value = choose_k_png(found["k"], found["bic"], found["aic"])
-        self.request_redraw()
-
     def _request_stop(self) -> None:
         self._pause.set()
 
     # -- work --------------------------------------------------------------------------------
 
-    def _steps(self, n: int) -> tuple[list[StepRecord], float]:
-        """``n`` steps in one call; (their records, the slowest rank's seconds per step). On
-        failure the steps completed before it are recorded, then raised."""
-        return self._collect(*self._send(n))
-
-    def _send(self, n: int, after: Optional[str] = None) -> tuple[Any, str, int]:
-        """Start ``n`` steps on the ranks, behind the call ``after`` (see ``em_steps_on_rank``);
-        (the call, its id, ``n``)."""
-        call_id = uuid.uuid4().hex
-        self.step_calls += 1
-        self._last_sent = n
-        return self.ranks.run_async(rank_side.em_steps_on_rank, self.handle, self.estimator, self.model_name,
-                                    n, call_id, after), call_id, n
-
-    def _collect(self, call, call_id: str, n: int, sent_after: Sequence = ()) -> tuple[list[StepRecord], float]:
-        """Record the steps of a sent call (the caller holds the lock); (their records, the
-        slowest rank's seconds per step). If it failed, the calls ``sent_after`` it (which then
-        run no step) are awaited, the steps it completed are recorded, the failure shown and
-        raised."""
+    def _collect(self) -> list[EMStep]:
+        """Record the steps of the oldest call sent (the caller holds the lock). If it failed,
+        the steps it completed are recorded, the failure shown and raised."""
         try:
-            per_rank = self._await(call, queued=sent_after)
+            steps = self.calls.collect()
         except BaseException as exc:
-            for later in sent_after:
-                try:
-                    self._await(later)
-                except BaseException:
-                    pass
-            self._keep_completed(call_id)
+            self._record(self.calls.completed())
             explained = self._explained(exc)
             self._fail(explained)
             if explained is not exc:
                 raise explained from exc
             raise
-        records = self._record(per_rank)
+        records = self._record(steps)
         self.error = None
-        if records:
-            self._step_s = max(sum(s["step_s"] for s in steps) for steps in per_rank) / n
-        return records, self._step_s
-
-    def _keep_completed(self, call_id: str) -> None:
-        """Record the steps a failed call completed on every rank (fetched from the ranks, which
-        keep them; nothing to fetch when a rank died)."""
-        try:
-            self._record(self.ranks.run(rank_side.completed_steps_on_rank, call_id))
-        except Exception:  # a dead rank: the steps of this one call are lost with it
-            pass
-
-    def _record(self, per_rank: list) -> list[StepRecord]:
-        """Append the steps every rank completed (a rank interrupted just after a step may have
-        one more than the others): rank 0's model and log-density, each rank's E-step seconds."""
-        completed = min(len(steps) for steps in per_rank)
-        records = [StepRecord(len(self.history) + 1 + i, per_rank[0][i]["model"],
-                              float(per_rank[0][i]["log_density"]), [steps[i]["e_step_s"] for steps in per_rank],
-                              float(per_rank[0][i]["count"])) for i in range(completed)]
-        if records and self._pending_recovery is not None:
-            records[0].recovery, self._pending_recovery = self._pending_recovery, None
-        self.history.extend(records)
-        self._save_checkpoint(before=len(self.history) - len(records))
         return records
+
+    def _record(self, steps: list[EMStep]) -> list[EMStep]:
+        """Append ``steps``, numbered on from the history; the first after an elastic recovery carries it."""
+        for i, step in enumerate(steps):
+            step.step = len(self.history) + 1 + i
+        if steps and self._pending_recovery is not None:
+            steps[0].recovery, self._pending_recovery = self._pending_recovery, None
+        self.history.extend(steps)
+        self._save_checkpoint(before=len(self.history) - len(steps))
+        return steps
 
     def _save_checkpoint(self, before: Optional[int] = None, force: bool = False) -> None:
         if self.checkpoint and (force or self.checkpoint.due(len(self.history), before)):
             self.checkpoint.save("panel", {"start_model": self.start_model, "history": list(self.history)})
-
-    def _next_batch(self) -> int:
-        """Steps in the next call: one until the step time is measured, then about
-        ``batch_seconds`` of it, at most ``BATCH_GROWTH`` times the last call's."""
-        if self._step_s is None or self._call_seconds == 0:
-            return 1
-        return max(1, min(BATCH_GROWTH * self._last_sent, int(self._call_seconds / self._step_s)))
-
-    @property
-    def _call_seconds(self) -> float:
-        """About how long a call of steps lasts: ``batch_seconds`` on a cluster; locally one
-        step a call (each call runs in this process's worker, which stops between calls)."""
-        return self.batch_seconds if self.cluster is not None else 0.0
 
     def _explained(self, exc: BaseException) -> BaseException:
         """``exc``, or for a handle missing on the ranks (a restart leaves them empty) an error
@@ -409,61 +291,57 @@ class EMPanel(Panel):
         self.request_redraw()
 
     def _run_calls(self, n: int) -> None:
-        """Send calls of several steps, keeping one queued behind the running one (once the
-        step time is measured; not at one step a call, so Pause stops within a step) so the
-        ranks go from call to call without waiting on the round trip; record each as it returns."""
-        sent, flight, last_id = 0, collections.deque(), None
+        """Send the run's steps in calls with one queued behind the running one (StepCalls), so
+        the ranks go from call to call without waiting on the round trip; record each as it returns."""
+        sent = 0
         while True:
-            depth = 1 if self._step_s is None or self._call_seconds == 0 else 2
-            collecting = None
+            collecting = False
             try:
-                while len(flight) < depth and sent < n and not self._pause.is_set():
-                    call = self._send(min(self._next_batch(), n - sent), last_id)
-                    flight.append(call)
-                    sent, last_id = sent + call[2], call[1]
-                if not flight:
+                sent += self.calls.fill(n - sent, self._pause.is_set)
+                if not self.calls.queue:
                     return
-                call, call_id, size = collecting = flight.popleft()
+                collecting = True
                 with self._lock:
-                    records, _ = self._collect(call, call_id, size, [c for c, _, _ in flight])
+                    records = self._collect()
             except BaseException as exc:
-                recorded = self._went_on(exc, [(c, i) for c, i, _ in ([collecting] if collecting else []) + list(flight)])
-                if recorded is None and collecting is None:  # sending failed (a rank died between calls)
-                    if self._collect_sent(flight):
+                recorded = self._went_on(exc)
+                if recorded is None and not collecting:  # sending failed (a rank died between calls)
+                    if self._collect_sent():
                         self._fail(exc)
                     return
                 if recorded is None:
                     return  # _collect has recorded what completed, shown the error, kept the last good model
                 self.progress.value += recorded
-                flight.clear()
-                sent, last_id = self.progress.value, None
+                sent = self.progress.value
                 continue
             if not records:  # the ranks ran nothing (a call behind an interrupted one): stop
                 self._pause.set()
             self.progress.value += len(records)
             self.request_redraw()
 
-    def _collect_sent(self, flight) -> bool:
+    def _collect_sent(self) -> bool:
         """Record the steps of the calls already sent; False if one failed (it shows its own
         error, as :meth:`_collect` does)."""
-        for call, call_id, size in flight:
+        while self.calls.queue:
             try:
                 with self._lock:
-                    self.progress.value += len(self._collect(call, call_id, size)[0])
+                    self.progress.value += len(self._collect())
             except BaseException:
                 return False
         return True
 
-    def _went_on(self, exc: BaseException, calls: list) -> Optional[int]:
+    def _went_on(self, exc: BaseException) -> Optional[int]:
         """Elastic: after a rank died, the survivors take over its shards, the steps the failed
-        ``calls`` ((call, id)) completed are recorded and the run goes on; how many steps were
-        recorded. ``None``: not elastic, not a dead rank, or the recovery failed (shown)."""
-        if not self.elastic or self.cluster is None or not isinstance(exc, elastic_recovery.RankDiedError):
+        calls completed are recorded and the run goes on; how many steps were recorded.
+        ``None``: not elastic, not a dead rank, or the recovery failed (shown)."""
+        if not self.elastic or not isinstance(exc, elastic_recovery.RankDiedError):
             return None
+        calls = self.calls.abandon()
         try:
             with self._lock:
-                event = elastic_recovery.recover(self.cluster, self.handle, exc.ranks, [c for c, _ in calls])
-                records = self._record([elastic_recovery.completed_on_survivors(self.cluster, [i for _, i in calls])])
+                event = elastic_recovery.recover(self.cluster, self.handle, exc.ranks, [c.call for c in calls])
+                records = self._record(elastic_recovery.completed_on_survivors(self.cluster,
+                                                                               [c.call_id for c in calls]))
                 event.at_step = len(self.history) + 1
                 self._push_current()
         except BaseException as failure:
@@ -514,20 +392,6 @@ class EMPanel(Panel):
 
     def _new_view(self) -> EMView:
         return EMView(self.model, self.data_sample, self.cluster is not None, self.picture_dims)
-
-    def _selection_controls(self, init: str, seed: int):
-        """Init (a start from the data) and Choose K (BIC against K), as an optional row."""
-        self.init_choice = w.Dropdown(options=list(INITS), value=init, description="init",
-                                      layout=w.Layout(width="210px"), style={"description_width": "initial"})
-        self.k_max = w.BoundedIntText(value=6, min=1, max=50, description="K max",
-                                      style={"description_width": "initial"}, layout=w.Layout(width="110px"))
-        self.buttons["Init"] = w.Button(description="Init")
-        self.buttons["Choose K"] = w.Button(description="Choose K")
-        self.buttons["Init"].on_click(lambda _: self._guarded(
-            lambda: self._in_background(lambda: self._reinitialize(self.init_choice.value, seed))))
-        self.buttons["Choose K"].on_click(lambda _: self._guarded(
-            lambda: self.choose_k(self.k_max.value, self.init_choice.value, seed, block=False)))
-        return w.HBox([self.init_choice, self.buttons["Init"], self.k_max, self.buttons["Choose K"]])
 
     def _in_background(self, action) -> None:
         if not self.running:

@@ -6,17 +6,17 @@ from __future__ import annotations
 import csv
 import threading
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import ipywidgets as w
 
 from .. import cluster as cluster_module
+from ..cluster.calls import result_unless_interrupted
 
 REDRAW_INTERVAL_S = 0.2  # at most 5 redraws a second (the issue allows 10): the ranks keep the cores
 REDRAW_CPU_SHARE = 0.1  # and, within that, at most this share of one core: a redraw whose limits
 # changed draws axes and text again (100-200 ms), which early in a run happens at nearly every redraw
 REDRAW_MAX_INTERVAL_S = 0.5  # but at least 2 redraws a second while there is something new to show
-AWAIT_SLICE_S = 0.1  # how often a worker waiting on the ranks checks for an interrupt
 WAIT_SLICE_S = 0.1  # how often a blocked wait() wakes: Python runs a Ctrl-C's handler only when the
 # main thread runs, and a SIGINT the kernel delivers to another thread does not wake a lock wait
 STOP_DEADLINE_S = 30.0  # how long Ctrl-C waits for the worker (a cancel may re-form the group)
@@ -115,17 +115,10 @@ class Panel:
         self._worker = threading.Thread(target=work, daemon=True)
         self._worker.start()
 
-    def _await(self, call, on_slice: Callable[[], None] = lambda: None, queued: Sequence = ()) -> list:
+    def _await(self, call, on_slice: Callable[[], None] = lambda: None) -> list:
         """The per-rank results of a RankCall, waited for in slices: between them ``on_slice``
-        runs and an interrupt cancels the call, and the calls ``queued`` behind it, on every
-        rank (its result then raises)."""
-        while True:
-            try:
-                return call.result(timeout=AWAIT_SLICE_S)
-            except TimeoutError:
-                on_slice()
-                if self._interrupted.is_set() and not call.cancelled():
-                    call.cancel(queued)
+        runs and an interrupt cancels the call on every rank (its result then raises)."""
+        return result_unless_interrupted(call, self._interrupted, on_slice)
 
     # -- drawing -----------------------------------------------------------------------------
 

@@ -1,0 +1,92 @@
+"""EMPanel's model choice: the start from the data (Init, ``initialize``) and the choice of K
+(Choose K, ``choose_k``: BIC and AIC against K), both run where the data live (rank_side)."""
+from __future__ import annotations
+
+import ipywidgets as w
+import numpy as np
+
+from .. import validation
+from ..cluster import rank_side
+from ..inference import INITS
+from .em_view import choose_k_png
+from .panel import plot_image
+
+
+class ModelChoice:
+    """Init and Choose K, a part of :class:`~.em_panel.EMPanel`, which provides the ranks and
+    names (``ranks``, ``handle``, ``estimator``, ``model_name``, ``_scored_on``), the state
+    (``_lock``, ``history``, ``start_model``, ``_save_checkpoint``), the view (``_new_view``,
+    ``buttons``, ``widget``, ``k_image``) and :class:`~.panel.Panel`'s worker and status."""
+
+    def initialize(self, init: str = "kmeans++", seed: int = 0) -> None:
+        """Start again from the model ``init`` finds in the data (k-means++, run as k-means‖
+        where the data live; ``"random_from_data"``; ``"random"``): history cleared."""
+        if self.running:
+            raise RuntimeError("a run is going: pause() it or wait() for it first")
+        self._reinitialize(init, seed)
+
+    def _reinitialize(self, init: str, seed: int) -> None:
+        with self._lock:
+            self.start_model = self._initial_model(init, seed)
+            self.history.clear()
+            self.error = None
+            self._save_checkpoint(force=True)
+        self.view = self._new_view()
+        self.request_redraw()
+
+    def _initial_model(self, init: str, seed: int):
+        init = validation.choice("init", init, INITS)
+        seed = validation.integer("seed", seed, minimum=0)
+        call = self.ranks.run_async(rank_side.initial_model_on_rank, self.handle, self.estimator,
+                                    self.model_name, init, seed)
+        return self._await(call)[0]
+
+    def choose_k(self, k_max: int, init: str = "kmeans++", seed: int = 0, block: bool = True) -> None:
+        """Fit K = 1..``k_max`` components (copies of the estimator's first component) on the
+        cluster (locally: on ``data_sample``), plot BIC and AIC against K, keep them in
+        ``k_choice`` (``k``, ``bic``, ``aic``, ``models``, ``best_k``)."""
+        k_max = validation.positive_int("k_max", k_max)
+        init = validation.choice("init", init, INITS)
+        if self.running:
+            raise RuntimeError("a run is going: pause() it or wait() for it first")
+        self._start_worker(self._guarded, lambda: self._choose_k(list(range(1, k_max + 1)), init, seed))
+        if block:
+            self.wait()
+            if self.error is not None:
+                raise self.error
+
+    def _choose_k(self, k_values: list, init: str, seed: int) -> None:
+        self.error = None
+        self._show_status(f"choosing K: fitting K = 1..{k_values[-1]} ...")
+        try:
+            if self._scored_on is None:
+                raise ValueError("choosing K locally needs the raw data: pass data_sample=")
+            call = self.ranks.run_async(rank_side.choose_k_on_rank, self._scored_on, self.estimator, k_values,
+                                        init, seed)
+            found = self._await(call)[0]
+        except BaseException as exc:
+            self.error = exc
+            self._show_status(f"choose K failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}",
+                              error=True)
+            raise
+        found["best_k"] = found["k"][int(np.argmin(found["bic"]))]
+        self.k_choice = found
+        if self.k_image is None:
+            self.k_image = plot_image()
+            self.widget.children = (*self.widget.children, self.k_image)
+        self.k_image.value = choose_k_png(found["k"], found["bic"], found["aic"])
+        self.request_redraw()
+
+    def _selection_controls(self, init: str, seed: int):
+        """Init (a start from the data) and Choose K (BIC against K), as an optional row."""
+        self.init_choice = w.Dropdown(options=list(INITS), value=init, description="init",
+                                      layout=w.Layout(width="210px"), style={"description_width": "initial"})
+        self.k_max = w.BoundedIntText(value=6, min=1, max=50, description="K max",
+                                      style={"description_width": "initial"}, layout=w.Layout(width="110px"))
+        self.buttons["Init"] = w.Button(description="Init")
+        self.buttons["Choose K"] = w.Button(description="Choose K")
+        self.buttons["Init"].on_click(lambda _: self._guarded(
+            lambda: self._in_background(lambda: self._reinitialize(self.init_choice.value, seed))))
+        self.buttons["Choose K"].on_click(lambda _: self._guarded(
+            lambda: self.choose_k(self.k_max.value, self.init_choice.value, seed, block=False)))
+        return w.HBox([self.init_choice, self.buttons["Init"], self.k_max, self.buttons["Choose K"]])
