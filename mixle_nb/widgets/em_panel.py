@@ -24,6 +24,7 @@ from .panel import Panel, plot_image, resolve_cluster
 PANEL_MODEL_NAME = "_mixle_panel_model"
 LOCAL_HANDLE, LOCAL_ESTIMATOR, LOCAL_DATA = "handle", "estimator", "data"  # a local panel's, on its LocalRanks
 DATA_SAMPLE_SIZE = 2000
+AXES_AHEAD_S = 2.0  # during a run the step axes also hold the steps this much of it will bring
 
 
 class EMPanel(ModelChoice, Panel):
@@ -81,6 +82,8 @@ class EMPanel(ModelChoice, Panel):
         self.history: list[EMStep] = []
         self._lock = threading.Lock()
         self._pause = threading.Event()
+        self._run_end: Optional[int] = None  # the step a run in progress ends at
+        self._axis_reach = 0  # the steps the step axes hold during that run (only grows)
         self.picture_dims = picture_dims
         self.k_choice: Optional[dict] = None
         if (model is None) == (init is None):
@@ -287,8 +290,23 @@ class EMPanel(ModelChoice, Panel):
 
     def _run_loop(self, n: int) -> None:
         self.progress.max, self.progress.value = n, 0
-        self._run_calls(n)
+        self._axis_reach, self._run_end = len(self.history), len(self.history) + n
+        try:
+            self._run_calls(n)
+        finally:
+            self._run_end = None
         self.request_redraw()
+
+    def _axis_steps(self, taken: int) -> int:
+        """The steps the step axes hold: those ``taken``, and during a run also those the next
+        :data:`AXES_AHEAD_S` of it will bring (up to its end), so that a run widens the axes
+        once or twice rather than at every doubling, and they fit the steps taken once it ends
+        (or pauses)."""
+        end, step_s = self._run_end, self.calls.step_s
+        if end is None or not step_s:
+            return taken
+        self._axis_reach = max(self._axis_reach, min(end, taken + int(AXES_AHEAD_S / step_s)))
+        return max(taken, self._axis_reach)
 
     def _run_calls(self, n: int) -> None:
         """Send the run's steps in calls with one queued behind the running one (StepCalls), so
@@ -407,7 +425,7 @@ class EMPanel(ModelChoice, Panel):
     def _render(self) -> bytes:
         history = list(self.history)
         png = self.view.render([r.log_density for r in history], self.model,
-                               history[-1].rank_seconds if history else [])
+                               history[-1].rank_seconds if history else [], self._axis_steps(len(history)))
         if self.error is None:
             last = f" · log-density {history[-1].log_density:.6g}" if history else ""
             stopped = " · interrupted (Ctrl-C): run stopped" if self._interrupted.is_set() else ""

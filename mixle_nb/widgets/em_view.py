@@ -50,17 +50,20 @@ class EMView:
             fit_steps(ax, 0)
         self.model = model
 
-    def render(self, log_densities: Sequence[float], model, rank_seconds: Sequence[float]) -> bytes:
-        """Draw the steps so far, on step axes fitted to them (see :func:`fit_steps`)."""
+    def render(self, log_densities: Sequence[float], model, rank_seconds: Sequence[float],
+               axis_steps: Optional[int] = None) -> bytes:
+        """Draw the steps so far, on step axes fitted to ``axis_steps`` steps (default: the
+        steps drawn; see :func:`fit_steps`)."""
         steps = np.arange(1, len(log_densities) + 1)
         g = gains(log_densities)
         self.objective_line.set_data(steps, log_densities)
         self.gain_line.set_data(steps[1:], g)
         shrink = len(steps) < self.shown_steps  # limits only widen while the history grows
         self.shown_steps = len(steps)
-        changed = {self.objective: fit_steps(self.objective, len(steps))
+        reach = len(steps) if axis_steps is None else max(axis_steps, len(steps))
+        changed = {self.objective: fit_steps(self.objective, reach)
                    | fit_limits(self.objective, log_densities, shrink=shrink),
-                   self.convergence: fit_steps(self.convergence, len(steps))
+                   self.convergence: fit_steps(self.convergence, reach)
                    | fit_limits(self.convergence, g, log=True, shrink=shrink),
                    self.ranks: self._rank_bars(rank_seconds)}
         if model is not self.model:
