@@ -415,7 +415,7 @@ stalled = min(fits["random"], key=lambda f: f.log_density)
 fig, axes = plt.subplots(1, 2, figsize=(11, 2.8))
 for init, colour in (("random", "#c0392b"), ("kmeans++", "#2980b9")):
     for i, f in enumerate(fits[init]):
-        axes[0].plot([r.iteration for r in f.history[1:]], [r.log_density / len(x4) for r in f.history[1:]],
+        axes[0].plot([r.step for r in f.history[1:]], [r.log_density / len(x4) for r in f.history[1:]],
                      color=colour, lw=1, label=init if i == 0 else None)
 axes[0].set(title="log-density per point, five seeds each", xlabel="EM iteration", xscale="log")
 axes[0].legend(fontsize=8)

@@ -33,7 +33,7 @@ def numbers(model):
 
 def die_at(start, iteration):
     def on_step(record):
-        if (record.start, record.iteration) == (start, iteration):
+        if (record.start, record.step) == (start, iteration):
             raise Died()
     return on_step
 
@@ -50,7 +50,7 @@ def test_a_fit_killed_mid_start_resumes_as_the_same_run(tmp_path, every):
 
     steps = []
     resumed = fit(x, estimator(), checkpoint=EMCheckpoint(path, every=every), on_step=steps.append, **options)
-    assert (steps[0].start, steps[0].iteration) == (1, 8 - 8 % every + 1)  # nothing run twice
+    assert (steps[0].start, steps[0].step) == (1, 8 - 8 % every + 1)  # nothing run twice
     np.testing.assert_array_equal(numbers(resumed.model), numbers(whole.model))
     assert resumed.restarts == whole.restarts
     assert [r.log_density for r in resumed.history] == [r.log_density for r in whole.history]

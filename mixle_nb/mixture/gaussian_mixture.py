@@ -206,9 +206,9 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         clock = [time.perf_counter()]
 
         def report(record):
-            if self.verbose >= 2 and record.iteration % self.verbose_interval == 0:
+            if self.verbose >= 2 and record.step % self.verbose_interval == 0:
                 now = time.perf_counter()
-                print(f"  Iteration {record.iteration}\t time lapse {now - clock[0]:.5f}s\t "
+                print(f"  Iteration {record.step}\t time lapse {now - clock[0]:.5f}s\t "
                       f"ll change {record.gain:.5f}")
                 clock[0] = now
 

@@ -43,11 +43,6 @@ class EMStep:
     step_s: float = float("nan")
     recovery: Any = None
 
-    @property
-    def iteration(self) -> int:
-        """``step``, under the name ``fit``'s history used."""
-        return self.step
-
     # pickled as its values alone, without the field names: the ranks send every step's record
     def __getstate__(self) -> tuple:
         return tuple(getattr(self, name) for name in EM_STEP_FIELDS)
