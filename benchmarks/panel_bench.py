@@ -4,7 +4,10 @@
 
 Redraw: the notebook's CPU (thread CPU time) and wall time per redraw of each panel, with the
 figure kept and only the changed artists redrawn (what the panels do), against building a new
-figure for every redraw (what they did), over a growing 200-step history. Target: 20 ms.
+figure for every redraw (what they did), over a growing 200-step history. Target: 20 ms. Also
+a redraw whose step axes widen (both x axes drawn again), one whose step axes widen to limits
+they had before (their x axes kept), and one with one axes drawn again whole. ``--baseline
+DIR`` also times another checkout's LiveFigure against this one's, interleaved in this process.
 
 Run N: ``panel.run(n)`` wall time per step (batched: calls of several steps, about
 ``batch_seconds`` each, the first call one step to measure, the next call queued behind the
@@ -20,6 +23,7 @@ notebook has a core of its own.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import time
@@ -31,7 +35,7 @@ from mixle_nb.cluster import MixleCluster
 from mixle_nb.cluster.rank_side import em_step_on_rank
 from mixle_nb.stats import GaussianDistribution, MixtureDistribution, seq_encode
 from mixle_nb.stats.estimation import em_step
-from mixle_nb.widgets import EMPanel
+from mixle_nb.widgets import EMPanel, em_view
 from mixle_nb.widgets.em_view import EMView
 from mixle_nb.widgets.loss_view import LossView
 
@@ -69,6 +73,14 @@ def redraw_bench(redraws: int) -> None:
     em_kept = [timed(lambda i=i: kept.render(densities[:i], models[i], seconds)) for i in range(1, redraws + 1)]
     em_new = [timed(lambda i=i: EMView(model, x, distributed=True).render(densities[:i], models[i], seconds))
               for i in range(1, redraws + 1, max(redraws // 20, 1))]
+    widen, widen_kept, whole = [], [], []
+    for i in range(20):  # the step axes widened from 10 steps: to new limits, to limits they had
+        kept.render(densities[:10], models[10], seconds)
+        widen.append(timed(lambda i=i: kept.render(densities[:10], models[10], seconds, axis_steps=20 * 2 ** i)))
+        kept.render(densities[:10], models[10], seconds)
+        widen_kept.append(timed(lambda: kept.render(densities[:10], models[10], seconds, axis_steps=20)))
+        kept.live.invalidate(kept.objective)  # one axes drawn again, whole
+        whole.append(timed(lambda: kept.render(densities[:10], models[10], seconds, axis_steps=20)))
     rng = np.random.default_rng(1)
     losses = {r: [(5 * s, 5 * s * 1024, 4.0 * np.exp(-s / 40) + 1.2 + 0.1 * rng.standard_normal())
                   for s in range(1, redraws + 1)] for r in range(2)}
@@ -84,9 +96,62 @@ def redraw_bench(redraws: int) -> None:
     print(f"\nRedraw over a growing {redraws}-step history, milliseconds (target <= 20)")
     print(f"{'panel':<10} {'figure':<22} {'CPU med':>8} {'CPU mean':>8} {'wall med':>9} {'wall mean':>9}")
     for name, how, samples in (("EMPanel", "kept, blitted", em_kept), ("EMPanel", "new every redraw", em_new),
+                               ("EMPanel", "step axes widen", widen), ("EMPanel", "... to kept limits", widen_kept),
+                               ("EMPanel", "one axes redrawn", whole),
                                ("TrainPanel", "kept, blitted", loss_kept),
                                ("TrainPanel", "new every redraw", loss_new)):
         print(f"{name:<10} {how:<22} {summary(samples)}")
+
+
+def live_figure_ab(baseline: str, repeats: int = 15) -> None:
+    """This checkout's LiveFigure against another checkout's (``baseline``), on the EM panel's
+    figure, in this process, alternating which goes first: thread CPU ms of the first draw, a
+    redraw with only the dynamic artists changed, one axes drawn again whole, the step axes
+    widened from 10 steps to 320 (new limits), and widened again to limits they had."""
+    spec = importlib.util.spec_from_file_location(
+        "baseline_live_figure", os.path.join(baseline, "mixle_nb", "widgets", "live_figure.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Baseline(module.LiveFigure):
+        def invalidate(self, ax=None, changed="all"):  # an older LiveFigure redraws the whole axes
+            super().invalidate(ax)
+
+    x, model = problem(2000)
+    enc, est = seq_encode(x, model=model), model.estimator()
+    models, densities = [model], []
+    for _ in range(16):
+        step = em_step(enc, est, models[-1])
+        models.append(step.model)
+        densities.append(step.log_density)
+    seconds = [0.01, 0.012]
+    cases = ("first draw", "dynamic only", "one axes whole", "widen to new limits", "widen to kept limits")
+    times = {case: {"this": [], "baseline": []} for case in cases}
+    figures = (("this", em_view.LiveFigure), ("baseline", Baseline))
+    for i in range(repeats):
+        for who, figure_class in figures if i % 2 else figures[::-1]:
+            kept_class, em_view.LiveFigure = em_view.LiveFigure, figure_class  # EMView builds its figure from it
+            try:
+                view = EMView(model, x, distributed=True)
+            finally:
+                em_view.LiveFigure = kept_class
+
+            def render(step, axis_steps=None):
+                return view.render(densities[:10], models[step], seconds, axis_steps=axis_steps)
+
+            steps = ((None, lambda: render(10)), (None, lambda: render(11)),
+                     (lambda: view.live.invalidate(view.objective), lambda: render(12)),
+                     (None, lambda: render(13, axis_steps=300)),
+                     (lambda: render(14), lambda: render(15, axis_steps=300)))  # back to 10 steps, then 320 again
+            for case, (untimed, timed_render) in zip(cases, steps):
+                if untimed is not None:
+                    untimed()
+                times[case][who].append(timed(timed_render)[0])
+    print(f"\nLiveFigure against {baseline}'s, the EM panel's figure, median thread CPU ms of {repeats}, interleaved")
+    print(f"{'redraw':<22} {'baseline':>9} {'this':>9} {'this/baseline':>14}")
+    for case in cases:
+        base, this = (1e3 * statistics.median(times[case][who]) for who in ("baseline", "this"))
+        print(f"{case:<22} {base:>9.1f} {this:>9.1f} {this / base:>14.2f}")
 
 
 def make_handle():
@@ -117,16 +182,17 @@ def own_steps_on_rank(n: int) -> float:
     return (_time.perf_counter() - t0) / n
 
 
-def panel_step_seconds(panel: EMPanel, steps: int) -> tuple[float, float, float]:
+def panel_step_seconds(panel: EMPanel, steps: int) -> tuple[float, float, float, float]:
     """(wall seconds per step of ``panel.run(steps)`` from the start model, steps per call,
-    seconds of the final draw that ``run`` ends with), ``run(steps)`` being
+    seconds of the final draw that ``run`` ends with, CPU seconds this process (the notebook's
+    stand-in: its worker, redraws and ipyparallel's threads) spent on the run), ``run(steps)`` being
     ``run(steps, block=False)`` then ``wait()``, which draws the final state. The reset before
     it fits the step axes to no steps, so the run widens them again as it goes (log2(steps / 10)
     redraws of those axes), as Reset then Run N does in a notebook."""
     panel.reset()
     panel.flush()  # the reset's redraw now, not inside the timed run
     calls = panel.step_calls
-    t0 = time.perf_counter()
+    cpu, t0 = time.process_time(), time.perf_counter()
     panel.run(steps, block=False)
     while panel.running:
         time.sleep(0.01)
@@ -134,7 +200,7 @@ def panel_step_seconds(panel: EMPanel, steps: int) -> tuple[float, float, float]
     panel.wait()
     t2 = time.perf_counter()
     assert panel.error is None and len(panel.history) == steps, panel.error
-    return (t2 - t0) / steps, steps / (panel.step_calls - calls), t2 - t1
+    return (t2 - t0) / steps, steps / (panel.step_calls - calls), t2 - t1, time.process_time() - cpu
 
 
 def pin_cores() -> None:
@@ -155,7 +221,7 @@ def run_bench(cluster: MixleCluster, n_obs: int, steps: int, rounds: int) -> dic
     batched = EMPanel(cluster, handle="bench_h", estimator="bench_est", model=start)
     one_a_call = EMPanel(cluster, handle="bench_h", estimator="bench_est", model=start, batch_seconds=0)
     times: dict = {name: [] for name in ("ranks", "bare", "one a call", "batched", "steps/call", "final draw",
-                                         "bare/ranks", "one a call/ranks", "batched/ranks")}
+                                         "notebook CPU", "bare/ranks", "one a call/ranks", "batched/ranks")}
     cluster.run(own_steps_on_rank, 2)  # warm every path
     batched.run(2)
     one_a_call.run(2)
@@ -166,16 +232,18 @@ def run_bench(cluster: MixleCluster, n_obs: int, steps: int, rounds: int) -> dic
             cluster.run(em_step_on_rank, "bench_h", "bench_est", "bench_start")
         bare = (time.perf_counter() - t0) / steps
         one = panel_step_seconds(one_a_call, steps)[0]
-        per_step, per_call, final_draw = panel_step_seconds(batched, steps)
+        per_step, per_call, final_draw, notebook_cpu = panel_step_seconds(batched, steps)
         own = (own_before + max(cluster.run(own_steps_on_rank, steps))) / 2  # before and after the rest
         # ratios within a round: the machine's load drifts between rounds more than within one
         for name, value in (("ranks", own), ("bare", bare), ("one a call", one), ("batched", per_step),
-                            ("steps/call", per_call), ("final draw", final_draw), ("bare/ranks", bare / own),
+                            ("steps/call", per_call), ("final draw", final_draw), ("notebook CPU", notebook_cpu),
+                            ("bare/ranks", bare / own),
                             ("one a call/ranks", one / own), ("batched/ranks", per_step / own)):
             times[name].append(value)
     cluster.run(drop_handle)
     medians = {name: statistics.median(values) for name, values in times.items()}
-    return medians | {"batched/ranks, by round": times["batched/ranks"]}
+    by_round = {f"{name}, by round": times[name] for name in ("batched/ranks", "notebook CPU")}
+    return medians | by_round
 
 
 def main():
@@ -184,18 +252,23 @@ def main():
     parser.add_argument("--steps", type=int, default=200, help="EM steps per timed run")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--skip-redraw", action="store_true", help="only the Run N comparison")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also time another checkout's LiveFigure against this one's, in this process")
     parser.add_argument("--pin", action="store_true",
                         help="engines on core 0, this process and the controller on core 1")
     args = parser.parse_args()
     if not args.skip_redraw:
         redraw_bench(args.redraws)
+    if args.baseline:
+        live_figure_ab(args.baseline)
     print(f"\npanel.run({args.steps}) per step against the ranks' own step, 2 engines"
           f"{' on core 0, the notebook and controller on core 1' if args.pin else ''}, "
           f"median of {args.rounds} interleaved rounds, ratios taken within each round (target at N=1e6: <= 1.1x)")
     print("ms per step: the ranks' own; one bare cluster.run a step; the panel at one step a call; "
-          "the panel batched (steps/call: its mean; draw: ms of the final draw run() ends with)")
+          "the panel batched (steps/call: its mean; draw: ms of the final draw run() ends with; "
+          "nb CPU: ms of this process's CPU during the batched run)")
     print(f"{'N':>9} {'ranks':>8} {'run()':>8} {'1/call':>8} {'batched':>8} {'steps/call':>10} {'draw':>6} "
-          f"{'run()/ranks':>11} {'1/call/ranks':>12} {'batched/ranks':>13}")
+          f"{'nb CPU':>7} {'run()/ranks':>11} {'1/call/ranks':>12} {'batched/ranks':>13}")
     rounds = []
     with MixleCluster(2) as cluster:
         if args.pin:
@@ -204,10 +277,12 @@ def main():
             t = run_bench(cluster, n_obs, args.steps, args.rounds)
             print(f"{n_obs:>9,} {t['ranks'] * 1e3:>8.2f} {t['bare'] * 1e3:>8.2f} {t['one a call'] * 1e3:>8.2f} "
                   f"{t['batched'] * 1e3:>8.2f} {t['steps/call']:>10.1f} {t['final draw'] * 1e3:>6.0f} "
+                  f"{t['notebook CPU'] * 1e3:>7.0f} "
                   f"{t['bare/ranks']:>11.2f} {t['one a call/ranks']:>12.2f} {t['batched/ranks']:>13.2f}")
-            rounds.append((n_obs, t["batched/ranks, by round"]))
-    for n_obs, ratios in rounds:  # the spread the medians hide: this machine's load drifts
+            rounds.append((n_obs, t["batched/ranks, by round"], t["notebook CPU, by round"]))
+    for n_obs, ratios, cpu in rounds:  # the spread the medians hide: this machine's load drifts
         print(f"batched/ranks at N={n_obs:,}, by round: {' '.join(f'{r:.2f}' for r in ratios)}")
+        print(f"notebook CPU ms at N={n_obs:,}, by round: {' '.join(f'{1e3 * c:.0f}' for c in cpu)}")
 
 
 if __name__ == "__main__":

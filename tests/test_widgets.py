@@ -13,6 +13,7 @@ from nbclient import NotebookClient
 
 from mixle_nb.inference import optimize
 from mixle_nb.stats import GaussianDistribution, MixtureDistribution, seq_encode
+from mixle_nb.stats.estimation import em_step
 from mixle_nb.widgets import EMPanel, TrainPanel
 from interrupts import interrupt_after, kernel_interrupts
 from strictness import import_or_unavailable
@@ -493,7 +494,7 @@ def test_a_long_run_redraws_its_step_axes_a_logarithmic_number_of_times():
     view = EMView(start, None, distributed=False)
     stale = []
     invalidate = view.live.invalidate
-    view.live.invalidate = lambda ax=None: (stale.append(ax), invalidate(ax))
+    view.live.invalidate = lambda ax=None, *changed: (stale.append(ax), invalidate(ax, *changed))
     step_axes = (view.objective, view.convergence)
     limits = []
     for i in range(1, len(densities) + 1):
@@ -505,6 +506,49 @@ def test_a_long_run_redraws_its_step_axes_a_logarithmic_number_of_times():
     assert high_x[-1].tolist() == [160.5, 160.5]
     for ax in step_axes:
         assert 4 <= stale.count(ax) <= 8, [stale.count(a) for a in step_axes]
+
+
+def full_draw(live) -> np.ndarray:
+    """RGB of one Agg draw of the whole figure, then its dynamic artists: what blitting and
+    the background's layers must reproduce."""
+    live.canvas.draw()  # leaves out the dynamic (animated) artists
+    for artist in live._dynamic:
+        if artist.get_visible() and artist.axes is not None:
+            artist.axes.draw_artist(artist)
+    return np.asarray(live.canvas.buffer_rgba())[..., :3].astype(int)
+
+
+def test_the_layered_background_shows_what_a_full_draw_shows():
+    """Through renders that widen only the step axes (their x axes alone are drawn again), move
+    their y limits, change the model and the rank bars, shrink back to no steps, and a loss
+    plot gaining a rank, each PNG equals a full draw of the figure to within 1 of 255 per
+    channel (the layers' composite rounds once). A layer left stale shows old tick labels."""
+    import io
+
+    from PIL import Image
+
+    from mixle_nb.widgets.em_view import EMView
+    from mixle_nb.widgets.loss_view import LossView
+
+    def pixels(png):
+        return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
+
+    x, model = em_problem(500)
+    enc, est = seq_encode(x, model=model), model.estimator()
+    models, densities = [model], []
+    for _ in range(150):
+        step = em_step(enc, est, models[-1])
+        models.append(step.model)
+        densities.append(step.log_density)
+    view = EMView(model, x, distributed=True)
+    for steps, reach in ((1, None), (12, None), (12, 40), (30, 200), (150, None), (6, None), (0, None)):
+        png = view.render(densities[:steps], models[steps], [0.001 * (steps + 1), 0.002], axis_steps=reach)
+        assert np.abs(pixels(png) - full_draw(view.live)).max() <= 1, (steps, reach)
+    loss = LossView(entropy_floor=1.1)
+    for ranks, steps in ((1, 5), (2, 5), (2, 80)):
+        png = loss.render({r: [(s, s * 64, 3.0 / s + 1.2 + 0.1 * r) for s in range(1, steps + 1)]
+                           for r in range(ranks)}, [(steps, steps * 64, 1.5)])
+        assert np.abs(pixels(png) - full_draw(loss.live)).max() <= 1, (ranks, steps)
 
 
 def test_png_encoding_is_lossless():

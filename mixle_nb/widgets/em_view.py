@@ -61,17 +61,17 @@ class EMView:
         shrink = len(steps) < self.shown_steps  # limits only widen while the history grows
         self.shown_steps = len(steps)
         reach = len(steps) if axis_steps is None else max(axis_steps, len(steps))
-        changed = {self.objective: fit_steps(self.objective, reach)
-                   | fit_limits(self.objective, log_densities, shrink=shrink),
-                   self.convergence: fit_steps(self.convergence, reach)
-                   | fit_limits(self.convergence, g, log=True, shrink=shrink),
-                   self.ranks: self._rank_bars(rank_seconds)}
+        for ax, values, log in ((self.objective, log_densities, False), (self.convergence, g, True)):
+            if fit_limits(ax, values, log=log, shrink=shrink):
+                self.live.invalidate(ax, "y limits")
+            if fit_steps(ax, reach):  # the step axes' data artists are all dynamic
+                self.live.invalidate(ax, "x limits")
+        if self._rank_bars(rank_seconds):
+            self.live.invalidate(self.ranks)
         if model is not self.model:
-            changed[self.picture.ax] = self.picture.update(model)
+            if self.picture.update(model):
+                self.live.invalidate(self.picture.ax)
             self.model = model
-        for ax, stale in changed.items():
-            if stale:
-                self.live.invalidate(ax)
         return self.live.png()
 
     def _rank_bars(self, seconds: Sequence[float]) -> bool:

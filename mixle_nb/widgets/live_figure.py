@@ -1,10 +1,13 @@
-"""A Matplotlib figure kept between redraws and rendered by blitting.
+"""A Matplotlib figure kept between redraws, its static parts drawn once as layers.
 
 Most of a full Agg draw goes into axes, ticks and text (about 90% of 70-180 ms on a busy
-2-core machine). A ``LiveFigure`` draws those once into a background, then each redraw
-restores it and draws only the *dynamic* artists (lines, bars, ellipses) before encoding the
-PNG: a few milliseconds. The background is redrawn only when a view's limits or static
-content change; :func:`fit_limits` widens limits with headroom so that happens rarely.
+2-core machine). A ``LiveFigure`` draws those once, as layers: the figure's own artists, and
+for each axes its x axis and the rest of it. Each redraw starts from the layers' composite and
+draws only the *dynamic* artists (lines, bars, ellipses) before encoding the PNG: a few
+milliseconds. A layer is drawn again only when what it shows changes: when only the x limits
+did (a per-step plot growing), the x axis alone, and an x axis is kept for each of the last
+limits it had, so limits it returns to (Reset, then Run N again) cost no drawing at all.
+:func:`fit_limits` widens limits with headroom, so they change rarely.
 
 PNG bytes work the same in JupyterLab, VS Code and nbconvert, and a saved notebook keeps only
 the last one. No pyplot backend is selected, so the notebook's own (inline) backend is left alone.
@@ -23,79 +26,158 @@ from matplotlib.figure import Figure
 DPI = 72
 PNG_COMPRESS_LEVEL = 1  # zlib level 1: fastest; a plot's mostly flat rows compress well anyway
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# The layers: the figure's own artists (FIGURE); for each axes, its x axis and all the rest (BODY).
+FIGURE, BODY, X_AXIS = "figure", "body", "x axis"
+KEPT_X_AXES = 8  # x axis layers kept per axes, for its latest limits (steps 1-10 up to 1-1280)
+CHANGES = {"all": (BODY, X_AXIS), "x limits": (X_AXIS,), "y limits": (BODY,)}
 
 
 class LiveFigure:
-    """A figure whose static parts are drawn once and whose dynamic artists are redrawn."""
+    """A figure whose static parts are drawn once, as layers, and whose dynamic artists are redrawn."""
 
     def __init__(self, figsize: tuple[float, float]):
         self.figure = Figure(figsize=figsize, dpi=DPI)
         self.canvas = FigureCanvasAgg(self.figure)
         self._dynamic: list = []
-        self._background = None
-        self._stale: set = set()  # axes whose static content changed since the background
-        self._extents: dict = {}  # axes -> the pixel box its static content covered when drawn
+        self._layers: dict = {}  # (axes or None, part) -> Layer, in the figure's drawing order
+        self._stale: set = set()  # keys of layers to draw again
+        self._x_axes: dict = {}  # axes -> {x limits: its x axis layer}, the latest KEPT_X_AXES
+        self._composite: Optional[np.ndarray] = None  # the layers laid over each other, RGB float
+        self._background: Optional[np.ndarray] = None  # the same, RGBA bytes
 
     def dynamic(self, artist):
-        """Mark ``artist`` as redrawn on every render (it is left out of the background)."""
+        """Mark ``artist`` as redrawn on every render (it is left out of the layers)."""
         artist.set_animated(True)
         self._dynamic.append(artist)
         return artist
 
     def forget(self, artists) -> None:
-        """Remove dynamic artists from the figure (a view rebuilding its picture). The
-        background never holds them, so it stays valid."""
+        """Remove dynamic artists from the figure (a view rebuilding its picture). The layers
+        never hold them, so they stay valid."""
         for artist in artists:
             if artist in self._dynamic:
                 self._dynamic.remove(artist)
             artist.remove()
 
-    def invalidate(self, ax=None) -> None:
-        """Static content or limits changed (of ``ax`` only, or of the whole figure): the next
-        render redraws that part of the background."""
+    def invalidate(self, ax=None, changed: str = "all") -> None:
+        """What ``ax`` (or, without it, the whole figure) shows has changed: the next render
+        draws it again. ``changed="x limits"``: only its x limits, and its data artists are all
+        dynamic: only its x axis is drawn (or taken from those kept). ``"y limits"``: all of it
+        but its x axis."""
+        if changed not in CHANGES:
+            raise ValueError(f"changed must be one of {sorted(CHANGES)}; got {changed!r}")
         if ax is None:
-            self._background = None
-        else:
-            self._stale.add(ax)
+            self._layers.clear()
+            self._x_axes.clear()
+            self._composite = None
+            return
+        if changed == "all":
+            self._x_axes.pop(ax, None)
+        self._stale.update((ax, part) for part in CHANGES[changed])
 
     def png(self) -> bytes:
-        if self._background is None:
-            self.canvas.draw()  # animated (dynamic) artists are skipped here
-            self._remember_extents()
-            self._background = self.canvas.copy_from_bbox(self.figure.bbox)
-        else:
-            self.canvas.restore_region(self._background)
-            if self._stale:
-                self._redraw_stale()
+        renderer = self.canvas.get_renderer()
+        self._update_background(renderer)
+        np.asarray(renderer.buffer_rgba())[...] = self._background
         for artist in self._dynamic:
             if artist.get_visible() and artist.axes is not None:
                 artist.axes.draw_artist(artist)
         return encode_png(self.canvas.buffer_rgba())
 
-    def _remember_extents(self) -> None:
-        renderer = self.canvas.get_renderer()
-        self._extents = {ax: ax.get_tightbbox(renderer) for ax in self.figure.axes}
-        self._stale.clear()
+    def _update_background(self, renderer) -> None:
+        """Draw the layers that are stale or missing (axes added), then lay every layer again
+        over the boxes those covered before and cover now."""
+        wanted = [(None, FIGURE)] + [(ax, part) for ax in self.figure.axes for part in (BODY, X_AXIS)]
+        if self._composite is not None and not self._stale and self._layers.keys() == set(wanted):
+            return
+        layers, dirty = {}, [self._layers[key].box for key in self._layers.keys() - set(wanted)]  # axes removed
+        for key in wanted:
+            layer = self._layers.get(key)
+            if layer is None or key in self._stale:
+                new = self._x_axis_layer(renderer, key[0]) if key[1] == X_AXIS else self._draw_layer(renderer, *key)
+                dirty.append(new.box if layer is None else union(layer.box, new.box))
+                layer = new
+            layers[key] = layer
+        self._layers, self._stale = layers, set()
+        shape = np.asarray(renderer.buffer_rgba()).shape
+        if self._composite is None:
+            self._composite = np.empty((*shape[:2], 3), dtype=np.float32)
+            self._background = np.full(shape, 255, dtype=np.uint8)
+            dirty = [(0, shape[0], 0, shape[1])]
+        for box in filter(None, dirty):
+            r0, r1, c0, c1 = box
+            self._composite[r0:r1, c0:c1] = 255.0  # an empty Agg canvas is white
+            for layer in layers.values():
+                layer.over(self._composite, box)
+            self._background[r0:r1, c0:c1, :3] = np.rint(self._composite[r0:r1, c0:c1])
 
-    def _redraw_stale(self) -> None:
-        """Blank the stale axes' old and new boxes, draw their static content, keep the result
-        as the background: a quarter of a full draw when one of four views changed."""
-        renderer = self.canvas.get_renderer()
-        pixels = np.asarray(self.canvas.buffer_rgba())
-        height, width = pixels.shape[:2]
-        for ax in self._stale:
-            new = ax.get_tightbbox(renderer)  # what the draw below covers: the costly half, measured once
-            for box in (self._extents.get(ax), new):
-                if box is not None:
-                    x0, x1 = max(int(box.x0) - 1, 0), min(int(math.ceil(box.x1)) + 1, width)
-                    y0, y1 = max(height - int(math.ceil(box.y1)) - 1, 0), min(height - int(box.y0) + 1, height)
-                    pixels[y0:y1, x0:x1] = 255
-            self._extents[ax] = new
-        for ax in self._stale:
-            ax.draw(renderer)
-        self._stale.clear()
-        self._background = self.canvas.copy_from_bbox(self.figure.bbox)
+    def _x_axis_layer(self, renderer, ax) -> "Layer":
+        """``ax``'s x axis at its limits: the one kept for them, else drawn (and kept)."""
+        kept = self._x_axes.setdefault(ax, {})
+        limits = ax.get_xlim()
+        layer = kept.pop(limits, None) or self._draw_layer(renderer, ax, X_AXIS)
+        kept[limits] = layer  # the latest last
+        if len(kept) > KEPT_X_AXES:
+            del kept[next(iter(kept))]
+        return layer
 
+    def _draw_layer(self, renderer, ax, part) -> "Layer":
+        renderer.clear()  # transparent
+        if ax is None:  # the figure's patch and texts, its axes hidden
+            shown = [a for a in self.figure.axes if a.get_visible()]
+            for a in shown:
+                a.set_visible(False)
+            try:
+                self.figure.draw(renderer)
+            finally:
+                for a in shown:
+                    a.set_visible(True)
+        elif part == X_AXIS:
+            if ax.get_visible() and ax.axison:
+                ax.xaxis.draw(renderer)
+        else:
+            shown = ax.xaxis.get_visible()
+            ax.xaxis.set_visible(False)
+            try:
+                ax.draw(renderer)
+            finally:
+                ax.xaxis.set_visible(shown)
+        return Layer(np.asarray(renderer.buffer_rgba()))
+
+
+class Layer:
+    """What one drawing put on a transparent canvas: the box it covered (rows r0:r1, columns
+    c0:c1), its colours premultiplied by their opacity, ready to be laid over what is below."""
+
+    def __init__(self, rgba: np.ndarray):
+        alpha = rgba[..., 3]
+        rows, cols = np.flatnonzero(alpha.any(axis=1)), np.flatnonzero(alpha.any(axis=0))
+        self.box = (rows[0], rows[-1] + 1, cols[0], cols[-1] + 1) if rows.size else None
+        if self.box is not None:
+            r0, r1, c0, c1 = self.box
+            crop = rgba[r0:r1, c0:c1].astype(np.float32)
+            opacity = crop[..., 3:] / 255.0
+            self.color, self.transparency = crop[..., :3] * opacity, 1.0 - opacity
+
+    def over(self, out: np.ndarray, box: tuple) -> None:
+        """Lay this layer over ``out`` (RGB, float, the whole figure), in place, within ``box``."""
+        if self.box is None:
+            return
+        r0, r1 = max(box[0], self.box[0]), min(box[1], self.box[1])
+        c0, c1 = max(box[2], self.box[2]), min(box[3], self.box[3])
+        if r0 >= r1 or c0 >= c1:
+            return
+        mine = np.s_[r0 - self.box[0]:r1 - self.box[0], c0 - self.box[2]:c1 - self.box[2]]
+        below = out[r0:r1, c0:c1]
+        below *= self.transparency[mine]
+        below += self.color[mine]
+
+
+def union(a: Optional[tuple], b: Optional[tuple]) -> Optional[tuple]:
+    """The smallest box holding boxes ``a`` and ``b`` (either may be None: nothing)."""
+    if a is None or b is None:
+        return a or b
+    return min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3])
 
 
 def encode_png(rgba) -> bytes:

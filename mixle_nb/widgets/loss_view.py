@@ -90,8 +90,10 @@ class LossView:
             ys.extend(arr[:, 2])
         if self.entropy_floor is not None:
             ys.append(self.entropy_floor)
-        changed |= fit_limits(self.ax, [0.0, max(xs)], axis="x", floor=0.0)
-        changed |= fit_limits(self.ax, ys, log=self.log_scale)
-        if changed:
-            self.live.invalidate()
+        if fit_limits(self.ax, [0.0, max(xs)], axis="x", floor=0.0):  # the curves are all dynamic; the legend
+            self.live.invalidate(self.ax, "x limits")                     # and floor's x are axes coordinates
+        if fit_limits(self.ax, ys, log=self.log_scale):
+            self.live.invalidate(self.ax, "y limits")
+        if changed:  # the legend
+            self.live.invalidate(self.ax)
         return self.live.png()
