@@ -60,14 +60,21 @@ def summary(samples) -> str:
     return (f"{np.median(cpu):>8.1f} {cpu.mean():>8.1f} {np.median(wall):>9.1f} {wall.mean():>9.1f}")
 
 
-def redraw_bench(redraws: int) -> None:
-    x, model = problem(2000)
+def em_history(steps: int, n: int = 2000):
+    """Data, start model, the models of ``steps`` EM steps from it (the start first) and their
+    log-densities: what a panel draws."""
+    x, model = problem(n)
     enc, est = seq_encode(x, model=model), model.estimator()
     models, densities = [model], []
-    for _ in range(redraws):
+    for _ in range(steps):
         step = em_step(enc, est, models[-1])
         models.append(step.model)
         densities.append(step.log_density)
+    return x, model, models, densities
+
+
+def redraw_bench(redraws: int) -> None:
+    x, model, models, densities = em_history(redraws)
     seconds = [0.01, 0.012]
     kept = EMView(model, x, distributed=True)
     em_kept = [timed(lambda i=i: kept.render(densities[:i], models[i], seconds)) for i in range(1, redraws + 1)]
@@ -117,13 +124,7 @@ def live_figure_ab(baseline: str, repeats: int = 15) -> None:
         def invalidate(self, ax=None, changed="all"):  # an older LiveFigure redraws the whole axes
             super().invalidate(ax)
 
-    x, model = problem(2000)
-    enc, est = seq_encode(x, model=model), model.estimator()
-    models, densities = [model], []
-    for _ in range(16):
-        step = em_step(enc, est, models[-1])
-        models.append(step.model)
-        densities.append(step.log_density)
+    x, model, models, densities = em_history(16)
     seconds = [0.01, 0.012]
     cases = ("first draw", "dynamic only", "one axes whole", "widen to new limits", "widen to kept limits")
     times = {case: {"this": [], "baseline": []} for case in cases}

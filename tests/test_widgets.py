@@ -13,7 +13,6 @@ from nbclient import NotebookClient
 
 from mixle_nb.inference import optimize
 from mixle_nb.stats import GaussianDistribution, MixtureDistribution, seq_encode
-from mixle_nb.stats.estimation import em_step
 from mixle_nb.widgets import EMPanel, TrainPanel
 from interrupts import interrupt_after, kernel_interrupts
 from strictness import import_or_unavailable
@@ -534,12 +533,9 @@ def test_the_layered_background_shows_what_a_full_draw_shows():
         return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(int)
 
     x, model = em_problem(500)
-    enc, est = seq_encode(x, model=model), model.estimator()
-    models, densities = [model], []
-    for _ in range(150):
-        step = em_step(enc, est, models[-1])
-        models.append(step.model)
-        densities.append(step.log_density)
+    records = []
+    optimize(x, model.estimator(), prev_estimate=model, max_its=150, delta=0.0, out=None, on_step=records.append)
+    models, densities = [model] + [r.model for r in records], [r.log_density for r in records]
     view = EMView(model, x, distributed=True)
     for steps, reach in ((1, None), (12, None), (12, 40), (30, 200), (150, None), (6, None), (0, None)):
         png = view.render(densities[:steps], models[steps], [0.001 * (steps + 1), 0.002], axis_steps=reach)
