@@ -188,8 +188,9 @@ def panel_step_seconds(panel: EMPanel, steps: int) -> tuple[float, float, float,
     seconds of the final draw that ``run`` ends with, CPU seconds this process (the notebook's
     stand-in: its worker, redraws and ipyparallel's threads) spent on the run), ``run(steps)`` being
     ``run(steps, block=False)`` then ``wait()``, which draws the final state. The reset before
-    it fits the step axes to no steps, so the run widens them again as it goes (log2(steps / 10)
-    redraws of those axes), as Reset then Run N does in a notebook."""
+    it fits the step axes to no steps, so the run widens them again (once or twice: they also
+    hold the steps of the run's next 2 s), to x axes kept from the rounds before, as Reset then
+    Run N again does in a notebook."""
     panel.reset()
     panel.flush()  # the reset's redraw now, not inside the timed run
     calls = panel.step_calls
