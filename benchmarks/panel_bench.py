@@ -23,7 +23,7 @@ notebook has a core of its own.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import os
 import statistics
 import time
@@ -115,10 +115,10 @@ def live_figure_ab(baseline: str, repeats: int = 15) -> None:
     figure, in this process, alternating which goes first: thread CPU ms of the first draw, a
     redraw with only the dynamic artists changed, one axes drawn again whole, the step axes
     widened from 10 steps to 320 (new limits), and widened again to limits they had."""
-    spec = importlib.util.spec_from_file_location(
-        "baseline_live_figure", os.path.join(baseline, "mixle_nb", "widgets", "live_figure.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from em_bench import load_baseline  # this folder is on the path of a script run from it
+
+    load_baseline(baseline, "mixle_nb_baseline")
+    module = importlib.import_module("mixle_nb_baseline.widgets.live_figure")
 
     class Baseline(module.LiveFigure):
         def invalidate(self, ax=None, changed="all"):  # an older LiveFigure redraws the whole axes
