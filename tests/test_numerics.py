@@ -120,22 +120,26 @@ def _overlapping(offset, dim, seed=1):
     return offset_problem(offset, 1e-3, dim, separation=2.0, per=100, seed=seed)
 
 
+def _em_run(enc, estimator, model, steps):
+    """``steps`` EM steps from ``model``: the last model and every step's log-density."""
+    history = []
+    for _ in range(steps):
+        step = em_step(enc, estimator, model)
+        model = step.model
+        history.append(step.log_density)
+    return model, np.array(history)
+
+
 @pytest.mark.parametrize("offset", OFFSETS)
 def test_em_never_goes_downhill(offset):
     for dim, kind in [(1, "full"), (1, "tied"), (3, "full"), (3, "tied"), (3, "diag"), (3, "spherical")]:
         p = _overlapping(offset, dim)
         estimator, model = estimator_and_start(p, kind, 0.0)
         enc = seq_encode(p.x[:, 0] if dim == 1 else p.x, model=model)
-        history = []
-        for _ in range(15):
-            step = em_step(enc, estimator, model)
-            model = step.model
-            history.append(step.log_density)
-        history = np.array(history)
+        _, history = _em_run(enc, estimator, model, 15)
         falls = history[:-1] - history[1:]
         assert np.all(falls <= 1e-9 * np.abs(history[1:])), f"offset={offset} D={dim} {kind}: {history}"
         assert history[-1] > history[0]
-
 
 
 def _counts_and_labels(scale):
@@ -158,24 +162,16 @@ def _counts_and_labels(scale):
 def test_em_never_goes_downhill_for_counts_and_labels(scale):
     """The never-downhill guarantee for the other families: Poisson and categorical mixtures."""
     for data, estimator, model in _counts_and_labels(scale):
-        enc = seq_encode(data, model=model)
-        history = []
-        for _ in range(15):
-            step = em_step(enc, estimator, model)
-            model, history = step.model, history + [step.log_density]
-        history = np.array(history)
+        _, history = _em_run(seq_encode(data, model=model), estimator, model, 15)
         falls = history[:-1] - history[1:]
         assert np.all(falls <= 1e-9 * np.abs(history[1:])), f"{type(estimator.estimators[0]).__name__}: {history}"
         assert history[-1] > history[0]
 
+
 def _steps(p, estimator, model, steps=6):
     enc = seq_encode(p.x[:, 0] if p.x.shape[1] == 1 else p.x, model=model)
-    history = []
-    for _ in range(steps):
-        step = em_step(enc, estimator, model)
-        model = step.model
-        history.append(step.log_density)
-    return full_covariances(model), np.array(history)
+    model, history = _em_run(enc, estimator, model, steps)
+    return full_covariances(model), history
 
 
 def _cross_family(p, kind):
@@ -215,7 +211,6 @@ def test_the_shared_frame_and_the_per_component_frame_give_the_same_fit(offset, 
             np.testing.assert_allclose(shared[part], apart[part], rtol=0, atol=1e-12 + 4 * rounding, err_msg=where)
 
 
-
 @pytest.mark.parametrize("offset", (0.0, 1e6))
 def test_stored_features_and_features_made_per_block_give_the_same_fit(offset):
     """A full-covariance encoding's features kept about its own origin (the sums moved to the
@@ -230,11 +225,8 @@ def test_stored_features_and_features_made_per_block_give_the_same_fit(offset):
         encodings = {"stored": seq_encode(p.x, model=model), "per block": point_encoding(p.x, torch.device("cpu"))}
         for name, enc in encodings.items():
             assert (enc.features is not None) == (name == "stored")
-            step_model, history = model, []
-            for _ in range(6):
-                step = em_step(enc, estimator, step_model)
-                step_model, history = step.model, history + [step.log_density]
-            fits[name] = full_covariances(step_model), np.array(history)
+            step_model, history = _em_run(enc, estimator, model, 6)
+            fits[name] = full_covariances(step_model), history
         (stored, stored_history), (made, made_history) = fits["stored"], fits["per block"]
         where = f"offset={offset} D={dim} {kind}"
         rounding = np.spacing(max(offset, 1.0))
@@ -242,6 +234,7 @@ def test_stored_features_and_features_made_per_block_give_the_same_fit(offset):
         np.testing.assert_allclose(stored[0], made[0], rtol=0, atol=1e-12 + rounding, err_msg=where)
         for part in (1, 2):
             np.testing.assert_allclose(stored[part], made[part], rtol=0, atol=1e-12 + 4 * rounding, err_msg=where)
+
 
 _BASE = offset_problem(0.0, 1.0, 2, separation=10.0, per=80, seed=3)
 
@@ -340,11 +333,7 @@ def test_the_issues_failing_cases_against_scikit_learn(offset, sds, spacing, dim
     steps = 100
     estimator, model = estimator_and_start(p, kind, 0.0)
     enc = seq_encode(p.x[:, 0] if dim == 1 else p.x, model=model)
-    history = []
-    for _ in range(steps):
-        step = em_step(enc, estimator, model)
-        model, history = step.model, history + [step.log_density]
-    history = np.array(history)
+    model, history = _em_run(enc, estimator, model, steps)
     assert np.all(history[:-1] - history[1:] <= 1e-9 * np.abs(history[1:])), f"EM went downhill: {history}"
     w, means, covs = full_covariances(model)
     at_offset, at_origin = sklearn_start(p, kind), sklearn_start(p, kind)
