@@ -11,6 +11,7 @@ noise does not blur, and what one checkpoint holds on disk. The target: async at
 
 Usage: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/checkpoint_bench.py [--rounds 5] [--steps 150]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,6 +39,7 @@ def _timed(method):
             return method(self, *args)
         finally:
             _blocked[0] += time.perf_counter() - start
+
     return timed
 
 
@@ -46,12 +48,11 @@ TrainingCheckpoints.wait = _timed(TrainingCheckpoints.wait)
 
 
 def _train_seconds(tokens, steps: int, root, asynchronous) -> float:
-    estimator = StreamingTransformerLeafEstimator(build_causal_lm(VOCAB, D_MODEL, N_LAYER, N_HEAD, BLOCK,
-                                                                  seed=0), lr=LR)
-    options = {} if root is None else {"checkpoint": root, "checkpoint_every": EVERY,
-                                       "checkpoint_async": asynchronous}
-    handle = StreamingTokenEncodedData(tokens, block=BLOCK, batch_size=BATCH, epochs=1000, max_steps=steps,
-                                       **options)
+    estimator = StreamingTransformerLeafEstimator(
+        build_causal_lm(VOCAB, D_MODEL, N_LAYER, N_HEAD, BLOCK, seed=0), lr=LR
+    )
+    options = {} if root is None else {"checkpoint": root, "checkpoint_every": EVERY, "checkpoint_async": asynchronous}
+    handle = StreamingTokenEncodedData(tokens, block=BLOCK, batch_size=BATCH, epochs=1000, max_steps=steps, **options)
     _blocked[0] = 0.0
     start = time.perf_counter()
     handle.pysp_seq_estimate(estimator, None)  # returns once the last save is complete
@@ -82,17 +83,21 @@ def main() -> None:
         run = os.path.join(root, "async-0")
         one = os.path.join(run, sorted(os.listdir(run))[-1])  # the newest (older ones are pruned)
         size = sum(os.path.getsize(os.path.join(one, f)) for f in os.listdir(one))
-    print(f"{args.steps} steps a round, 2 ranks, checkpoint every {EVERY} steps "
-          f"({args.steps // EVERY} saves a round, {size / 1e6:.2f} MB each)")
+    print(
+        f"{args.steps} steps a round, 2 ranks, checkpoint every {EVERY} steps "
+        f"({args.steps // EVERY} saves a round, {size / 1e6:.2f} MB each)"
+    )
     for r in range(args.rounds):
         print(f"round {r + 1}: " + ", ".join(f"{m} {times[m][r][0]:.2f} s" for m in MODES))
     for mode in list(MODES)[1:]:
         ratios = [t / n for (t, _), (n, _) in zip(times[mode], times["none"])]
         blocked = [b / t for t, b in times[mode]]
-        print(f"{mode}: overhead {100 * (statistics.median(ratios) - 1):+.1f}% (median), by round "
-              f"{100 * (min(ratios) - 1):+.1f}% to {100 * (max(ratios) - 1):+.1f}%; training blocked in the "
-              f"checkpoint calls {100 * statistics.median(blocked):.1f}% of its time (median; "
-              f"{statistics.median(b for _, b in times[mode]):.3f} s a round)")
+        print(
+            f"{mode}: overhead {100 * (statistics.median(ratios) - 1):+.1f}% (median), by round "
+            f"{100 * (min(ratios) - 1):+.1f}% to {100 * (max(ratios) - 1):+.1f}%; training blocked in the "
+            f"checkpoint calls {100 * statistics.median(blocked):.1f}% of its time (median; "
+            f"{statistics.median(b for _, b in times[mode]):.3f} s a round)"
+        )
 
 
 if __name__ == "__main__":

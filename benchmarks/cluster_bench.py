@@ -13,6 +13,7 @@ Launchers (root: tests/multihost's simulated hosts, with Slurm on them): start()
 ready for the same number of engines through the local launcher, ssh (``per-host`` engines on
 each of ``hosts`` hosts) and Slurm (one sbatch job of the same tasks), in interleaved rounds.
 """
+
 import argparse
 import os
 import statistics
@@ -76,24 +77,27 @@ def time_launchers(hosts, per_host, rounds):
 
     n = hosts * per_host
     with SimulatedNetwork(hosts) as net, SlurmOnHosts(net, cpus_per_host=per_host) as slurm:
-        os.environ.update(slurm.environment(), PYTHONPATH=os.pathsep.join(
-            [os.path.dirname(tests), tests, os.path.join(tests, "multihost")]))
+        os.environ.update(
+            slurm.environment(),
+            PYTHONPATH=os.pathsep.join([os.path.dirname(tests), tests, os.path.join(tests, "multihost")]),
+        )
         lo, hi = net.engine_ports[0], net.engine_ports[-1]
-        ports = {"controller_ip": net.controller_ip,
-                 "controller_args": [f"--IPController.engine_ports={lo}-{hi}"]}
-        ways = {"local": {},
-                "ssh": {"launcher": "ssh", **net.cluster_options(engines_per_host=per_host)},
-                "slurm": {"launcher": "slurm", "partition": slurm.partition,
-                          "ntasks_per_node": per_host, **ports}}
+        ports = {"controller_ip": net.controller_ip, "controller_args": [f"--IPController.engine_ports={lo}-{hi}"]}
+        ways = {
+            "local": {},
+            "ssh": {"launcher": "ssh", **net.cluster_options(engines_per_host=per_host)},
+            "slurm": {"launcher": "slurm", "partition": slurm.partition, "ntasks_per_node": per_host, **ports},
+        }
         seconds = {way: [] for way in ways}
         for _ in range(rounds):
             for way, options in ways.items():
                 seconds[way].append(time_start(n, **options))
-    print(f"start() to group ready, {n} engines ({hosts} hosts x {per_host} for ssh and slurm), "
-          f"median of {rounds} interleaved rounds")
+    print(
+        f"start() to group ready, {n} engines ({hosts} hosts x {per_host} for ssh and slurm), "
+        f"median of {rounds} interleaved rounds"
+    )
     for way, values in seconds.items():
-        print(f"{way:>6} {statistics.median(values):6.2f} s   rounds: "
-              + " ".join(f"{v:.2f}" for v in values))
+        print(f"{way:>6} {statistics.median(values):6.2f} s   rounds: " + " ".join(f"{v:.2f}" for v in values))
 
 
 def main():
@@ -108,13 +112,14 @@ def main():
     if args.launchers:
         time_launchers(args.hosts, args.per_host, args.rounds)
         return
-    print(f"{'n':>2} {'plain start s':>14} {'mixle start s':>14} "
-          f"{'apply_sync ms':>14} {'run ms':>8} {'ratio':>6}")
+    print(f"{'n':>2} {'plain start s':>14} {'mixle start s':>14} {'apply_sync ms':>14} {'run ms':>8} {'ratio':>6}")
     for n in args.sizes:
         plain_start = time_plain_start(n)
         mixle_start, plain_rt, mixle_rt = time_mixle(n, args.calls)
-        print(f"{n:>2} {plain_start:>14.2f} {mixle_start:>14.2f} "
-              f"{plain_rt * 1e3:>14.2f} {mixle_rt * 1e3:>8.2f} {mixle_rt / plain_rt:>6.2f}")
+        print(
+            f"{n:>2} {plain_start:>14.2f} {mixle_start:>14.2f} "
+            f"{plain_rt * 1e3:>14.2f} {mixle_rt * 1e3:>8.2f} {mixle_rt / plain_rt:>6.2f}"
+        )
 
 
 if __name__ == "__main__":

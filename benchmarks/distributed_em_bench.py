@@ -14,6 +14,7 @@ of the step; target: the shard-order fold adds at most 10% of a step.
 Run: .venv/bin/python benchmarks/distributed_em_bench.py [--big N] [--hmm-sequences S] [--worlds 1,2,4] [--no-hmm]
      [--fold-only]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,9 +73,11 @@ def _fold_rank(rank, world, n, steps, path):
 
     x, start = _problem(n)
     estimator = start.estimator()
-    handles = {"in memory, 1 shard/rank": TorchRunEncodedData(x, estimator=estimator),
-               "from_npy, 1 shard/rank": TorchRunEncodedData.from_npy(path, estimator),
-               "from_npy, 2 shards/rank": TorchRunEncodedData.from_npy(path, estimator, shards=2 * world)}
+    handles = {
+        "in memory, 1 shard/rank": TorchRunEncodedData(x, estimator=estimator),
+        "from_npy, 1 shard/rank": TorchRunEncodedData.from_npy(path, estimator),
+        "from_npy, 2 shards/rank": TorchRunEncodedData.from_npy(path, estimator, shards=2 * world),
+    }
     out = {}
     for name, handle in handles.items():
         handle.pysp_em_step(estimator, start)  # warm-up; also agrees the fold plan
@@ -112,8 +115,10 @@ def _fold_table(n: int, world: int = 4, steps: int = 20) -> None:
         path = os.path.join(folder, "x.npy")
         np.save(path, _problem(n)[0])
         per_rank = run_local(_fold_rank, world, n=n, steps=steps, path=path)
-    print(f"\nfold at {world} ranks, N={n:,} K=8 (slowest rank's mean of {steps}; the fold alone, ranks "
-          "starting it together, as a share of a whole step)")
+    print(
+        f"\nfold at {world} ranks, N={n:,} K=8 (slowest rank's mean of {steps}; the fold alone, ranks "
+        "starting it together, as a share of a whole step)"
+    )
     print(f"{'':<26} {'step ms':>8} {'fold ms':>8} {'fold/step':>9}")
     for name in per_rank[0]:
         step = max(r[name][0] for r in per_rank) * 1e3
@@ -126,11 +131,17 @@ def _hmm_problem(sequences: int):
 
     truth = HiddenMarkovModelDistribution(
         [GaussianDistribution(-3.0, 1.0), GaussianDistribution(0.0, 1.0), GaussianDistribution(3.0, 1.0)],
-        [0.4, 0.3, 0.3], [[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]], len_dist=PoissonDistribution(20.0))
+        [0.4, 0.3, 0.3],
+        [[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]],
+        len_dist=PoissonDistribution(20.0),
+    )
     data = [list(map(float, s)) for s in truth.sampler(0).sample(sequences)]
     start = HiddenMarkovModelDistribution(
         [GaussianDistribution(-2.0, 2.0), GaussianDistribution(0.5, 2.0), GaussianDistribution(2.0, 2.0)],
-        [1 / 3, 1 / 3, 1 / 3], [[0.6, 0.2, 0.2], [0.2, 0.6, 0.2], [0.2, 0.2, 0.6]], len_dist=PoissonDistribution(10.0))
+        [1 / 3, 1 / 3, 1 / 3],
+        [[0.6, 0.2, 0.2], [0.2, 0.6, 0.2], [0.2, 0.2, 0.6]],
+        len_dist=PoissonDistribution(10.0),
+    )
     return data, start
 
 
@@ -192,23 +203,35 @@ def main() -> None:
         return
     t = run_local(_hmm_rank, 2, timeout=900, sequences=args.hmm_sequences, steps=3, rounds=5)[0]
     ours, theirs, floor = (t["best"][name] for name in ("ours", "mixle", "mixle E+M on the shard"))
-    print(f"\nmixle HMM, 3 states, {args.hmm_sequences} ragged sequences (~20 values each), 2 ranks, "
-          "pysp_seq_estimate per step (best of 5 interleaved rounds of 3 steps)")
-    print(f"{'ours ms':>10}{'mixle handle ms':>17}{'ratio':>8}{'E+M alone ms':>14}"
-          f"{'ours beyond it':>16}{'mixle beyond it':>17}   models agree to {t['relative_difference']:.1e}")
-    print(f"{ours * 1e3:>10.2f}{theirs * 1e3:>17.2f}{ours / theirs:>8.2f}{floor * 1e3:>14.2f}"
-          f"{(ours - floor) * 1e3:>16.2f}{(theirs - floor) * 1e3:>17.2f}")
-    print("E+M alone: mixle's own seq_update and estimate on rank 0's shard with no handle, the part of a step "
-          "both handles run unchanged; a handle's step cannot be faster than it.")
+    print(
+        f"\nmixle HMM, 3 states, {args.hmm_sequences} ragged sequences (~20 values each), 2 ranks, "
+        "pysp_seq_estimate per step (best of 5 interleaved rounds of 3 steps)"
+    )
+    print(
+        f"{'ours ms':>10}{'mixle handle ms':>17}{'ratio':>8}{'E+M alone ms':>14}"
+        f"{'ours beyond it':>16}{'mixle beyond it':>17}   models agree to {t['relative_difference']:.1e}"
+    )
+    print(
+        f"{ours * 1e3:>10.2f}{theirs * 1e3:>17.2f}{ours / theirs:>8.2f}{floor * 1e3:>14.2f}"
+        f"{(ours - floor) * 1e3:>16.2f}{(theirs - floor) * 1e3:>17.2f}"
+    )
+    print(
+        "E+M alone: mixle's own seq_update and estimate on rank 0's shard with no handle, the part of a step "
+        "both handles run unchanged; a handle's step cannot be faster than it."
+    )
 
 
 def _gaussian_table(big: int, worlds: list) -> None:
-    print(f"{'workload':<18}{'ranks':>6}{'gather ms':>11}{'allreduce ms':>14}{'E-step ms':>11}{'raw 2-value all_reduce ms':>27}")
+    print(
+        f"{'workload':<18}{'ranks':>6}{'gather ms':>11}{'allreduce ms':>14}{'E-step ms':>11}{'raw 2-value all_reduce ms':>27}"
+    )
     for n, steps in ((big, 5), (1_000, 200)):
         for world in worlds:
             t = run_local(_rank, world, timeout=600, n=n, steps=steps)[0]
-            print(f"{'N=' + str(n):<18}{world:>6}{t['gather'] * 1e3:>11.2f}{t['allreduce'] * 1e3:>14.2f}"
-                  f"{t['allreduce_e_step'] * 1e3:>11.2f}{t['raw_all_reduce'] * 1e3:>27.3f}")
+            print(
+                f"{'N=' + str(n):<18}{world:>6}{t['gather'] * 1e3:>11.2f}{t['allreduce'] * 1e3:>14.2f}"
+                f"{t['allreduce_e_step'] * 1e3:>11.2f}{t['raw_all_reduce'] * 1e3:>27.3f}"
+            )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ compare the ratios, not the absolute numbers). Run: .venv/bin/python benchmarks/
 EM step of the mixle_nb in another checkout (e.g. ``git worktree add /tmp/base main``),
 interleaved with this one's, to compare a change before and after in the same run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,9 @@ from mixle_nb.stats import (
 def load_baseline(checkout: str, name: str):
     """The ``stats`` package of the mixle_nb in ``checkout``, imported as package ``name``."""
     package = os.path.join(os.path.abspath(checkout), "mixle_nb")
-    spec = importlib.util.spec_from_file_location(name, os.path.join(package, "__init__.py"),
-                                                  submodule_search_locations=[package])
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(package, "__init__.py"), submodule_search_locations=[package]
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -143,8 +145,14 @@ def run(n: int, dim: int, k: int, repeats: int, baselines=()) -> dict:
         hand = lambda: torch_iteration(xt, w0, mu0, cov0)  # noqa: E731
 
     x2 = x.reshape(n, dim)
-    gm_kwargs = dict(n_components=k, covariance_type="full", weights_init=np.full(k, 1.0 / k),
-                     means_init=means, precisions_init=np.tile(np.eye(dim), (k, 1, 1)), reg_covar=0.0)
+    gm_kwargs = dict(
+        n_components=k,
+        covariance_type="full",
+        weights_init=np.full(k, 1.0 / k),
+        means_init=means,
+        precisions_init=np.tile(np.eye(dim), (k, 1, 1)),
+        reg_covar=0.0,
+    )
     iters = 3
     contenders = {
         "mixle": lambda: seq_estimate(enc, estimator, start),
@@ -190,8 +198,10 @@ def run_init(n: int, dim: int, k: int, repeats: int) -> dict:
 
     from mixle_nb.parallel.local_launch import run_local
 
-    found = {f"{world} rank": run_local(init_on_ranks, world, timeout=1800, n=n, dim=dim, k=k, repeats=repeats)[0]
-             for world in (1, 2)}
+    found = {
+        f"{world} rank": run_local(init_on_ranks, world, timeout=1800, n=n, dim=dim, k=k, repeats=repeats)[0]
+        for world in (1, 2)
+    }
     from mixle_nb.inference import initial_model
     from mixle_nb.stats import em_step
 
@@ -202,12 +212,15 @@ def run_init(n: int, dim: int, k: int, repeats: int) -> dict:
     torch.set_num_threads(1)
     with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        found["local"] = interleaved_best({
-            "init": lambda: initial_model(enc, estimator, "kmeans++", rng=0),
-            "em": lambda: em_step(enc, estimator, start),
-            "kmeans++": lambda: kmeans_plusplus(x, k, random_state=0),
-            "kmeans": lambda: KMeans(k, n_init=1, random_state=0).fit(x),
-        }, repeats)
+        found["local"] = interleaved_best(
+            {
+                "init": lambda: initial_model(enc, estimator, "kmeans++", rng=0),
+                "em": lambda: em_step(enc, estimator, start),
+                "kmeans++": lambda: kmeans_plusplus(x, k, random_state=0),
+                "kmeans": lambda: KMeans(k, n_init=1, random_state=0).fit(x),
+            },
+            repeats,
+        )
     torch.set_num_threads(threads)
     return found
 
@@ -233,8 +246,10 @@ def init_quality(seeds: int = 10) -> list:
         enc = seq_encode(ds.x, estimator=ds.estimator())
         reached = {}
         for init in ("kmeans++", "random_from_data", "random"):
-            finals = [fit(None, ds.estimator(), enc_data=enc, init=init, rng=seed, out=None, max_its=500).log_density
-                      for seed in range(seeds)]
+            finals = [
+                fit(None, ds.estimator(), enc_data=enc, init=init, rng=seed, out=None, max_its=500).log_density
+                for seed in range(seeds)
+            ]
             reached[init] = sum(f >= reference - 1e-6 * abs(reference) for f in finals)
         rows.append((ds.name, reached))
     return rows
@@ -246,8 +261,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the N of each workload")
     parser.add_argument("--only", choices=("em", "init"), help="run only the EM or the initialisation workloads")
-    parser.add_argument("--baseline", metavar="DIR", action="append", default=[],
-                        help="also time the EM step of the mixle_nb checked out in DIR (repeatable)")
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="also time the EM step of the mixle_nb checked out in DIR (repeatable)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     baselines = [load_baseline(path, f"mixle_nb_baseline{i}") for i, path in enumerate(args.baseline)]
@@ -256,16 +276,22 @@ def main() -> None:
     if args.only != "init":
         print(f"torch threads: {torch.get_num_threads()}")
         extra = "".join(f"{f'baseline{i} ms':>14}{f'baseline{i}/torch':>17}" for i in range(len(baselines)))
-        print(f"{'workload':<24}{'mixle ms':>10}{'torch ms':>10}{'sklearn ms':>12}{'mixle/torch':>13}"
-              f"{'mixle/sklearn':>15}{extra}")
+        print(
+            f"{'workload':<24}{'mixle ms':>10}{'torch ms':>10}{'sklearn ms':>12}{'mixle/torch':>13}"
+            f"{'mixle/sklearn':>15}{extra}"
+        )
         for n, dim, k in [(1_000_000, 1, 8), (200_000, 8, 8)]:
             n = int(n * args.scale)
             r = run(n, dim, k, args.repeats, baselines)
             name = f"N={n} D={dim} K={k}"
-            extra = "".join(f"{r[f'baseline{i}']*1e3:>14.1f}{r[f'baseline{i}']/r['torch']:>17.2f}"
-                            for i in range(len(baselines)))
-            print(f"{name:<24}{r['mixle']*1e3:>10.1f}{r['torch']*1e3:>10.1f}{r['sklearn']*1e3:>12.1f}"
-                  f"{r['mixle']/r['torch']:>13.2f}{r['mixle']/r['sklearn']:>15.3f}{extra}")
+            extra = "".join(
+                f"{r[f'baseline{i}'] * 1e3:>14.1f}{r[f'baseline{i}'] / r['torch']:>17.2f}"
+                for i in range(len(baselines))
+            )
+            print(
+                f"{name:<24}{r['mixle'] * 1e3:>10.1f}{r['torch'] * 1e3:>10.1f}{r['sklearn'] * 1e3:>12.1f}"
+                f"{r['mixle'] / r['torch']:>13.2f}{r['mixle'] / r['sklearn']:>15.3f}{extra}"
+            )
     if args.only != "em":
         n, dim, k = int(1_000_000 * args.scale), 8, 8
         r = run_init(n, dim, k, max(1, args.repeats // 2))
@@ -273,12 +299,15 @@ def main() -> None:
         print(f"{'':<30}{'init ms':>10}{'EM step ms':>12}{'init / EM step':>16}")
         for world, label in (("1 rank", "k-means‖, 1 rank"), ("2 rank", "k-means‖, 2 ranks")):
             t = r[world]
-            print(f"{label:<30}{t['init']*1e3:>10.1f}{t['em']*1e3:>12.1f}{t['init']/t['em']:>16.2f}")
+            print(f"{label:<30}{t['init'] * 1e3:>10.1f}{t['em'] * 1e3:>12.1f}{t['init'] / t['em']:>16.2f}")
         local = r["local"]
         print("interleaved in this process (local data):")
-        for name, label in (("init", "k-means‖ (local data)"), ("kmeans++", "sklearn kmeans_plusplus"),
-                            ("kmeans", "sklearn KMeans (GMM's start)")):
-            print(f"{label:<30}{local[name]*1e3:>10.1f}{local['em']*1e3:>12.1f}{local[name]/local['em']:>16.2f}")
+        for name, label in (
+            ("init", "k-means‖ (local data)"),
+            ("kmeans++", "sklearn kmeans_plusplus"),
+            ("kmeans", "sklearn KMeans (GMM's start)"),
+        ):
+            print(f"{label:<30}{local[name] * 1e3:>10.1f}{local['em'] * 1e3:>12.1f}{local[name] / local['em']:>16.2f}")
         print("\nSeeds of 10 whose EM reaches scikit-learn's default fit (tests' ten datasets):")
         print(f"{'dataset':<18}{'kmeans++':>10}{'random_from_data':>18}{'random':>8}")
         for name, reached in init_quality():

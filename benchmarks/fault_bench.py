@@ -20,6 +20,7 @@ model of ``tests/test_elastic_training.py``, a checkpoint every 10 steps): kill 
 rank at step 15, and the seconds to the next completed step, the survivors resuming from the
 checkpoint of step 10, or ``restart()``, building the handle again and resuming from it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,14 +40,19 @@ import rank_functions  # noqa: E402
 import test_elastic_training as training  # noqa: E402
 import test_faults as faults  # noqa: E402
 
-from mixle_nb.cluster import MixleCluster, RankDiedError, RankError, rank_side, step_calls  # noqa: E402
-from mixle_nb.cluster import elastic  # noqa: E402
+from mixle_nb.cluster import (  # noqa: E402
+    MixleCluster,
+    RankDiedError,
+    RankError,
+    elastic,  # noqa: E402
+    rank_side,
+    step_calls,
+)
 from mixle_nb.magics import run_cell  # noqa: E402
 
-COLLECTIVE_CELL = ("import torch, torch.distributed as dist\n"
-                   "t = torch.ones(100_000)\n"
-                   "while True:\n"
-                   "    dist.all_reduce(t)\n")
+COLLECTIVE_CELL = (
+    "import torch, torch.distributed as dist\nt = torch.ones(100_000)\nwhile True:\n    dist.all_reduce(t)\n"
+)
 
 
 def bad_input(cluster, values, targets_values=None, **options):
@@ -55,16 +61,19 @@ def bad_input(cluster, values, targets_values=None, **options):
         if targets_values:
             cluster.push(targets=[1], **targets_values)
         return faults.time_error(cluster.run, faults.build_handle, **options)
+
     return inject
 
 
 def warned_input(cluster, values, **options):
     """Input that builds, with a warning on the root: (the warning, seconds the build took)."""
+
     def inject():
         cluster.push(**values)
         t0 = time.monotonic()
         (_, warned), _ = cluster.run(faults.build_handle_and_warnings, **options)
         return (f"warned: {warned[0]}" if warned else "NO WARNING"), time.monotonic() - t0
+
     return inject
 
 
@@ -74,6 +83,7 @@ def step_after(cluster, rank1_values):
         cluster.run(faults.build_handle)
         cluster.push(targets=[1], **rank1_values)
         return faults.time_error(cluster.run, faults.em_steps, 1)
+
     return inject
 
 
@@ -81,6 +91,7 @@ def built_on_rank_0_only(cluster):
     def inject():
         faults.push_problem(cluster)
         return faults.time_error(cluster.run, faults.build_handle, targets=[0])
+
     return inject
 
 
@@ -89,6 +100,7 @@ def stepped_on_rank_1_only(cluster):
         faults.push_problem(cluster)
         cluster.run(faults.build_handle)
         return faults.time_error(cluster.run, faults.em_steps, 1, targets=[1])
+
     return inject
 
 
@@ -104,6 +116,7 @@ def fsdp2_step_fault(cluster):
         err, _ = faults.time_error(cluster.run, faults.train_fsdp2, 3)
         raised_at = time.time()
         return err, raised_at - cluster.run(fault_time_on_rank, targets=[1])[0]  # from the fault
+
     return inject
 
 
@@ -113,6 +126,7 @@ def kill_9(cluster, fn, *args, em=False):
             faults.push_problem(cluster, n=200_000, k=4)
             cluster.run(faults.build_handle)
         return faults.kill_during(cluster, fn, *args)
+
     return inject
 
 
@@ -127,6 +141,7 @@ def ctrl_c(cluster, call, em=False):
         finally:
             timer.cancel()
         return err, seconds - 1.0  # from the interrupt, not from the call's start
+
     return inject
 
 
@@ -183,8 +198,9 @@ def kill_to_next_step(engines: int, timeout: float, path: str, recover_elastical
             return time.time() - float(f.read()), how
 
 
-def training_kill_to_next_step(engines: int, timeout: float, path: str, folder: str,
-                               recover_elastically: bool) -> tuple:
+def training_kill_to_next_step(
+    engines: int, timeout: float, path: str, folder: str, recover_elastically: bool
+) -> tuple:
     """Seconds from kill -9 of the last rank at training step 15 to the next completed step."""
     root, stamp = os.path.join(folder, f"ck-{recover_elastically}"), os.path.join(folder, "killed_at")
     with MixleCluster(engines, timeout=timeout) as cluster:
@@ -222,8 +238,7 @@ def elastic_rows(args) -> None:
             print(f"{name:<38} {seconds:6.2f} s  kill -> next completed step ({how})", flush=True)
         tokens = os.path.join(folder, "tokens.npy")
         np.save(tokens, training.TOKENS)
-        print(f"\nkill -9 of rank {args.engines - 1} at training step 15, checkpoint every 10, "
-              f"{args.engines} engines:")
+        print(f"\nkill -9 of rank {args.engines - 1} at training step 15, checkpoint every 10, {args.engines} engines:")
         for name, elastic_ in (("elastic training recovery", True), ("restart()", False)):
             seconds, how = training_kill_to_next_step(args.engines, args.timeout, tokens, folder, elastic_)
             print(f"{name:<38} {seconds:6.2f} s  kill -> next completed step ({how})", flush=True)
@@ -251,27 +266,36 @@ def faults_table(args) -> None:
         est = faults.mixture().estimator()
         cases = [
             ("NaN on rank 1", bad_input(cluster, {"x": x_nan, "est": est})),
-            ("wrong dimensionality on rank 1",
-             bad_input(cluster, {"x": np.zeros((40, 2)), "est": faults.mixture(2, d=2).estimator()},
-                       {"x": np.zeros((40, 3))})),
+            (
+                "wrong dimensionality on rank 1",
+                bad_input(
+                    cluster,
+                    {"x": np.zeros((40, 2)), "est": faults.mixture(2, d=2).estimator()},
+                    {"x": np.zeros((40, 3))},
+                ),
+            ),
             ("N < world", warned_input(cluster, {"x": np.array([0.5]), "est": est})),
             ("N < world, root_only", warned_input(cluster, {"x": np.array([0.5]), "est": est}, root_only=True)),
-            ("root_only, no data on root",
-             bad_input(cluster, {"x": None, "est": est}, {"x": np.zeros(10)}, root_only=True)),
-            ("other estimator on rank 1 (step)",
-             step_after(cluster, {"est": faults.mixture(3).estimator(), "model": faults.mixture(3)})),
+            (
+                "root_only, no data on root",
+                bad_input(cluster, {"x": None, "est": est}, {"x": np.zeros(10)}, root_only=True),
+            ),
+            (
+                "other estimator on rank 1 (step)",
+                step_after(cluster, {"est": faults.mixture(3).estimator(), "model": faults.mixture(3)}),
+            ),
             ("handle built on rank 0 only", built_on_rank_0_only(cluster)),
             ("EM step on rank 1 only", stepped_on_rank_1_only(cluster)),
             ("exception in rank 1's E-step", step_after(cluster, {"model": "not a model"})),
             ("exception in rank 1's FSDP2 step", fsdp2_step_fault(cluster)),
             ("kill -9 during an EM step", kill_9(cluster, faults.em_steps, 100_000, em=True)),
             ("kill -9 during a collective", kill_9(cluster, faults.late_allreduce, 1, 60)),
-            ("Ctrl-C: run, rank 0 in a collective",
-             ctrl_c(cluster, lambda: cluster.run(faults.late_allreduce, 1, 60))),
-            ("Ctrl-C: run of EM steps",
-             ctrl_c(cluster, lambda: cluster.run(faults.em_steps, 100_000), em=True)),
-            ("Ctrl-C: %%mixle cell of all-reduces",
-             ctrl_c(cluster, lambda: run_cell(cluster, COLLECTIVE_CELL, out=devnull))),
+            ("Ctrl-C: run, rank 0 in a collective", ctrl_c(cluster, lambda: cluster.run(faults.late_allreduce, 1, 60))),
+            ("Ctrl-C: run of EM steps", ctrl_c(cluster, lambda: cluster.run(faults.em_steps, 100_000), em=True)),
+            (
+                "Ctrl-C: %%mixle cell of all-reduces",
+                ctrl_c(cluster, lambda: run_cell(cluster, COLLECTIVE_CELL, out=devnull)),
+            ),
         ]
         rows = []
         for name, inject in cases:
@@ -286,9 +310,11 @@ def faults_table(args) -> None:
                 cluster.run(faults.close_handle)
             rows.append((name, f"{seconds:.2f}", error, after))
             print(f"{name:<38} {seconds:6.2f} s  {error:<72} {after}", flush=True)
-    print(f"\n{args.engines} engines, group timeout {args.timeout:g} s; time to error counts from the "
-          "fault (kill, interrupt, the FSDP2 step's raise) or the call's start (bad input), to the client "
-          "holding the error")
+    print(
+        f"\n{args.engines} engines, group timeout {args.timeout:g} s; time to error counts from the "
+        "fault (kill, interrupt, the FSDP2 step's raise) or the call's start (bad input), to the client "
+        "holding the error"
+    )
     slow = [r[0] for r in rows if not float(r[1]) <= 2.0]
     print("every time to error <= 2 s" if not slow else f"over 2 s: {', '.join(slow)}")
 

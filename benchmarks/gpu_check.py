@@ -18,6 +18,7 @@ Lines start with PASS, MISS (a speed target not met), FAIL (a check failed: the 
 or SKIP. ``--smoke`` runs the same code with tiny sizes on the CPU and gloo, so the script
 cannot rot (tests/test_gpu_check.py); speed targets are not judged there.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,6 +67,7 @@ def guarded(label: str, check, *args) -> bool:
 
 # -- env ------------------------------------------------------------------------------------
 
+
 def env(args) -> int:
     from mixle_nb import __version__
 
@@ -80,41 +82,62 @@ def env(args) -> int:
         print("cuda      not available")
     try:
         import mixle
+
         print(f"mixle     {mixle.__version__ if hasattr(mixle, '__version__') else 'present'}")
     except ImportError:
         print("mixle     not importable (distributed_em_bench.py's HMM comparison is skipped)")
-    print(f"mode      {'CPU smoke (tiny sizes, targets not judged)' if args.smoke else 'full'}; "
-          f"device {args.device}")
+    print(f"mode      {'CPU smoke (tiny sizes, targets not judged)' if args.smoke else 'full'}; device {args.device}")
     return 0
 
 
 # -- agree ----------------------------------------------------------------------------------
 
+
 def _families(n: int):
     """(name, data, estimator, start) for the agreement check: separated components, a start
     off the truth so that ten iterations move every parameter."""
-    from mixle_nb.stats import (DiagonalGaussianDistribution, DiagonalGaussianEstimator, GaussianDistribution,
-                                GaussianEstimator, MixtureDistribution, MixtureEstimator,
-                                MultivariateGaussianDistribution, MultivariateGaussianEstimator)
+    from mixle_nb.stats import (
+        DiagonalGaussianDistribution,
+        DiagonalGaussianEstimator,
+        GaussianDistribution,
+        GaussianEstimator,
+        MixtureDistribution,
+        MixtureEstimator,
+        MultivariateGaussianDistribution,
+        MultivariateGaussianEstimator,
+    )
 
     rng = np.random.default_rng(0)
     w = np.array([0.5, 0.3, 0.2])
     truth = MixtureDistribution([GaussianDistribution(m, v) for m, v in ((-4, 1.0), (0, 0.5), (5, 2.0))], w)
     start = MixtureDistribution([GaussianDistribution(m, 1.0) for m in (-3.0, 1.0, 4.0)], np.full(3, 1 / 3))
-    yield ("1-D Gaussian mixture K=3", truth.sampler(1).sample(n),
-           MixtureEstimator([GaussianEstimator() for _ in range(3)]), start)
+    yield (
+        "1-D Gaussian mixture K=3",
+        truth.sampler(1).sample(n),
+        MixtureEstimator([GaussianEstimator() for _ in range(3)]),
+        start,
+    )
     means = rng.normal(0, 4, size=(3, 4))
     truth = MixtureDistribution([DiagonalGaussianDistribution(m, rng.uniform(0.5, 2, 4)) for m in means], w)
     start = MixtureDistribution([DiagonalGaussianDistribution(m + 0.7, np.ones(4)) for m in means], np.full(3, 1 / 3))
-    yield ("diagonal D=4 K=3", truth.sampler(2).sample(n),
-           MixtureEstimator([DiagonalGaussianEstimator(4) for _ in range(3)]), start)
+    yield (
+        "diagonal D=4 K=3",
+        truth.sampler(2).sample(n),
+        MixtureEstimator([DiagonalGaussianEstimator(4) for _ in range(3)]),
+        start,
+    )
     means = rng.normal(0, 4, size=(3, 3))
     covars = [a @ a.T + np.eye(3) for a in rng.normal(0, 0.7, size=(3, 3, 3))]
     truth = MixtureDistribution([MultivariateGaussianDistribution(m, c) for m, c in zip(means, covars)], w)
-    start = MixtureDistribution([MultivariateGaussianDistribution(m - 0.7, np.eye(3)) for m in means],
-                                np.full(3, 1 / 3))
-    yield ("full covariance D=3 K=3", truth.sampler(3).sample(n),
-           MixtureEstimator([MultivariateGaussianEstimator(3) for _ in range(3)]), start)
+    start = MixtureDistribution(
+        [MultivariateGaussianDistribution(m - 0.7, np.eye(3)) for m in means], np.full(3, 1 / 3)
+    )
+    yield (
+        "full covariance D=3 K=3",
+        truth.sampler(3).sample(n),
+        MixtureEstimator([MultivariateGaussianEstimator(3) for _ in range(3)]),
+        start,
+    )
 
 
 def parameters(model) -> dict:
@@ -139,8 +162,11 @@ def relative_differences(model, reference, log_density: float, reference_log_den
 
 def _agreement_line(name: str, ld: float, par: float, extra: str = "") -> bool:
     ok = ld <= AGREEMENT_LIMIT and par <= AGREEMENT_LIMIT and math.isfinite(ld) and math.isfinite(par)
-    say("PASS" if ok else "FAIL", f"agreement {name}{extra}: log-density rel diff {ld:.1e}, "
-        f"parameters rel diff {par:.1e} (limit {AGREEMENT_LIMIT:.0e})")
+    say(
+        "PASS" if ok else "FAIL",
+        f"agreement {name}{extra}: log-density rel diff {ld:.1e}, "
+        f"parameters rel diff {par:.1e} (limit {AGREEMENT_LIMIT:.0e})",
+    )
     return ok
 
 
@@ -162,30 +188,42 @@ def _handle_agreement_rank(rank: int, world: int, n: int, iterations: int, devic
             step = em_step(handle, estimator, model)
             model = step.model
         used = dist.get_backend()
-    return {"name": name, "backend": used, "model": model, "log_density": step.log_density,
-            "reference": reference.model, "reference_log_density": reference.log_density}
+    return {
+        "name": name,
+        "backend": used,
+        "model": model,
+        "log_density": step.log_density,
+        "reference": reference.model,
+        "reference_log_density": reference.log_density,
+    }
 
 
 def _fit_agreement(name: str, x, estimator, start, iterations: int, device: str) -> bool:
     from mixle_nb.inference import fit
 
-    runs = {dev: fit(x, estimator, init=start, max_its=iterations, delta=0.0, out=None, device=dev)
-            for dev in ("cpu", device)}
+    runs = {
+        dev: fit(x, estimator, init=start, max_its=iterations, delta=0.0, out=None, device=dev)
+        for dev in ("cpu", device)
+    }
     ref, got = runs["cpu"], runs[device]
     if got.n_iter != ref.n_iter:
         say("FAIL", f"agreement {name}: {got.n_iter} iterations on {device}, {ref.n_iter} on cpu")
         return False
-    return _agreement_line(f"{name}, fit on {device} vs cpu", *relative_differences(
-        got.model, ref.model, got.log_density, ref.log_density), f" (N={len(x)}, {iterations} iterations)")
+    return _agreement_line(
+        f"{name}, fit on {device} vs cpu",
+        *relative_differences(got.model, ref.model, got.log_density, ref.log_density),
+        f" (N={len(x)}, {iterations} iterations)",
+    )
 
 
 def _handle_agreement(n: int, iterations: int, device: str) -> bool:
     from mixle_nb.parallel.local_launch import run_local
 
     r = run_local(_handle_agreement_rank, 1, timeout=120, n=n, iterations=iterations, device=device)[0]
-    return _agreement_line(f"{r['name']}, TorchRunEncodedData world 1 ({r['backend']}) vs fit on cpu",
-                           *relative_differences(r["model"], r["reference"], r["log_density"],
-                                                 r["reference_log_density"]))
+    return _agreement_line(
+        f"{r['name']}, TorchRunEncodedData world 1 ({r['backend']}) vs fit on cpu",
+        *relative_differences(r["model"], r["reference"], r["log_density"], r["reference_log_density"]),
+    )
 
 
 def agree(args) -> int:
@@ -199,6 +237,7 @@ def agree(args) -> int:
 
 # -- em-speed --------------------------------------------------------------------------------
 
+
 def _speed_problem(n: int, dim: int, k: int):
     """Data from K unit-variance components, and a start: the true means perturbed."""
     rng = np.random.default_rng(0)
@@ -210,8 +249,14 @@ def _speed_problem(n: int, dim: int, k: int):
 
 
 def _ours(dim: int, k: int, start_means: np.ndarray):
-    from mixle_nb.stats import (DiagonalGaussianDistribution, DiagonalGaussianEstimator, GaussianDistribution,
-                                GaussianEstimator, MixtureDistribution, MixtureEstimator)
+    from mixle_nb.stats import (
+        DiagonalGaussianDistribution,
+        DiagonalGaussianEstimator,
+        GaussianDistribution,
+        GaussianEstimator,
+        MixtureDistribution,
+        MixtureEstimator,
+    )
 
     if dim == 1:
         comps = [GaussianDistribution(m[0], 1.0) for m in start_means]
@@ -248,8 +293,8 @@ class HandWrittenEM:
         moments = resp.T @ self.features  # (K, 1+2D): counts, sums of x, sums of x²
         counts = moments[:, 0]
         self.w = counts / self.n
-        self.mu = moments[:, 1:1 + d] / counts[:, None]
-        self.var = (moments[:, 1 + d:] / counts[:, None] - self.mu * self.mu).clamp_min(1e-6)
+        self.mu = moments[:, 1 : 1 + d] / counts[:, None]
+        self.var = (moments[:, 1 + d :] / counts[:, None] - self.mu * self.mu).clamp_min(1e-6)
         return float(lse.sum())
 
 
@@ -292,9 +337,17 @@ def _sklearn_seconds(x: np.ndarray, start_means: np.ndarray, n_sub: int, iterati
 
     k, dim = start_means.shape
     sub = x[:n_sub].reshape(n_sub, -1)
-    gm = GaussianMixture(k, covariance_type="diag", max_iter=iterations, tol=0.0, init_params="random_from_data",
-                         weights_init=np.full(k, 1.0 / k), means_init=start_means,
-                         precisions_init=np.ones((k, dim)), random_state=0)
+    gm = GaussianMixture(
+        k,
+        covariance_type="diag",
+        max_iter=iterations,
+        tol=0.0,
+        init_params="random_from_data",
+        weights_init=np.full(k, 1.0 / k),
+        means_init=start_means,
+        precisions_init=np.ones((k, dim)),
+        random_state=0,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # not converged in `iterations`: on purpose
         t0 = time.perf_counter()
@@ -308,8 +361,10 @@ def em_speed(args) -> int:
         workloads = [(20_000, 1, 8, 20_000), (4_000, 8, 8, 4_000)]
     else:
         workloads = [(10_000_000, 1, 8, 1_000_000), (1_000_000, 64, 64, 200_000)]
-    print(f"EM iterations per second, float64 (best of 3 interleaved rounds); device {args.device}, "
-          f"CPU {torch.get_num_threads()} threads")
+    print(
+        f"EM iterations per second, float64 (best of 3 interleaved rounds); device {args.device}, "
+        f"CPU {torch.get_num_threads()} threads"
+    )
     ok = True
     for n, dim, k, n_sub in workloads:
         ok &= guarded(f"EM speed N={n:.0e} D={dim} K={k}", _speed_workload, n, dim, k, n_sub, args)
@@ -333,29 +388,49 @@ def _speed_workload(n: int, dim: int, k: int, n_sub: int, args) -> bool:
     t["sklearn"] = _sklearn_seconds(x, start_means, n_sub, 3)
     scaled = f", fit on {n_sub:.0e} rows, scaled" if n_sub < n else ""
     print(f"N={n:.0e} D={dim} K={k}:")
-    for key, label in (("ours", f"ours on {device}"), ("hand", f"hand-written torch on {device}"),
-                       ("cpu", "ours on this machine's CPU"), ("sklearn", "scikit-learn" + scaled)):
+    for key, label in (
+        ("ours", f"ours on {device}"),
+        ("hand", f"hand-written torch on {device}"),
+        ("cpu", "ours on this machine's CPU"),
+        ("sklearn", "scikit-learn" + scaled),
+    ):
         print(f"      {label:<44}{1 / t[key]:>10.2f} it/s {t[key] * 1e3:>10.2f} ms")
     ratio = t["ours"] / t["hand"]
     vs_cpu, vs_sklearn = t["cpu"] / t["ours"], t["sklearn"] / t["ours"]
     note = " (smoke: not judged)" if args.smoke else ""
-    say("SKIP" if args.smoke else judged(ratio <= HAND_RATIO_LIMIT),
-        f"ours/hand-written time N={n:.0e} D={dim} K={k}: {ratio:.2f} (limit {HAND_RATIO_LIMIT}){note}")
+    say(
+        "SKIP" if args.smoke else judged(ratio <= HAND_RATIO_LIMIT),
+        f"ours/hand-written time N={n:.0e} D={dim} K={k}: {ratio:.2f} (limit {HAND_RATIO_LIMIT}){note}",
+    )
     print(f"      ours on {device} is {vs_cpu:.1f}x ours on this machine's CPU and {vs_sklearn:.1f}x scikit-learn")
     if (n, dim, k) == (1_000_000, 64, 64):
         print("      (PyCave reports 95x scikit-learn here: 730 s against 7.7 s on a GTX 1080 Ti, whole fits)")
     if dim == 1:
         dev = DEV_CPU_EM_1E7_S / t["ours"]
-        say("SKIP" if args.smoke else judged(dev >= SPEEDUP_TARGET),
+        say(
+            "SKIP" if args.smoke else judged(dev >= SPEEDUP_TARGET),
             f"ours on {device} over the dev machine's CPU EM at N=1e7 D=1 K=8 "
-            f"({DEV_CPU_EM_1E7_S * 1e3:.0f} ms, {DEV_CPU_EM_DATE}): {dev:.1f}x (target {SPEEDUP_TARGET:.0f}x){note}")
+            f"({DEV_CPU_EM_1E7_S * 1e3:.0f} ms, {DEV_CPU_EM_DATE}): {dev:.1f}x (target {SPEEDUP_TARGET:.0f}x){note}",
+        )
     return all(math.isfinite(v) and v > 0 for v in t.values())
 
 
 # -- lm --------------------------------------------------------------------------------------
 
-def _lm_rank(rank: int, world: int, device: str, parallel: str, precision: str, checkpointing: bool,
-             steps: int, d_model: int, n_layer: int, block: int, batch_size: int) -> dict:
+
+def _lm_rank(
+    rank: int,
+    world: int,
+    device: str,
+    parallel: str,
+    precision: str,
+    checkpointing: bool,
+    steps: int,
+    d_model: int,
+    n_layer: int,
+    block: int,
+    batch_size: int,
+) -> dict:
     """Train the streaming LM on stdlib prose; the per-step losses, and held-out scoring."""
     import torch.distributed as dist
     from torch.distributed.fsdp import FSDPModule
@@ -366,53 +441,87 @@ def _lm_rank(rank: int, world: int, device: str, parallel: str, precision: str, 
     text = stdlib_text()  # ~110k characters: epochs=steps lets max_steps decide the length
     tokenizer = CharTokenizer.fit(text)
     ids = tokenizer.encode(text)
-    held_out, train = ids[-20 * block:], ids[:-20 * block]
+    held_out, train = ids[-20 * block :], ids[: -20 * block]
     model = build_causal_lm(tokenizer.vocab_size, d_model=d_model, n_layer=n_layer, n_head=4, block=block)
     estimator = StreamingTransformerLeafEstimator(model, lr=3e-3, device=device)
     losses = []
     backend = "nccl" if device.startswith("cuda") else "gloo"
-    with StreamingTokenEncodedData(train, block=block, batch_size=batch_size, epochs=steps, parallel=parallel,
-                                   precision=precision, activation_checkpointing=checkpointing,
-                                   backend=backend, max_steps=steps, progress_every=1,
-                                   progress=lambda p: losses.append(p)) as handle:
+    with StreamingTokenEncodedData(
+        train,
+        block=block,
+        batch_size=batch_size,
+        epochs=steps,
+        parallel=parallel,
+        precision=precision,
+        activation_checkpointing=checkpointing,
+        backend=backend,
+        max_steps=steps,
+        progress_every=1,
+        progress=lambda p: losses.append(p),
+    ) as handle:
         t0 = time.perf_counter()
         leaf = handle.pysp_seq_estimate(estimator, None)
         elapsed = time.perf_counter() - t0
         sharded = isinstance(model, FSDPModule)
         starts = np.arange(0, len(held_out) - block - 1, 7)
-        contexts = np.stack([held_out[s:s + block] for s in starts])
+        contexts = np.stack([held_out[s : s + block] for s in starts])
         log_p = leaf.seq_log_density((contexts, held_out[starts + block]))
         used = dist.get_backend()
-    return {"losses": [p["loss"] for p in losses], "targets_per_s": losses[-1]["targets_per_s"],
-            "seconds": elapsed, "backend": used, "sharded": sharded, "vocab": tokenizer.vocab_size,
-            "held_out": float(np.mean(log_p)), "param_device": str(next(leaf.module.parameters()).device)}
+    return {
+        "losses": [p["loss"] for p in losses],
+        "targets_per_s": losses[-1]["targets_per_s"],
+        "seconds": elapsed,
+        "backend": used,
+        "sharded": sharded,
+        "vocab": tokenizer.vocab_size,
+        "held_out": float(np.mean(log_p)),
+        "param_device": str(next(leaf.module.parameters()).device),
+    }
 
 
 def _lm_verdict(label: str, r: dict, fsdp: bool) -> bool:
     losses = np.asarray(r["losses"])
     head, tail = losses[:5].mean(), losses[-5:].mean()
     uniform = -math.log(r["vocab"])
-    ok = bool(np.all(np.isfinite(losses))) and tail < head and math.isfinite(r["held_out"]) \
-        and r["held_out"] > uniform and (r["sharded"] or not fsdp)
-    say("PASS" if ok else "FAIL",
+    ok = (
+        bool(np.all(np.isfinite(losses)))
+        and tail < head
+        and math.isfinite(r["held_out"])
+        and r["held_out"] > uniform
+        and (r["sharded"] or not fsdp)
+    )
+    say(
+        "PASS" if ok else "FAIL",
         f"LM {label} on {r['backend']}: {len(losses)} steps, loss {head:.3f} (first 5) -> {tail:.3f} (last 5), "
         f"all finite: {bool(np.all(np.isfinite(losses)))}; held-out log p {r['held_out']:.3f} per token "
         f"(uniform {uniform:.3f}); fully_shard applied: {r['sharded']}; trained module on {r['param_device']}; "
-        f"{r['targets_per_s']:.0f} targets/s")
+        f"{r['targets_per_s']:.0f} targets/s",
+    )
     return ok
 
 
 def _lm_run(label: str, world: int, parallel: str, checkpointing: bool, device: str, size: dict) -> bool:
     from mixle_nb.parallel.local_launch import run_local
 
-    ranks = run_local(_lm_rank, world, timeout=80, device=device, parallel=parallel, precision="bf16",
-                      checkpointing=checkpointing, **size)
+    ranks = run_local(
+        _lm_rank,
+        world,
+        timeout=80,
+        device=device,
+        parallel=parallel,
+        precision="bf16",
+        checkpointing=checkpointing,
+        **size,
+    )
     return _lm_verdict(label, ranks[0], fsdp=parallel == "fsdp")
 
 
 def lm(args) -> int:
-    size = (dict(steps=20, d_model=32, n_layer=2, block=16, batch_size=8) if args.smoke
-            else dict(steps=40, d_model=256, n_layer=4, block=128, batch_size=64))
+    size = (
+        dict(steps=20, d_model=32, n_layer=2, block=16, batch_size=8)
+        if args.smoke
+        else dict(steps=40, d_model=256, n_layer=4, block=128, batch_size=64)
+    )
     label = "world 1, FSDP2, bf16, activation checkpointing"
     ok = guarded(f"LM {label}", _lm_run, label, 1, "fsdp", True, args.device, size)
     gpus = torch.cuda.device_count() if args.device.startswith("cuda") else 0
@@ -426,6 +535,7 @@ def lm(args) -> int:
 
 # -- fixed-cost ------------------------------------------------------------------------------
 
+
 def fixed_cost(args) -> int:
     """distributed_em_bench.py on CPU ranks (gloo: CUDA hidden from it); its 4-rank N=1000 row.
     The smoke runs 2 ranks and no HMM comparison: starting processes is most of its time here."""
@@ -435,22 +545,31 @@ def fixed_cost(args) -> int:
     world = 2 if args.smoke else 4
     sizes = ["--big", "2000", "--worlds", "2", "--no-hmm"] if args.smoke else []
     if not args.smoke and importlib.util.find_spec("mixle") is None:
-        say("SKIP", "distributed_em_bench.py's HMM comparison: mixle is not importable here (carry "
-            ".whl/mixle-0.8.2-py3-none-any.whl; gpu_check.sh puts .whl/*.whl on PYTHONPATH)")
+        say(
+            "SKIP",
+            "distributed_em_bench.py's HMM comparison: mixle is not importable here (carry "
+            ".whl/mixle-0.8.2-py3-none-any.whl; gpu_check.sh puts .whl/*.whl on PYTHONPATH)",
+        )
         sizes.append("--no-hmm")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, bench, *sizes], env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        [sys.executable, bench, *sizes], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     print(proc.stdout, end="")
     row = re.search(rf"^N=1000\s+{world}\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", proc.stdout, re.M)
     if row is None:
-        say("FAIL", f"fixed cost: no {world}-rank N=1000 row in distributed_em_bench.py's output (exit {proc.returncode})")
+        say(
+            "FAIL",
+            f"fixed cost: no {world}-rank N=1000 row in distributed_em_bench.py's output (exit {proc.returncode})",
+        )
         return 1
     gather, allreduce, _, raw = map(float, row.groups())
     note = " (smoke: not judged)" if args.smoke else ""
-    say("SKIP" if args.smoke else judged(allreduce <= FIXED_COST_TARGET_MS),
+    say(
+        "SKIP" if args.smoke else judged(allreduce <= FIXED_COST_TARGET_MS),
         f"fixed cost per EM step, {world} ranks, N=1000, gloo on {os.cpu_count()} cores: {allreduce:.2f} ms "
-        f"(gather fold {gather:.2f} ms, raw 2-value all_reduce {raw:.3f} ms; target {FIXED_COST_TARGET_MS} ms){note}")
+        f"(gather fold {gather:.2f} ms, raw 2-value all_reduce {raw:.3f} ms; target {FIXED_COST_TARGET_MS} ms){note}",
+    )
     if proc.returncode != 0:
         say("FAIL", f"distributed_em_bench.py exited {proc.returncode} after the table (see above)")
         return 1
@@ -467,8 +586,11 @@ def main() -> int:
     args = parser.parse_args()
     args.device = "cpu" if args.smoke else "cuda"
     if not args.smoke and not torch.cuda.is_available():
-        say("FAIL", f"{args.step}: CUDA is not available to this torch ({torch.__version__}); "
-            "run on the GPU machine, or pass --smoke")
+        say(
+            "FAIL",
+            f"{args.step}: CUDA is not available to this torch ({torch.__version__}); "
+            "run on the GPU machine, or pass --smoke",
+        )
         return 1
     return STEPS[args.step](args)
 

@@ -20,6 +20,7 @@ is printed too. Target at N = 1e6: the panel's step at most 1.1x the ranks'. ``-
 both engines on core 0 and this process and the controller on core 1, as on a host where the
 notebook has a core of its own.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,9 @@ from mixle_nb.widgets.loss_view import LossView
 def problem(n: int):
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.normal(-2, 1, n // 2), rng.normal(3, 0.7, n - n // 2)])
-    start = MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(0.5, 1),
-                                 GaussianDistribution(2, 1)], [0.3, 0.3, 0.4])
+    start = MixtureDistribution(
+        [GaussianDistribution(-1, 1), GaussianDistribution(0.5, 1), GaussianDistribution(2, 1)], [0.3, 0.3, 0.4]
+    )
     return x, start
 
 
@@ -57,7 +59,7 @@ def timed(fn) -> tuple[float, float]:
 
 def summary(samples) -> str:
     cpu, wall = (np.array(s) * 1e3 for s in zip(*samples))
-    return (f"{np.median(cpu):>8.1f} {cpu.mean():>8.1f} {np.median(wall):>9.1f} {wall.mean():>9.1f}")
+    return f"{np.median(cpu):>8.1f} {cpu.mean():>8.1f} {np.median(wall):>9.1f} {wall.mean():>9.1f}"
 
 
 def em_history(steps: int, n: int = 2000):
@@ -78,19 +80,26 @@ def redraw_bench(redraws: int) -> None:
     seconds = [0.01, 0.012]
     kept = EMView(model, x, distributed=True)
     em_kept = [timed(lambda i=i: kept.render(densities[:i], models[i], seconds)) for i in range(1, redraws + 1)]
-    em_new = [timed(lambda i=i: EMView(model, x, distributed=True).render(densities[:i], models[i], seconds))
-              for i in range(1, redraws + 1, max(redraws // 20, 1))]
+    em_new = [
+        timed(lambda i=i: EMView(model, x, distributed=True).render(densities[:i], models[i], seconds))
+        for i in range(1, redraws + 1, max(redraws // 20, 1))
+    ]
     widen, widen_kept, whole = [], [], []
     for i in range(20):  # the step axes widened from 10 steps: to new limits, to limits they had
         kept.render(densities[:10], models[10], seconds)
-        widen.append(timed(lambda i=i: kept.render(densities[:10], models[10], seconds, axis_steps=20 * 2 ** i)))
+        widen.append(timed(lambda i=i: kept.render(densities[:10], models[10], seconds, axis_steps=20 * 2**i)))
         kept.render(densities[:10], models[10], seconds)
         widen_kept.append(timed(lambda: kept.render(densities[:10], models[10], seconds, axis_steps=20)))
         kept.live.invalidate(kept.objective)  # one axes drawn again, whole
         whole.append(timed(lambda: kept.render(densities[:10], models[10], seconds, axis_steps=20)))
     rng = np.random.default_rng(1)
-    losses = {r: [(5 * s, 5 * s * 1024, 4.0 * np.exp(-s / 40) + 1.2 + 0.1 * rng.standard_normal())
-                  for s in range(1, redraws + 1)] for r in range(2)}
+    losses = {
+        r: [
+            (5 * s, 5 * s * 1024, 4.0 * np.exp(-s / 40) + 1.2 + 0.1 * rng.standard_normal())
+            for s in range(1, redraws + 1)
+        ]
+        for r in range(2)
+    }
     held = [(5 * s, 5 * s * 1024, 4.0 * np.exp(-s / 40) + 1.3) for s in range(10, redraws + 1, 10)]
     loss_kept_view = LossView(entropy_floor=1.1)
 
@@ -98,15 +107,21 @@ def redraw_bench(redraws: int) -> None:
         return view.render({r: p[:i] for r, p in losses.items()}, [h for h in held if h[0] <= 5 * i])
 
     loss_kept = [timed(lambda i=i: loss_frame(loss_kept_view, i)) for i in range(1, redraws + 1)]
-    loss_new = [timed(lambda i=i: loss_frame(LossView(entropy_floor=1.1), i))
-                for i in range(1, redraws + 1, max(redraws // 20, 1))]
+    loss_new = [
+        timed(lambda i=i: loss_frame(LossView(entropy_floor=1.1), i))
+        for i in range(1, redraws + 1, max(redraws // 20, 1))
+    ]
     print(f"\nRedraw over a growing {redraws}-step history, milliseconds (target <= 20)")
     print(f"{'panel':<10} {'figure':<22} {'CPU med':>8} {'CPU mean':>8} {'wall med':>9} {'wall mean':>9}")
-    for name, how, samples in (("EMPanel", "kept, blitted", em_kept), ("EMPanel", "new every redraw", em_new),
-                               ("EMPanel", "step axes widen", widen), ("EMPanel", "... to kept limits", widen_kept),
-                               ("EMPanel", "one axes redrawn", whole),
-                               ("TrainPanel", "kept, blitted", loss_kept),
-                               ("TrainPanel", "new every redraw", loss_new)):
+    for name, how, samples in (
+        ("EMPanel", "kept, blitted", em_kept),
+        ("EMPanel", "new every redraw", em_new),
+        ("EMPanel", "step axes widen", widen),
+        ("EMPanel", "... to kept limits", widen_kept),
+        ("EMPanel", "one axes redrawn", whole),
+        ("TrainPanel", "kept, blitted", loss_kept),
+        ("TrainPanel", "new every redraw", loss_new),
+    ):
         print(f"{name:<10} {how:<22} {summary(samples)}")
 
 
@@ -140,10 +155,13 @@ def live_figure_ab(baseline: str, repeats: int = 15) -> None:
             def render(step, axis_steps=None):
                 return view.render(densities[:10], models[step], seconds, axis_steps=axis_steps)
 
-            steps = ((None, lambda: render(10)), (None, lambda: render(11)),
-                     (lambda: view.live.invalidate(view.objective), lambda: render(12)),
-                     (None, lambda: render(13, axis_steps=300)),
-                     (lambda: render(14), lambda: render(15, axis_steps=300)))  # back to 10 steps, then 320 again
+            steps = (
+                (None, lambda: render(10)),
+                (None, lambda: render(11)),
+                (lambda: view.live.invalidate(view.objective), lambda: render(12)),
+                (None, lambda: render(13, axis_steps=300)),
+                (lambda: render(14), lambda: render(15, axis_steps=300)),
+            )  # back to 10 steps, then 320 again
             for case, (untimed, timed_render) in zip(cases, steps):
                 if untimed is not None:
                     untimed()
@@ -222,8 +240,21 @@ def run_bench(cluster: MixleCluster, n_obs: int, steps: int, rounds: int) -> dic
     cluster.run(make_handle)
     batched = EMPanel(cluster, handle="bench_h", estimator="bench_est", model=start)
     one_a_call = EMPanel(cluster, handle="bench_h", estimator="bench_est", model=start, batch_seconds=0)
-    times: dict = {name: [] for name in ("ranks", "bare", "one a call", "batched", "steps/call", "final draw",
-                                         "notebook CPU", "bare/ranks", "one a call/ranks", "batched/ranks")}
+    times: dict = {
+        name: []
+        for name in (
+            "ranks",
+            "bare",
+            "one a call",
+            "batched",
+            "steps/call",
+            "final draw",
+            "notebook CPU",
+            "bare/ranks",
+            "one a call/ranks",
+            "batched/ranks",
+        )
+    }
     cluster.run(own_steps_on_rank, 2)  # warm every path
     batched.run(2)
     one_a_call.run(2)
@@ -237,10 +268,18 @@ def run_bench(cluster: MixleCluster, n_obs: int, steps: int, rounds: int) -> dic
         per_step, per_call, final_draw, notebook_cpu = panel_step_seconds(batched, steps)
         own = (own_before + max(cluster.run(own_steps_on_rank, steps))) / 2  # before and after the rest
         # ratios within a round: the machine's load drifts between rounds more than within one
-        for name, value in (("ranks", own), ("bare", bare), ("one a call", one), ("batched", per_step),
-                            ("steps/call", per_call), ("final draw", final_draw), ("notebook CPU", notebook_cpu),
-                            ("bare/ranks", bare / own),
-                            ("one a call/ranks", one / own), ("batched/ranks", per_step / own)):
+        for name, value in (
+            ("ranks", own),
+            ("bare", bare),
+            ("one a call", one),
+            ("batched", per_step),
+            ("steps/call", per_call),
+            ("final draw", final_draw),
+            ("notebook CPU", notebook_cpu),
+            ("bare/ranks", bare / own),
+            ("one a call/ranks", one / own),
+            ("batched/ranks", per_step / own),
+        ):
             times[name].append(value)
     cluster.run(drop_handle)
     medians = {name: statistics.median(values) for name, values in times.items()}
@@ -254,33 +293,43 @@ def main():
     parser.add_argument("--steps", type=int, default=200, help="EM steps per timed run")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--skip-redraw", action="store_true", help="only the Run N comparison")
-    parser.add_argument("--baseline", metavar="DIR",
-                        help="also time another checkout's LiveFigure against this one's, in this process")
-    parser.add_argument("--pin", action="store_true",
-                        help="engines on core 0, this process and the controller on core 1")
+    parser.add_argument(
+        "--baseline", metavar="DIR", help="also time another checkout's LiveFigure against this one's, in this process"
+    )
+    parser.add_argument(
+        "--pin", action="store_true", help="engines on core 0, this process and the controller on core 1"
+    )
     args = parser.parse_args()
     if not args.skip_redraw:
         redraw_bench(args.redraws)
     if args.baseline:
         live_figure_ab(args.baseline)
-    print(f"\npanel.run({args.steps}) per step against the ranks' own step, 2 engines"
-          f"{' on core 0, the notebook and controller on core 1' if args.pin else ''}, "
-          f"median of {args.rounds} interleaved rounds, ratios taken within each round (target at N=1e6: <= 1.1x)")
-    print("ms per step: the ranks' own; one bare cluster.run a step; the panel at one step a call; "
-          "the panel batched (steps/call: its mean; draw: ms of the final draw run() ends with; "
-          "nb CPU: ms of this process's CPU during the batched run)")
-    print(f"{'N':>9} {'ranks':>8} {'run()':>8} {'1/call':>8} {'batched':>8} {'steps/call':>10} {'draw':>6} "
-          f"{'nb CPU':>7} {'run()/ranks':>11} {'1/call/ranks':>12} {'batched/ranks':>13}")
+    print(
+        f"\npanel.run({args.steps}) per step against the ranks' own step, 2 engines"
+        f"{' on core 0, the notebook and controller on core 1' if args.pin else ''}, "
+        f"median of {args.rounds} interleaved rounds, ratios taken within each round (target at N=1e6: <= 1.1x)"
+    )
+    print(
+        "ms per step: the ranks' own; one bare cluster.run a step; the panel at one step a call; "
+        "the panel batched (steps/call: its mean; draw: ms of the final draw run() ends with; "
+        "nb CPU: ms of this process's CPU during the batched run)"
+    )
+    print(
+        f"{'N':>9} {'ranks':>8} {'run()':>8} {'1/call':>8} {'batched':>8} {'steps/call':>10} {'draw':>6} "
+        f"{'nb CPU':>7} {'run()/ranks':>11} {'1/call/ranks':>12} {'batched/ranks':>13}"
+    )
     rounds = []
     with MixleCluster(2) as cluster:
         if args.pin:
             pin_cores()
         for n_obs in (1_000_000, 1_000):
             t = run_bench(cluster, n_obs, args.steps, args.rounds)
-            print(f"{n_obs:>9,} {t['ranks'] * 1e3:>8.2f} {t['bare'] * 1e3:>8.2f} {t['one a call'] * 1e3:>8.2f} "
-                  f"{t['batched'] * 1e3:>8.2f} {t['steps/call']:>10.1f} {t['final draw'] * 1e3:>6.0f} "
-                  f"{t['notebook CPU'] * 1e3:>7.0f} "
-                  f"{t['bare/ranks']:>11.2f} {t['one a call/ranks']:>12.2f} {t['batched/ranks']:>13.2f}")
+            print(
+                f"{n_obs:>9,} {t['ranks'] * 1e3:>8.2f} {t['bare'] * 1e3:>8.2f} {t['one a call'] * 1e3:>8.2f} "
+                f"{t['batched'] * 1e3:>8.2f} {t['steps/call']:>10.1f} {t['final draw'] * 1e3:>6.0f} "
+                f"{t['notebook CPU'] * 1e3:>7.0f} "
+                f"{t['bare/ranks']:>11.2f} {t['one a call/ranks']:>12.2f} {t['batched/ranks']:>13.2f}"
+            )
             rounds.append((n_obs, t["batched/ranks, by round"], t["notebook CPU, by round"]))
     for n_obs, ratios, cpu in rounds:  # the spread the medians hide: this machine's load drifts
         print(f"batched/ranks at N={n_obs:,}, by round: {' '.join(f'{r:.2f}' for r in ratios)}")

@@ -15,6 +15,7 @@ Reported side by side:
 
 Run: .venv/bin/python benchmarks/scale_bench.py [--n 100000000] [--push-n N] [--steps 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -106,9 +107,15 @@ def _rank(rank, world, path, data, steps, sub_chunks):
     for _ in range(steps):
         model = handle.pysp_em_step(estimator, model).model
     step_s = (time.perf_counter() - t0) / steps
-    result = {"shard": handle.local_count, "encoded_mb": _encoded_bytes(handle.chunks) / 2**20,
-              "rss_before_mb": before, "peak_rss_mb": _peak_rss_mb(), "build_s": build_s, "step_s": step_s,
-              "count": len(handle)}
+    result = {
+        "shard": handle.local_count,
+        "encoded_mb": _encoded_bytes(handle.chunks) / 2**20,
+        "rss_before_mb": before,
+        "peak_rss_mb": _peak_rss_mb(),
+        "build_s": build_s,
+        "step_s": step_s,
+        "count": len(handle),
+    }
     handle.close()
     dist.destroy_process_group()
     return result
@@ -125,8 +132,10 @@ def _row(label: str, results: list, notebook_mb: float) -> None:
     ratios = per_rank([r["peak_rss_mb"] / r["encoded_mb"] for r in results], ".2f")
     own = per_rank([(r["peak_rss_mb"] - r["rss_before_mb"]) / r["encoded_mb"] for r in results], ".2f")
     per_obs_ns = r0["step_s"] / r0["count"] * 1e9
-    print(f"{label:<22}{r0['count']:>10.3g}{notebook_mb:>13.0f}{peaks:>17}{encoded:>15}{ratios:>16}{own:>17}"
-          f"{max(r['build_s'] for r in results):>9.1f}{r0['step_s']:>9.2f}{per_obs_ns:>9.1f}")
+    print(
+        f"{label:<22}{r0['count']:>10.3g}{notebook_mb:>13.0f}{peaks:>17}{encoded:>15}{ratios:>16}{own:>17}"
+        f"{max(r['build_s'] for r in results):>9.1f}{r0['step_s']:>9.2f}{per_obs_ns:>9.1f}"
+    )
 
 
 def main() -> None:
@@ -139,22 +148,27 @@ def main() -> None:
     args = parser.parse_args()
     push_n = args.n if args.push_n is None else args.push_n
     print(f"K={K} Gaussian mixture, 2 ranks, sub_chunks={args.sub_chunks}; rank columns read 'rank 0 / rank 1'")
-    print(f"{'source':<22}{'N':>10}{'notebook MB':>13}{'rank peak MB':>17}{'encoded MB':>15}"
-          f"{'peak/enc':>16}{'(peak-base)/enc':>17}{'build s':>9}{'step s':>9}{'ns/obs':>9}")
+    print(
+        f"{'source':<22}{'N':>10}{'notebook MB':>13}{'rank peak MB':>17}{'encoded MB':>15}"
+        f"{'peak/enc':>16}{'(peak-base)/enc':>17}{'build s':>9}{'step s':>9}{'ns/obs':>9}"
+    )
     per_obs = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in (args.small_n, args.n):
             path = os.path.join(tmp, f"x{n}.npy")
             write_npy(path, n)
-            results = run_local(_rank, 2, timeout=3600, path=path, data=None, steps=args.steps,
-                                sub_chunks=args.sub_chunks)
+            results = run_local(
+                _rank, 2, timeout=3600, path=path, data=None, steps=args.steps, sub_chunks=args.sub_chunks
+            )
             os.remove(path)
             per_obs[n] = results[0]["step_s"] / results[0]["count"]
             _row("from_npy", results, _peak_rss_mb())
     notebook_before_push = _peak_rss_mb()
     print(f"\nnotebook peak RSS before any push: {notebook_before_push:.0f} MB (target < 300)")
-    print(f"per-observation step cost, N={args.n:.3g} vs N={args.small_n:.3g}: "
-          f"{per_obs[args.n] / per_obs[args.small_n]:.2f}x (target within 1.3x)")
+    print(
+        f"per-observation step cost, N={args.n:.3g} vs N={args.small_n:.3g}: "
+        f"{per_obs[args.n] / per_obs[args.small_n]:.2f}x (target within 1.3x)"
+    )
     if push_n == 0:
         return
     x = draw_all(push_n)

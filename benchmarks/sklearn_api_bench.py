@@ -9,6 +9,7 @@ Run: .venv/bin/python benchmarks/sklearn_api_bench.py  (``--quick`` for a small 
 checkout, interleaved, for a change's before and after). This machine is shared and noisy:
 compare the ratios.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,11 @@ def problem(n: int, d: int, k: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     centres = rng.normal(0, 3, size=(k, d))
     x = centres[rng.integers(k, size=n)] + rng.normal(size=(n, d))
-    start = dict(weights_init=np.full(k, 1 / k), means_init=centres + rng.normal(0, 0.5, size=(k, d)),
-                 precisions_init=np.stack([np.eye(d)] * k))
+    start = dict(
+        weights_init=np.full(k, 1 / k),
+        means_init=centres + rng.normal(0, 0.5, size=(k, d)),
+        precisions_init=np.stack([np.eye(d)] * k),
+    )
     return x, start
 
 
@@ -52,8 +56,15 @@ def timed_fit(estimator, data) -> tuple[float, object]:
 
 
 def largest_difference(a, b) -> float:
-    return max(float(np.max(np.abs(np.asarray(getattr(a, n)) - np.asarray(getattr(b, n)))
-                            / np.maximum(np.abs(np.asarray(getattr(a, n))), 1e-300))) for n in ATTRIBUTES)
+    return max(
+        float(
+            np.max(
+                np.abs(np.asarray(getattr(a, n)) - np.asarray(getattr(b, n)))
+                / np.maximum(np.abs(np.asarray(getattr(a, n))), 1e-300)
+            )
+        )
+        for n in ATTRIBUTES
+    )
 
 
 def on_cluster(cluster, x, settings) -> float:
@@ -63,8 +74,10 @@ def on_cluster(cluster, x, settings) -> float:
         np.save(path, x)
         estimator = GaussianMixture(**settings)
         cluster.push(path=path, est=estimator.mixture_estimator(x.shape[1]))
-        cluster.execute_async("from mixle_nb.parallel import TorchRunEncodedData\n"
-                              "h_bench = TorchRunEncodedData.from_npy(path, estimator=est)").result()
+        cluster.execute_async(
+            "from mixle_nb.parallel import TorchRunEncodedData\n"
+            "h_bench = TorchRunEncodedData.from_npy(path, estimator=est)"
+        ).result()
         try:
             seconds, _ = timed_fit(estimator, cluster.handle("h_bench"))
         finally:
@@ -78,11 +91,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--quick", action="store_true", help="N / 100, for a smoke run")
     parser.add_argument("--no-cluster", action="store_true")
-    parser.add_argument("--baseline", metavar="DIR",
-                        help="also time the GaussianMixture of the mixle_nb checked out in DIR")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="threads of each library in this process (torch's and scikit-learn's BLAS); "
-                             "on a loaded machine 2 threads' spin barriers slow both down many times over")
+    parser.add_argument(
+        "--baseline", metavar="DIR", help="also time the GaussianMixture of the mixle_nb checked out in DIR"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="threads of each library in this process (torch's and scikit-learn's BLAS); "
+        "on a loaded machine 2 threads' spin barriers slow both down many times over",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     threadpool_limits(args.threads)
@@ -99,16 +117,19 @@ def main() -> None:
 
         cluster = MixleCluster(2, timeout=600.0).start()
     try:
-        print(f"fit, {args.iterations} EM iterations from the same start, best of {args.rounds} rounds, "
-              f"{args.threads} thread(s) in this process, 1 a rank on the cluster")
+        print(
+            f"fit, {args.iterations} EM iterations from the same start, best of {args.rounds} rounds, "
+            f"{args.threads} thread(s) in this process, 1 a rank on the cluster"
+        )
         extra = f" {'baseline s':>11} {'baseline ratio':>15}" if baseline else ""
-        print(f"{'case':>24} {'scikit-learn s':>15} {'ours s':>8} {'ratio':>7} {'2-rank cluster s':>17} "
-              f"{'max rel diff':>13}{extra}")
+        print(
+            f"{'case':>24} {'scikit-learn s':>15} {'ours s':>8} {'ratio':>7} {'2-rank cluster s':>17} "
+            f"{'max rel diff':>13}{extra}"
+        )
         for covariance_type, n, d, k in cases:
             n = n // 100 if args.quick else n
             x, start = problem(n, d, k)
-            settings = dict(n_components=k, covariance_type=covariance_type, tol=0, max_iter=args.iterations,
-                            **start)
+            settings = dict(n_components=k, covariance_type=covariance_type, tol=0, max_iter=args.iterations, **start)
             theirs, ours, cluster_s, before = [], [], [], []
             for _ in range(args.rounds):
                 t, reference = timed_fit(ScikitGaussianMixture(**settings), x)
@@ -122,8 +143,11 @@ def main() -> None:
             clustered = f"{min(cluster_s):17.2f}" if cluster_s else f"{'-':>17}"
             name = f"N={n:.0e} D={d} K={k} {covariance_type}"
             extra = f" {min(before):11.2f} {min(before) / min(theirs):15.3f}" if before else ""
-            print(f"{name:>24} {min(theirs):15.2f} {min(ours):8.2f} {min(ours) / min(theirs):7.3f} {clustered} "
-                  f"{largest_difference(reference, fitted):13.1e}{extra}", flush=True)
+            print(
+                f"{name:>24} {min(theirs):15.2f} {min(ours):8.2f} {min(ours) / min(theirs):7.3f} {clustered} "
+                f"{largest_difference(reference, fitted):13.1e}{extra}",
+                flush=True,
+            )
     finally:
         if cluster is not None:
             cluster.stop()

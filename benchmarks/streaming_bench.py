@@ -19,6 +19,7 @@ from each of ``len // block`` windows, mixle's as one target from each of ``len 
 
 Usage: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/streaming_bench.py [--budget 90]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from mixle_nb.neural import (StreamingTransformerLeaf, StreamingTransformerLeafEstimator,
-                             build_causal_lm, stream_sequence_source)
+from mixle_nb.neural import (
+    StreamingTransformerLeaf,
+    StreamingTransformerLeafEstimator,
+    build_causal_lm,
+    stream_sequence_source,
+)
 from mixle_nb.neural.source import gather_windows, window_view
 from mixle_nb.parallel import StreamingTokenEncodedData
 from mixle_nb.parallel.local_launch import run_local
@@ -68,8 +73,13 @@ def held_out_nll(module, tokens: np.ndarray) -> float:
     leaf = StreamingTransformerLeaf(module)
     windows = window_view(tokens, BLOCK)
     starts = np.arange(len(tokens) - BLOCK)
-    return -float(np.mean(np.concatenate([leaf.seq_log_density(gather_windows(windows, chunk))
-                                          for chunk in np.array_split(starts, 8)])))
+    return -float(
+        np.mean(
+            np.concatenate(
+                [leaf.seq_log_density(gather_windows(windows, chunk)) for chunk in np.array_split(starts, 8)]
+            )
+        )
+    )
 
 
 def _contender(name: str):
@@ -114,8 +124,14 @@ def _race(rank: int, world: int, names: list, budget: float, rate_rounds: int) -
         for name in names:
             handle_class, est = _contender(name)
             h = handle_class(train, block=BLOCK, batch_size=BATCH, epochs=1)
-            runs[name] = {"handle": h, "est": est, "epochs": [], "trained": 0.0, "reached": None,
-                          "targets_per_epoch": _targets_per_epoch(h, world)}
+            runs[name] = {
+                "handle": h,
+                "est": est,
+                "epochs": [],
+                "trained": 0.0,
+                "reached": None,
+                "targets_per_epoch": _targets_per_epoch(h, world),
+            }
         active = list(names)
         while active:
             for name in list(active):
@@ -137,7 +153,7 @@ def _race(rank: int, world: int, names: list, budget: float, rate_rounds: int) -
                 h = handle_class(train, block=BLOCK, batch_size=BATCH, max_steps=10)
                 short[name] = (h, est, 10 * BATCH * BLOCK * world)
             else:
-                h = handle_class(train[:world * (10 * BATCH + BLOCK)], block=BLOCK, batch_size=BATCH)
+                h = handle_class(train[: world * (10 * BATCH + BLOCK)], block=BLOCK, batch_size=BATCH)
                 short[name] = (h, est, _targets_per_epoch(h, world))
         rates = {name: [] for name in names}
         for _ in range(rate_rounds):
@@ -145,10 +161,15 @@ def _race(rank: int, world: int, names: list, budget: float, rate_rounds: int) -
                 rates[name].append(targets / _timed_epoch(h, est)[0])
         for run in runs.values():
             run["handle"].close()
-        return {name: {"epochs": run["epochs"], "reached": run["reached"],
-                       "targets_per_epoch": run["targets_per_epoch"],
-                       "targets_per_s": statistics.median(rates[name])}
-                for name, run in runs.items()} | {"entropy_rate": entropy_rate}
+        return {
+            name: {
+                "epochs": run["epochs"],
+                "reached": run["reached"],
+                "targets_per_epoch": run["targets_per_epoch"],
+                "targets_per_s": statistics.median(rates[name]),
+            }
+            for name, run in runs.items()
+        } | {"entropy_rate": entropy_rate}
     finally:
         dist.destroy_process_group()
 
@@ -161,30 +182,42 @@ def compare(budget: float, rate_rounds: int) -> None:
         names = names[:1]
         print("mixle is not installed: only our handle runs")
     # An epoch that starts within the budget runs to its end: allow for one of mixle's.
-    results = run_local(_race, 2, timeout=4 * budget + 900, names=names, budget=budget,
-                        rate_rounds=rate_rounds)[0]
+    results = run_local(_race, 2, timeout=4 * budget + 900, names=names, budget=budget, rate_rounds=rate_rounds)[0]
     rate = results["entropy_rate"]
-    print(f"every position vs one target per window: {N_TRAIN:,} tokens of a {VOCAB}-symbol Markov "
-          f"chain (entropy rate {rate:.3f} nats), d_model {D_MODEL}, {N_LAYER} layers, {N_HEAD} heads, "
-          f"block {BLOCK}, batch {BATCH}/rank, AdamW lr {LR}, 2 ranks, contenders in turn each epoch")
-    print(f"  s/epoch: the first epoch (with warm-up) / the median of the later ones; targets/s: "
-          f"median of {rate_rounds} alternated 10-step runs; only training is timed")
-    print(f"  {'contender':20s} {'NLL after 1 epoch':>18s} {'s/epoch':>14s} {'targets/epoch':>13s} "
-          f"{'targets/s':>10s}  s to within 5%")
+    print(
+        f"every position vs one target per window: {N_TRAIN:,} tokens of a {VOCAB}-symbol Markov "
+        f"chain (entropy rate {rate:.3f} nats), d_model {D_MODEL}, {N_LAYER} layers, {N_HEAD} heads, "
+        f"block {BLOCK}, batch {BATCH}/rank, AdamW lr {LR}, 2 ranks, contenders in turn each epoch"
+    )
+    print(
+        f"  s/epoch: the first epoch (with warm-up) / the median of the later ones; targets/s: "
+        f"median of {rate_rounds} alternated 10-step runs; only training is timed"
+    )
+    print(
+        f"  {'contender':20s} {'NLL after 1 epoch':>18s} {'s/epoch':>14s} {'targets/epoch':>13s} "
+        f"{'targets/s':>10s}  s to within 5%"
+    )
     for name in names:
         res = results[name]
         epochs = res["epochs"]
         first, nll = epochs[0]
         steady = statistics.median(s for s, _ in epochs[1:]) if len(epochs) > 1 else first
-        reached = (f"{res['reached']:.1f} ({len(epochs)} epochs)" if res["reached"] is not None
-                   else f"not within {sum(s for s, _ in epochs):.0f} s ({len(epochs)} epochs, "
-                        f"best {min(n for _, n in epochs) / rate:.3f}x)")
-        print(f"  {name:20s} {nll:8.3f} ({nll / rate:5.3f}x) {first:6.2f} / {steady:5.2f} "
-              f"{res['targets_per_epoch']:13,d} {res['targets_per_s']:10,.0f}  {reached}")
+        reached = (
+            f"{res['reached']:.1f} ({len(epochs)} epochs)"
+            if res["reached"] is not None
+            else f"not within {sum(s for s, _ in epochs):.0f} s ({len(epochs)} epochs, "
+            f"best {min(n for _, n in epochs) / rate:.3f}x)"
+        )
+        print(
+            f"  {name:20s} {nll:8.3f} ({nll / rate:5.3f}x) {first:6.2f} / {steady:5.2f} "
+            f"{res['targets_per_epoch']:13,d} {res['targets_per_s']:10,.0f}  {reached}"
+        )
     if "mixle's handle" in results:
         ours, theirs = results["ours"], results["mixle's handle"]
-        print(f"  ours / mixle's handle: first-epoch time x{ours['epochs'][0][0] / theirs['epochs'][0][0]:.3f}, "
-              f"targets/s x{ours['targets_per_s'] / theirs['targets_per_s']:.1f}")
+        print(
+            f"  ours / mixle's handle: first-epoch time x{ours['epochs'][0][0] / theirs['epochs'][0][0]:.3f}, "
+            f"targets/s x{ours['targets_per_s'] / theirs['targets_per_s']:.1f}"
+        )
 
 
 SWEEP_BATCHES, SWEEP_LRS = (64, 16, 4, 2), (3e-3, 1e-2, 3e-2)
@@ -196,7 +229,7 @@ def bigram_nll(train: np.ndarray, held_out: np.ndarray, alpha: float = 0.05) -> 
     counts = np.full((VOCAB, VOCAB), alpha)
     np.add.at(counts, (train[:-1], train[1:]), 1.0)
     logp = np.log(counts / counts.sum(1, keepdims=True))
-    return -float(np.mean(logp[held_out[BLOCK - 1:-1], held_out[BLOCK:]]))
+    return -float(np.mean(logp[held_out[BLOCK - 1 : -1], held_out[BLOCK:]]))
 
 
 def _one_epoch_sweep(rank: int, world: int) -> dict:
@@ -207,8 +240,9 @@ def _one_epoch_sweep(rank: int, world: int) -> dict:
         found = {}
         for batch in SWEEP_BATCHES:
             for lr in SWEEP_LRS:
-                est = StreamingTransformerLeafEstimator(build_causal_lm(VOCAB, D_MODEL, N_LAYER, N_HEAD, BLOCK,
-                                                                        seed=0), lr=lr)
+                est = StreamingTransformerLeafEstimator(
+                    build_causal_lm(VOCAB, D_MODEL, N_LAYER, N_HEAD, BLOCK, seed=0), lr=lr
+                )
                 with StreamingTokenEncodedData(train, block=BLOCK, batch_size=batch, epochs=1) as h:
                     leaf = h.pysp_seq_estimate(est, None)
                     found[batch, lr] = (h.total_steps, held_out_nll(leaf.module, held_out))
@@ -221,23 +255,26 @@ def one_epoch_sweep() -> None:
     """Whether any batch size or learning rate reaches the 5% mark in one epoch, at 2 ranks."""
     results = run_local(_one_epoch_sweep, 2, timeout=1800)[0]
     rate = results["entropy_rate"]
-    print(f"one epoch by batch and learning rate: held-out NLL / entropy rate ({rate:.3f} nats), our handle, "
-          f"2 ranks, otherwise the configuration above; the 5% mark is {WITHIN:.2f}")
+    print(
+        f"one epoch by batch and learning rate: held-out NLL / entropy rate ({rate:.3f} nats), our handle, "
+        f"2 ranks, otherwise the configuration above; the 5% mark is {WITHIN:.2f}"
+    )
     print(f"  {'batch/rank':>10s} {'steps':>6s} " + " ".join(f"{'lr ' + format(lr, 'g'):>9s}" for lr in SWEEP_LRS))
     for batch in SWEEP_BATCHES:
         steps = results["found"][batch, SWEEP_LRS[0]][0]
-        print(f"  {batch:>10d} {steps:>6d} "
-              + " ".join(f"{results['found'][batch, lr][1] / rate:>9.3f}" for lr in SWEEP_LRS))
-    print(f"  smoothed bigram counts of the same training tokens (no optimizer): "
-          f"{results['bigram'] / rate:.3f}")
+        print(
+            f"  {batch:>10d} {steps:>6d} "
+            + " ".join(f"{results['found'][batch, lr][1] / rate:>9.3f}" for lr in SWEEP_LRS)
+        )
+    print(f"  smoothed bigram counts of the same training tokens (no optimizer): {results['bigram'] / rate:.3f}")
 
 
 def naive_source(token_ids, block, batch_size, seed=0):
     """The reference's shape: a materialised permutation and one Python slice per window."""
     order = np.random.default_rng(seed).permutation(len(token_ids) - block)
     for lo in range(0, len(order), batch_size):
-        idx = order[lo:lo + batch_size]
-        yield np.stack([token_ids[i:i + block] for i in idx]), token_ids[idx + block]
+        idx = order[lo : lo + batch_size]
+        yield np.stack([token_ids[i : i + block] for i in idx]), token_ids[idx + block]
 
 
 def windows_per_s(source, n_batches: int) -> float:
@@ -251,8 +288,9 @@ def windows_per_s(source, n_batches: int) -> float:
 def train_targets_per_s(steps: int, progress=None) -> float:
     """Targets/s of one process over ``steps`` optimizer steps, after 5 warm-up steps."""
     ids = np.random.default_rng(0).integers(0, VOCAB, 200_000)
-    h = StreamingTokenEncodedData(ids, block=BLOCK, batch_size=BATCH, progress=progress, max_steps=5,
-                                  init_process_group=False)
+    h = StreamingTokenEncodedData(
+        ids, block=BLOCK, batch_size=BATCH, progress=progress, max_steps=5, init_process_group=False
+    )
     est = StreamingTransformerLeafEstimator(build_causal_lm(VOCAB, D_MODEL, N_LAYER, N_HEAD, BLOCK))
     h.pysp_seq_estimate(est, None)
     h.max_steps = steps
@@ -264,8 +302,9 @@ def train_targets_per_s(steps: int, progress=None) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate-rounds", type=int, default=3, help="alternated targets/s runs")
-    parser.add_argument("--budget", type=float, default=90.0,
-                        help="training seconds per contender before giving up on the 5%% mark")
+    parser.add_argument(
+        "--budget", type=float, default=90.0, help="training seconds per contender before giving up on the 5%% mark"
+    )
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps per progress timing")
     parser.add_argument("--repeats", type=int, default=5, help="timings per median")
     parser.add_argument("--skip-sweep", action="store_true", help="skip the one-epoch batch x lr sweep")
@@ -277,10 +316,12 @@ def main() -> None:
 
     ids = np.random.default_rng(0).integers(0, VOCAB, 2_000_000)
     n_batches = 400
-    fast = statistics.median(windows_per_s(stream_sequence_source(ids, BLOCK, BATCH, seed=s), n_batches)
-                             for s in range(args.repeats))
-    naive = statistics.median(windows_per_s(naive_source(ids, BLOCK, BATCH, seed=s), n_batches)
-                              for s in range(args.repeats))
+    fast = statistics.median(
+        windows_per_s(stream_sequence_source(ids, BLOCK, BATCH, seed=s), n_batches) for s in range(args.repeats)
+    )
+    naive = statistics.median(
+        windows_per_s(naive_source(ids, BLOCK, BATCH, seed=s), n_batches) for s in range(args.repeats)
+    )
     print(f"windows   block={BLOCK} batch={BATCH} over {len(ids):,} tokens, median of {args.repeats}")
     print(f"  stream_sequence_source: {fast:12.0f} windows/s ({fast * BLOCK:,.0f} targets/s)")
     print(f"  naive np.stack        : {naive:12.0f} windows/s (one target each; windows x{fast / naive:.1f})")

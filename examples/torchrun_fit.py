@@ -5,6 +5,7 @@ Without a file, every rank generates the same data (same seed) and keeps its
 own rows from disk (``TorchRunEncodedData.from_npy``): no process ever holds the whole data.
 Only the root prints the all-reduced log-density per step.
 """
+
 import sys
 
 import torch
@@ -20,8 +21,9 @@ out = torchrun_out()
 if len(sys.argv) > 1:
     handle = TorchRunEncodedData.from_npy(sys.argv[1], estimator=estimator, sub_chunks=8)
 else:
-    truth = MixtureDistribution([GaussianDistribution(-3, 1), GaussianDistribution(0, 0.5),
-                                 GaussianDistribution(4, 2)], [0.3, 0.3, 0.4])
+    truth = MixtureDistribution(
+        [GaussianDistribution(-3, 1), GaussianDistribution(0, 0.5), GaussianDistribution(4, 2)], [0.3, 0.3, 0.4]
+    )
     handle = TorchRunEncodedData(truth.sampler(seed=0).sample(200_000), estimator=estimator)
 
 with handle:

@@ -4,6 +4,7 @@ a short summary (the text of every cell tagged ``summary``).
 
 Run from the repository root: ``python -m mixle_nb.demo [--out out] [notebook ...]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,9 @@ try:
     from nbconvert import HTMLExporter
     from nbformat.sign import NotebookNotary
 except ImportError as missing:  # the demo's tools are an extra, not runtime dependencies
-    raise SystemExit(f"the demo needs {missing.name}, from the demo extra: "
-                     "pip install -e '.[demo]' (or run `make demo`)") from missing
+    raise SystemExit(
+        f"the demo needs {missing.name}, from the demo extra: pip install -e '.[demo]' (or run `make demo`)"
+    ) from missing
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 DEFAULT = ("02_distributed_em.ipynb", "03_streaming_transformer.ipynb")
@@ -29,8 +31,13 @@ def execute(path: Path, timeout: float = 600) -> nbformat.NotebookNode:
     """Execute a notebook in a fresh kernel with its own folder as the working directory,
     storing widget state so the panels render again when the notebook is opened."""
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        store_widget_state=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
     return nb
 
 

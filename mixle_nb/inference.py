@@ -6,13 +6,15 @@ Each takes local data or any handle as its first argument; on a handle the work 
 shards live. Progress lines are printed on the root rank only (``out=ROOT_STDOUT``, the
 default): a handle's root, or for local data rank 0 of the torch.distributed group (or of
 torchrun's ``RANK``), so that every rank running the same cell prints once."""
+
 from __future__ import annotations
 
 import math
 import sys
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional, TextIO, Union
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -20,8 +22,16 @@ from .checkpoint import EMCheckpoint
 from .parallel.torchrun import torchrun_out
 from .stats.base import Distribution, Estimator, as_generator
 from .stats.diagonal_gaussian import DiagonalGaussianEstimator
-from .stats.estimation import (EMStep, accumulate, em_step, encoded_count, seq_encode, seq_initialize,
-                               seq_log_density_sum, tie_keys)
+from .stats.estimation import (
+    EMStep,
+    accumulate,
+    em_step,
+    encoded_count,
+    seq_encode,
+    seq_initialize,
+    seq_log_density_sum,
+    tie_keys,
+)
 from .stats.kmeans import SingleProcess, kmeans_init
 from .stats.mixture import MixtureEstimator
 from .stats.multivariate_gaussian import MultivariateGaussianEstimator
@@ -63,8 +73,9 @@ def default_init(estimator: Estimator) -> str:
     return "random"
 
 
-def initial_model(enc: Any, estimator: Estimator, init: Union[str, Distribution], rng: Any = None,
-                  init_p: float = 0.1) -> Distribution:
+def initial_model(
+    enc: Any, estimator: Estimator, init: str | Distribution, rng: Any = None, init_p: float = 0.1
+) -> Distribution:
     """The start of EM on local encoded data or a handle.
 
     ``init``: ``"kmeans++"`` (k-means‖ where the data live, a few Lloyd iterations, then the
@@ -81,8 +92,9 @@ def initial_model(enc: Any, estimator: Estimator, init: Union[str, Distribution]
     if hasattr(enc, "pysp_kmeans_init"):
         return enc.pysp_kmeans_init(estimator, rng, init)
     if hasattr(enc, "pysp_seq_initialize"):  # a handle without the extension
-        warnings.warn(f"{type(enc).__name__} has no pysp_kmeans_init; init={init!r} falls back to 'random'",
-                      stacklevel=3)
+        warnings.warn(
+            f"{type(enc).__name__} has no pysp_kmeans_init; init={init!r} falls back to 'random'", stacklevel=3
+        )
         return seq_initialize(enc, estimator, rng, init_p)
     return kmeans_init([enc], estimator, rng, SingleProcess(), init)
 
@@ -108,15 +120,15 @@ def fit(
     estimator: Estimator,
     *,
     enc_data: Any = None,
-    init: Union[str, Distribution, None] = None,
+    init: str | Distribution | None = None,
     n_init: int = 1,
     max_its: int = 100,
-    delta: Optional[float] = 1e-9,
-    tol: Optional[float] = None,
+    delta: float | None = 1e-9,
+    tol: float | None = None,
     init_p: float = 0.1,
     rng: Any = None,
-    out: Union[TextIO, str, None] = ROOT_STDOUT,
-    on_step: Optional[Callable[[EMStep], None]] = None,
+    out: TextIO | str | None = ROOT_STDOUT,
+    on_step: Callable[[EMStep], None] | None = None,
     device: Any = None,
     checkpoint: Any = None,
 ) -> FitResult:
@@ -146,8 +158,10 @@ def fit(
     start_model = None if init is None or isinstance(init, str) else init
     name = "model" if start_model is not None else choice("init", init or default_init(estimator), INITS)
     if start_model is not None and n_init > 1:
-        raise ValueError("n_init > 1 needs a start name (init='kmeans++', ...), not a model: "
-                         "every restart would start from the same model")
+        raise ValueError(
+            "n_init > 1 needs a start name (init='kmeans++', ...), not a model: "
+            "every restart would start from the same model"
+        )
     if _is_handle(data):
         if enc_data is not None:
             raise ValueError("fit got a handle as data and enc_data= too: pass the handle once, fit(h, est)")
@@ -158,21 +172,29 @@ def fit(
             raise ValueError("fit needs data or enc_data")
         enc_data = seq_encode(data, model=start_model, estimator=estimator, device=device)
     elif device is not None:
-        raise ValueError("device= places the data fit encodes; enc_data is encoded already (encode it "
-                         "with seq_encode(data, device=...) or build the handle with device=...)")
+        raise ValueError(
+            "device= places the data fit encodes; enc_data is encoded already (encode it "
+            "with seq_encode(data, device=...) or build the handle with device=...)"
+        )
     rng = as_generator(rng)
     saved = EMCheckpoint.of(checkpoint)
     resumed = saved.resume_fit(n_init, name, rng) if saved else None
-    best: Optional[FitResult] = resumed["best"] if resumed else None
+    best: FitResult | None = resumed["best"] if resumed else None
     finals = resumed["finals"] if resumed else []
     for start in range(resumed["start"] if resumed else 0, n_init):
         begun = resumed["run"] if resumed and start == resumed["start"] else None
-        model = begun[0] if begun else initial_model(enc_data, estimator, start_model if start_model is not None
-                                                     else name, rng, init_p)
+        model = (
+            begun[0]
+            if begun
+            else initial_model(enc_data, estimator, start_model if start_model is not None else name, rng, init_p)
+        )
         if n_init > 1:
             _say(out, f"Start {start + 1} of {n_init} ({name})")
-        save = saved and (lambda step, run: saved.due(step) and saved.save_fit(n_init, name, rng, start, best,
-                                                                                 finals, run))
+        save = saved and (
+            lambda step, run, start=start, best=best: (
+                saved.due(step) and saved.save_fit(n_init, name, rng, start, best, finals, run)
+            )
+        )
         result, interrupted = _em(enc_data, estimator, model, max_its, delta, tol, out, on_step, start, begun, save)
         result.init = name
         finals.append(result.log_density)
@@ -191,16 +213,16 @@ def optimize(
     estimator: Estimator,
     *,
     enc_data: Any = None,
-    prev_estimate: Optional[Distribution] = None,
-    init: Union[str, Distribution, None] = None,
+    prev_estimate: Distribution | None = None,
+    init: str | Distribution | None = None,
     n_init: int = 1,
     max_its: int = 100,
-    delta: Optional[float] = 1e-9,
-    tol: Optional[float] = None,
+    delta: float | None = 1e-9,
+    tol: float | None = None,
     init_p: float = 0.1,
     rng: Any = None,
-    out: Union[TextIO, str, None] = ROOT_STDOUT,
-    on_step: Optional[Callable[[EMStep], None]] = None,
+    out: TextIO | str | None = ROOT_STDOUT,
+    on_step: Callable[[EMStep], None] | None = None,
     device: Any = None,
 ) -> Distribution:
     """:func:`fit`, returning only the model (as the reference's ``optimize`` does).
@@ -209,12 +231,26 @@ def optimize(
         if init is not None:
             raise ValueError("pass prev_estimate or init, not both (prev_estimate is init=<model>)")
         init = prev_estimate
-    return fit(data, estimator, enc_data=enc_data, init=init, n_init=n_init, max_its=max_its, delta=delta,
-               tol=tol, init_p=init_p, rng=rng, out=out, on_step=on_step, device=device).model
+    return fit(
+        data,
+        estimator,
+        enc_data=enc_data,
+        init=init,
+        n_init=n_init,
+        max_its=max_its,
+        delta=delta,
+        tol=tol,
+        init_p=init_p,
+        rng=rng,
+        out=out,
+        on_step=on_step,
+        device=device,
+    ).model
 
 
-def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start, begun=None,
-        save=None) -> tuple[FitResult, bool]:
+def _em(
+    enc, estimator, model, max_its, delta, tol, out, on_step, start, begun=None, save=None
+) -> tuple[FitResult, bool]:
     """One start's EM loop, continuing ``begun`` (model, previous, history) if given, and
     ``save(iteration, run)`` after each iteration; returns its result and whether Ctrl-C ended it."""
     history: list[EMStep] = list(begun[2]) if begun else []
@@ -228,8 +264,9 @@ def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start, begun=N
             _say(out, f"Interrupted in iteration {iteration}; returning the model of iteration {iteration - 1}")
             return FitResult(model, previous, history, False, iteration - 1, ""), True
         except Exception as exc:
-            raise FitError(f"EM iteration {iteration} failed ({exc}); the last good model is in .model",
-                           model, history) from exc
+            raise FitError(
+                f"EM iteration {iteration} failed ({exc}); the last good model is in .model", model, history
+            ) from exc
         gain = (step.log_density - previous) / max(step.count, 1.0)
         step.step, step.gain, step.start = iteration, gain, start
         history.append(step)
@@ -244,7 +281,7 @@ def _em(enc, estimator, model, max_its, delta, tol, out, on_step, start, begun=N
     return FitResult(model, previous, history, False, max_its, ""), False
 
 
-def _converged(gain: float, delta: Optional[float], tol: Optional[float]) -> bool:
+def _converged(gain: float, delta: float | None, tol: float | None) -> bool:
     """The stopping rule: the gain per observation below ``delta`` or its magnitude below ``tol``."""
     return (delta is not None and gain < delta) or (tol is not None and abs(gain) < tol)
 
@@ -253,7 +290,7 @@ def _is_handle(data: Any) -> bool:
     return hasattr(data, "pysp_seq_log_density_sum")
 
 
-def _output(out: Union[TextIO, str, None], data: Any) -> Optional[TextIO]:
+def _output(out: TextIO | str | None, data: Any) -> TextIO | None:
     """Where progress lines go: ``out``, with :data:`ROOT_STDOUT` resolved to ``sys.stdout``
     on the root rank (a handle's root; for local data, rank 0 of the group, see
     ``torchrun_out``) and to nothing on the others."""
@@ -276,9 +313,11 @@ def _require_enough_observations(enc: Any, estimator: Estimator) -> None:
     except TypeError:  # a handle or an encoding that cannot count its observations
         return
     if n < len(components):
-        raise ValueError(f"a mixture of {len(components)} components needs at least {len(components)} "
-                         f"observations, and the data hold {n}: use at most {n} components (e.g. "
-                         f"choose_k(data, ..., range(1, {n + 1}))), or fit more data")
+        raise ValueError(
+            f"a mixture of {len(components)} components needs at least {len(components)} "
+            f"observations, and the data hold {n}: use at most {n} components (e.g. "
+            f"choose_k(data, ..., range(1, {n + 1}))), or fit more data"
+        )
 
 
 def _count_and_log_density(data_or_handle: Any, model: Distribution) -> tuple[float, float]:
@@ -286,8 +325,9 @@ def _count_and_log_density(data_or_handle: Any, model: Distribution) -> tuple[fl
     return seq_log_density_sum(enc, model)
 
 
-def bic(data_or_handle: Any, model: Distribution, estimator: Optional[Estimator] = None, *,
-        n_parameters: Optional[int] = None) -> float:
+def bic(
+    data_or_handle: Any, model: Distribution, estimator: Estimator | None = None, *, n_parameters: int | None = None
+) -> float:
     """Bayesian information criterion ``-2 log L + p log N`` (lower is better).
 
     ``p`` counts the free parameters as ``estimator`` fits ``model`` (default
@@ -299,8 +339,9 @@ def bic(data_or_handle: Any, model: Distribution, estimator: Optional[Estimator]
     return -2.0 * total + p * math.log(count)
 
 
-def aic(data_or_handle: Any, model: Distribution, estimator: Optional[Estimator] = None, *,
-        n_parameters: Optional[int] = None) -> float:
+def aic(
+    data_or_handle: Any, model: Distribution, estimator: Estimator | None = None, *, n_parameters: int | None = None
+) -> float:
     """Akaike information criterion ``-2 log L + 2p`` (lower is better); see :func:`bic`."""
     p = _parameters(model, estimator, n_parameters)
     return -2.0 * _count_and_log_density(data_or_handle, model)[1] + 2.0 * p
@@ -331,8 +372,14 @@ class KChoice:
         return self.results[int(np.argmin(self.bic))].model
 
 
-def choose_k(data_or_handle: Any, estimator_for: Callable[[int], Estimator], k_values: Iterable[int], *,
-             on_fit: Optional[Callable[[int, FitResult, float, float], None]] = None, **fit_kwargs) -> KChoice:
+def choose_k(
+    data_or_handle: Any,
+    estimator_for: Callable[[int], Estimator],
+    k_values: Iterable[int],
+    *,
+    on_fit: Callable[[int, FitResult, float, float], None] | None = None,
+    **fit_kwargs,
+) -> KChoice:
     """Fit a mixture for every K in ``k_values`` (``estimator_for(K)`` builds its estimator)
     and score each with BIC and AIC. ``fit_kwargs`` go to :func:`fit` (``init``, ``n_init``,
     ``rng``, ``out``, ...); ``on_fit(k, result, bic, aic)`` is called after each K, for a
@@ -363,8 +410,10 @@ def choose_k(data_or_handle: Any, estimator_for: Callable[[int], Estimator], k_v
 def _per_observation(data_or_handle: Any, model: Distribution, function: Callable, gather: bool) -> np.ndarray:
     if _is_handle(data_or_handle):
         if not hasattr(data_or_handle, "pysp_shard_map"):
-            raise TypeError(f"{type(data_or_handle).__name__} has no pysp_shard_map: it cannot score "
-                            "observations where they live; score the raw data instead")
+            raise TypeError(
+                f"{type(data_or_handle).__name__} has no pysp_shard_map: it cannot score "
+                "observations where they live; score the raw data instead"
+            )
         explain = getattr(data_or_handle, "explain_failure", None)  # names a model of another dimension
 
         def scored(enc):
@@ -382,8 +431,9 @@ def _per_observation(data_or_handle: Any, model: Distribution, function: Callabl
 
 def _posterior_of(model: Distribution) -> Callable:
     if not hasattr(model, "seq_posterior"):
-        raise TypeError(f"predict and predict_proba need a mixture (a model with seq_posterior); "
-                        f"got {type(model).__name__}")
+        raise TypeError(
+            f"predict and predict_proba need a mixture (a model with seq_posterior); got {type(model).__name__}"
+        )
     return model.seq_posterior
 
 
@@ -406,6 +456,6 @@ def score_samples(data_or_handle: Any, model: Distribution, *, gather: bool = Fa
     return _per_observation(data_or_handle, model, model.seq_log_density, gather)
 
 
-def _say(out: Optional[TextIO], line: str) -> None:
+def _say(out: TextIO | None, line: str) -> None:
     if out is not None:
         print(line, file=out)

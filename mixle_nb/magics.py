@@ -5,10 +5,10 @@
 which the notebook shows as one line with the fix. A trailing ``# comment`` on a magic's line
 is ignored, as Python ignores one.
 """
+
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -35,12 +35,11 @@ def usable_cluster() -> MixleCluster:
     """The current cluster if it can take work, or a ``UsageError`` that says how to recover."""
     cluster = running_cluster()
     if cluster.state is ClusterState.BROKEN:
-        raise UsageError(f"the mixle cluster needs a restart ({cluster.broken_reason}): "
-                         "%mixle_cluster restart")
+        raise UsageError(f"the mixle cluster needs a restart ({cluster.broken_reason}): %mixle_cluster restart")
     return cluster
 
 
-def parse_targets(text: Optional[str]) -> Optional[list[int]]:
+def parse_targets(text: str | None) -> list[int] | None:
     """``"0,2"`` or ``"1-3"`` → rank list (parsed, never evaluated)."""
     if text is None:
         return None
@@ -54,8 +53,7 @@ def parse_targets(text: Optional[str]) -> Optional[list[int]]:
     return ranks
 
 
-def run_cell(cluster: MixleCluster, code: str, targets=None, all_ranks: bool = False, out=None,
-             err=None) -> None:
+def run_cell(cluster: MixleCluster, code: str, targets=None, all_ranks: bool = False, out=None, err=None) -> None:
     """Execute ``code`` on the ranks, streaming output while it runs: rank 0's (or the first
     target's) by default, every rank's labelled ``[rank r]`` with ``all_ranks``; what they
     write to stderr (warnings) goes to ``err``. Errors come back as :class:`RankError` naming
@@ -70,7 +68,7 @@ def run_cell(cluster: MixleCluster, code: str, targets=None, all_ranks: bool = F
             for rank, text in getattr(call, name).items():
                 key = (name, rank)
                 if key in printed and len(text) > printed[key]:
-                    new = text[printed[key]:]
+                    new = text[printed[key] :]
                     printed[key] = len(text)
                     if all_ranks:
                         new = "".join(f"[rank {rank}] {line}" for line in new.splitlines(keepends=True))
@@ -129,8 +127,10 @@ def missing_name_hint(cluster: MixleCluster, name: str, rank: int) -> str:
     holders = [r for r, has in enumerate(cluster.run(defined_on_rank, name)) if has]
     if not holders:
         return f"{name!r} is not defined on rank {rank} nor on any other rank: push it with %mixle_push {name}"
-    return (f"{name!r} is not defined on rank {rank}; ranks {holders} have it: pull it with "
-            f"%mixle_pull {name} --rank {holders[0]}")
+    return (
+        f"{name!r} is not defined on rank {rank}; ranks {holders} have it: pull it with "
+        f"%mixle_pull {name} --rank {holders[0]}"
+    )
 
 
 @magics_class
@@ -139,8 +139,9 @@ class MixleMagics(Magics):
 
     @line_magic
     @magic_arguments()
-    @argument("action", choices=["start", "stop", "status", "restart", "attach", "list"],
-              help="what to do with the cluster")
+    @argument(
+        "action", choices=["start", "stop", "status", "restart", "attach", "list"], help="what to do with the cluster"
+    )
     @argument("n", nargs="?", type=int, help="number of engines (ranks), for start")
     @argument("--backend", default="auto", choices=BACKENDS, help="torch.distributed backend")
     @argument("--timeout", type=float, default=60.0, help="collective timeout in seconds")
@@ -154,8 +155,12 @@ class MixleMagics(Magics):
     @argument("--nodes", type=int, help="slurm: sbatch --nodes")
     @argument("--ntasks-per-node", type=int, help="slurm: sbatch --ntasks-per-node")
     @argument("--gpus-per-task", type=int, help="slurm: sbatch --gpus-per-task")
-    @argument("--extra-sbatch", action="append", default=[], help="slurm: another sbatch option, "
-              "e.g. --extra-sbatch=--qos=debug (repeatable)")
+    @argument(
+        "--extra-sbatch",
+        action="append",
+        default=[],
+        help="slurm: another sbatch option, e.g. --extra-sbatch=--qos=debug (repeatable)",
+    )
     @argument("--pending-timeout", type=float, help="slurm: seconds start waits for the job to run")
     def mixle_cluster(self, line):
         """Start, stop, restart or show the mixle cluster.
@@ -185,8 +190,14 @@ class MixleMagics(Magics):
                 raise UsageError("a mixle cluster is already running: %mixle_cluster stop (or restart) first")
             slurm = {k: getattr(args, k) for k in SLURM_OPTIONS if getattr(args, k) not in (None, [])}
             try:
-                cluster = MixleCluster(args.n, backend=args.backend, timeout=args.timeout, launcher=args.launcher,
-                                       detached=args.detach, **slurm)
+                cluster = MixleCluster(
+                    args.n,
+                    backend=args.backend,
+                    timeout=args.timeout,
+                    launcher=args.launcher,
+                    detached=args.detach,
+                    **slurm,
+                )
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
             cluster.start(progress=lambda message: print(message, flush=True))
@@ -211,8 +222,13 @@ class MixleMagics(Magics):
             display(cluster.status())
         elif args.action == "list":
             records = MixleCluster.list_detached()
-            print("\n".join(f"{r['cluster_id']}  {r['n']} engines ({r['launcher']})  detached by pid "
-                            f"{r['detached_by']}" for r in records) or "no detached mixle cluster is running")
+            print(
+                "\n".join(
+                    f"{r['cluster_id']}  {r['n']} engines ({r['launcher']})  detached by pid {r['detached_by']}"
+                    for r in records
+                )
+                or "no detached mixle cluster is running"
+            )
         else:
             display(running_cluster().status())
 

@@ -3,14 +3,16 @@
 Integers are ``numbers.Integral`` (so ``np.int64`` passes) but never ``bool``; ``3.0`` is not an
 integer. Reals are any ``numbers.Real`` except ``bool``, and must be finite.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from numbers import Integral, Real
-from typing import Any, Iterable, Optional
+from typing import Any
 
 
-def integer(name: str, value: Any, *, minimum: Optional[int] = 1) -> int:
+def integer(name: str, value: Any, *, minimum: int | None = 1) -> int:
     """``value`` as an ``int`` of at least ``minimum`` (``None``: any integer)."""
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ValueError(f"{name} must be an integer; got {value!r}")
@@ -24,18 +26,22 @@ def positive_int(name: str, value: Any) -> int:
     return integer(name, value, minimum=1)
 
 
-def optional_int(name: str, value: Any, *, minimum: int = 0) -> Optional[int]:
+def optional_int(name: str, value: Any, *, minimum: int = 0) -> int | None:
     """``None``, or ``value`` as an ``int`` of at least ``minimum``."""
     return None if value is None else integer(name, value, minimum=minimum)
 
 
-def real(name: str, value: Any, *, above: Optional[float] = None, at_least: Optional[float] = None,
-         at_most: Optional[float] = None) -> float:
+def real(
+    name: str, value: Any, *, above: float | None = None, at_least: float | None = None, at_most: float | None = None
+) -> float:
     """``value`` as a finite ``float`` within the given bounds."""
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite real number; got {value!r}")
-    bounds = [(above, lambda v, b: v > b, ">"), (at_least, lambda v, b: v >= b, ">="),
-              (at_most, lambda v, b: v <= b, "<=")]
+    bounds = [
+        (above, lambda v, b: v > b, ">"),
+        (at_least, lambda v, b: v >= b, ">="),
+        (at_most, lambda v, b: v <= b, "<="),
+    ]
     for bound, holds, sign in bounds:
         if bound is not None and not holds(value, bound):
             raise ValueError(f"{name} must be {sign} {bound}; got {value!r}")
@@ -84,11 +90,15 @@ def device(name: str, value: Any):
     if parsed.type != "cuda":
         raise ValueError(f"{name} is {value!r}, but only 'cpu' and CUDA devices are supported")
     if not torch.cuda.is_available():
-        raise ValueError(f"{name} is {value!r}, but CUDA is not available in this process "
-                         "(torch.cuda.is_available() is False): pass device='cpu' or None, or run where "
-                         "a GPU and a CUDA build of torch are installed")
+        raise ValueError(
+            f"{name} is {value!r}, but CUDA is not available in this process "
+            "(torch.cuda.is_available() is False): pass device='cpu' or None, or run where "
+            "a GPU and a CUDA build of torch are installed"
+        )
     index = torch.cuda.current_device() if parsed.index is None else parsed.index
     if index >= torch.cuda.device_count():
-        raise ValueError(f"{name} is {value!r}, but this process sees {torch.cuda.device_count()} CUDA "
-                         f"device(s): pick one of cuda:0..cuda:{torch.cuda.device_count() - 1}")
+        raise ValueError(
+            f"{name} is {value!r}, but this process sees {torch.cuda.device_count()} CUDA "
+            f"device(s): pick one of cuda:0..cuda:{torch.cuda.device_count() - 1}"
+        )
     return torch.device("cuda", index)

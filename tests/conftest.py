@@ -1,4 +1,5 @@
 """Shared fixtures: one 2-engine MixleCluster for the whole session (starting one costs seconds)."""
+
 import os
 
 import pytest

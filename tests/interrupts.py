@@ -1,4 +1,5 @@
 """Ctrl-C in the test process, as a notebook kernel delivers it: a real SIGINT."""
+
 import contextlib
 import os
 import signal
@@ -27,6 +28,7 @@ def interrupt_after(seconds: float, elsewhere: bool = False) -> threading.Timer:
     kernel may deliver it (Python still raises it in the main thread, but only once that thread
     runs); the started timer, cancelled at the end of the enclosing ``kernel_interrupts()`` if
     it has not fired."""
+
     def interrupt():
         if elsewhere:
             signal.pthread_kill(threading.get_ident(), signal.SIGINT)

@@ -4,6 +4,7 @@ in it, kill it as a front end does (``restart_kernel(now=True)``), and find what
 Every process the kernel starts inherits :data:`TAG` in its environment, so leftovers are
 found by the tag, whatever their parent became.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """Data sets far from the origin and in awkward units, their starts, and independent numpy
 references (tests/test_numerics.py; importable by the ranks of a process group)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,8 +20,9 @@ class OffsetProblem:
     k: int
 
 
-def offset_problem(offset: float, spread, dim: int, separation: float = 1e4, k: int = 3, per: int = 60,
-                   seed: int = 0) -> OffsetProblem:
+def offset_problem(
+    offset: float, spread, dim: int, separation: float = 1e4, k: int = 3, per: int = 60, seed: int = 0
+) -> OffsetProblem:
     """``k`` components ``separation`` spreads apart, at ``offset``; ``spread`` a number or
     ``"mixed"`` (coordinates' spreads from 1e-3 to 1e3). The start's means are the true ones
     moved by half a spread."""
@@ -66,8 +68,9 @@ def average_log_likelihood(x: np.ndarray, w, means, covs) -> float:
     for wk, mu, cov in zip(w, means, covs):
         chol = np.linalg.cholesky(cov)
         z = np.linalg.solve(chol, (x - mu).T)
-        terms.append(np.log(wk) - 0.5 * (z * z).sum(axis=0) - np.log(np.diag(chol)).sum()
-                     - 0.5 * len(mu) * np.log(2 * np.pi))
+        terms.append(
+            np.log(wk) - 0.5 * (z * z).sum(axis=0) - np.log(np.diag(chol)).sum() - 0.5 * len(mu) * np.log(2 * np.pi)
+        )
     return float(logsumexp(np.array(terms), axis=0).mean())
 
 
@@ -93,17 +96,27 @@ def sklearn_covariances(gm, kind: str, k: int, d: int) -> np.ndarray:
 
 def estimator_and_start(p: OffsetProblem, kind: str, reg_covar: float):
     """Our mixture estimator of ``kind`` and the start (weights 1/K, covariance spread²·I)."""
-    from mixle_nb.stats import (DiagonalGaussianDistribution, DiagonalGaussianEstimator, GaussianDistribution,
-                                GaussianEstimator, MixtureDistribution, MixtureEstimator,
-                                MultivariateGaussianDistribution, MultivariateGaussianEstimator,
-                                SphericalGaussianDistribution, SphericalGaussianEstimator)
+    from mixle_nb.stats import (
+        DiagonalGaussianDistribution,
+        DiagonalGaussianEstimator,
+        GaussianDistribution,
+        GaussianEstimator,
+        MixtureDistribution,
+        MixtureEstimator,
+        MultivariateGaussianDistribution,
+        MultivariateGaussianEstimator,
+        SphericalGaussianDistribution,
+        SphericalGaussianEstimator,
+    )
 
-    d, k, var = p.x.shape[1], p.k, p.scales ** 2
+    d, k, var = p.x.shape[1], p.k, p.scales**2
     if d == 1 and kind in ("full", "tied"):  # the 1-D family: variance_key ties its variance
         ests = [GaussianEstimator(reg_covar=reg_covar, variance_key="v" if kind == "tied" else None)] * k
         comps = [GaussianDistribution(m[0], var[0]) for m in p.start_means]
     elif kind in ("full", "tied"):
-        ests = [MultivariateGaussianEstimator(d, reg_covar=reg_covar, covariance_key="c" if kind == "tied" else None)] * k
+        ests = [
+            MultivariateGaussianEstimator(d, reg_covar=reg_covar, covariance_key="c" if kind == "tied" else None)
+        ] * k
         comps = [MultivariateGaussianDistribution(m, np.diag(var)) for m in p.start_means]
     elif kind == "diag":
         ests = [DiagonalGaussianEstimator(d, reg_covar=reg_covar)] * k
@@ -116,8 +129,19 @@ def estimator_and_start(p: OffsetProblem, kind: str, reg_covar: float):
 
 def sklearn_start(p: OffsetProblem, kind: str) -> dict:
     """``GaussianMixture`` keywords for the same start as :func:`estimator_and_start`."""
-    k, var = p.k, p.scales ** 2
-    precisions = {"full": np.tile(np.diag(1 / var), (k, 1, 1)), "tied": np.diag(1 / var),
-                  "diag": np.tile(1 / var, (k, 1)), "spherical": np.full(k, 1 / var.mean())}[kind]
-    return dict(n_components=k, covariance_type=kind, weights_init=np.full(k, 1.0 / k), means_init=p.start_means,
-                precisions_init=precisions, init_params="random", random_state=0)
+    k, var = p.k, p.scales**2
+    precisions = {
+        "full": np.tile(np.diag(1 / var), (k, 1, 1)),
+        "tied": np.diag(1 / var),
+        "diag": np.tile(1 / var, (k, 1)),
+        "spherical": np.full(k, 1 / var.mean()),
+    }[kind]
+    return dict(
+        n_components=k,
+        covariance_type=kind,
+        weights_init=np.full(k, 1.0 / k),
+        means_init=p.start_means,
+        precisions_init=precisions,
+        init_params="random",
+        random_state=0,
+    )

@@ -1,6 +1,7 @@
 """Functions the cluster and process-group tests run on every rank. They live in a module of
 their own so that engines import them by reference (tests/ is on the engines' PYTHONPATH, see
 conftest.py)."""
+
 import time
 
 import numpy as np
@@ -57,8 +58,12 @@ def collective_after(call_id: str) -> float | None:
 
 def params(model) -> np.ndarray:
     """Every number of a model, flattened, for exact or toleranced comparison."""
-    from mixle_nb.stats import (CategoricalDistribution, MixtureDistribution, MultivariateGaussianDistribution,
-                                PoissonDistribution)
+    from mixle_nb.stats import (
+        CategoricalDistribution,
+        MixtureDistribution,
+        MultivariateGaussianDistribution,
+        PoissonDistribution,
+    )
 
     if isinstance(model, MixtureDistribution):
         return np.concatenate([model.w] + [params(c) for c in model.components])
@@ -92,8 +97,7 @@ def build_elastic_handle(name: str, path: str, shards=None, sub_chunks: int = 2)
     from mixle_nb.parallel.torchrun import TorchRunEncodedData
 
     est = _elastic_estimator()
-    rank_namespace()[name] = TorchRunEncodedData.from_npy(path, est, shards=shards, sub_chunks=sub_chunks,
-                                                          elastic=True)
+    rank_namespace()[name] = TorchRunEncodedData.from_npy(path, est, shards=shards, sub_chunks=sub_chunks, elastic=True)
     rank_namespace()["est"] = est
 
 
@@ -132,8 +136,7 @@ def arm_stall(name: str, phase: str, step: int, stamp: str, seconds: float):
 
     from mixle_nb.cluster.rank_side import lookup
 
-    lookup(name).phase_hook = functools.partial(_stall_at, at_phase=phase, at_step=step, stamp=stamp,
-                                                seconds=seconds)
+    lookup(name).phase_hook = functools.partial(_stall_at, at_phase=phase, at_step=step, stamp=stamp, seconds=seconds)
 
 
 def _stall_at(phase, step, at_phase, at_step, stamp, seconds):
@@ -151,8 +154,9 @@ def elastic_reference(path: str, start, steps: int, shards: int, sub_chunks: int
 
     est = _elastic_estimator()
     model, out = start, []
-    with TorchRunEncodedData.from_npy(path, est, shards=shards, sub_chunks=sub_chunks,
-                                      init_process_group=False) as handle:
+    with TorchRunEncodedData.from_npy(
+        path, est, shards=shards, sub_chunks=sub_chunks, init_process_group=False
+    ) as handle:
         for _ in range(steps):
             model = em_step(handle, est, model).model
             out.append(params(model).tobytes())

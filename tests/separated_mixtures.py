@@ -1,6 +1,7 @@
 """Ten generated datasets of well-separated Gaussian mixtures (1-D and D = 2..8, K = 3..8,
 full and diagonal covariances), shared by the initialisation and model-choice tests and by
 benchmarks/em_bench.py."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,8 +16,18 @@ from mixle_nb.stats import (
 )
 
 # (D, K, covariance): "full" or "diag"; in 1-D both are the plain Gaussian.
-SHAPES = [(1, 3, "full"), (1, 5, "diag"), (2, 3, "full"), (2, 4, "diag"), (3, 5, "full"),
-          (4, 6, "diag"), (5, 4, "full"), (6, 7, "diag"), (7, 3, "full"), (8, 8, "full")]
+SHAPES = [
+    (1, 3, "full"),
+    (1, 5, "diag"),
+    (2, 3, "full"),
+    (2, 4, "diag"),
+    (3, 5, "full"),
+    (4, 6, "diag"),
+    (5, 4, "full"),
+    (6, 7, "diag"),
+    (7, 3, "full"),
+    (8, 8, "full"),
+]
 POINTS_PER_COMPONENT = 120
 
 

@@ -1,5 +1,6 @@
 """The problems tests/test_sklearn_mixture.py fits, and what its gloo ranks run: a module of
 its own, light to import, since every spawned rank imports it."""
+
 from __future__ import annotations
 
 import warnings
@@ -10,8 +11,15 @@ from sklearn.exceptions import ConvergenceWarning
 from mixle_nb.mixture import GaussianMixture
 
 TYPES = ("full", "tied", "diag", "spherical")
-ATTRIBUTES = ("weights_", "means_", "covariances_", "precisions_", "precisions_cholesky_", "lower_bound_",
-              "lower_bounds_")
+ATTRIBUTES = (
+    "weights_",
+    "means_",
+    "covariances_",
+    "precisions_",
+    "precisions_cholesky_",
+    "lower_bound_",
+    "lower_bounds_",
+)
 CASES = [(t, d) for t in TYPES for d in (1, 3)]
 
 
@@ -26,15 +34,21 @@ def start(covariance_type: str, x: np.ndarray, k: int, seed: int = 1) -> dict:
     """A start both libraries take: weights_init, means_init, precisions_init."""
     rng = np.random.default_rng(seed)
     d = x.shape[1]
-    precisions = {"full": np.stack([np.eye(d) * (1 + i) for i in range(k)]), "tied": np.eye(d),
-                  "diag": 1 + rng.random((k, d)), "spherical": 1 + rng.random(k)}[covariance_type]
-    return dict(weights_init=np.full(k, 1 / k), means_init=x[rng.choice(len(x), k, replace=False)],
-                precisions_init=precisions)
+    precisions = {
+        "full": np.stack([np.eye(d) * (1 + i) for i in range(k)]),
+        "tied": np.eye(d),
+        "diag": 1 + rng.random((k, d)),
+        "spherical": 1 + rng.random(k),
+    }[covariance_type]
+    return dict(
+        weights_init=np.full(k, 1 / k), means_init=x[rng.choice(len(x), k, replace=False)], precisions_init=precisions
+    )
 
 
 def settings(covariance_type: str, x: np.ndarray, k: int = 3, **extra) -> dict:
-    return dict(n_components=k, covariance_type=covariance_type, tol=0, max_iter=12,
-                **start(covariance_type, x, k), **extra)
+    return dict(
+        n_components=k, covariance_type=covariance_type, tol=0, max_iter=12, **start(covariance_type, x, k), **extra
+    )
 
 
 def fit_quietly(estimator, x):
@@ -60,7 +74,14 @@ def rank_fits(rank, world):
         estimator = GaussianMixture(**settings(covariance_type, x))
         with TorchRunEncodedData(x, estimator=estimator.mixture_estimator(d)) as h:
             fit_quietly(estimator, h)
-            out.append({**fitted(estimator), **{m: getattr(estimator, m)(h) for m in (
-                "predict", "predict_proba", "score_samples", "score", "bic", "aic")}})
+            out.append(
+                {
+                    **fitted(estimator),
+                    **{
+                        m: getattr(estimator, m)(h)
+                        for m in ("predict", "predict_proba", "score_samples", "score", "bic", "aic")
+                    },
+                }
+            )
     dist.destroy_process_group()
     return out

@@ -4,6 +4,7 @@ Under ``CI=true`` and under ``make test`` (which sets ``MIXLE_STRICT=1`` after i
 everything the suite needs) a missing browser, mixle, sshd or privilege is a failure; a bare
 ``pytest`` on a laptop skips with the reason.
 """
+
 import os
 
 import pytest

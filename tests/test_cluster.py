@@ -1,4 +1,5 @@
 """MixleCluster with real processes: group, data movement, errors, faults, cleanup, exposure."""
+
 import asyncio
 import os
 import signal
@@ -11,7 +12,7 @@ import pytest
 from interrupts import interrupt_after, kernel_interrupts
 from rank_functions import allreduce_sum, late_allreduce
 
-from mixle_nb.cluster import (MAX_ENGINES, MixleCluster, RankDiedError, RankError, current)
+from mixle_nb.cluster import MAX_ENGINES, MixleCluster, RankDiedError, RankError, current
 
 pytestmark = pytest.mark.cluster
 
@@ -45,8 +46,7 @@ def publish_then_wait(seconds):
 
 
 def alive(pids):
-    return [p for p in pids if psutil.pid_exists(p)
-            and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
 def listening_addresses(pids):
@@ -65,7 +65,7 @@ def listening_addresses(pids):
         except OSError:
             continue
         for link in links:
-            inode = link[len("socket:["):-1] if link.startswith("socket:[") else None
+            inode = link[len("socket:[") : -1] if link.startswith("socket:[") else None
             if inode in listening:
                 found.append((pid, listening[inode]))
     return found
@@ -193,8 +193,11 @@ def allreduce_forever():
 
 @pytest.mark.parametrize("work", ["allreduce_forever", "late_allreduce", "sleep"])
 def test_keyboard_interrupt_stops_a_long_call(cluster2, work):
-    calls = {"allreduce_forever": (allreduce_forever, ()), "late_allreduce": (late_allreduce, (1, 60)),
-             "sleep": (time.sleep, (60,))}
+    calls = {
+        "allreduce_forever": (allreduce_forever, ()),
+        "late_allreduce": (late_allreduce, (1, 60)),
+        "sleep": (time.sleep, (60,)),
+    }
     fn, args = calls[work]
     engine_pids = [r.pid for r in cluster2.status()]
     pids = cluster2.pids

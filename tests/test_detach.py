@@ -1,5 +1,6 @@
 """Detach and attach: a detached cluster outlives the kernel that started it, killed by force;
 a new kernel attaches to it and steps EM on the handle still on its ranks; stop() ends it all."""
+
 import json
 
 import numpy as np
@@ -43,8 +44,7 @@ def build_on_rank():
     from mixle_nb.parallel import TorchRunEncodedData
 
     x, model = problem()
-    rank_namespace().update(h=TorchRunEncodedData(x, estimator=model.estimator()), est=model.estimator(),
-                            model=model)
+    rank_namespace().update(h=TorchRunEncodedData(x, estimator=model.estimator()), est=model.estimator(), model=model)
 
 
 def test_a_detached_cluster_survives_its_kernel_and_a_new_kernel_attaches_steps_and_stops_it():

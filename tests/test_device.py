@@ -2,6 +2,7 @@
 passed explicitly: the same code a GPU runs (every tensor placed by ``device=``), checked
 against the default path, scikit-learn and a real 2-rank gloo group. The CUDA comparison
 itself is benchmarks/gpu_check.sh's."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +12,9 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from rank_functions import em_steps, outcome, params
 from sklearn.mixture import GaussianMixture
+from strictness import import_or_unavailable
 
 from mixle_nb.inference import fit
 from mixle_nb.parallel.local_launch import run_local
@@ -31,8 +34,6 @@ from mixle_nb.stats import (
     em_step,
     seq_encode,
 )
-from rank_functions import em_steps, outcome, params
-from strictness import import_or_unavailable
 
 CPU = torch.device("cpu")
 PROMPT_S = 5.0  # "at once": far below any group timeout
@@ -69,13 +70,19 @@ def test_every_encoding_lives_on_the_requested_device(name, data, estimator, dev
         assert torch.equal(mine, reference)
 
 
-@pytest.mark.parametrize("device, message", [
-    (BOGUS, r"device is 'cuda.*(CUDA is not available in this process.*pass device='cpu' or None|"
-            r"this process sees \d+ CUDA device)"),
-    ("gpu", r"device 'gpu' is not a device name; use 'cpu', 'cuda' or 'cuda:N'"),
-    (3, r"device must be a torch.device or its name"),
-    ("meta", r"only 'cpu' and CUDA devices are supported"),
-])
+@pytest.mark.parametrize(
+    "device, message",
+    [
+        (
+            BOGUS,
+            r"device is 'cuda.*(CUDA is not available in this process.*pass device='cpu' or None|"
+            r"this process sees \d+ CUDA device)",
+        ),
+        ("gpu", r"device 'gpu' is not a device name; use 'cpu', 'cuda' or 'cuda:N'"),
+        (3, r"device must be a torch.device or its name"),
+        ("meta", r"only 'cpu' and CUDA devices are supported"),
+    ],
+)
 def test_an_unusable_device_is_refused_before_any_work(device, message):
     x = np.random.default_rng(1).normal(size=20)
     with pytest.raises(ValueError, match=message):
@@ -91,12 +98,23 @@ def _sklearn_problem(covariance_type: str, dim: int, k: int = 8, n: int = 4000):
     x = means[labels] + rng.uniform(0.5, 1.5, size=(k, dim))[labels] * rng.standard_normal((n, dim))
     start_means = means + rng.normal(0, 0.5, size=means.shape)
     if covariance_type == "diag":
-        start = MixtureDistribution([DiagonalGaussianDistribution(m, np.ones(dim)) for m in start_means],
-                                    np.full(k, 1.0 / k))
-        return x, start, MixtureEstimator([DiagonalGaussianEstimator(dim, reg_covar=0.0) for _ in range(k)]), start_means
+        start = MixtureDistribution(
+            [DiagonalGaussianDistribution(m, np.ones(dim)) for m in start_means], np.full(k, 1.0 / k)
+        )
+        return (
+            x,
+            start,
+            MixtureEstimator([DiagonalGaussianEstimator(dim, reg_covar=0.0) for _ in range(k)]),
+            start_means,
+        )
     if covariance_type == "spherical":
         start = MixtureDistribution([SphericalGaussianDistribution(m, 1.0) for m in start_means], np.full(k, 1.0 / k))
-        return x, start, MixtureEstimator([SphericalGaussianEstimator(dim, reg_covar=0.0) for _ in range(k)]), start_means
+        return (
+            x,
+            start,
+            MixtureEstimator([SphericalGaussianEstimator(dim, reg_covar=0.0) for _ in range(k)]),
+            start_means,
+        )
     start = MixtureDistribution([GaussianDistribution(m[0], 1.0) for m in start_means], np.full(k, 1.0 / k))
     return x[:, 0], start, MixtureEstimator([GaussianEstimator(reg_covar=0.0) for _ in range(k)]), start_means
 
@@ -114,9 +132,16 @@ def test_fit_on_an_explicit_device_matches_the_default_and_scikit_learn(covarian
 
     k = len(start.components)
     spherical = covariance_type == "spherical"
-    gm = GaussianMixture(n_components=k, covariance_type="spherical" if spherical else "diag", max_iter=iterations,
-                         tol=0.0, reg_covar=0.0, weights_init=np.full(k, 1.0 / k), means_init=start_means,
-                         precisions_init=np.ones(k) if spherical else np.ones((k, dim)))
+    gm = GaussianMixture(
+        n_components=k,
+        covariance_type="spherical" if spherical else "diag",
+        max_iter=iterations,
+        tol=0.0,
+        reg_covar=0.0,
+        weights_init=np.full(k, 1.0 / k),
+        means_init=start_means,
+        precisions_init=np.ones(k) if spherical else np.ones((k, dim)),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "did not converge": exactly `iterations` are asked for
         gm.fit(x.reshape(len(x), dim))
@@ -155,6 +180,7 @@ def test_mixle_encoders_encode_on_the_cpu_only():
 
 # -- a real 2-rank gloo group --------------------------------------------------------------------
 
+
 def _refusing_reader(path):
     raise AssertionError("the data were read although the device was refused")
 
@@ -167,8 +193,13 @@ def _ranks_on_device(rank, world, npy):
     dist.init_process_group("gloo")
     x, start, estimator, _ = _sklearn_problem("diag", 8)
     labels = np.random.default_rng(3).choice(list("abc"), size=300, p=[0.5, 0.3, 0.2])
-    lstart = MixtureDistribution([CategoricalDistribution({"a": 0.6, "b": 0.2, "c": 0.2}),
-                                  CategoricalDistribution({"a": 0.2, "b": 0.4, "c": 0.4})], [0.5, 0.5])
+    lstart = MixtureDistribution(
+        [
+            CategoricalDistribution({"a": 0.6, "b": 0.2, "c": 0.2}),
+            CategoricalDistribution({"a": 0.2, "b": 0.4, "c": 0.4}),
+        ],
+        [0.5, 0.5],
+    )
     out = {}
     for name, device in (("default", None), ("cpu", "cpu"), ("torch_device", CPU)):
         with TorchRunEncodedData(x, estimator=estimator, device=device) as h:
@@ -181,10 +212,14 @@ def _ranks_on_device(rank, world, npy):
             out[name + "_files"] = em_steps(h, estimator, start)
         with TorchRunEncodedData(labels, model=lstart, device=device) as h:
             out[name + "_labels"] = em_steps(h, lstart.estimator(), lstart)
-    out["everywhere"] = outcome(lambda: TorchRunEncodedData.from_files(
-        [npy], estimator=estimator, device=BOGUS, reader=_refusing_reader))
-    out["rank_one"] = outcome(lambda: TorchRunEncodedData.from_files(
-        [npy], estimator=estimator, device=BOGUS if rank == 1 else "cpu", reader=np.load))
+    out["everywhere"] = outcome(
+        lambda: TorchRunEncodedData.from_files([npy], estimator=estimator, device=BOGUS, reader=_refusing_reader)
+    )
+    out["rank_one"] = outcome(
+        lambda: TorchRunEncodedData.from_files(
+            [npy], estimator=estimator, device=BOGUS if rank == 1 else "cpu", reader=np.load
+        )
+    )
     with TorchRunEncodedData(x, estimator=estimator, device="cpu") as h:  # the group is still in step
         out["after"] = em_steps(h, estimator, start, steps=1)
     dist.destroy_process_group()
@@ -213,8 +248,16 @@ def test_handle_on_an_explicit_device_matches_the_default_on_every_rank(rank_res
 def test_handle_on_an_explicit_device_matches_scikit_learn(rank_results):
     x, start, _, start_means = _sklearn_problem("diag", 8)
     k = len(start.components)
-    gm = GaussianMixture(n_components=k, covariance_type="diag", max_iter=20, tol=0.0, reg_covar=0.0,
-                         weights_init=np.full(k, 1.0 / k), means_init=start_means, precisions_init=np.ones((k, 8)))
+    gm = GaussianMixture(
+        n_components=k,
+        covariance_type="diag",
+        max_iter=20,
+        tol=0.0,
+        reg_covar=0.0,
+        weights_init=np.full(k, 1.0 / k),
+        means_init=start_means,
+        precisions_init=np.ones((k, 8)),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         gm.fit(x)

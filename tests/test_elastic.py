@@ -6,18 +6,18 @@ the same file and shards (so also that of the steps before any failure, on 6 ran
 Each kill costs an engine and a fresh cluster costs seconds, so one 6-engine cluster takes all
 five losses in one run: 6 ranks -> 4 (fold + recovery) -> 3 (before) -> 2 (after) -> 1 (during);
 the last kills hit groups of 3 and 2 ranks."""
+
 import traceback
 
 import numpy as np
 import pytest
+import rank_functions
+from rank_functions import params
 
 from mixle_nb.cluster import MixleCluster
 from mixle_nb.stats import MixtureDistribution
 from mixle_nb.stats.gaussian import GaussianDistribution
 from mixle_nb.widgets import EMPanel
-
-import rank_functions
-from rank_functions import params
 
 STEPS, SHARDS = 7, 6
 START = MixtureDistribution([GaussianDistribution(-1.0, 4.0), GaussianDistribution(1.0, 4.0)], [0.5, 0.5])
@@ -49,7 +49,9 @@ def elastic_run(data_file):
 def test_the_run_goes_on_bit_identical_to_one_process(elastic_run, data_file):
     panel, world = elastic_run
     assert panel.error is None, "".join(traceback.format_exception(panel.error))
-    assert [params(r.model).tobytes() for r in panel.history] == rank_functions.elastic_reference(data_file, START, STEPS, SHARDS)
+    assert [params(r.model).tobytes() for r in panel.history] == rank_functions.elastic_reference(
+        data_file, START, STEPS, SHARDS
+    )
     assert world == 1
 
 

@@ -2,6 +2,7 @@
 mid-chunk, and TrainPanel(elastic=True) goes on on the 2 survivors from the newest checkpoint,
 each on its new slice of the token file; handles that cannot go on are refused before any step,
 on every rank, saying what to pass."""
+
 import os
 import signal
 
@@ -20,19 +21,21 @@ TOKENS = ((np.arange(3200) % VOCAB + (np.random.default_rng(0).random(3200) < 0.
 
 # ---- run on the ranks
 
+
 def estimator():
-    return StreamingTransformerLeafEstimator(build_causal_lm(VOCAB, d_model=32, n_layer=2, n_head=2,
-                                                             block=BLOCK, seed=0), lr=LR)
+    return StreamingTransformerLeafEstimator(
+        build_causal_lm(VOCAB, d_model=32, n_layer=2, n_head=2, block=BLOCK, seed=0), lr=LR
+    )
 
 
 def build(path=None, checkpoint=None):
     """Bind ``h`` (from the file ``path``, else from memory) and ``est`` on this rank."""
     from mixle_nb.cluster.rank_side import rank_namespace
 
-    options = dict(block=BLOCK, batch_size=BATCH, seed=SEED, epochs=EPOCHS, checkpoint=checkpoint,
-                   checkpoint_every=EVERY)
-    h = (StreamingTokenEncodedData.from_file(path, **options) if path else
-         StreamingTokenEncodedData(TOKENS, **options))
+    options = dict(
+        block=BLOCK, batch_size=BATCH, seed=SEED, epochs=EPOCHS, checkpoint=checkpoint, checkpoint_every=EVERY
+    )
+    h = StreamingTokenEncodedData.from_file(path, **options) if path else StreamingTokenEncodedData(TOKENS, **options)
     rank_namespace().update(h=h, est=estimator())
 
 
@@ -67,14 +70,23 @@ def seen_steps():
 def uninterrupted(path, steps):
     """Per-step losses of one process training the same file for ``steps`` steps, no failure."""
     losses = []
-    h = StreamingTokenEncodedData.from_file(path, block=BLOCK, batch_size=BATCH, seed=SEED, epochs=30,
-                                            max_steps=steps, progress=losses.append, progress_every=1,
-                                            init_process_group=False)
+    h = StreamingTokenEncodedData.from_file(
+        path,
+        block=BLOCK,
+        batch_size=BATCH,
+        seed=SEED,
+        epochs=30,
+        max_steps=steps,
+        progress=losses.append,
+        progress_every=1,
+        init_process_group=False,
+    )
     h.pysp_seq_estimate(estimator(), None)
     return {p["step"]: p["loss"] for p in losses}
 
 
 # ---- the tests
+
 
 @pytest.fixture(scope="module")
 def token_file(tmp_path_factory):
@@ -89,24 +101,26 @@ def cluster3():
         yield cluster
 
 
-@pytest.mark.parametrize("source, checkpoint, says", [
-    ("file", None, r"built without checkpoint=; .*from_file\(path, \.\.\., checkpoint=DIR\)"),
-    ("memory", "ck", r"tokens passed from memory, .*from_file\(path, \.\.\., checkpoint=DIR\)"),
-])
-def test_a_handle_that_cannot_go_on_is_refused_on_every_rank(cluster3, token_file, tmp_path, source, checkpoint,
-                                                              says):
+@pytest.mark.parametrize(
+    "source, checkpoint, says",
+    [
+        ("file", None, r"built without checkpoint=; .*from_file\(path, \.\.\., checkpoint=DIR\)"),
+        ("memory", "ck", r"tokens passed from memory, .*from_file\(path, \.\.\., checkpoint=DIR\)"),
+    ],
+)
+def test_a_handle_that_cannot_go_on_is_refused_on_every_rank(cluster3, token_file, tmp_path, source, checkpoint, says):
     from mixle_nb.widgets import TrainPanel
 
-    cluster3.run(build, token_file if source == "file" else None,
-                 None if checkpoint is None else str(tmp_path / checkpoint))
+    cluster3.run(
+        build, token_file if source == "file" else None, None if checkpoint is None else str(tmp_path / checkpoint)
+    )
     with pytest.raises(Exception, match=says) as caught:
         TrainPanel(cluster3, handle="h", estimator="est", elastic=True)
     assert all(f"rank {r}" in str(caught.value) for r in range(3)), caught.value
     assert not os.path.exists(tmp_path / "ck")  # refused before any step
 
 
-def test_a_rank_killed_mid_training_and_the_survivors_go_on_from_the_newest_checkpoint(cluster3, token_file,
-                                                                                       tmp_path):
+def test_a_rank_killed_mid_training_and_the_survivors_go_on_from_the_newest_checkpoint(cluster3, token_file, tmp_path):
     from mixle_nb.widgets import TrainPanel
 
     cluster3.run(build, token_file, str(tmp_path / "ck"))

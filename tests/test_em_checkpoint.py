@@ -1,5 +1,6 @@
 """EM checkpoints: a fit or a panel killed mid-run continues from its file, step for step the
 run that was not interrupted (EM is deterministic: equal bits, not a tolerance)."""
+
 import json
 import os
 import pickle
@@ -35,6 +36,7 @@ def die_at(start, iteration):
     def on_step(record):
         if (record.start, record.step) == (start, iteration):
             raise Died()
+
     return on_step
 
 

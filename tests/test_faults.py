@@ -5,6 +5,7 @@ still fails on a hang: the session cluster's group timeout is 20 s) and the stat
 ``running`` on the same engine pids with a working group, or ``broken`` and recovered by one
 ``restart()``. Times to error are printed by ``benchmarks/fault_bench.py``.
 """
+
 from __future__ import annotations
 
 import io
@@ -19,8 +20,7 @@ from rank_functions import allreduce_sum, collective_after, late_allreduce, slow
 
 from mixle_nb.cluster import RankDiedError, RankError
 from mixle_nb.magics import run_cell
-from mixle_nb.stats import (DiagonalGaussianDistribution, GaussianDistribution,
-                            MixtureDistribution)
+from mixle_nb.stats import DiagonalGaussianDistribution, GaussianDistribution, MixtureDistribution
 
 pytestmark = pytest.mark.cluster
 
@@ -101,8 +101,9 @@ def close_handle(name="h"):
 def mixture(k=2, d=None):
     if d is None:
         return MixtureDistribution([GaussianDistribution(float(i), 1.0) for i in range(k)], [1 / k] * k)
-    return MixtureDistribution([DiagonalGaussianDistribution(np.full(d, float(i)), np.ones(d))
-                                for i in range(k)], [1 / k] * k)
+    return MixtureDistribution(
+        [DiagonalGaussianDistribution(np.full(d, float(i)), np.ones(d)) for i in range(k)], [1 / k] * k
+    )
 
 
 def engine_pids(cluster):
@@ -284,7 +285,8 @@ def test_exception_in_one_ranks_fsdp2_step_fails_every_rank_promptly(cluster):
 
 
 def test_root_cause_is_named_first_whichever_rank_fails():
-    from mixle_nb.cluster.calls import RankError as Error, is_consequence
+    from mixle_nb.cluster.calls import RankError as Error
+    from mixle_nb.cluster.calls import is_consequence
     from mixle_nb.parallel.fail_together import PeerRankError
 
     class Remote:  # the fields of ipyparallel's RemoteError that RankError reads
@@ -396,10 +398,7 @@ def test_cancelling_a_call_stops_the_call_queued_behind_it_on_every_rank(cluster
 
 def test_ctrl_c_during_a_mixle_cell(cluster, sigint_raises):
     pids = engine_pids(cluster)
-    code = ("import torch, torch.distributed as dist\n"
-            "t = torch.ones(100_000)\n"
-            "while True:\n"
-            "    dist.all_reduce(t)\n")
+    code = "import torch, torch.distributed as dist\nt = torch.ones(100_000)\nwhile True:\n    dist.all_reduce(t)\n"
     interrupt_after(1.0)
     err, seconds = time_error(run_cell, cluster, code, out=open(os.devnull, "w"))
     assert isinstance(err, KeyboardInterrupt)
@@ -410,9 +409,7 @@ def test_ctrl_c_during_a_mixle_cell(cluster, sigint_raises):
 def test_a_rank_that_cannot_be_stopped_is_reported_and_restart_recovers(cluster, sigint_raises):
     # a rank whose SIGINT is ignored stands for one stuck in C code that never returns
     interrupt_after(1.0)
-    code = ("import signal, time\n"
-            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-            "time.sleep(60)\n")
+    code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)\n"
     err, seconds = time_error(run_cell, cluster, code, out=open(os.devnull, "w"))
     assert isinstance(err, KeyboardInterrupt)
     assert seconds < 1.0 + 15.0  # the grace period is min(timeout, 10 s)

@@ -1,6 +1,7 @@
 """The first hour of a new user (issue 31): each place where the README's path broke or misled,
 on real gloo groups, the real 2-engine cluster and a real IPython shell. Every bad input must
 give one clear error on every rank at once, naming the problem, the rank and the fix."""
+
 from __future__ import annotations
 
 import contextlib
@@ -18,9 +19,18 @@ from rank_functions import outcome, params
 from mixle_nb import cluster as cluster_module
 from mixle_nb.inference import choose_k, fit
 from mixle_nb.parallel.local_launch import run_local
-from mixle_nb.stats import (DiagonalGaussianEstimator, GaussianEstimator, MixtureDistribution, MixtureEstimator,
-                            MultivariateGaussianDistribution, MultivariateGaussianEstimator, em_step, seq_encode)
+from mixle_nb.stats import (
+    DiagonalGaussianEstimator,
+    GaussianEstimator,
+    MixtureDistribution,
+    MixtureEstimator,
+    MultivariateGaussianDistribution,
+    MultivariateGaussianEstimator,
+    em_step,
+    seq_encode,
+)
 from mixle_nb.widgets import EMPanel
+
 
 def blobs(n: int = 400, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
@@ -32,8 +42,9 @@ def mixture_2d():
 
 
 def model_3d():
-    return MixtureDistribution([MultivariateGaussianDistribution(np.full(3, m), np.eye(3)) for m in (-1, 1)],
-                               [0.5, 0.5])
+    return MixtureDistribution(
+        [MultivariateGaussianDistribution(np.full(3, m), np.eye(3)) for m in (-1, 1)], [0.5, 0.5]
+    )
 
 
 def attempt(fn):
@@ -60,8 +71,13 @@ def _handle_checks(rank, world, folder):
 
         def from_shards():
             with TorchRunEncodedData.from_shards(x[rank::world], estimator=est) as shards:
-                return (len(shards), params(em_step(shards, est, start).model), params(em_step(full, est, start).model),
-                        predict(shards, start, gather=True), predict(full, start, gather=True))
+                return (
+                    len(shards),
+                    params(em_step(shards, est, start).model),
+                    params(em_step(full, est, start).model),
+                    predict(shards, start, gather=True),
+                    predict(full, start, gather=True),
+                )
 
         out["from_shards"] = attempt(from_shards)
 
@@ -73,13 +89,17 @@ def _handle_checks(rank, world, folder):
         out["files_order"] = attempt(from_files)
         # 3: a handle is data for fit as for every driver
         out["fit_handle"] = attempt(lambda: params(fit(full, est, init="kmeans++", rng=1, max_its=5, out=None).model))
-        out["fit_enc_data"] = params(fit(None, est, enc_data=full, init="kmeans++", rng=1, max_its=5,
-                                         out=None).model)
+        out["fit_enc_data"] = params(fit(None, est, enc_data=full, init="kmeans++", rng=1, max_its=5, out=None).model)
         # 9: progress on the root only, and which K each block of lines belongs to
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
-            choose_k(full, lambda k: MixtureEstimator([DiagonalGaussianEstimator() for _ in range(k)]), [1, 2],
-                     rng=0, max_its=2)
+            choose_k(
+                full,
+                lambda k: MixtureEstimator([DiagonalGaussianEstimator() for _ in range(k)]),
+                [1, 2],
+                rng=0,
+                max_its=2,
+            )
         out["printed"] = printed.getvalue()
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
@@ -87,21 +107,29 @@ def _handle_checks(rank, world, folder):
             fit(x, est, init="kmeans++", rng=0, max_its=2)  # each rank's own data, under the group
         out["printed_fit"] = printed.getvalue()
         # 5: a model of another dimension: the mismatch, on every rank, before a raw torch error
-        out["wrong_dim_step"] = outcome(lambda: em_step(full, MixtureEstimator(
-            [MultivariateGaussianEstimator() for _ in range(2)]), model_3d()))
+        out["wrong_dim_step"] = outcome(
+            lambda: em_step(full, MixtureEstimator([MultivariateGaussianEstimator() for _ in range(2)]), model_3d())
+        )
         out["wrong_dim_bic"] = outcome(lambda: full.pysp_seq_log_density_sum(model_3d()))
         out["wrong_dim_predict"] = outcome(lambda: predict(full, model_3d(), gather=True))
 
         # 4: a NaN in the user's row 7 is reported as row 7 (of the file, of the data)
         out["nan_npy"] = outcome(lambda: TorchRunEncodedData.from_npy(os.path.join(folder, "nan.npy"), estimator=est))
-        out["nan_files"] = outcome(lambda: TorchRunEncodedData.from_files(  # nan.npy is rank 1's
-            [os.path.join(folder, "clean.npy"), os.path.join(folder, "nan.npy")], estimator=est, sub_chunks=2))
-        out["nan_memory"] = outcome(lambda: TorchRunEncodedData(np.load(os.path.join(folder, "nan.npy")),
-                                                                estimator=est))
+        out["nan_files"] = outcome(
+            lambda: TorchRunEncodedData.from_files(  # nan.npy is rank 1's
+                [os.path.join(folder, "clean.npy"), os.path.join(folder, "nan.npy")], estimator=est, sub_chunks=2
+            )
+        )
+        out["nan_memory"] = outcome(
+            lambda: TorchRunEncodedData(np.load(os.path.join(folder, "nan.npy")), estimator=est)
+        )
         # 8: more components than observations, refused on every rank before any step
         with TorchRunEncodedData(x[:5], estimator=est) as few:
-            out["k_over_n"] = outcome(lambda: fit(None, MixtureEstimator([DiagonalGaussianEstimator() for _ in range(10)]),
-                                                  enc_data=few, out=None))
+            out["k_over_n"] = outcome(
+                lambda: fit(
+                    None, MixtureEstimator([DiagonalGaussianEstimator() for _ in range(10)]), enc_data=few, out=None
+                )
+            )
         out["empty_rank"] = empty_rank_operations(rank, folder)  # 2: defined below
     return out
 
@@ -137,8 +165,9 @@ def both_ranks_say(results, key, *phrases):
 
 
 def test_1_ranks_passing_different_data_are_told_about_from_shards(rank_results):
-    both_ranks_say(rank_results, "halves", "rank 1", "differs from rank 0's", "%mixle_scatter",
-                   "TorchRunEncodedData.from_shards")
+    both_ranks_say(
+        rank_results, "halves", "rank 1", "differs from rank 0's", "%mixle_scatter", "TorchRunEncodedData.from_shards"
+    )
     both_ranks_say(rank_results, "odd_halves", "rank 1", "%mixle_scatter", "from_shards")
 
 
@@ -163,8 +192,7 @@ def test_3_fit_takes_a_handle_like_every_driver(rank_results):
 
 
 def test_4_a_nan_is_reported_at_the_users_row_and_file(rank_results, tmp_path):
-    both_ranks_say(rank_results, "nan_npy", "row 7 of ", "nan.npy", "NaN or infinite", "rank 1",
-                   "drop or impute it")
+    both_ranks_say(rank_results, "nan_npy", "row 7 of ", "nan.npy", "NaN or infinite", "rank 1", "drop or impute it")
     both_ranks_say(rank_results, "nan_memory", "row 7 of the data", "rank 1")
     both_ranks_say(rank_results, "nan_files", "row 7 of ", "nan.npy", "NaN or infinite", "rank 1", "drop or impute it")
     assert "clean.npy" not in rank_results[0]["nan_files"][1]
@@ -177,8 +205,9 @@ def test_5_a_model_of_another_dimension_names_the_mismatch_on_every_rank(rank_re
 
 
 def test_8_more_components_than_observations_is_refused(rank_results):
-    both_ranks_say(rank_results, "k_over_n", "10 components needs at least 10 observations", "hold 5",
-                   "at most 5 components")
+    both_ranks_say(
+        rank_results, "k_over_n", "10 components needs at least 10 observations", "hold 5", "at most 5 components"
+    )
     with pytest.raises(ValueError, match="needs at least 10 observations, and the data hold 5"):
         fit(np.arange(5.0), MixtureEstimator([GaussianEstimator() for _ in range(10)]), out=None)
 
@@ -237,8 +266,11 @@ EMPTY_RANK_ITS = 3
 def family_data(family: str, source: str) -> np.ndarray:
     """Seven observations (one for from_npy: fewer rows than the two ranks)."""
     x = blobs(7, seed=3)
-    data = {"poisson": np.array([9, 1, 8, 0, 2, 7, 1]), "categorical": np.array([2, 0, 2, 1, 3, 2, 0]),
-            "gaussian_1d": x[:, 0].copy()}.get(family, x)
+    data = {
+        "poisson": np.array([9, 1, 8, 0, 2, 7, 1]),
+        "categorical": np.array([2, 0, 2, 1, 3, 2, 0]),
+        "gaussian_1d": x[:, 0].copy(),
+    }.get(family, x)
     return data[:1] if source == "from_npy" else data
 
 
@@ -246,9 +278,14 @@ def family_estimator(family: str, source: str):
     """A mixture of two components of ``family`` (one for the one-row file)."""
     from mixle_nb import stats
 
-    component = {"full": MultivariateGaussianEstimator, "diagonal": DiagonalGaussianEstimator,
-                 "spherical": stats.SphericalGaussianEstimator, "gaussian_1d": GaussianEstimator,
-                 "poisson": stats.PoissonEstimator, "categorical": stats.CategoricalEstimator}[family]
+    component = {
+        "full": MultivariateGaussianEstimator,
+        "diagonal": DiagonalGaussianEstimator,
+        "spherical": stats.SphericalGaussianEstimator,
+        "gaussian_1d": GaussianEstimator,
+        "poisson": stats.PoissonEstimator,
+        "categorical": stats.CategoricalEstimator,
+    }[family]
     return MixtureEstimator([component() for _ in range(1 if source == "from_npy" else 2)])
 
 
@@ -258,8 +295,15 @@ def family_inits(family: str) -> tuple:
 
 def scoring_model(family: str, source: str):
     """The model every operation but the starts is asked about: two single-process EM steps."""
-    return fit(family_data(family, source), family_estimator(family, source), init=family_inits(family)[0],
-               rng=0, init_p=1.0, max_its=2, out=None).model
+    return fit(
+        family_data(family, source),
+        family_estimator(family, source),
+        init=family_inits(family)[0],
+        rng=0,
+        init_p=1.0,
+        max_its=2,
+        out=None,
+    ).model
 
 
 def numbers(answer) -> np.ndarray:
@@ -283,23 +327,31 @@ def empty_rank_operations(rank, folder):
         for source in SOURCES:
             x, est, model = family_data(family, source), family_estimator(family, source), scoring_model(family, source)
             path = os.path.join(folder, f"{family}_{source}.npy")
-            build = {"from_files": lambda: TorchRunEncodedData.from_files([path], estimator=est),
-                     "from_npy": lambda: TorchRunEncodedData.from_npy(path, estimator=est),
-                     "from_shards": lambda: TorchRunEncodedData.from_shards(x if rank == 0 else x[:0], estimator=est,
-                                                                            interleaved=False)}[source]
+            build = {
+                "from_files": lambda: TorchRunEncodedData.from_files([path], estimator=est),
+                "from_npy": lambda: TorchRunEncodedData.from_npy(path, estimator=est),
+                "from_shards": lambda: TorchRunEncodedData.from_shards(
+                    x if rank == 0 else x[:0], estimator=est, interleaved=False
+                ),
+            }[source]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the warning that a rank holds no observations
                 handle = build()
-            got = {"em_step": attempt(lambda: (params((step := em_step(handle, est, model)).model), step.log_density)),
-                   "log_density_sum": attempt(lambda: seq_log_density_sum(handle, model)),
-                   "score_samples": attempt(lambda: score_samples(handle, model, gather=True)),
-                   "predict": attempt(lambda: predict(handle, model, gather=True)),
-                   "bic": attempt(lambda: bic(handle, model, est))}
+            got = {
+                "em_step": attempt(lambda: (params((step := em_step(handle, est, model)).model), step.log_density)),
+                "log_density_sum": attempt(lambda: seq_log_density_sum(handle, model)),
+                "score_samples": attempt(lambda: score_samples(handle, model, gather=True)),
+                "predict": attempt(lambda: predict(handle, model, gather=True)),
+                "bic": attempt(lambda: bic(handle, model, est)),
+            }
             for init in family_inits(family):
                 # a Generator, as fit() makes of its seed: the start of the fit below
                 got[f"start {init}"] = attempt(lambda: initial_model(handle, est, init, np.random.default_rng(0), 1.0))
-                got[f"fit {init}"] = attempt(lambda: params(fit(handle, est, init=init, rng=0, init_p=1.0,
-                                                              max_its=EMPTY_RANK_ITS, out=None).model))
+                got[f"fit {init}"] = attempt(
+                    lambda: params(
+                        fit(handle, est, init=init, rng=0, init_p=1.0, max_its=EMPTY_RANK_ITS, out=None).model
+                    )
+                )
             out[family, source] = got
             handle.close()
     return out
@@ -313,8 +365,13 @@ def single_process(family: str, source: str, random_start) -> dict:
     x, est, model = family_data(family, source), family_estimator(family, source), scoring_model(family, source)
     enc = seq_encode(x, estimator=est)
     step = em_step(enc, est, model)
-    expected = {"em_step": (params(step.model), step.log_density), "log_density_sum": seq_log_density_sum(enc, model),
-                "score_samples": score_samples(x, model), "predict": predict(x, model), "bic": bic(x, model, est)}
+    expected = {
+        "em_step": (params(step.model), step.log_density),
+        "log_density_sum": seq_log_density_sum(enc, model),
+        "score_samples": score_samples(x, model),
+        "predict": predict(x, model),
+        "bic": bic(x, model, est),
+    }
     for init in family_inits(family):
         # every rank's random start is the handle's own draw (it differs from one process's by
         # design); EM from it must be one process's EM from it
@@ -342,6 +399,7 @@ def test_2_an_empty_rank_is_harmless_in_every_operation_and_family(rank_results,
 
 
 # -- on the real cluster ---------------------------------------------------------------------
+
 
 def _build_on_scattered(name: str, use_from_shards: bool):
     """On a rank: a handle on the scattered ``name`` (its error, if any)."""
@@ -373,8 +431,9 @@ def test_1_7_scatter_then_build_on_the_cluster(shell, cluster2, capsys):
     shell.run_line_magic("mixle_scatter", "--help")
     assert "from_shards" in capsys.readouterr().out
     refused = cluster2.run(_build_on_scattered, "fh_x", False)
-    assert all(kind is not None and "%mixle_scatter" in message and "from_shards" in message
-               for kind, message, _ in refused), refused
+    assert all(
+        kind is not None and "%mixle_scatter" in message and "from_shards" in message for kind, message, _ in refused
+    ), refused
     assert [kind for kind, _, _ in cluster2.run(_build_on_scattered, "fh_x", True)] == [None, None]
     assert cluster2.run(_handle_length, "fh_h") == [len(x)] * 2
     shell.run_cell_magic("mixle", "--all   # every rank's lines", "print(len(fh_x))")
@@ -403,8 +462,9 @@ def test_9_pull_names_the_ranks_that_have_it(shell, cluster2):
     cluster2.run(_define_on_rank_one)
     with pytest.raises(UsageError) as info:
         shell.run_line_magic("mixle_pull", "fh_only_one")
-    assert str(info.value) == ("'fh_only_one' is not defined on rank 0; ranks [1] have it: pull it with "
-                               "%mixle_pull fh_only_one --rank 1")
+    assert str(info.value) == (
+        "'fh_only_one' is not defined on rank 0; ranks [1] have it: pull it with %mixle_pull fh_only_one --rank 1"
+    )
     assert shell.run_line_magic("mixle_pull", "fh_only_one --rank 1") == 41
     with pytest.raises(UsageError, match="nor on any other rank: push it with %mixle_push fh_never"):
         shell.run_line_magic("mixle_pull", "fh_never")

@@ -1,5 +1,6 @@
 """benchmarks/gpu_check.sh --cpu-smoke: every step of the prepared GPU check, tiny and on the
 CPU (gloo), so that the script a GPU machine runs once cannot rot between those runs."""
+
 import os
 import re
 import subprocess
@@ -16,8 +17,15 @@ def smoke(tmp_path_factory):
     """The smoke run's exit status, stdout and the report it wrote to $OUT."""
     out = tmp_path_factory.mktemp("gpu_check")
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--cpu-smoke"], cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--cpu-smoke"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+    )
     report = (out / "gpu_check.txt").read_text()
     return proc.returncode, proc.stdout, report
 
@@ -34,8 +42,12 @@ def test_smoke_runs_every_step_and_writes_the_report(smoke):
 
 def test_agreement_lines_pass_with_their_numbers(smoke):
     report = smoke[2]
-    lines = re.findall(rf"^PASS  agreement (.+): log-density rel diff {NUMBER}, parameters rel diff {NUMBER} "
-                       r"\(limit 1e-10\)$", report, re.M)
+    lines = re.findall(
+        rf"^PASS  agreement (.+): log-density rel diff {NUMBER}, parameters rel diff {NUMBER} "
+        r"\(limit 1e-10\)$",
+        report,
+        re.M,
+    )
     names = [name for name, _, _ in lines]
     assert any(n.startswith("1-D Gaussian mixture") and "fit on cpu vs cpu" in n for n in names), report
     assert any(n.startswith("diagonal") for n in names) and any(n.startswith("full covariance") for n in names)
@@ -57,9 +69,13 @@ def test_speed_lines_name_every_contender_with_a_rate(smoke):
 
 def test_language_model_trains_sharded_and_the_fixed_cost_is_read(smoke):
     report = smoke[2]
-    lm = re.search(rf"^PASS  LM world 1, FSDP2, bf16, activation checkpointing on gloo: 20 steps, "
-                   rf"loss {NUMBER} \(first 5\) -> {NUMBER} \(last 5\), all finite: True; .*"
-                   r"fully_shard applied: True", report, re.M)
+    lm = re.search(
+        rf"^PASS  LM world 1, FSDP2, bf16, activation checkpointing on gloo: 20 steps, "
+        rf"loss {NUMBER} \(first 5\) -> {NUMBER} \(last 5\), all finite: True; .*"
+        r"fully_shard applied: True",
+        report,
+        re.M,
+    )
     assert lm and float(lm.group(2)) < float(lm.group(1)), report
     assert re.search(r"^SKIP  LM 2 ranks, nccl DDP: this machine has 0 CUDA device\(s\); it needs 2$", report, re.M)
     cost = re.search(rf"^SKIP  fixed cost per EM step, 2 ranks, N=1000, gloo on \d+ cores: {NUMBER} ms", report, re.M)

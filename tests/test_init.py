@@ -1,18 +1,18 @@
 """k-means‖ starts on real gloo groups: EM from them reaches scikit-learn's fit on separated
 mixtures at 1, 2 and 4 ranks, the start is identical on every rank and reproducible, and
 per-observation scores come back in the original order."""
+
 from __future__ import annotations
 
 import warnings
 
 import numpy as np
 import pytest
+from separated_mixtures import datasets
 
-from mixle_nb.inference import (aic, bic, choose_k, fit, initial_model, optimize, predict, predict_proba,
-                                score_samples)
+from mixle_nb.inference import aic, bic, choose_k, fit, initial_model, optimize, predict, predict_proba, score_samples
 from mixle_nb.parallel.local_launch import run_local
 from mixle_nb.stats import GaussianEstimator, MixtureEstimator, seq_encode
-from separated_mixtures import datasets
 
 SEEDS = range(10)
 
@@ -46,8 +46,11 @@ def _rank_fits(rank, world):
                 out["starts"].append([params(initial_model(handle, estimator, "kmeans++", rng=3)) for _ in range(2)])
             if ds.dim == 3:
                 model = result.model
-                out["gathered"] = (predict_proba(handle, model, gather=True), predict(handle, model, gather=True),
-                                   score_samples(handle, model, gather=True))
+                out["gathered"] = (
+                    predict_proba(handle, model, gather=True),
+                    predict(handle, model, gather=True),
+                    score_samples(handle, model, gather=True),
+                )
                 out["shard_proba"] = predict_proba(handle, model)
                 out["model"] = params(model), model
                 out["criteria"] = bic(handle, model, estimator), aic(handle, model, estimator)
@@ -152,8 +155,11 @@ def test_issue_example_finds_all_four_components():
 def test_random_from_data_and_n_init_keep_the_best_start():
     ds = datasets()[1]
     enc = seq_encode(ds.x, estimator=ds.estimator())
-    singles = [fit(None, ds.estimator(), enc_data=enc, init="random_from_data", rng=np.random.default_rng(5),
-                   out=None).log_density]
+    singles = [
+        fit(
+            None, ds.estimator(), enc_data=enc, init="random_from_data", rng=np.random.default_rng(5), out=None
+        ).log_density
+    ]
     rng = np.random.default_rng(5)
     best = fit(None, ds.estimator(), enc_data=enc, init="random_from_data", n_init=4, rng=rng, out=None)
     assert best.log_density == max(best.restarts) and best.restarts[0] == singles[0]

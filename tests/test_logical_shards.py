@@ -2,6 +2,7 @@
 gather back in the file's order, lost shards are dealt to the survivors, and elastic=True on
 in-memory data is refused with the fix. That the model is bit for bit the same for worlds 3, 2
 and 1, whichever rank holds which shard, is checked on a real cluster in test_elastic.py."""
+
 import numpy as np
 import pytest
 
@@ -24,8 +25,9 @@ def problem(tmp_path):
 
 def test_shards_gather_back_in_the_files_order(tmp_path):
     path, start = problem(tmp_path)
-    with TorchRunEncodedData.from_npy(path, MixtureEstimator([GaussianEstimator()] * 2), shards=SHARDS,
-                                      sub_chunks=2, init_process_group=False) as h:
+    with TorchRunEncodedData.from_npy(
+        path, MixtureEstimator([GaussianEstimator()] * 2), shards=SHARDS, sub_chunks=2, init_process_group=False
+    ) as h:
         scored = h.pysp_shard_map(lambda enc: start.seq_log_density(enc), gather=True)
     rows = np.load(path)
     np.testing.assert_array_equal(scored, start.seq_log_density(start.dist_to_encoder().seq_encode(rows)))
@@ -48,10 +50,10 @@ def test_elastic_needs_data_that_can_be_read_again():
 
 
 def test_an_elastic_panel_needs_an_elastic_handle(cluster2):
+    import rank_functions
+
     from mixle_nb.cluster import RankError
     from mixle_nb.widgets import EMPanel
-
-    import rank_functions
 
     start = MixtureDistribution([GaussianDistribution(-1.0, 1.0), GaussianDistribution(1.0, 1.0)], [0.5, 0.5])
     cluster2.run(rank_functions.build_in_memory_handle, "in_memory")
@@ -61,5 +63,6 @@ def test_an_elastic_panel_needs_an_elastic_handle(cluster2):
     finally:
         cluster2.run(rank_functions.close_named, "in_memory")
     with pytest.raises(ValueError, match="elastic=True needs a cluster"):
-        EMPanel(None, handle=np.zeros(4), estimator=MixtureEstimator([GaussianEstimator()] * 2), model=start,
-                elastic=True)
+        EMPanel(
+            None, handle=np.zeros(4), estimator=MixtureEstimator([GaussianEstimator()] * 2), model=start, elastic=True
+        )

@@ -1,4 +1,5 @@
 """The magics through a real IPython shell against a real 2-engine cluster."""
+
 from __future__ import annotations
 
 import psutil
@@ -37,7 +38,9 @@ def usage_error(ip, magic: str, line: str, cell: str | None = None) -> str:
 
 
 def test_misuse_before_a_cluster_exists(shell):
-    assert "no mixle cluster is running: start one with %mixle_cluster start N" in usage_error(shell, "mixle_cluster", "status")
+    assert "no mixle cluster is running: start one with %mixle_cluster start N" in usage_error(
+        shell, "mixle_cluster", "status"
+    )
     assert "no mixle cluster is running" in usage_error(shell, "mixle_push", "x")
     assert "no mixle cluster is running" in usage_error(shell, "mixle", "", "print(1)")
     assert "say how many engines" in usage_error(shell, "mixle_cluster", "start")
@@ -59,9 +62,13 @@ def test_start_push_scatter_cell_pull_status_stop(shell, capsys):
     shell.run_line_magic("mixle_scatter", "data")
     assert "'missing' is not defined in this notebook" in usage_error(shell, "mixle_push", "offset missing")
 
-    shell.run_cell_magic("mixle", "", "import torch.distributed as dist\n"
-                                       "total = sum(data) + offset\n"
-                                       "print('rank', dist.get_rank(), 'of', dist.get_world_size())")
+    shell.run_cell_magic(
+        "mixle",
+        "",
+        "import torch.distributed as dist\n"
+        "total = sum(data) + offset\n"
+        "print('rank', dist.get_rank(), 'of', dist.get_world_size())",
+    )
     out = capsys.readouterr().out
     assert out == "rank 0 of 2\n"  # rank 0's output only, by default
     shell.run_cell_magic("mixle", "--all", "print('hello from', dist.get_rank())")
@@ -114,10 +121,12 @@ def test_kill_9_during_a_cell_then_restart(shell, capsys):
     kill.start()
     t0 = time.monotonic()
     try:
-        message = usage_error(shell, "mixle", "", "import torch, torch.distributed as dist\n"
-                                                  "t = torch.ones(1000)\n"
-                                                  "while True:\n"
-                                                  "    dist.all_reduce(t)")
+        message = usage_error(
+            shell,
+            "mixle",
+            "",
+            "import torch, torch.distributed as dist\nt = torch.ones(1000)\nwhile True:\n    dist.all_reduce(t)",
+        )
     finally:
         kill.cancel()  # if the cell failed before the kill, the pid must not be killed later
     assert "rank 1 died" in message and time.monotonic() - t0 < 1.0 + 3.0

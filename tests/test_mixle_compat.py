@@ -7,15 +7,16 @@ observation count exact. mixle's
 dispatch drives our handle, and our dispatch drives mixle's estimators. All of a world size's
 checks share one process group to keep the suite fast.
 """
+
 from __future__ import annotations
 
 import re
 
 import numpy as np
 import pytest
+from strictness import strict
 
 from mixle_nb.parallel.local_launch import run_local
-from strictness import strict
 
 try:
     import mixle.stats  # noqa: F401
@@ -33,8 +34,10 @@ def gaussian_mixture():
 
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.normal(-2, 1, 300), rng.normal(3, 0.7, 301)])
-    start = MixtureDistribution([GaussianDistribution(-1.0, 1.0), GaussianDistribution(0.5, 1.0),
-                                 GaussianDistribution(2.0, 1.0)], [0.3, 0.3, 0.4])
+    start = MixtureDistribution(
+        [GaussianDistribution(-1.0, 1.0), GaussianDistribution(0.5, 1.0), GaussianDistribution(2.0, 1.0)],
+        [0.3, 0.3, 0.4],
+    )
     return x, start
 
 
@@ -42,11 +45,19 @@ def hidden_markov():
     """Ragged sequences: lists of floats of different lengths."""
     from mixle.stats import GaussianDistribution, HiddenMarkovModelDistribution, PoissonDistribution
 
-    truth = HiddenMarkovModelDistribution([GaussianDistribution(0.0, 1.0), GaussianDistribution(4.0, 1.0)],
-                                          [0.6, 0.4], [[0.9, 0.1], [0.2, 0.8]], len_dist=PoissonDistribution(7.0))
+    truth = HiddenMarkovModelDistribution(
+        [GaussianDistribution(0.0, 1.0), GaussianDistribution(4.0, 1.0)],
+        [0.6, 0.4],
+        [[0.9, 0.1], [0.2, 0.8]],
+        len_dist=PoissonDistribution(7.0),
+    )
     data = [list(map(float, s)) for s in truth.sampler(3).sample(90)]
-    start = HiddenMarkovModelDistribution([GaussianDistribution(-0.5, 2.0), GaussianDistribution(2.0, 2.0)],
-                                          [0.5, 0.5], [[0.7, 0.3], [0.3, 0.7]], len_dist=PoissonDistribution(5.0))
+    start = HiddenMarkovModelDistribution(
+        [GaussianDistribution(-0.5, 2.0), GaussianDistribution(2.0, 2.0)],
+        [0.5, 0.5],
+        [[0.7, 0.3], [0.3, 0.7]],
+        len_dist=PoissonDistribution(5.0),
+    )
     return data, start
 
 
@@ -56,8 +67,13 @@ def word_mixture():
 
     rng = np.random.default_rng(4)
     data = [str(w) for w in rng.choice(WORDS, size=160, p=[0.3, 0.25, 0.2, 0.1, 0.1, 0.05])]
-    start = MixtureDistribution([CategoricalDistribution({w: 1 / 6 for w in WORDS}),
-                                 CategoricalDistribution({"apple": 0.5, "fig": 0.3, "date": 0.2})], [0.5, 0.5])
+    start = MixtureDistribution(
+        [
+            CategoricalDistribution({w: 1 / 6 for w in WORDS}),
+            CategoricalDistribution({"apple": 0.5, "fig": 0.3, "date": 0.2}),
+        ],
+        [0.5, 0.5],
+    )
     return data, start
 
 
@@ -67,15 +83,26 @@ def composite():
 
     rng = np.random.default_rng(5)
     data = [(float(rng.normal(0 if i % 3 else 5, 1)), str(rng.choice(WORDS[:3]))) for i in range(150)]
-    start = MixtureDistribution([
-        CompositeDistribution((GaussianDistribution(0.0, 2.0), CategoricalDistribution({w: 1 / 3 for w in WORDS[:3]}))),
-        CompositeDistribution((GaussianDistribution(3.0, 2.0), CategoricalDistribution({"apple": 0.6, "banana": 0.4}))),
-    ], [0.5, 0.5])
+    start = MixtureDistribution(
+        [
+            CompositeDistribution(
+                (GaussianDistribution(0.0, 2.0), CategoricalDistribution({w: 1 / 3 for w in WORDS[:3]}))
+            ),
+            CompositeDistribution(
+                (GaussianDistribution(3.0, 2.0), CategoricalDistribution({"apple": 0.6, "banana": 0.4}))
+            ),
+        ],
+        [0.5, 0.5],
+    )
     return data, start
 
 
-PROBLEMS = {"gaussian_mixture": gaussian_mixture, "hidden_markov": hidden_markov,
-            "word_mixture": word_mixture, "composite": composite}
+PROBLEMS = {
+    "gaussian_mixture": gaussian_mixture,
+    "hidden_markov": hidden_markov,
+    "word_mixture": word_mixture,
+    "composite": composite,
+}
 
 
 def mixle_reference(data, start, steps=STEPS):
@@ -102,11 +129,10 @@ def _rank_checks(rank, world):
     import mixle.inference
     import mixle.inference.streaming
     import mixle.stats
+    import torch.distributed as dist
 
     from mixle_nb.inference import optimize
     from mixle_nb.parallel import TorchRunEncodedData
-
-    import torch.distributed as dist
 
     # One group for every handle below (they adopt it): a handle that made its own group destroys
     # it at close, and re-forming one on the same port races a slow rank's closing store.
@@ -117,9 +143,14 @@ def _rank_checks(rank, world):
         estimator = start.estimator()
         with TorchRunEncodedData(data, estimator=estimator) as h:
             model = _our_fit(h, estimator, start)
-            out[name] = {"model": model, "repr": repr(model), "density_sum": h.pysp_seq_log_density_sum(model),
-                         "count": len(h), "path": h.folding.agreed.path,
-                         "kept": None if h.folding.agreed.plan is None else h.folding.agreed.plan.kept}
+            out[name] = {
+                "model": model,
+                "repr": repr(model),
+                "density_sum": h.pysp_seq_log_density_sum(model),
+                "count": len(h),
+                "path": h.folding.agreed.path,
+                "kept": None if h.folding.agreed.plan is None else h.folding.agreed.plan.kept,
+            }
             # mixle's dispatch driving our handle, from the same start
             mixle_model = start
             for _ in range(STEPS):
@@ -130,8 +161,9 @@ def _rank_checks(rank, world):
             out[name]["init"] = repr(init)
             out[name]["init_density"] = h.pysp_seq_log_density_sum(init)
             # our driver (optimize) running mixle's estimator on our handle
-            out[name]["optimize"] = repr(optimize(None, estimator, enc_data=h, prev_estimate=start,
-                                                  max_its=STEPS, delta=0.0, out=None))
+            out[name]["optimize"] = repr(
+                optimize(None, estimator, enc_data=h, prev_estimate=start, max_its=STEPS, delta=0.0, out=None)
+            )
             stream_count, stream_value = mixle.inference.streaming.streaming_accumulate(h, estimator, start)
             out[name]["stream"] = (stream_count, estimator.estimate(stream_count, stream_value.value()))
 
@@ -143,10 +175,11 @@ def _rank_checks(rank, world):
     chunked = TorchRunEncodedData(data, model=start, sub_chunks=4)
     out["sub_chunks_ragged"] = _our_fit(chunked, estimator, start)
     chunked.close()
-    tiny_data = data[:world - 1]  # fewer sequences than ranks: the last rank holds none
+    tiny_data = data[: world - 1]  # fewer sequences than ranks: the last rank holds none
     for root_only in (False, True):
-        tiny = TorchRunEncodedData(tiny_data if rank == 0 or not root_only else None, estimator=estimator,
-                                   root_only=root_only)
+        tiny = TorchRunEncodedData(
+            tiny_data if rank == 0 or not root_only else None, estimator=estimator, root_only=root_only
+        )
         out[f"tiny_{root_only}"] = (_our_fit(tiny, estimator, start, steps=2), tiny.local_count)
         tiny.close()
     dist.destroy_process_group()
@@ -160,10 +193,12 @@ def world_results(request):
 
 def _same_on_every_rank(results, *keys):
     """The value at ``keys``, checked identical on every rank (models by their full-precision repr)."""
+
     def pick(r):
         for k in keys:
             r = r[k]
         return r
+
     first = pick(results[0])
     assert all(repr(pick(r)) == repr(first) for r in results[1:]), f"{keys}: ranks disagree"
     return first
@@ -238,7 +273,7 @@ def test_root_only_and_sub_chunks_with_ragged_sequences(world_results):
 def test_fewer_sequences_than_ranks(world_results, root_only):
     world, results = world_results
     data, start = hidden_markov()
-    tiny = data[:world - 1]
+    tiny = data[: world - 1]
     _, (_, ref_total) = mixle_reference(tiny, start, steps=2)
     model = _same_on_every_rank(results, f"tiny_{root_only}", 0)
     assert [r[f"tiny_{root_only}"][1] for r in results] == [1] * (world - 1) + [0]
@@ -276,9 +311,13 @@ def test_our_mixture_of_mixle_components_fits_and_samples():
     w, mu, sigma2 = np.array([0.4, 0.6]), np.array([-1.0, 2.0]), np.array([1.0, 1.5])
     theirs = MixtureDistribution([MixleGaussian(m, s) for m, s in zip(mu, sigma2)], w)
     ours = MixtureDistribution([GaussianDistribution(m, s) for m, s in zip(mu, sigma2)], w)
-    fits = [optimize(x, estimator, prev_estimate=start, max_its=STEPS, delta=0.0, out=None)
-            for start, estimator in ((theirs, MixtureEstimator([c.estimator() for c in theirs.components])),
-                                     (ours, MixtureEstimator([GaussianEstimator(reg_covar=0.0)] * 2)))]
+    fits = [
+        optimize(x, estimator, prev_estimate=start, max_its=STEPS, delta=0.0, out=None)
+        for start, estimator in (
+            (theirs, MixtureEstimator([c.estimator() for c in theirs.components])),
+            (ours, MixtureEstimator([GaussianEstimator(reg_covar=0.0)] * 2)),
+        )
+    ]
     for fitted, reference in zip(fits[0].components, fits[1].components):
         np.testing.assert_allclose([fitted.mu, fitted.sigma2], [reference.mu, reference.sigma2], rtol=1e-9)
     np.testing.assert_allclose(fits[0].w, fits[1].w, rtol=1e-9)

@@ -1,9 +1,11 @@
 """BIC, AIC, free-parameter counts, responsibilities and the spherical Gaussian against
 scikit-learn's GaussianMixture with the same parameters, and choosing K by BIC."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from separated_mixtures import datasets
 from sklearn.mixture import GaussianMixture
 
 from mixle_nb.inference import aic, bic, choose_k, predict, predict_proba, score_samples
@@ -25,7 +27,6 @@ from mixle_nb.stats import (
     seq_encode,
     seq_estimate,
 )
-from separated_mixtures import datasets
 
 COVARIANCES = ["full", "diag", "tied", "spherical"]
 
@@ -85,8 +86,13 @@ def test_one_dimensional_shared_variance_counts_as_sklearn_tied():
 
 
 def test_free_parameters_of_other_families_and_tyings():
-    categorical = MixtureDistribution([CategoricalDistribution({"a": 0.5, "b": 0.3, "c": 0.2}),
-                                       CategoricalDistribution({"a": 0.1, "b": 0.1, "c": 0.8})], [0.5, 0.5])
+    categorical = MixtureDistribution(
+        [
+            CategoricalDistribution({"a": 0.5, "b": 0.3, "c": 0.2}),
+            CategoricalDistribution({"a": 0.1, "b": 0.1, "c": 0.8}),
+        ],
+        [0.5, 0.5],
+    )
     assert free_parameters(categorical.estimator(), categorical) == 1 + 2 * 2
     poisson = MixtureDistribution([PoissonDistribution(1.0), PoissonDistribution(5.0)], [0.3, 0.7])
     assert free_parameters(MixtureEstimator([PoissonEstimator(), PoissonEstimator()]), poisson) == 1 + 2
@@ -105,14 +111,16 @@ def test_free_parameters_of_other_families_and_tyings():
     with pytest.raises(TypeError, match="pass n_parameters="):
         free_parameters(object(), categorical)  # a family this package does not know
     assert bic([0.5, 1.5], GaussianDistribution(1, 1), n_parameters=7) == pytest.approx(
-        -2 * 2 * (-0.5 * np.log(2 * np.pi) - 0.125) + 7 * np.log(2), rel=1e-12)
+        -2 * 2 * (-0.5 * np.log(2 * np.pi) - 0.125) + 7 * np.log(2), rel=1e-12
+    )
 
 
 def test_spherical_m_step_averages_the_coordinates_variances():
     rng = np.random.default_rng(3)
     x = np.concatenate([rng.normal(0, [1.0, 2.0], size=(300, 2)), rng.normal(6, [0.5, 1.5], size=(200, 2))])
-    start = MixtureDistribution([SphericalGaussianDistribution([0.5, 0.0], 1.0),
-                                 SphericalGaussianDistribution([5.0, 5.0], 2.0)], [0.5, 0.5])
+    start = MixtureDistribution(
+        [SphericalGaussianDistribution([0.5, 0.0], 1.0), SphericalGaussianDistribution([5.0, 5.0], 2.0)], [0.5, 0.5]
+    )
     estimator = MixtureEstimator([SphericalGaussianEstimator(2, reg_covar=0.0)] * 2)  # the closed form adds nothing
     model = seq_estimate(seq_encode(x, model=start), estimator, start)
     resp = predict_proba(x, start)

@@ -1,4 +1,5 @@
 """The tiny causal LM, the streamed window source, the fitted leaf and the tokenizer."""
+
 import pickle
 import tracemalloc
 
@@ -7,9 +8,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mixle_nb.neural import (CharTokenizer, StreamingTransformerLeaf,
-                             StreamingTransformerLeafEstimator, build_causal_lm, stdlib_text,
-                             stream_sequence_source, stream_token_source)
+from mixle_nb.neural import (
+    CharTokenizer,
+    StreamingTransformerLeaf,
+    StreamingTransformerLeafEstimator,
+    build_causal_lm,
+    stdlib_text,
+    stream_sequence_source,
+    stream_token_source,
+)
 from mixle_nb.neural.source import epoch_keys, permuted_indices
 
 torch.set_num_threads(1)
@@ -17,7 +24,7 @@ torch.set_num_threads(1)
 
 def naive_windows(tokens, block):
     """Every (context, next) window, by per-window Python: the independent reference."""
-    ctx = np.stack([tokens[i:i + block] for i in range(len(tokens) - block)])
+    ctx = np.stack([tokens[i : i + block] for i in range(len(tokens) - block)])
     return ctx, tokens[block:]
 
 
@@ -42,7 +49,7 @@ def test_source_shuffled_visits_every_window_once_per_epoch_in_new_orders():
     assert len(batches) == 2 * (55 // 8) and all(len(n) == 8 for _, n in batches)
     ref_ctx, ref_next = naive_windows(tokens, 5)
     lookup = {int(c[0]): (c, n) for c, n in zip(ref_ctx, ref_next)}
-    epochs = [np.concatenate([c[:, 0] for c, _ in batches[k * 6:(k + 1) * 6]]) for k in range(2)]
+    epochs = [np.concatenate([c[:, 0] for c, _ in batches[k * 6 : (k + 1) * 6]]) for k in range(2)]
     for firsts in epochs:
         assert len(set(firsts.tolist())) == 48
     assert not np.array_equal(epochs[0], epochs[1])
@@ -83,10 +90,13 @@ def test_source_rejects_bad_input():
 
 def test_build_is_seeded_and_leaves_global_rng_alone():
     state = torch.get_rng_state()
-    a, b, c = build_causal_lm(11, 16, 2, 2, 8), build_causal_lm(11, 16, 2, 2, 8), \
-        build_causal_lm(11, 16, 2, 2, 8, seed=1)
+    a, b, c = (
+        build_causal_lm(11, 16, 2, 2, 8),
+        build_causal_lm(11, 16, 2, 2, 8),
+        build_causal_lm(11, 16, 2, 2, 8, seed=1),
+    )
     assert torch.equal(torch.get_rng_state(), state)
-    for pa, pb, pc in zip(a.parameters(), b.parameters(), c.parameters()):
+    for pa, pb, _pc in zip(a.parameters(), b.parameters(), c.parameters()):
         assert torch.equal(pa, pb)
     assert any(not torch.equal(pa, pc) for pa, pc in zip(a.parameters(), c.parameters()))
     assert len(a.blocks) == 2
@@ -172,8 +182,8 @@ def test_sequence_source_unshuffled_is_consecutive_blocks_with_shifted_targets()
     n_windows = 103 // 7 - 1  # windows of 8 tokens starting at 0, 7, 14, ...
     inputs = np.concatenate([x for x, _ in got])
     targets = np.concatenate([y for _, y in got])
-    np.testing.assert_array_equal(inputs, np.stack([tokens[7 * i:7 * i + 7] for i in range(n_windows)]))
-    np.testing.assert_array_equal(targets, np.stack([tokens[7 * i + 1:7 * i + 8] for i in range(n_windows)]))
+    np.testing.assert_array_equal(inputs, np.stack([tokens[7 * i : 7 * i + 7] for i in range(n_windows)]))
+    np.testing.assert_array_equal(targets, np.stack([tokens[7 * i + 1 : 7 * i + 8] for i in range(n_windows)]))
     assert [len(x) for x, _ in got] == [4, 4, 4, 1]
 
 
@@ -185,8 +195,8 @@ def test_sequence_source_epoch_predicts_each_token_about_once_from_a_new_offset(
     per_epoch = -(-n_windows // 3)
     offsets = set()
     for epoch in range(6):
-        inputs = np.concatenate([x for x, _ in batches[epoch * per_epoch:(epoch + 1) * per_epoch]])
-        targets = np.concatenate([y for _, y in batches[epoch * per_epoch:(epoch + 1) * per_epoch]])
+        inputs = np.concatenate([x for x, _ in batches[epoch * per_epoch : (epoch + 1) * per_epoch]])
+        targets = np.concatenate([y for _, y in batches[epoch * per_epoch : (epoch + 1) * per_epoch]])
         np.testing.assert_array_equal(targets, inputs + 1)  # every position's next token
         starts = np.sort(inputs[:, 0])
         assert np.all(np.diff(starts) == block) and 0 <= starts[0] < block  # tiles without overlap
@@ -203,4 +213,4 @@ def test_every_position_logits_match_the_last_position_of_each_prefix():
     every = model(ctx, return_all_logits=True)
     assert every.shape == (3, 8, 13)
     for j in range(8):  # position j sees tokens 0..j only (the causal mask)
-        torch.testing.assert_close(every[:, j], model(ctx[:, :j + 1]), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(every[:, j], model(ctx[:, : j + 1]), atol=1e-5, rtol=1e-5)

@@ -6,6 +6,7 @@ After editing a notebook in JupyterLab (jupytext keeps the ``.py`` in step on sa
 outputs before committing: ``jupyter nbconvert --clear-output --inplace notebooks/NAME.ipynb``
 (or edit the ``.py`` and run ``jupytext --sync notebooks/NAME.py``).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,10 +22,20 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-NAMES = ["01_em_by_hand.ipynb", "02_distributed_em.ipynb", "03_streaming_transformer.ipynb",
-         "04_from_notebook_to_torchrun.ipynb", "05_mixle_hidden_markov.ipynb", "06_from_scikit_learn.ipynb"]
-STARTS_A_CLUSTER = {"02_distributed_em.ipynb", "03_streaming_transformer.ipynb", "05_mixle_hidden_markov.ipynb",
-                    "06_from_scikit_learn.ipynb"}
+NAMES = [
+    "01_em_by_hand.ipynb",
+    "02_distributed_em.ipynb",
+    "03_streaming_transformer.ipynb",
+    "04_from_notebook_to_torchrun.ipynb",
+    "05_mixle_hidden_markov.ipynb",
+    "06_from_scikit_learn.ipynb",
+]
+STARTS_A_CLUSTER = {
+    "02_distributed_em.ipynb",
+    "03_streaming_transformer.ipynb",
+    "05_mixle_hidden_markov.ipynb",
+    "06_from_scikit_learn.ipynb",
+}
 SUMMARY_CELLS = {"02_distributed_em.ipynb": 3, "03_streaming_transformer.ipynb": 1}
 PAIRING = "ipynb,py:percent"
 TIME_LIMIT_S = 180  # the issue's "under 3 minutes on this 2-core machine"
@@ -52,10 +63,12 @@ def test_committed_notebook_is_valid_stripped_and_explained(name):
         if cell.cell_type != "code":
             continue
         assert cell.outputs == [] and cell.execution_count is None, (
-            f"{name} cell {i} has outputs: jupyter nbconvert --clear-output --inplace notebooks/{name}")
+            f"{name} cell {i} has outputs: jupyter nbconvert --clear-output --inplace notebooks/{name}"
+        )
         before = nb.cells[i - 1] if i else None
         assert before is not None and before.cell_type == "markdown" and words(before.source) >= 3, (
-            f"{name} cell {i} is not preceded by a markdown sentence saying what it shows:\n{cell.source}")
+            f"{name} cell {i} is not preceded by a markdown sentence saying what it shows:\n{cell.source}"
+        )
     tagged = [c for c in nb.cells if "summary" in c.metadata.get("tags", [])]
     assert len(tagged) == SUMMARY_CELLS.get(name, 0)
     assert all(c.cell_type == "code" and "print(" in c.source for c in tagged)
@@ -85,7 +98,8 @@ def test_notebook_and_its_text_source_agree(name):
     assert notebook_kernel(text) == notebook_kernel(nb)
     assert cells(text) == cells(nb), (
         f"{name} and {text_source(name).name} differ: run jupytext --sync {text_source(name)} "
-        "(the newer file wins), then strip the notebook's outputs")
+        "(the newer file wins), then strip the notebook's outputs"
+    )
 
 
 def notebook_kernel(nb: nbformat.NotebookNode) -> str | None:
@@ -142,15 +156,21 @@ def describe(procs: list[psutil.Process]) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.cluster) if n in STARTS_A_CLUSTER
-                                  else n for n in NAMES])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.cluster) if n in STARTS_A_CLUSTER else n for n in NAMES]
+)
 def test_notebook_runs_top_to_bottom_in_a_fresh_kernel(name, monkeypatch):
     tag = uuid.uuid4().hex
     monkeypatch.setenv(RUN_TAG, tag)  # inherited by the kernel and every process it starts
     monkeypatch.setenv("MIXLE_NB_TRAIN_BUDGET_S", "15")  # notebook 03 trains 45 s for a reader
     nb = read(name)
-    client = NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
-                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client = NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        store_widget_state=True,
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    )
     started = time.monotonic()
     client.execute()  # raises CellExecutionError, naming the cell, on any error
     elapsed = time.monotonic() - started

@@ -6,6 +6,7 @@ data at offsets 0 to 1e9 with spreads 1e-3 to 1e3 (and coordinates whose spreads
 a 2-rank gloo handle. Then: EM never goes downhill, affine images of the data give affine images
 of the fit (hypothesis), and degenerate components raise or recover as documented.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -15,17 +16,41 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from offset_data import (KINDS, OffsetProblem, average_log_likelihood, estimator_and_start, full_covariances,
-                         labelled_fit, offset_problem, sklearn_covariances, sklearn_start)
+from offset_data import (
+    KINDS,
+    OffsetProblem,
+    average_log_likelihood,
+    estimator_and_start,
+    full_covariances,
+    labelled_fit,
+    offset_problem,
+    sklearn_covariances,
+    sklearn_start,
+)
 from sklearn.mixture import GaussianMixture
 
 from mixle_nb.parallel.local_launch import run_local
-from mixle_nb.stats import (CategoricalDistribution, CategoricalEstimator, DegenerateComponentError,
-                            DiagonalGaussianDistribution, DiagonalGaussianEstimator, GaussianDistribution,
-                            GaussianEstimator, MixtureDistribution, MixtureEstimator, MultivariateGaussianDistribution,
-                            MultivariateGaussianEstimator, PoissonDistribution, PoissonEstimator,
-                            SphericalGaussianDistribution, SphericalGaussianEstimator, em_step, seq_encode,
-                            seq_estimate, seq_initialize)
+from mixle_nb.stats import (
+    CategoricalDistribution,
+    CategoricalEstimator,
+    DegenerateComponentError,
+    DiagonalGaussianDistribution,
+    DiagonalGaussianEstimator,
+    GaussianDistribution,
+    GaussianEstimator,
+    MixtureDistribution,
+    MixtureEstimator,
+    MultivariateGaussianDistribution,
+    MultivariateGaussianEstimator,
+    PoissonDistribution,
+    PoissonEstimator,
+    SphericalGaussianDistribution,
+    SphericalGaussianEstimator,
+    em_step,
+    seq_encode,
+    seq_estimate,
+    seq_initialize,
+)
 
 OFFSETS = (0.0, 1e3, 1e6, 1e9)
 SPREADS = (1e-3, 1.0, 1e3, "mixed")
@@ -34,8 +59,9 @@ STEPS = 3
 
 def _fit(p, kind, reg_covar, steps=STEPS):
     estimator, model = estimator_and_start(p, kind, reg_covar)
-    enc = seq_encode(p.x[:, 0] if p.x.shape[1] == 1 and isinstance(estimator.estimators[0], GaussianEstimator)
-                     else p.x, model=model)
+    enc = seq_encode(
+        p.x[:, 0] if p.x.shape[1] == 1 and isinstance(estimator.estimators[0], GaussianEstimator) else p.x, model=model
+    )
     for _ in range(steps):
         model = seq_estimate(enc, estimator, model)
     return model
@@ -97,8 +123,13 @@ def _rank_fits(rank, world):
     return out
 
 
-HANDLE_PROBLEMS = [(1e9, 1e-3, 1, "full"), (1e9, 1e-3, 3, "full"), (1e6, "mixed", 3, "tied"),
-                   (1e9, 1.0, 8, "diag"), (1e6, 1e3, 3, "spherical")]
+HANDLE_PROBLEMS = [
+    (1e9, 1e-3, 1, "full"),
+    (1e9, 1e-3, 3, "full"),
+    (1e6, "mixed", 3, "tied"),
+    (1e9, 1.0, 8, "diag"),
+    (1e6, 1e3, 3, "spherical"),
+]
 
 
 def test_two_rank_handle_is_exact_on_offset_data():
@@ -176,13 +207,18 @@ def _steps(p, estimator, model, steps=6):
 
 def _cross_family(p, kind):
     """A diagonal model stepped by a full estimator (``"full<-diag"``), and back."""
-    d, k, var = p.x.shape[1], p.k, p.scales ** 2
+    d, k, var = p.x.shape[1], p.k, p.scales**2
     if kind == "full<-diag":
-        return (MixtureEstimator([MultivariateGaussianEstimator(d)] * k),
-                MixtureDistribution([DiagonalGaussianDistribution(m, var) for m in p.start_means], np.full(k, 1 / k)))
-    return (MixtureEstimator([DiagonalGaussianEstimator(d)] * k),
-            MixtureDistribution([MultivariateGaussianDistribution(m, np.diag(var)) for m in p.start_means],
-                                np.full(k, 1 / k)))
+        return (
+            MixtureEstimator([MultivariateGaussianEstimator(d)] * k),
+            MixtureDistribution([DiagonalGaussianDistribution(m, var) for m in p.start_means], np.full(k, 1 / k)),
+        )
+    return (
+        MixtureEstimator([DiagonalGaussianEstimator(d)] * k),
+        MixtureDistribution(
+            [MultivariateGaussianDistribution(m, np.diag(var)) for m in p.start_means], np.full(k, 1 / k)
+        ),
+    )
 
 
 @pytest.mark.parametrize("offset", (0.0, 1e6))
@@ -193,8 +229,16 @@ def test_the_shared_frame_and_the_per_component_frame_give_the_same_fit(offset, 
     from mixle_nb.stats import frame
 
     reach = frame.SHARED_FRAME_REACH
-    for dim, kind in [(1, "full"), (3, "full"), (8, "full"), (3, "tied"), (3, "diag"), (3, "spherical"),
-                      (3, "full<-diag"), (3, "diag<-full")]:
+    for dim, kind in [
+        (1, "full"),
+        (3, "full"),
+        (8, "full"),
+        (3, "tied"),
+        (3, "diag"),
+        (3, "spherical"),
+        (3, "full<-diag"),
+        (3, "diag<-full"),
+    ]:
         p = offset_problem(offset, 1.0, dim, separation=2.0, per=100, seed=4)
         estimator, model = _cross_family(p, kind) if "<-" in kind else estimator_and_start(p, kind, 1e-6)
         monkeypatch.setattr(frame, "SHARED_FRAME_REACH", reach)
@@ -240,12 +284,17 @@ _BASE = offset_problem(0.0, 1.0, 2, separation=10.0, per=80, seed=3)
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
-@given(log_a=st.floats(-3, 3), negative=st.booleans(), log_b=st.floats(-3, 9), b_negative=st.booleans(),
-       kind=st.sampled_from(KINDS))
+@given(
+    log_a=st.floats(-3, 3),
+    negative=st.booleans(),
+    log_b=st.floats(-3, 9),
+    b_negative=st.booleans(),
+    kind=st.sampled_from(KINDS),
+)
 @example(log_a=-3.0, negative=False, log_b=9.0, b_negative=False, kind="full")  # once off by 2.6e-10
 def test_affine_image_of_the_data_gives_the_affine_image_of_the_fit(log_a, negative, log_b, b_negative, kind):
-    a = (-1.0 if negative else 1.0) * 10.0 ** log_a
-    b = np.array([1.0, -0.5]) * (-1.0 if b_negative else 1.0) * 10.0 ** log_b
+    a = (-1.0 if negative else 1.0) * 10.0**log_a
+    b = np.array([1.0, -0.5]) * (-1.0 if b_negative else 1.0) * 10.0**log_b
     moved = offset_problem(0.0, 1.0, 2, separation=10.0, per=80, seed=3)
     moved.x, moved.start_means, moved.scales = a * _BASE.x + b, a * _BASE.start_means + b, abs(a) * _BASE.scales
     # a·x + b moves each point by up to half an ulp of b (1e-4 of the spread at a = 1e-3, b = 1e9): the
@@ -264,13 +313,28 @@ def test_affine_image_of_the_data_gives_the_affine_image_of_the_fit(log_a, negat
     assert np.all(np.abs(cov1 - a * a * cov0) <= 1e-8 * a * a + 4 * rounding * abs(a))
 
 
-@pytest.mark.parametrize("make", [
-    lambda: (GaussianEstimator, lambda m: GaussianDistribution(m, 1.0), 1),
-    lambda: (lambda **kw: DiagonalGaussianEstimator(2, **kw), lambda m: DiagonalGaussianDistribution([m, m], [1, 1]), 2),
-    lambda: (lambda **kw: SphericalGaussianEstimator(2, **kw), lambda m: SphericalGaussianDistribution([m, m], 1.0), 2),
-    lambda: (lambda **kw: MultivariateGaussianEstimator(2, **kw),
-             lambda m: MultivariateGaussianDistribution([m, m], np.eye(2)), 2),
-], ids=["gaussian", "diagonal", "spherical", "full"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (GaussianEstimator, lambda m: GaussianDistribution(m, 1.0), 1),
+        lambda: (
+            lambda **kw: DiagonalGaussianEstimator(2, **kw),
+            lambda m: DiagonalGaussianDistribution([m, m], [1, 1]),
+            2,
+        ),
+        lambda: (
+            lambda **kw: SphericalGaussianEstimator(2, **kw),
+            lambda m: SphericalGaussianDistribution([m, m], 1.0),
+            2,
+        ),
+        lambda: (
+            lambda **kw: MultivariateGaussianEstimator(2, **kw),
+            lambda m: MultivariateGaussianDistribution([m, m], np.eye(2)),
+            2,
+        ),
+    ],
+    ids=["gaussian", "diagonal", "spherical", "full"],
+)
 @pytest.mark.parametrize("offset", [0.0, 1e9])
 def test_degenerate_components_raise_or_recover(make, offset):
     estimator_of, component, dim = make()
@@ -317,11 +381,14 @@ def _issue_problem(offset, sds, spacing, dim, per=2000, seed=6):
     return OffsetProblem(x, labels, scales, start, 3)
 
 
-@pytest.mark.parametrize("offset, sds, spacing, dim, kind", [
-    (1e7, (0.3, 0.5, 1.0), (1.0, 1.5), 1, "full"),
-    (1e6, (0.7, 0.7, 0.7), (1.4, 1.4), 3, "full"),
-    (1e6, (0.7, 0.7, 0.7), (1.4, 1.4), 3, "diag"),
-])
+@pytest.mark.parametrize(
+    "offset, sds, spacing, dim, kind",
+    [
+        (1e7, (0.3, 0.5, 1.0), (1.0, 1.5), 1, "full"),
+        (1e6, (0.7, 0.7, 0.7), (1.4, 1.4), 3, "full"),
+        (1e6, (0.7, 0.7, 0.7), (1.4, 1.4), 3, "diag"),
+    ],
+)
 def test_the_issues_failing_cases_against_scikit_learn(offset, sds, spacing, dim, kind):
     """Issue 26's table, from the same start as scikit-learn with ``tol=0`` (the raw moments
     converged to sds 0.25, 0.35, 1.94 at 1e7 and went downhill at 1e6): our average
@@ -347,5 +414,6 @@ def test_the_issues_failing_cases_against_scikit_learn(offset, sds, spacing, dim
     assert ours >= theirs - 1e-6, f"ours {ours!r}, scikit-learn {theirs!r}"
     np.testing.assert_allclose(w, centred.weights_, rtol=0, atol=1e-8)
     assert np.all(np.abs(means - (centred.means_ + offset)) <= 1e-7 * np.min(true_sds) + 4 * np.spacing(offset))
-    np.testing.assert_allclose(covs, sklearn_covariances(centred, kind, 3, dim), rtol=0,
-                               atol=1e-7 * float(np.max(true_sds)) ** 2)
+    np.testing.assert_allclose(
+        covs, sklearn_covariances(centred, kind, 3, dim), rtol=0, atol=1e-7 * float(np.max(true_sds)) ** 2
+    )

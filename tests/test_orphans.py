@@ -5,6 +5,7 @@ cluster.
 process group); an out-of-memory kill or a crash amounts to the same. Before the lifeline, all
 processes of the cluster stayed alive forever, re-parented to PID 1.
 """
+
 import glob
 import json
 import os

@@ -11,6 +11,7 @@ no process and no rendezvous folder may be left behind. (A graceful kernel shutd
 cluster running is not tested here: whether the cluster's stop fits in the kernel manager's 5 s
 grace depends on the machine's load.)
 """
+
 from __future__ import annotations
 
 import re

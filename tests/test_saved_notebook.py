@@ -4,6 +4,7 @@ panel's final plot without a kernel: as the ``image/png`` output of ``panel.snap
 widget state (what JupyterLab renders). The panel is local (no cluster): what is saved does
 not depend on where the steps ran, and a kernel starting a cluster would take most of the test.
 """
+
 from __future__ import annotations
 
 import base64
@@ -44,9 +45,11 @@ def executed_panel_notebook(path) -> str:
             "start = MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(1, 1)], [0.5, 0.5])\n"
             "panel = EMPanel(handle=seq_encode(x, model=start), estimator=start.estimator(), model=start,\n"
             "                data_sample=x)\n"
-            "panel"),
-        nbformat.v4.new_code_cell(f"panel.run({STEPS})\n"
-                                  "print(len(panel.history), hashlib.sha256(panel.image.value).hexdigest())"),
+            "panel"
+        ),
+        nbformat.v4.new_code_cell(
+            f"panel.run({STEPS})\nprint(len(panel.history), hashlib.sha256(panel.image.value).hexdigest())"
+        ),
         nbformat.v4.new_code_cell("panel.snapshot()"),
     ]
     NotebookClient(nb, timeout=120, kernel_name="python3", store_widget_state=True).execute()

@@ -1,6 +1,7 @@
 """mixle_nb.mixture.GaussianMixture against scikit-learn's own: its estimator checks, every
 fitted attribute from the same start, and the same fit through a handle on 2 and 4 gloo ranks
 and through a reference to a handle on the cluster."""
+
 from __future__ import annotations
 
 import pickle
@@ -12,16 +13,21 @@ from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.mixture import GaussianMixture as ScikitGaussianMixture
 from sklearn.utils.estimator_checks import check_estimator
+from sklearn_ranks import ATTRIBUTES, CASES, TYPES, blobs, fit_quietly, fitted, rank_fits, settings
 
 from mixle_nb.mixture import GaussianMixture
 from mixle_nb.parallel.local_launch import run_local
-from sklearn_ranks import ATTRIBUTES, CASES, TYPES, blobs, fit_quietly, fitted, rank_fits, settings
 
 RTOL = 1e-8
 # check_estimator's checks that do not pass, and why; scikit-learn's GaussianMixture has the same status.
-NOT_PASSED = {"check_array_api_input": ("skipped", "runs only with SCIPY_ARRAY_API=1 and array-api-strict "
-                                        "installed; our EM takes numpy arrays (and handles), not other "
-                                        "array namespaces")}
+NOT_PASSED = {
+    "check_array_api_input": (
+        "skipped",
+        "runs only with SCIPY_ARRAY_API=1 and array-api-strict "
+        "installed; our EM takes numpy arrays (and handles), not other "
+        "array namespaces",
+    )
+}
 
 
 def relative_difference(a, b) -> float:
@@ -101,10 +107,14 @@ def test_pickle_and_clone_keep_no_live_state():
 
 def test_errors_are_scikit_learns():
     x = blobs(20, 2, 2)
-    for bad, kwargs in ((x[:1], {}), (x[:3], {"n_components": 4}), (np.where(x > 1, np.nan, x), {}),
-                        (x, {"means_init": np.zeros((3, 2)), "n_components": 2}),
-                        (x, {"covariance_type": "tied", "precisions_init": -np.eye(2)}),
-                        (x, {"covariance_type": "boxy"})):
+    for bad, kwargs in (
+        (x[:1], {}),
+        (x[:3], {"n_components": 4}),
+        (np.where(x > 1, np.nan, x), {}),
+        (x, {"means_init": np.zeros((3, 2)), "n_components": 2}),
+        (x, {"covariance_type": "tied", "precisions_init": -np.eye(2)}),
+        (x, {"covariance_type": "boxy"}),
+    ):
         messages = []
         for cls in (GaussianMixture, ScikitGaussianMixture):
             with pytest.raises(ValueError) as raised:
@@ -122,16 +132,23 @@ def test_a_scikit_learn_workflow_runs_unchanged():
     from sklearn.preprocessing import StandardScaler
 
     x = blobs(600, 2, 3, seed=5) * 4
-    search = GridSearchCV(make_pipeline(StandardScaler(), GaussianMixture(random_state=0)),
-                          {"gaussianmixture__n_components": [1, 2, 3]}, cv=3).fit(x)
-    reference = GridSearchCV(make_pipeline(StandardScaler(), ScikitGaussianMixture(random_state=0)),
-                             {"gaussianmixture__n_components": [1, 2, 3]}, cv=3).fit(x)
+    search = GridSearchCV(
+        make_pipeline(StandardScaler(), GaussianMixture(random_state=0)),
+        {"gaussianmixture__n_components": [1, 2, 3]},
+        cv=3,
+    ).fit(x)
+    reference = GridSearchCV(
+        make_pipeline(StandardScaler(), ScikitGaussianMixture(random_state=0)),
+        {"gaussianmixture__n_components": [1, 2, 3]},
+        cv=3,
+    ).fit(x)
     assert search.best_params_ == reference.best_params_ == {"gaussianmixture__n_components": 3}
     samples, labels = search.best_estimator_[-1].sample(500)
     assert samples.shape == (500, 2) and np.all(np.diff(labels) >= 0)
 
 
 # -- through a handle, on gloo ranks ------------------------------------------------------------
+
 
 def assert_handle_fit(case: dict, covariance_type: str, d: int) -> None:
     x = blobs(301, d, 3)
@@ -171,8 +188,9 @@ def test_a_fit_through_a_cluster_reference_equals_the_in_process_fit(cluster2):
     kwargs = settings("full", x)
     estimator = GaussianMixture(**kwargs)
     cluster2.push(x=x, est=estimator.mixture_estimator(3))
-    cluster2.execute_async("from mixle_nb.parallel import TorchRunEncodedData\n"
-                           "h_sklearn = TorchRunEncodedData(x, estimator=est)").result()
+    cluster2.execute_async(
+        "from mixle_nb.parallel import TorchRunEncodedData\nh_sklearn = TorchRunEncodedData(x, estimator=est)"
+    ).result()
     try:
         reference = cluster2.handle("h_sklearn")
         fit_quietly(estimator, reference)

@@ -1,4 +1,5 @@
 """The EM core against independent references: scikit-learn, closed forms, one-pass sums."""
+
 from __future__ import annotations
 
 import io
@@ -46,8 +47,13 @@ def mixture_problem(n: int, dim: int, k: int, seed: int = 0):
 def sklearn_fit(x2d, start_means, iterations):
     k, d = start_means.shape
     gm = GaussianMixture(
-        n_components=k, covariance_type="full", max_iter=iterations, tol=0.0, reg_covar=0.0,
-        weights_init=np.full(k, 1.0 / k), means_init=start_means,
+        n_components=k,
+        covariance_type="full",
+        max_iter=iterations,
+        tol=0.0,
+        reg_covar=0.0,
+        weights_init=np.full(k, 1.0 / k),
+        means_init=start_means,
         precisions_init=np.tile(np.eye(d), (k, 1, 1)),
     )
     with warnings.catch_warnings():
@@ -94,14 +100,37 @@ def _fitted_cases():
     labels = rng.choice(["a", "b", "c", "d"], size=300)
     return [
         (x1, MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(1, 2)], [0.4, 0.6])),
-        (xd, MixtureDistribution([DiagonalGaussianDistribution([0, 0, 0], [1, 2, 1]),
-                                  DiagonalGaussianDistribution([1, 1, 1], [1, 1, 1])], [0.5, 0.5])),
-        (xd, MixtureDistribution([MultivariateGaussianDistribution(np.zeros(3), np.eye(3)),
-                                  MultivariateGaussianDistribution(np.ones(3), 2 * np.eye(3))], [0.3, 0.7])),
+        (
+            xd,
+            MixtureDistribution(
+                [
+                    DiagonalGaussianDistribution([0, 0, 0], [1, 2, 1]),
+                    DiagonalGaussianDistribution([1, 1, 1], [1, 1, 1]),
+                ],
+                [0.5, 0.5],
+            ),
+        ),
+        (
+            xd,
+            MixtureDistribution(
+                [
+                    MultivariateGaussianDistribution(np.zeros(3), np.eye(3)),
+                    MultivariateGaussianDistribution(np.ones(3), 2 * np.eye(3)),
+                ],
+                [0.3, 0.7],
+            ),
+        ),
         (counts, MixtureDistribution([PoissonDistribution(2.0), PoissonDistribution(6.0)], [0.5, 0.5])),
-        (labels, MixtureDistribution([CategoricalDistribution({"a": 0.7, "b": 0.1, "c": 0.1, "d": 0.1}),
-                                      CategoricalDistribution({"a": 0.1, "b": 0.3, "c": 0.3, "d": 0.3})],
-                                     [0.5, 0.5])),
+        (
+            labels,
+            MixtureDistribution(
+                [
+                    CategoricalDistribution({"a": 0.7, "b": 0.1, "c": 0.1, "d": 0.1}),
+                    CategoricalDistribution({"a": 0.1, "b": 0.3, "c": 0.3, "d": 0.3}),
+                ],
+                [0.5, 0.5],
+            ),
+        ),
     ]
 
 
@@ -128,9 +157,11 @@ def test_chunked_statistics_combine_in_any_order_to_one_pass(data, model):
         for i in order:
             acc.combine(values[i])
         _assert_values_equal(acc.value(), whole.accumulator.value())
-    assert whole.log_density == pytest.approx(float(np.sum(model.seq_log_density(chunks[0])))
-                                              + sum(float(np.sum(model.seq_log_density(c))) for c in chunks[1:]),
-                                              rel=1e-12)
+    assert whole.log_density == pytest.approx(
+        float(np.sum(model.seq_log_density(chunks[0])))
+        + sum(float(np.sum(model.seq_log_density(c))) for c in chunks[1:]),
+        rel=1e-12,
+    )
 
 
 def test_sampling_round_trips_through_fitting():
@@ -138,8 +169,7 @@ def test_sampling_round_trips_through_fitting():
     cases = [
         (GaussianDistribution(1.5, 4.0), lambda m: [m.mu, m.sigma2]),
         (DiagonalGaussianDistribution([1.0, -2.0], [0.5, 3.0]), lambda m: [*m.mu, *m.sigma2]),
-        (MultivariateGaussianDistribution([1.0, -1.0], [[2.0, 0.6], [0.6, 1.0]]),
-         lambda m: [*m.mu, *m.covar.ravel()]),
+        (MultivariateGaussianDistribution([1.0, -1.0], [[2.0, 0.6], [0.6, 1.0]]), lambda m: [*m.mu, *m.covar.ravel()]),
         (PoissonDistribution(3.5), lambda m: [m.lam]),
         (CategoricalDistribution({"x": 0.2, "y": 0.5, "z": 0.3}), lambda m: [m.pmap[c] for c in "xyz"]),
     ]
@@ -164,8 +194,7 @@ def test_optimize_reports_one_line_per_iteration_and_never_decreases():
     x, start_means = mixture_problem(2000, 1, 3, seed=5)
     start = MixtureDistribution([GaussianDistribution(m[0], 1.0) for m in start_means], [1 / 3] * 3)
     out, records = io.StringIO(), []
-    optimize(x[:, 0], start.estimator(), prev_estimate=start, max_its=15, delta=0.0, out=out,
-             on_step=records.append)
+    optimize(x[:, 0], start.estimator(), prev_estimate=start, max_its=15, delta=0.0, out=out, on_step=records.append)
     lines = out.getvalue().splitlines()
     assert len(lines) == len(records) and lines[0].startswith("Iteration 1: log-density")
     log_densities = [r.log_density for r in records]
@@ -204,8 +233,9 @@ def test_failed_iteration_keeps_the_last_good_model():
 
 def test_keys_tie_component_statistics():
     x = np.random.default_rng(1).normal(2.0, 3.0, size=1000)
-    estimator = MixtureEstimator([GaussianEstimator(reg_covar=0.0, keys="shared"),
-                                  GaussianEstimator(reg_covar=0.0, keys="shared")])
+    estimator = MixtureEstimator(
+        [GaussianEstimator(reg_covar=0.0, keys="shared"), GaussianEstimator(reg_covar=0.0, keys="shared")]
+    )
     start = MixtureDistribution([GaussianDistribution(0, 1), GaussianDistribution(4, 1)], [0.5, 0.5])
     model = seq_estimate(seq_encode(x, model=start), estimator, start)
     a, b = model.components
@@ -217,8 +247,9 @@ def test_keys_tie_component_statistics():
 
 def test_streaming_accumulate_ties_keys_once():
     x = np.random.default_rng(1).normal(2.0, 3.0, size=1000)
-    estimator = MixtureEstimator([GaussianEstimator(reg_covar=0.0, keys="shared"),
-                                  GaussianEstimator(reg_covar=0.0, keys="shared")])
+    estimator = MixtureEstimator(
+        [GaussianEstimator(reg_covar=0.0, keys="shared"), GaussianEstimator(reg_covar=0.0, keys="shared")]
+    )
     start = MixtureDistribution([GaussianDistribution(0, 1), GaussianDistribution(4, 1)], [0.5, 0.5])
     count, acc = streaming_accumulate(seq_encode(x, model=start), estimator, start)
     model = estimator.estimate(count, acc.value())
@@ -259,9 +290,14 @@ def test_streaming_accumulate_returns_count_and_statistics():
 
 def test_single_observation_protocol_matches_sequence_protocol():
     model = MixtureDistribution([GaussianDistribution(0, 1), GaussianDistribution(2, 1)], [0.5, 0.5])
-    assert model.log_density(0.3) == pytest.approx(float(np.logaddexp(
-        np.log(0.5) - 0.5 * np.log(2 * np.pi) - 0.5 * 0.09,
-        np.log(0.5) - 0.5 * np.log(2 * np.pi) - 0.5 * 1.7**2)), rel=1e-12)
+    assert model.log_density(0.3) == pytest.approx(
+        float(
+            np.logaddexp(
+                np.log(0.5) - 0.5 * np.log(2 * np.pi) - 0.5 * 0.09, np.log(0.5) - 0.5 * np.log(2 * np.pi) - 0.5 * 1.7**2
+            )
+        ),
+        rel=1e-12,
+    )
     acc = model.estimator().accumulator_factory().make()
     acc.update(0.3, 2.0, model)
     counts, _ = acc.value()
@@ -306,10 +342,16 @@ def test_diagonal_log_density_matches_closed_form(offset, rtol, monkeypatch):
     means, sigma2 = offset + rng.normal(size=(2, 3)), rng.uniform(0.5, 2.0, size=(2, 3))
     model = MixtureDistribution([DiagonalGaussianDistribution(m, v) for m, v in zip(means, sigma2)], [0.4, 0.6])
     monkeypatch.setattr(mixture, "BLOCK_ELEMENTS", 1024)  # several E-step blocks
-    log_joint = np.stack([np.log(w) - 0.5 * (np.log(2 * np.pi * v) + (x - m) ** 2 / v).sum(1)
-                          for w, m, v in zip(model.w, means, sigma2)], 1)
-    np.testing.assert_allclose(model.seq_log_density(seq_encode(x, model=model)),
-                               np.logaddexp(log_joint[:, 0], log_joint[:, 1]), rtol=rtol)
+    log_joint = np.stack(
+        [
+            np.log(w) - 0.5 * (np.log(2 * np.pi * v) + (x - m) ** 2 / v).sum(1)
+            for w, m, v in zip(model.w, means, sigma2)
+        ],
+        1,
+    )
+    np.testing.assert_allclose(
+        model.seq_log_density(seq_encode(x, model=model)), np.logaddexp(log_joint[:, 0], log_joint[:, 1]), rtol=rtol
+    )
 
 
 @pytest.mark.parametrize(
@@ -341,15 +383,25 @@ def test_bad_input_raises_before_any_work(call, message):
 def test_covariance_key_matches_sklearn_tied_covariance():
     k, dim, iterations = 4, 3, 20
     x, start_means = mixture_problem(3000, dim, k, seed=4)
-    estimator = MixtureEstimator([MultivariateGaussianEstimator(dim, reg_covar=0.0, covariance_key="shared")
-                                  for _ in range(k)])
-    model = MixtureDistribution([MultivariateGaussianDistribution(m, np.eye(dim)) for m in start_means],
-                                np.full(k, 1.0 / k))
+    estimator = MixtureEstimator(
+        [MultivariateGaussianEstimator(dim, reg_covar=0.0, covariance_key="shared") for _ in range(k)]
+    )
+    model = MixtureDistribution(
+        [MultivariateGaussianDistribution(m, np.eye(dim)) for m in start_means], np.full(k, 1.0 / k)
+    )
     enc = seq_encode(x, model=model)
     for _ in range(iterations):
         model = seq_estimate(enc, estimator, model)
-    gm = GaussianMixture(n_components=k, covariance_type="tied", max_iter=iterations, tol=0.0, reg_covar=0.0,
-                         weights_init=np.full(k, 1.0 / k), means_init=start_means, precisions_init=np.eye(dim))
+    gm = GaussianMixture(
+        n_components=k,
+        covariance_type="tied",
+        max_iter=iterations,
+        tol=0.0,
+        reg_covar=0.0,
+        weights_init=np.full(k, 1.0 / k),
+        means_init=start_means,
+        precisions_init=np.eye(dim),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         gm.fit(x)
@@ -362,8 +414,9 @@ def test_covariance_key_matches_sklearn_tied_covariance():
 def test_variance_key_pools_the_within_component_variance():
     x = np.random.default_rng(6).normal(size=500) * 2
     start = MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(2, 3)], [0.5, 0.5])
-    estimator = MixtureEstimator([GaussianEstimator(reg_covar=0.0, variance_key="v"),
-                                  GaussianEstimator(reg_covar=0.0, variance_key="v")])
+    estimator = MixtureEstimator(
+        [GaussianEstimator(reg_covar=0.0, variance_key="v"), GaussianEstimator(reg_covar=0.0, variance_key="v")]
+    )
     model = seq_estimate(seq_encode(x, model=start), estimator, start)
     resp = start.seq_posterior(seq_encode(x, model=start))
     n = resp.sum(axis=0)
@@ -379,8 +432,12 @@ def test_read_only_data_and_weights_are_accepted_without_warnings():
     x, w, counts = rng.normal(size=(200, 3)), rng.random(200), rng.poisson(3.0, size=200).astype(float)
     for array in (x, w, counts):
         array.flags.writeable = False
-    cases = [(x, MultivariateGaussianEstimator(3)), (x, DiagonalGaussianEstimator(3)),
-             (x[:, 0], MixtureEstimator([GaussianEstimator(), GaussianEstimator()])), (counts, PoissonEstimator())]
+    cases = [
+        (x, MultivariateGaussianEstimator(3)),
+        (x, DiagonalGaussianEstimator(3)),
+        (x[:, 0], MixtureEstimator([GaussianEstimator(), GaussianEstimator()])),
+        (counts, PoissonEstimator()),
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch warns on a tensor over a read-only array
         for data, estimator in cases:

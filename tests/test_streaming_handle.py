@@ -1,4 +1,5 @@
 """StreamingTokenEncodedData: single-process behaviour, and 2 real gloo ranks on loopback."""
+
 import mmap
 import os
 import time
@@ -10,13 +11,18 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from strictness import unavailable
 
-from mixle_nb.neural import (CausalLM, StreamingTransformerLeaf, StreamingTransformerLeafEstimator,
-                             build_causal_lm, stream_sequence_source)
+from mixle_nb.neural import (
+    CausalLM,
+    StreamingTransformerLeaf,
+    StreamingTransformerLeafEstimator,
+    build_causal_lm,
+    stream_sequence_source,
+)
 from mixle_nb.parallel import StreamingTokenEncodedData
 from mixle_nb.parallel.local_launch import run_local
 from mixle_nb.parallel.torch_neural import SAME_TOKENS
-from strictness import unavailable
 
 torch.set_num_threads(1)
 
@@ -40,8 +46,9 @@ def parity_model():
 def handle(tokens=TOKENS, **kw):
     """One process unless a group exists (the ranks of a parity test adopt theirs)."""
     kw.setdefault("init_process_group", False)
-    return StreamingTokenEncodedData(tokens, block=kw.pop("block", BLOCK),
-                                     batch_size=kw.pop("batch_size", BATCH), seed=SEED, **kw)
+    return StreamingTokenEncodedData(
+        tokens, block=kw.pop("block", BLOCK), batch_size=kw.pop("batch_size", BATCH), seed=SEED, **kw
+    )
 
 
 def markov_chain(n, seed):
@@ -72,6 +79,7 @@ def state(module):
 
 
 # -- single process -----------------------------------------------------------------------
+
 
 def test_validation_names_the_problem_before_any_work():
     with pytest.raises(ValueError, match="block=800 must be smaller"):
@@ -109,8 +117,7 @@ def test_single_process_matches_manual_adamw_and_reruns_bit_identically():
 
     ref = tiny_model()
     opt = torch.optim.AdamW(ref.parameters(), lr=LR)
-    for _, (inputs, targets) in zip(range(5), stream_sequence_source(TOKENS, BLOCK, BATCH, seed=SEED,
-                                                                     drop_last=True)):
+    for _, (inputs, targets) in zip(range(5), stream_sequence_source(TOKENS, BLOCK, BATCH, seed=SEED, drop_last=True)):
         opt.zero_grad()
         every_position_loss(ref, inputs, targets).backward()
         opt.step()
@@ -133,12 +140,13 @@ def test_log_density_sum_matches_the_leaf_on_every_window():
     h = handle()
     leaf = h.pysp_seq_initialize(est, None, 1.0)
     count, total = h.pysp_seq_log_density_sum(leaf)
-    ctx = np.stack([TOKENS[i:i + BLOCK] for i in range(N_TOKENS - BLOCK)])
+    ctx = np.stack([TOKENS[i : i + BLOCK] for i in range(N_TOKENS - BLOCK)])
     assert count == N_TOKENS - BLOCK
     assert total == pytest.approx(leaf.seq_log_density((ctx, TOKENS[BLOCK:])).sum(), rel=1e-9)
 
 
 # -- two gloo ranks -----------------------------------------------------------------------
+
 
 def _train(est, **kw):
     log = []
@@ -157,8 +165,7 @@ def _rank_runs(rank):
     h.close()
     out["group_alive_after_close"] = dist.is_initialized()
 
-    _, leaf, _ = _train(StreamingTransformerLeafEstimator(parity_model(), lr=LR),
-                        activation_checkpointing=True)
+    _, leaf, _ = _train(StreamingTransformerLeafEstimator(parity_model(), lr=LR), activation_checkpointing=True)
     out["ckpt"] = state(leaf.module)
 
     _, leaf, _ = _train(StreamingTransformerLeafEstimator(parity_model(), lr=LR, optimizer="sgd"))
@@ -188,12 +195,12 @@ def _rank_runs(rank):
     try:
         _, leaf, _ = _train(StreamingTransformerLeafEstimator(parity_model(), lr=LR), parallel="fsdp")
         out["fsdp"] = state(leaf.module)
-        _, leaf, _ = _train(StreamingTransformerLeafEstimator(parity_model(), lr=LR, optimizer="sgd"),
-                            parallel="fsdp")
+        _, leaf, _ = _train(StreamingTransformerLeafEstimator(parity_model(), lr=LR, optimizer="sgd"), parallel="fsdp")
         out["fsdp_sgd"] = state(leaf.module)
         polls = iter(range(1000))
-        h, leaf, _ = _train(StreamingTransformerLeafEstimator(tiny_model(), lr=LR), parallel="fsdp",
-                            stop=stop, progress_every=2)
+        h, leaf, _ = _train(
+            StreamingTransformerLeafEstimator(tiny_model(), lr=LR), parallel="fsdp", stop=stop, progress_every=2
+        )
         out["fsdp_stop_step"] = h._training.step
     except Exception:  # recorded so the test can skip with the real reason
         out["fsdp_error"] = traceback.format_exc()
@@ -225,7 +232,7 @@ def _assert_close_states(a, b, atol):
 
 def _union_reference(n_steps, checkpoints, optimizer=torch.optim.AdamW):
     """One process, one ``optimizer``, each step on the union of both ranks' micro-batches."""
-    shards = [TOKENS[:N_TOKENS // 2], TOKENS[N_TOKENS // 2:]]
+    shards = [TOKENS[: N_TOKENS // 2], TOKENS[N_TOKENS // 2 :]]
     sources = [stream_sequence_source(s, BLOCK, BATCH, epochs=2, seed=SEED, drop_last=True) for s in shards]
     model = parity_model()
     opt = optimizer(model.parameters(), lr=LR)
@@ -258,8 +265,7 @@ def test_plain_sgd_under_ddp_and_fsdp2_is_the_union_reference_to_rounding(ranks)
     """AdamW is invariant to a constant gradient factor, so its parity cannot see a wrong
     world-size divisor; plain SGD in float64 can (a sum instead of a mean doubles every step)."""
     if "fsdp_error" in ranks[0]:
-        unavailable(f"FSDP2 fully_shard failed on CPU/gloo in torch {torch.__version__}:\n"
-                    f"{ranks[0]['fsdp_error']}")
+        unavailable(f"FSDP2 fully_shard failed on CPU/gloo in torch {torch.__version__}:\n{ranks[0]['fsdp_error']}")
     ref, _ = _union_reference(12, {12}, optimizer=torch.optim.SGD)
     for key in ("ddp_sgd", "fsdp_sgd"):
         _assert_replicas_identical(ranks, key)
@@ -272,9 +278,8 @@ def test_second_call_keeps_optimizer_state(ranks):
     model = parity_model()
     model.load_state_dict(ref[12])
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
-    shards = [TOKENS[:N_TOKENS // 2], TOKENS[N_TOKENS // 2:]]
-    batches = [list(stream_sequence_source(s, BLOCK, BATCH, epochs=2, seed=SEED, drop_last=True))[12:]
-               for s in shards]
+    shards = [TOKENS[: N_TOKENS // 2], TOKENS[N_TOKENS // 2 :]]
+    batches = [list(stream_sequence_source(s, BLOCK, BATCH, epochs=2, seed=SEED, drop_last=True))[12:] for s in shards]
     for (x0, y0), (x1, y1) in zip(*batches):
         opt.zero_grad()
         every_position_loss(model, np.concatenate([x0, x1]), np.concatenate([y0, y1])).backward()
@@ -330,8 +335,7 @@ def test_markov_stream_loss_reaches_entropy_rate(ranks):
 
 def test_fsdp2_on_cpu_matches_ddp(ranks):
     if "fsdp_error" in ranks[0]:
-        unavailable(f"FSDP2 fully_shard failed on CPU/gloo in torch {torch.__version__}:\n"
-                    f"{ranks[0]['fsdp_error']}")
+        unavailable(f"FSDP2 fully_shard failed on CPU/gloo in torch {torch.__version__}:\n{ranks[0]['fsdp_error']}")
     _assert_replicas_identical(ranks, "fsdp")
     _assert_close_states(ranks[0]["fsdp"], ranks[0]["ddp_1"], atol=1e-5)
     # FSDP2 checks stop every progress_every=2 steps: rank 1 asks before step 3, all stop at 4.
@@ -391,6 +395,7 @@ def _raise_on_second_poll():
         if next(polls) == 1:
             raise inject(RuntimeError("stop flag source is unreachable"))
         return False
+
     return stop
 
 
@@ -404,20 +409,27 @@ def _fault_runs(rank):
     est = lambda: StreamingTransformerLeafEstimator(tiny_model(), lr=LR)  # noqa: E731
     out["construct"] = _outcome(lambda: handle(inject(TOKENS.astype(np.float32)) if bad else TOKENS))
     out["disagree"] = _outcome(lambda: handle(block=BLOCK + 1 if bad else BLOCK))
-    out["stop"] = _outcome(lambda: handle(max_steps=6, stop=_raise_on_second_poll() if bad else None)
-                           .pysp_seq_estimate(est(), None))
+    out["stop"] = _outcome(
+        lambda: handle(max_steps=6, stop=_raise_on_second_poll() if bad else None).pysp_seq_estimate(est(), None)
+    )
     for call in (2, 4):  # call 2 is DDP's re-bucketing forward (a broadcast before the step)
         h = handle(max_steps=6)
-        out[f"forward_{call}"] = _outcome(lambda: h.pysp_seq_estimate(
-            StreamingTransformerLeafEstimator(failing_model(call if bad else None), lr=LR), None))
+        out[f"forward_{call}"] = _outcome(
+            lambda: h.pysp_seq_estimate(
+                StreamingTransformerLeafEstimator(failing_model(call if bad else None), lr=LR), None
+            )
+        )
     retry = StreamingTransformerLeafEstimator(failing_model(None), lr=LR)
     out["retry"] = state(h.pysp_seq_estimate(retry, None).module)  # same handle, after a failure
-    out["progress"] = _outcome(lambda: handle(max_steps=5, progress_every=1,
-                                              progress=_raise_at_step_2 if bad else None)
-                               .pysp_seq_estimate(est(), None))
+    out["progress"] = _outcome(
+        lambda: handle(max_steps=5, progress_every=1, progress=_raise_at_step_2 if bad else None).pysp_seq_estimate(
+            est(), None
+        )
+    )
     h = handle()
-    out["log_density"] = _outcome(lambda: h.pysp_seq_log_density_sum(
-        UnscorableLeaf() if bad else h.pysp_seq_initialize(est(), None, 1.0)))
+    out["log_density"] = _outcome(
+        lambda: h.pysp_seq_log_density_sum(UnscorableLeaf() if bad else h.pysp_seq_initialize(est(), None, 1.0))
+    )
     out["fault_times"] = list(FAULT_TIME)
     return out
 
@@ -446,11 +458,13 @@ def file_backed(array):
 def _file_runs(token_dir):
     out = {}
     for name, path, dtype in (("npy", "tokens.npy", None), ("bin", "tokens.bin", "uint32")):
-        h = StreamingTokenEncodedData.from_file(os.path.join(token_dir, path), dtype=dtype, block=BLOCK,
-                                                batch_size=BATCH, seed=SEED)
+        h = StreamingTokenEncodedData.from_file(
+            os.path.join(token_dir, path), dtype=dtype, block=BLOCK, batch_size=BATCH, seed=SEED
+        )
         out[f"{name}_mapped"] = file_backed(h.tokens) and len(h.tokens) == N_TOKENS // 2
-        out[f"file_{name}"] = state(h.pysp_seq_estimate(
-            StreamingTransformerLeafEstimator(parity_model(), lr=LR), None).module)
+        out[f"file_{name}"] = state(
+            h.pysp_seq_estimate(StreamingTransformerLeafEstimator(parity_model(), lr=LR), None).module
+        )
     return out
 
 
@@ -464,8 +478,13 @@ def _subgroup_runs(rank, root):
     if rank == 1:
         for parallel in ("ddp", "fsdp"):
             try:
-                h = handle(group=alone, parallel=parallel, max_steps=SUBGROUP_STEPS,
-                           checkpoint=os.path.join(root, parallel), checkpoint_every=SUBGROUP_STEPS // 2)
+                h = handle(
+                    group=alone,
+                    parallel=parallel,
+                    max_steps=SUBGROUP_STEPS,
+                    checkpoint=os.path.join(root, parallel),
+                    checkpoint_every=SUBGROUP_STEPS // 2,
+                )
                 est = StreamingTransformerLeafEstimator(parity_model(), lr=LR, optimizer="sgd")
                 out[f"subgroup_{parallel}"] = (h.rank, h.world, state(h.pysp_seq_estimate(est, None).module))
                 again = handle(group=alone, parallel=parallel, checkpoint=os.path.join(root, parallel))
@@ -502,14 +521,17 @@ def extras(tmp_path_factory):
 FAULTS = ["construct", "stop", "forward_2", "forward_4", "progress", "log_density"]
 
 
-@pytest.mark.parametrize("fault, message", [
-    ("construct", "token_ids must hold integers"),
-    ("stop", "stop flag source is unreachable"),
-    ("forward_2", "forward call 2 ran out of memory"),
-    ("forward_4", "forward call 4 ran out of memory"),
-    ("progress", "progress sink is full"),
-    ("log_density", "this rank's leaf cannot score"),
-])
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        ("construct", "token_ids must hold integers"),
+        ("stop", "stop flag source is unreachable"),
+        ("forward_2", "forward call 2 ran out of memory"),
+        ("forward_4", "forward call 4 ran out of memory"),
+        ("progress", "progress sink is full"),
+        ("log_density", "this rank's leaf cannot score"),
+    ],
+)
 def test_a_fault_on_one_rank_raises_on_every_rank_promptly(extras, fault, message):
     own, peer = extras[1][fault], extras[0][fault]
     assert own is not None and message in own[1]  # the failed rank raises its own error
@@ -545,17 +567,25 @@ def _fsdp_fault_runs(rank, world, store_dir):
     est = lambda: StreamingTransformerLeafEstimator(tiny_model(), lr=LR)  # noqa: E731
     cases = {  # each as FAULTS are run above; "last_step" fails after the last exchange of training
         "forward_3": lambda: fsdp_handle(max_steps=6).pysp_seq_estimate(
-            StreamingTransformerLeafEstimator(failing_model(3 if bad else None), lr=LR), None),
-        "progress": lambda: fsdp_handle(max_steps=5, progress_every=1, progress=_raise_at_step_2 if bad else None)
-        .pysp_seq_estimate(est(), None),
-        "last_step": lambda: fsdp_handle(max_steps=2, progress_every=1, progress=_raise_at_step_2 if bad else None)
-        .pysp_seq_estimate(est(), None),
+            StreamingTransformerLeafEstimator(failing_model(3 if bad else None), lr=LR), None
+        ),
+        "progress": lambda: fsdp_handle(
+            max_steps=5, progress_every=1, progress=_raise_at_step_2 if bad else None
+        ).pysp_seq_estimate(est(), None),
+        "last_step": lambda: fsdp_handle(
+            max_steps=2, progress_every=1, progress=_raise_at_step_2 if bad else None
+        ).pysp_seq_estimate(est(), None),
         "after": lambda: state(fsdp_handle(max_steps=3).pysp_seq_estimate(est(), None).module),
     }
     out = {}
     for name, run in cases.items():
-        init_default_group("gloo", store=dist.FileStore(os.path.join(store_dir, name), 2), rank=rank,
-                           world_size=2, timeout=timedelta(seconds=60))
+        init_default_group(
+            "gloo",
+            store=dist.FileStore(os.path.join(store_dir, name), 2),
+            rank=rank,
+            world_size=2,
+            timeout=timedelta(seconds=60),
+        )
         try:
             out[name] = run() if name == "after" else _outcome(run)
             out[f"{name}_severed"] = group_severed()
@@ -572,11 +602,14 @@ def fsdp_faults(tmp_path_factory):
     return run_local(_fsdp_fault_runs, 2, timeout=240, store_dir=str(tmp_path_factory.mktemp("stores")))
 
 
-@pytest.mark.parametrize("fault, message", [
-    ("forward_3", "forward call 3 ran out of memory"),
-    ("progress", "progress sink is full"),
-    ("last_step", "progress sink is full"),
-])
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        ("forward_3", "forward call 3 ran out of memory"),
+        ("progress", "progress sink is full"),
+        ("last_step", "progress sink is full"),
+    ],
+)
 def test_an_fsdp2_fault_on_one_rank_raises_on_every_rank_promptly(fsdp_faults, fault, message):
     assert "fsdp_error" not in fsdp_faults[0] and "fsdp_error" not in fsdp_faults[1], fsdp_faults
     own, peer = fsdp_faults[1][fault], fsdp_faults[0][fault]
@@ -610,11 +643,11 @@ def test_from_file_rejects_a_missing_or_needless_dtype(tmp_path):
     np.save(tmp_path / "t.npy", TOKENS.astype(np.uint16))
     TOKENS.astype(np.uint16).tofile(tmp_path / "t.bin")
     with pytest.raises(ValueError, match="say their dtype"):
-        StreamingTokenEncodedData.from_file(tmp_path / "t.bin", block=BLOCK, batch_size=BATCH,
-                                            init_process_group=False)
+        StreamingTokenEncodedData.from_file(tmp_path / "t.bin", block=BLOCK, batch_size=BATCH, init_process_group=False)
     with pytest.raises(ValueError, match="header fixes the dtype"):
-        StreamingTokenEncodedData.from_file(tmp_path / "t.npy", dtype="uint16", block=BLOCK,
-                                            batch_size=BATCH, init_process_group=False)
+        StreamingTokenEncodedData.from_file(
+            tmp_path / "t.npy", dtype="uint16", block=BLOCK, batch_size=BATCH, init_process_group=False
+        )
 
 
 def test_mixle_streaming_transformer_trains_through_our_handle(extras):
@@ -628,12 +661,13 @@ def test_mixle_streaming_transformer_trains_through_our_handle(extras):
     torch.manual_seed(0)
     model = mixle_causal_lm(VOCAB, 32, 2, 2, BLOCK).double()
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
-    shards = [TOKENS[:N_TOKENS // 2], TOKENS[N_TOKENS // 2:]]
+    shards = [TOKENS[: N_TOKENS // 2], TOKENS[N_TOKENS // 2 :]]
     sources = [stream_sequence_source(s, BLOCK, BATCH, epochs=2, seed=SEED, drop_last=True) for s in shards]
     for step, batches in enumerate(zip(*sources), start=1):
         opt.zero_grad()
-        every_position_loss(model, np.concatenate([x for x, _ in batches]),
-                            np.concatenate([y for _, y in batches])).backward()
+        every_position_loss(
+            model, np.concatenate([x for x, _ in batches]), np.concatenate([y for _, y in batches])
+        ).backward()
         opt.step()
         if step in (12, 24):
             _assert_close_states(extras[0][f"mixle_{step // 12}"], state(model), atol=1e-5)
@@ -646,8 +680,9 @@ def test_a_handle_on_a_one_rank_subgroup_trains_in_that_group_only(extras):
     out = extras[1]
     assert "subgroup_ddp_error" not in out, out["subgroup_ddp_error"]
     if "subgroup_fsdp_error" in out:
-        unavailable(f"FSDP2 on a subgroup failed on CPU/gloo in torch {torch.__version__}:\n"
-                    f"{out['subgroup_fsdp_error']}")
+        unavailable(
+            f"FSDP2 on a subgroup failed on CPU/gloo in torch {torch.__version__}:\n{out['subgroup_fsdp_error']}"
+        )
     est = StreamingTransformerLeafEstimator(parity_model(), lr=LR, optimizer="sgd")
     reference = state(handle(max_steps=SUBGROUP_STEPS).pysp_seq_estimate(est, None).module)
     for parallel in ("ddp", "fsdp"):
@@ -661,8 +696,12 @@ def _launcher_variables(monkeypatch, world: int) -> None:
     from mixle_nb.parallel.local_launch import free_port
 
     assert not dist.is_initialized()
-    for name, value in (("RANK", "0"), ("WORLD_SIZE", str(world)), ("MASTER_ADDR", "127.0.0.1"),
-                        ("MASTER_PORT", str(free_port()))):
+    for name, value in (
+        ("RANK", "0"),
+        ("WORLD_SIZE", str(world)),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", str(free_port())),
+    ):
         monkeypatch.setenv(name, value)
 
 

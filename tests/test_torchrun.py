@@ -1,4 +1,5 @@
 """TorchRunEncodedData on real gloo process groups against single-process EM."""
+
 from __future__ import annotations
 
 import os
@@ -25,25 +26,34 @@ from mixle_nb.stats import (
 def gaussian_problem():
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.normal(-2, 1, 300), rng.normal(3, 0.7, 301)])
-    start = MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(0.5, 1),
-                                 GaussianDistribution(2, 1)], [0.3, 0.3, 0.4])
+    start = MixtureDistribution(
+        [GaussianDistribution(-1, 1), GaussianDistribution(0.5, 1), GaussianDistribution(2, 1)], [0.3, 0.3, 0.4]
+    )
     return x, start
 
 
 def tied_problem():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(200, 2))
-    start = MixtureDistribution([MultivariateGaussianDistribution([0, 0], np.eye(2)),
-                                 MultivariateGaussianDistribution([1, 1], np.eye(2))], [0.5, 0.5])
-    estimator = MixtureEstimator([MultivariateGaussianEstimator(2, keys="tied"),
-                                  MultivariateGaussianEstimator(2, keys="tied")], keys="w")
+    start = MixtureDistribution(
+        [MultivariateGaussianDistribution([0, 0], np.eye(2)), MultivariateGaussianDistribution([1, 1], np.eye(2))],
+        [0.5, 0.5],
+    )
+    estimator = MixtureEstimator(
+        [MultivariateGaussianEstimator(2, keys="tied"), MultivariateGaussianEstimator(2, keys="tied")], keys="w"
+    )
     return x, start, estimator
 
 
 def label_problem():
     labels = np.random.default_rng(2).choice(list("abcd"), size=150, p=[0.4, 0.3, 0.2, 0.1])
-    start = MixtureDistribution([CategoricalDistribution({"a": 0.7, "b": 0.1, "c": 0.1, "d": 0.1}),
-                                 CategoricalDistribution({"a": 0.1, "b": 0.3, "c": 0.3, "d": 0.3})], [0.5, 0.5])
+    start = MixtureDistribution(
+        [
+            CategoricalDistribution({"a": 0.7, "b": 0.1, "c": 0.1, "d": 0.1}),
+            CategoricalDistribution({"a": 0.1, "b": 0.3, "c": 0.3, "d": 0.3}),
+        ],
+        [0.5, 0.5],
+    )
     return labels, start
 
 
@@ -187,7 +197,7 @@ def test_handles_in_a_row_rendezvous_whoever_leaves_first():
     first joined the old store and both waited forever (here, and once in CI)."""
     results = run_local(_handles_in_a_row, 2, timeout=60, rounds=8)
     x = np.arange(10.0)
-    closed_form = -0.5 * np.sum(x ** 2) - 5 * np.log(2 * np.pi)
+    closed_form = -0.5 * np.sum(x**2) - 5 * np.log(2 * np.pi)
     for count, total in results[0] + results[1]:
         assert count == 10 and abs(total - closed_form) <= 1e-12 * abs(closed_form)
 
@@ -239,6 +249,7 @@ def test_run_local_reports_every_failed_or_killed_rank():
 
 # -- fail together: one rank's error reaches every rank at once, named, without a hang ----------
 
+
 def _bad_inputs(rank, world):
     from mixle_nb.parallel import TorchRunEncodedData
     from mixle_nb.stats import DiagonalGaussianEstimator, em_step
@@ -252,11 +263,13 @@ def _bad_inputs(rank, world):
         out["nan"] = outcome(lambda: TorchRunEncodedData(nan_x, estimator=estimator))
         wide = np.ones((40, 3 if rank == 1 else 2))
         out["dimension"] = outcome(lambda: TorchRunEncodedData(wide, estimator=DiagonalGaussianEstimator()))
-        out["no_root_data"] = outcome(lambda: TorchRunEncodedData(None if rank == 0 else x, estimator=estimator,
-                                                                   root_only=True))
+        out["no_root_data"] = outcome(
+            lambda: TorchRunEncodedData(None if rank == 0 else x, estimator=estimator, root_only=True)
+        )
         out["no_data"] = outcome(lambda: TorchRunEncodedData(None if rank == 1 else x, estimator=estimator))
-        other = MixtureDistribution([GaussianDistribution(-1, 2), GaussianDistribution(0.5, 1),
-                                     GaussianDistribution(2, 1)], [0.3, 0.3, 0.4])
+        other = MixtureDistribution(
+            [GaussianDistribution(-1, 2), GaussianDistribution(0.5, 1), GaussianDistribution(2, 1)], [0.3, 0.3, 0.4]
+        )
         out["model_first_step"] = outcome(lambda: em_step(ready, estimator, other if rank == 1 else start))
         em_step(ready, estimator, start)  # a good step: the fold plan is agreed now
         out["model_later_step"] = outcome(lambda: em_step(ready, estimator, other if rank == 1 else start))
@@ -283,21 +296,28 @@ def bad_input_results():
 PROMPT_S = 5.0  # loose: "about a second", far below any group timeout
 
 
-@pytest.mark.parametrize("case, failing, pattern", [
-    ("nan", 1, r"observation 1 is NaN or infinite; drop or impute it first"),
-    ("dimension", 1, r"the data on this rank differs from rank 0's \(an array of 40 observations of shape \(3,\).*"
-                     r"pass the same full data on every rank"),
-    ("no_root_data", 0, r"root_only=True needs the data on the root \(rank 0\), which got None"),
-    ("no_data", 1, r"data is None on rank 1: pass the same full data on every rank"),
-    ("model_first_step", 1, r"the model on this rank differs from rank 0's.*every rank must pass the same model"),
-    ("model_later_step", 1, r"the model on this rank differs from rank 0's"),
-    ("estimator", 1, r"the estimator on this rank differs from rank 0's"),
-    ("density_model", 1, r"the model on this rank differs from rank 0's"),
-    ("e_step", 1, r"."),
-    ("init", 1, r"."),
-    ("density", 1, r"."),
-    ("stream", 1, r"."),
-])
+@pytest.mark.parametrize(
+    "case, failing, pattern",
+    [
+        ("nan", 1, r"observation 1 is NaN or infinite; drop or impute it first"),
+        (
+            "dimension",
+            1,
+            r"the data on this rank differs from rank 0's \(an array of 40 observations of shape \(3,\).*"
+            r"pass the same full data on every rank",
+        ),
+        ("no_root_data", 0, r"root_only=True needs the data on the root \(rank 0\), which got None"),
+        ("no_data", 1, r"data is None on rank 1: pass the same full data on every rank"),
+        ("model_first_step", 1, r"the model on this rank differs from rank 0's.*every rank must pass the same model"),
+        ("model_later_step", 1, r"the model on this rank differs from rank 0's"),
+        ("estimator", 1, r"the estimator on this rank differs from rank 0's"),
+        ("density_model", 1, r"the model on this rank differs from rank 0's"),
+        ("e_step", 1, r"."),
+        ("init", 1, r"."),
+        ("density", 1, r"."),
+        ("stream", 1, r"."),
+    ],
+)
 def test_a_failing_rank_makes_every_rank_raise_promptly(bad_input_results, case, failing, pattern):
     import re
 
@@ -319,6 +339,7 @@ def test_the_group_stays_in_step_after_failures(bad_input_results):
 
 # -- each rank reads its own part: from a .npy file, or from files dealt out to ranks ---------
 
+
 def _from_disk(rank, world, npy, wide_npy, files):
     import torch.distributed as dist
 
@@ -337,13 +358,15 @@ def _from_disk(rank, world, npy, wide_npy, files):
         out["npy_chunks"] = [len(c) for c in disk.chunks]
         out["npy_len"] = len(disk)
     out["wide_memory"] = em_steps(TorchRunEncodedData(xt, estimator=testimator), testimator, tstart)
-    out["wide_npy"] = em_steps(TorchRunEncodedData.from_npy(wide_npy, estimator=testimator, sub_chunks=2),
-                          testimator, tstart)
+    out["wide_npy"] = em_steps(
+        TorchRunEncodedData.from_npy(wide_npy, estimator=testimator, sub_chunks=2), testimator, tstart
+    )
     with TorchRunEncodedData.from_files(files, model=start, sub_chunks=2) as dealt:
         out["files"] = em_steps(dealt, start.estimator(), start)
         out["files_shard"] = dealt.local_count
-    out["missing"] = outcome(lambda: TorchRunEncodedData.from_npy(npy + ".gone" if rank == 1 else npy,
-                                                                   estimator=start.estimator()))
+    out["missing"] = outcome(
+        lambda: TorchRunEncodedData.from_npy(npy + ".gone" if rank == 1 else npy, estimator=start.estimator())
+    )
     dist.destroy_process_group()
     return out
 
@@ -384,8 +407,12 @@ def test_a_group_the_handle_creates_carries_its_timeout(monkeypatch):
     from mixle_nb.parallel.local_launch import free_port
 
     assert not dist.is_initialized()
-    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
-                        ("MASTER_PORT", str(free_port()))):
+    for name, value in (
+        ("RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", str(free_port())),
+    ):
         monkeypatch.setenv(name, value)
     for timeout in (45, None):
         options = {} if timeout is None else {"timeout": timeout}

@@ -2,6 +2,7 @@
 cluster: a rank killed with SIGKILL while it writes a checkpoint leaves that checkpoint torn;
 after restart() the run resumes from the one before, and on CPU at the same world size its
 losses are the uninterrupted run's bit for bit; the same checkpoint resumes on one process."""
+
 import os
 import signal
 
@@ -20,14 +21,26 @@ TOKENS = ((np.arange(3200) % VOCAB + (np.random.default_rng(0).random(3200) < 0.
 
 # ---- run on the ranks
 
+
 def train(root, steps, **options):
     """[(step, loss)] of ``steps`` optimizer steps (from the checkpoint in ``root``, if any)."""
     losses = []
     estimator = StreamingTransformerLeafEstimator(
-        build_causal_lm(VOCAB, d_model=32, n_layer=2, n_head=2, block=BLOCK, seed=0), lr=LR)
-    handle = StreamingTokenEncodedData(TOKENS, block=BLOCK, batch_size=BATCH, seed=SEED, epochs=30,
-                                       max_steps=steps, progress=losses.append, progress_every=1,
-                                       checkpoint=root, checkpoint_every=EVERY, **options)
+        build_causal_lm(VOCAB, d_model=32, n_layer=2, n_head=2, block=BLOCK, seed=0), lr=LR
+    )
+    handle = StreamingTokenEncodedData(
+        TOKENS,
+        block=BLOCK,
+        batch_size=BATCH,
+        seed=SEED,
+        epochs=30,
+        max_steps=steps,
+        progress=losses.append,
+        progress_every=1,
+        checkpoint=root,
+        checkpoint_every=EVERY,
+        **options,
+    )
     handle.pysp_seq_estimate(estimator, None)
     return [(p["step"], p["loss"]) for p in losses]
 
@@ -48,6 +61,7 @@ def die_in_checkpoint_write(nth):
 
 
 # ---- the tests
+
 
 def checkpoint_dirs(root):
     return {name: os.path.exists(os.path.join(root, name, ".metadata")) for name in sorted(os.listdir(root))}
@@ -93,10 +107,13 @@ def build_panel_handle(root):
     from mixle_nb.cluster.rank_side import rank_namespace
 
     rank_namespace().update(
-        ck_handle=StreamingTokenEncodedData(TOKENS, block=BLOCK, batch_size=BATCH, seed=SEED, epochs=5,
-                                            checkpoint=root, checkpoint_every=EVERY),
+        ck_handle=StreamingTokenEncodedData(
+            TOKENS, block=BLOCK, batch_size=BATCH, seed=SEED, epochs=5, checkpoint=root, checkpoint_every=EVERY
+        ),
         ck_estimator=StreamingTransformerLeafEstimator(
-            build_causal_lm(VOCAB, d_model=32, n_layer=2, n_head=2, block=BLOCK, seed=0), lr=LR))
+            build_causal_lm(VOCAB, d_model=32, n_layer=2, n_head=2, block=BLOCK, seed=0), lr=LR
+        ),
+    )
 
 
 def test_a_train_panel_attached_to_a_checkpointing_handle_redraws_the_lost_steps_as_they_were(cluster2, tmp_path):
@@ -121,8 +138,9 @@ def test_a_train_panel_attached_to_a_checkpointing_handle_redraws_the_lost_steps
     for rank, points in panel.points.items():  # steps 41..60 again, bit for bit, targets counted on
         again = {s: (t, loss) for s, t, loss in points if s > 40}
         assert 60 in again
-        assert {s: again[s] for s in set(again) & set(whole[rank])} == \
-            {s: whole[rank][s] for s in set(again) & set(whole[rank])}
+        assert {s: again[s] for s in set(again) & set(whole[rank])} == {
+            s: whole[rank][s] for s in set(again) & set(whole[rank])
+        }
 
 
 def test_a_local_train_panel_attached_to_a_checkpointing_handle_resumes_from_it(tmp_path):
@@ -135,11 +153,21 @@ def test_a_local_train_panel_attached_to_a_checkpointing_handle_resumes_from_it(
     root = str(tmp_path / "local")
 
     def objects():  # 24 steps an epoch on one process
-        return dict(handle=StreamingTokenEncodedData(TOKENS, block=BLOCK, batch_size=BATCH, seed=SEED, epochs=2,
-                                                     checkpoint=root, checkpoint_every=EVERY,
-                                                     init_process_group=False),
-                    estimator=StreamingTransformerLeafEstimator(
-                        build_causal_lm(VOCAB, d_model=32, n_layer=2, n_head=2, block=BLOCK, seed=0), lr=LR))
+        return dict(
+            handle=StreamingTokenEncodedData(
+                TOKENS,
+                block=BLOCK,
+                batch_size=BATCH,
+                seed=SEED,
+                epochs=2,
+                checkpoint=root,
+                checkpoint_every=EVERY,
+                init_process_group=False,
+            ),
+            estimator=StreamingTransformerLeafEstimator(
+                build_causal_lm(VOCAB, d_model=32, n_layer=2, n_head=2, block=BLOCK, seed=0), lr=LR
+            ),
+        )
 
     panel = TrainPanel(**objects(), report_every=1)
     panel.train()

@@ -1,6 +1,7 @@
 """EMPanel and TrainPanel on a real 2-engine cluster, and a panel notebook run by nbclient.
 Every wait has a deadline; the tests that kill an engine restart the cluster and rebuild its
 handles before they end."""
+
 from __future__ import annotations
 
 import json
@@ -9,13 +10,13 @@ import time
 import nbformat
 import numpy as np
 import pytest
+from interrupts import interrupt_after, kernel_interrupts
 from nbclient import NotebookClient
+from strictness import import_or_unavailable
 
 from mixle_nb.inference import optimize
 from mixle_nb.stats import GaussianDistribution, MixtureDistribution, seq_encode
 from mixle_nb.widgets import EMPanel, TrainPanel
-from interrupts import interrupt_after, kernel_interrupts
-from strictness import import_or_unavailable
 
 pytestmark = pytest.mark.cluster
 
@@ -23,15 +24,16 @@ pytestmark = pytest.mark.cluster
 def em_problem(n=20_000):
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.normal(-2, 1, n // 2), rng.normal(3, 0.7, n - n // 2)])
-    start = MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(0.5, 1),
-                                 GaussianDistribution(2, 1)], [0.3, 0.3, 0.4])
+    start = MixtureDistribution(
+        [GaussianDistribution(-1, 1), GaussianDistribution(0.5, 1), GaussianDistribution(2, 1)], [0.3, 0.3, 0.4]
+    )
     return x, start
 
 
 def _make_em_handle():
     """On a rank: shard the pushed data into a resident handle named `h`."""
-    from mixle_nb.parallel import TorchRunEncodedData
     from mixle_nb.cluster.rank_side import rank_namespace
+    from mixle_nb.parallel import TorchRunEncodedData
 
     ns = rank_namespace()
     ns["h"] = TorchRunEncodedData(ns["x"], estimator=ns["est"])
@@ -62,8 +64,7 @@ def fresh_panel(cluster, **options) -> EMPanel:
 def reference_log_densities(steps: int) -> list:
     x, start = em_problem()
     records = []
-    optimize(x, start.estimator(), prev_estimate=start, max_its=steps, delta=0.0, out=None,
-             on_step=records.append)
+    optimize(x, start.estimator(), prev_estimate=start, max_its=steps, delta=0.0, out=None, on_step=records.append)
     return [r.log_density for r in records]
 
 
@@ -136,8 +137,9 @@ def test_pause_stops_a_batched_run_after_the_calls_already_sent(em_cluster):
     panel.wait(30)
     assert not panel.running and panel.error is None
     assert panel.step_calls <= calls + 1  # the calls sent when paused finish, no other starts
-    np.testing.assert_allclose([r.log_density for r in panel.history[:100]],
-                               reference_log_densities(min(100, len(panel.history))), rtol=1e-10)
+    np.testing.assert_allclose(
+        [r.log_density for r in panel.history[:100]], reference_log_densities(min(100, len(panel.history))), rtol=1e-10
+    )
 
 
 class _FailingHandle:
@@ -233,12 +235,11 @@ def test_names_without_a_running_cluster_say_how_to_start_one(monkeypatch):
 
 
 def _make_token_handle(epochs: int = 1):
-    from mixle_nb.parallel import StreamingTokenEncodedData
     from mixle_nb.cluster.rank_side import rank_namespace
+    from mixle_nb.parallel import StreamingTokenEncodedData
 
     ns = rank_namespace()
-    ns["th"] = StreamingTokenEncodedData(ns["ids"], block=16, batch_size=8, epochs=epochs,
-                                         init_process_group=False)
+    ns["th"] = StreamingTokenEncodedData(ns["ids"], block=16, batch_size=8, epochs=epochs, init_process_group=False)
     return ns["th"].total_steps
 
 
@@ -250,8 +251,16 @@ def test_train_panel_records_progress_per_rank_and_loss_falls(cluster2):
     module = build_causal_lm(tokenizer.vocab_size, d_model=32, n_layer=1, n_head=2, block=16)
     cluster2.push(ids=tokenizer.encode(text), test=StreamingTransformerLeafEstimator(module, lr=1e-2))
     total = cluster2.run(_make_token_handle)[0]
-    panel = TrainPanel(cluster2, handle="th", estimator="test", tokenizer=tokenizer, prompt="The ",
-                       sample_chars=40, chunk_steps=max(total // 4, 1), report_every=5)
+    panel = TrainPanel(
+        cluster2,
+        handle="th",
+        estimator="test",
+        tokenizer=tokenizer,
+        prompt="The ",
+        sample_chars=40,
+        chunk_steps=max(total // 4, 1),
+        report_every=5,
+    )
     panel.train()
     assert panel.error is None
     assert set(panel.curves) == {0, 1}
@@ -271,7 +280,8 @@ def test_panel_notebook_stores_widget_state_and_stays_small(tmp_path):
             "x = np.random.default_rng(0).normal(size=5000)\n"
             "start = MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(1, 1)], [0.5, 0.5])\n"
             "panel = EMPanel(handle=seq_encode(x, model=start), estimator=start.estimator(), model=start, data_sample=x)\n"
-            "panel"),
+            "panel"
+        ),
         nbformat.v4.new_code_cell("panel.run(25)\nlen(panel.history)"),
     ]
     NotebookClient(nb, timeout=120, kernel_name="python3", store_widget_state=True).execute()
@@ -304,8 +314,9 @@ def test_cluster_panel_shows_one_row_per_rank(cluster2):
 
 def local_panel(n=2000, **kwargs) -> tuple[EMPanel, np.ndarray]:
     x, start = em_problem(n)
-    return EMPanel(handle=seq_encode(x, model=start), estimator=start.estimator(), model=start,
-                   data_sample=x, **kwargs), x
+    return EMPanel(
+        handle=seq_encode(x, model=start), estimator=start.estimator(), model=start, data_sample=x, **kwargs
+    ), x
 
 
 def test_history_rows_and_csv_hold_every_step(tmp_path):
@@ -331,7 +342,7 @@ def _gaussian_mixture(d: int, full: bool):
 
     rng = np.random.default_rng(d)
     comps = []
-    for k in range(3):
+    for _k in range(3):
         mu = rng.normal(0, 5, d)
         if full:
             a = rng.normal(size=(d, d))
@@ -353,8 +364,9 @@ def test_gaussians_above_two_dimensions_draw_each_component_ellipse(full):
         cov = comp.covar if full else np.diag(comp.sigma2)
         sub = cov[np.ix_([1, 3], [1, 3])]
         np.testing.assert_allclose(ellipse.get_center(), comp.mu[[1, 3]], rtol=1e-12)
-        np.testing.assert_allclose(sorted([ellipse.width, ellipse.height]), 4 * np.sqrt(np.linalg.eigvalsh(sub)),
-                                   rtol=1e-10)
+        np.testing.assert_allclose(
+            sorted([ellipse.width, ellipse.height]), 4 * np.sqrt(np.linalg.eigvalsh(sub)), rtol=1e-10
+        )
     assert view.render([-10.0, -5.0], model, [0.1])[:4] == b"\x89PNG"
     # without chosen dimensions: the data's first two principal components (scikit-learn's PCA)
     from sklearn.decomposition import PCA
@@ -385,8 +397,13 @@ def test_categorical_and_poisson_mixtures_draw_bars_per_component():
     from mixle_nb.stats import CategoricalDistribution, PoissonDistribution
     from mixle_nb.widgets.em_view import EMView
 
-    cat = MixtureDistribution([CategoricalDistribution({"a": 0.7, "b": 0.2, "c": 0.1}),
-                               CategoricalDistribution({"a": 0.1, "b": 0.3, "c": 0.6})], [0.5, 0.5])
+    cat = MixtureDistribution(
+        [
+            CategoricalDistribution({"a": 0.7, "b": 0.2, "c": 0.1}),
+            CategoricalDistribution({"a": 0.1, "b": 0.3, "c": 0.6}),
+        ],
+        [0.5, 0.5],
+    )
     picture = EMView(cat, None, distributed=False).picture
     assert picture.kind == "categorical" and picture.labels == ["a", "c", "b"]
     assert [[p.get_height() for p in bars] for bars in picture.bars] == [[0.7, 0.1, 0.2], [0.1, 0.6, 0.3]]
@@ -406,25 +423,28 @@ def test_models_it_cannot_draw_say_so():
     panel = EMPanel(handle=None, estimator=None, model=mixed)
     assert panel.view.picture.kind is None
     assert any(t.get_text() == NO_PICTURE for t in panel.view.picture.ax.texts)
-    assert EMPanel(handle=None, estimator=None, model=CategoricalDistribution({1: 1.0})).view.picture.kind == "categorical"
+    assert (
+        EMPanel(handle=None, estimator=None, model=CategoricalDistribution({1: 1.0})).view.picture.kind == "categorical"
+    )
 
 
 def test_mixle_models_are_drawn_from_their_parameters():
     mixle_stats = import_or_unavailable("mixle.stats")
     from mixle_nb.widgets.em_view import EMView
 
-    gm = mixle_stats.MixtureDistribution([mixle_stats.GaussianDistribution(-2.0, 1.0),
-                                          mixle_stats.GaussianDistribution(3.0, 0.5)], [0.4, 0.6])
+    gm = mixle_stats.MixtureDistribution(
+        [mixle_stats.GaussianDistribution(-2.0, 1.0), mixle_stats.GaussianDistribution(3.0, 0.5)], [0.4, 0.6]
+    )
     view = EMView(gm, None, distributed=False)
     assert view.picture.kind == "density"
-    reference = 0.4 * np.exp(-0.5 * (view.picture.grid + 2) ** 2) / np.sqrt(2 * np.pi) + \
-        0.6 * np.exp(-0.5 * (view.picture.grid - 3) ** 2 / 0.5) / np.sqrt(2 * np.pi * 0.5)
+    reference = 0.4 * np.exp(-0.5 * (view.picture.grid + 2) ** 2) / np.sqrt(2 * np.pi) + 0.6 * np.exp(
+        -0.5 * (view.picture.grid - 3) ** 2 / 0.5
+    ) / np.sqrt(2 * np.pi * 0.5)
     np.testing.assert_allclose(view.picture.line.get_ydata(), reference, rtol=1e-12)
     mvn = mixle_stats.MultivariateGaussianDistribution([0.0, 1.0, 2.0], np.diag([1.0, 2.0, 3.0]))
     picture = EMView(mvn, None, distributed=False, picture_dims=(0, 2)).picture
     assert picture.kind == "ellipses"
-    np.testing.assert_allclose(sorted([picture.ellipses[0].width, picture.ellipses[0].height]),
-                               [4.0, 4 * np.sqrt(3.0)])
+    np.testing.assert_allclose(sorted([picture.ellipses[0].width, picture.ellipses[0].height]), [4.0, 4 * np.sqrt(3.0)])
     pois = mixle_stats.PoissonDistribution(4.0)
     assert EMView(pois, None, distributed=False).picture.kind == "poisson"
 
@@ -542,8 +562,10 @@ def test_the_layered_background_shows_what_a_full_draw_shows():
         assert np.abs(pixels(png) - full_draw(view.live)).max() <= 1, (steps, reach)
     loss = LossView(entropy_floor=1.1)
     for ranks, steps in ((1, 5), (2, 5), (2, 80)):
-        png = loss.render({r: [(s, s * 64, 3.0 / s + 1.2 + 0.1 * r) for s in range(1, steps + 1)]
-                           for r in range(ranks)}, [(steps, steps * 64, 1.5)])
+        png = loss.render(
+            {r: [(s, s * 64, 3.0 / s + 1.2 + 0.1 * r) for s in range(1, steps + 1)] for r in range(ranks)},
+            [(steps, steps * 64, 1.5)],
+        )
         assert np.abs(pixels(png) - full_draw(loss.live)).max() <= 1, (ranks, steps)
 
 
@@ -640,14 +662,21 @@ def test_train_panel_locally_with_held_out_loss_entropy_floor_and_targets(tmp_pa
     module = build_causal_lm(tokenizer.vocab_size, d_model=16, n_layer=1, n_head=2, block=8)
     train = StreamingTokenEncodedData(ids[:5000], block=8, batch_size=8, epochs=1, init_process_group=False)
     held = StreamingTokenEncodedData(ids[5000:], block=8, batch_size=64, epochs=1, init_process_group=False)
-    panel = TrainPanel(handle=train, estimator=StreamingTransformerLeafEstimator(module, lr=1e-2),
-                       validation=held, entropy_floor=1.0, report_every=5, x_axis="targets", log_scale=True)
+    panel = TrainPanel(
+        handle=train,
+        estimator=StreamingTransformerLeafEstimator(module, lr=1e-2),
+        validation=held,
+        entropy_floor=1.0,
+        report_every=5,
+        x_axis="targets",
+        log_scale=True,
+    )
     panel.train()
     assert panel.error is None
     # held-out loss against a direct computation over every held-out window
     tokens = np.asarray(ids[5000:], dtype=np.int64)
     starts = np.arange(len(tokens) - 8)
-    ctx = torch.as_tensor(np.stack([tokens[s:s + 8] for s in starts]))
+    ctx = torch.as_tensor(np.stack([tokens[s : s + 8] for s in starts]))
     module.eval()
     with torch.no_grad():
         reference = F.cross_entropy(module(ctx).float(), torch.as_tensor(tokens[starts + 8])).item()
@@ -707,8 +736,9 @@ def test_local_train_panel_stop_ends_training_after_the_current_step_and_train_g
 
     text = stdlib_text(1_500)
     tokenizer = CharTokenizer.fit(text)
-    handle = StreamingTokenEncodedData(tokenizer.encode(text), block=8, batch_size=8, epochs=1,
-                                       init_process_group=False)
+    handle = StreamingTokenEncodedData(
+        tokenizer.encode(text), block=8, batch_size=8, epochs=1, init_process_group=False
+    )
     module = build_causal_lm(tokenizer.vocab_size, d_model=16, n_layer=1, n_head=2, block=8, seed=0)
     estimator = StreamingTransformerLeafEstimator(module, lr=1e-2)
     with pytest.raises(ValueError, match="elastic=True needs a cluster"):
@@ -741,8 +771,7 @@ def test_ctrl_c_during_a_blocking_cluster_run_stops_worker_and_ranks(em_cluster)
     assert "interrupted" in panel.status.value
     assert em_cluster.state.value == "running" and sorted(row.pid for row in em_cluster.status()) == pids
     panel.run(2)  # the ranks hold the last good model: the steps continue the reference run
-    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(steps + 2),
-                               rtol=1e-10)
+    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(steps + 2), rtol=1e-10)
 
 
 def _push_long_training(cluster):
@@ -781,6 +810,7 @@ def test_ctrl_c_during_blocking_training_stops_worker_and_ranks(cluster2):
     assert len(panel.curves[0]) == reports
     assert cluster2.state == "running" and sorted(row.pid for row in cluster2.status()) == pids
     assert cluster2.run(sum, [1, 2]) == [3, 3]  # the next call works
+
 
 def _engine_pid(cluster, rank: int) -> int:
     return next(row.pid for row in cluster.status() if row.rank == rank)
@@ -832,8 +862,7 @@ def test_kill_9_during_a_run_shows_rank_died_then_attach_continues(em_cluster, c
     panel.attach(em_cluster, handle="h", estimator="est")
     assert len(panel.history) == kept and panel.error is None
     panel.run(2)
-    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(kept + 2),
-                               rtol=1e-10)
+    np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(kept + 2), rtol=1e-10)
 
 
 def _module_state(estimator: str) -> dict:
@@ -854,8 +883,11 @@ def test_kill_9_during_training_keeps_the_curves_and_attach_continues_from_the_k
     tokenizer, text, module = _push_long_training(cluster)
     panel = TrainPanel(cluster, handle="th", estimator="test", chunk_steps=20, report_every=2)
     panel.train(block=False)
-    wait_until(lambda: panel.model_state is not None and len(panel.curves.get(0, [])) >= 12, 120,
-               "a finished chunk and twelve progress reports")
+    wait_until(
+        lambda: panel.model_state is not None and len(panel.curves.get(0, [])) >= 12,
+        120,
+        "a finished chunk and twelve progress reports",
+    )
     assert panel.running, "training ended before the kill: give it more steps"
     os.kill(_engine_pid(cluster, 1), signal.SIGKILL)
     panel.wait(30)
@@ -912,8 +944,18 @@ def test_local_init_choice_and_choose_k_plot_bic_against_k():
     k = panel.k_choice
     assert k["k"] == [1, 2, 3, 4, 5] and k["best_k"] == 4
     for model, score in zip(k["models"], k["bic"]):  # scored as inference.bic scores them
-        np.testing.assert_allclose(score, bic(x, model, MixtureDistribution([GaussianDistribution(0, 1)] * len(
-            model.components), [1 / len(model.components)] * len(model.components)).estimator()), rtol=1e-12)
+        np.testing.assert_allclose(
+            score,
+            bic(
+                x,
+                model,
+                MixtureDistribution(
+                    [GaussianDistribution(0, 1)] * len(model.components),
+                    [1 / len(model.components)] * len(model.components),
+                ).estimator(),
+            ),
+            rtol=1e-12,
+        )
     assert panel.k_image.value[:4] == b"\x89PNG" and panel.k_image in panel.widget.children
     assert "BIC chooses K = 4" in panel.status.value
     with pytest.raises(ValueError, match="not both and not neither"):
@@ -960,8 +1002,9 @@ def test_em_panel_steps_a_mixle_model_on_the_cluster_and_shows_mixle_errors_like
     mixle_stats = import_or_unavailable("mixle.stats")
 
     x, _ = em_problem(4000)
-    start = mixle_stats.MixtureDistribution([mixle_stats.GaussianDistribution(-1.0, 1.0),
-                                             mixle_stats.GaussianDistribution(1.0, 1.0)], [0.5, 0.5])
+    start = mixle_stats.MixtureDistribution(
+        [mixle_stats.GaussianDistribution(-1.0, 1.0), mixle_stats.GaussianDistribution(1.0, 1.0)], [0.5, 0.5]
+    )
     cluster2.push(xm=x, estm=start.estimator(), startm=start)
     cluster2.run(_make_mixle_handle)
     panel = EMPanel(cluster2, handle="hm", estimator="estm", model="startm")
@@ -971,11 +1014,17 @@ def test_em_panel_steps_a_mixle_model_on_the_cluster_and_shows_mixle_errors_like
     # each step's log-density is that of the model it started from, as mixle itself computes it
     mixle_enc = start.dist_to_encoder().seq_encode(x)
     starts = [start] + [r.model for r in panel.history[:-1]]
-    np.testing.assert_allclose([r.log_density for r in panel.history],
-                               [float(np.sum(m.seq_log_density(mixle_enc))) for m in starts], rtol=1e-10)
+    np.testing.assert_allclose(
+        [r.log_density for r in panel.history],
+        [float(np.sum(m.seq_log_density(mixle_enc))) for m in starts],
+        rtol=1e-10,
+    )
     # a mixle model this panel cannot draw still steps, with its log-density curve
-    cluster2.push(startm=mixle_stats.MixtureDistribution([mixle_stats.GaussianDistribution(0.0, 1.0),
-                                                          mixle_stats.ExponentialDistribution(1.0)], [0.5, 0.5]))
+    cluster2.push(
+        startm=mixle_stats.MixtureDistribution(
+            [mixle_stats.GaussianDistribution(0.0, 1.0), mixle_stats.ExponentialDistribution(1.0)], [0.5, 0.5]
+        )
+    )
     odd = EMPanel(cluster2, handle="hm", estimator="estm", model="startm")
     assert odd.view.picture.kind is None
     # mixle's own error, raised on the ranks, is shown as ours are: which rank, which error

@@ -4,6 +4,7 @@
 ``fit`` and ``EMPanel``), ``training`` (the streaming handle's module, optimizer, data position
 and RNG through ``torch.distributed.checkpoint``).
 """
+
 from .atomic import write_atomically
 from .em import EMCheckpoint
 

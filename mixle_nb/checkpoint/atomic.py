@@ -1,6 +1,7 @@
 """A file replaced whole or not at all: written beside its target, flushed to the disk, renamed
 over it, and the directory entry flushed too. A reader, or a process started after a crash at
 any instant, sees the old file or the new one, never a torn one."""
+
 from __future__ import annotations
 
 import os

@@ -5,11 +5,12 @@ EM is deterministic given its model, so the model a step produced, the log-densi
 started from and the steps so far are the whole state of a run; ``fit``'s restarts add the
 random generator's state (the next start's draw) and the finished starts' results.
 """
+
 from __future__ import annotations
 
 import os
 import pickle
-from typing import Any, Optional
+from typing import Any
 
 from .. import validation
 from .atomic import write_atomically
@@ -33,7 +34,7 @@ class EMCheckpoint:
         return f"EMCheckpoint({self.path!r}, every={self.every})"
 
     @classmethod
-    def of(cls, checkpoint: Any) -> Optional["EMCheckpoint"]:
+    def of(cls, checkpoint: Any) -> EMCheckpoint | None:
         """``checkpoint`` as an EMCheckpoint: None, a path, or one already."""
         if checkpoint is None or isinstance(checkpoint, cls):
             return checkpoint
@@ -41,16 +42,15 @@ class EMCheckpoint:
             return cls(checkpoint)
         raise TypeError(f"checkpoint must be a path or an EMCheckpoint, got {type(checkpoint).__name__}")
 
-    def due(self, step: int, before: Optional[int] = None) -> bool:
+    def due(self, step: int, before: int | None = None) -> bool:
         """Whether the steps after ``before`` (default ``step - 1``) up to ``step`` reach a
         multiple of ``every``."""
         return step // self.every > (step - 1 if before is None else before) // self.every
 
     def save(self, kind: str, state: dict) -> None:
-        write_atomically(self.path, pickle.dumps({"format": FORMAT, "version": VERSION, "kind": kind,
-                                                  **state}))
+        write_atomically(self.path, pickle.dumps({"format": FORMAT, "version": VERSION, "kind": kind, **state}))
 
-    def load(self, kind: str) -> Optional[dict]:
+    def load(self, kind: str) -> dict | None:
         """The saved state, or None when there is no file yet."""
         try:
             with open(self.path, "rb") as f:
@@ -58,22 +58,27 @@ class EMCheckpoint:
         except FileNotFoundError:
             return None
         except AttributeError as exc:  # a class of an older mixle_nb, gone since
-            raise ValueError(f"{self.path} was written by an older mixle_nb ({exc}): its steps cannot be "
-                             "read; delete it or pass another path") from exc
+            raise ValueError(
+                f"{self.path} was written by an older mixle_nb ({exc}): its steps cannot be "
+                "read; delete it or pass another path"
+            ) from exc
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise ValueError(f"{self.path} is not a mixle_nb EM checkpoint; pass another path")
         if state.get("version") != VERSION:
-            raise ValueError(f"{self.path} is an EM checkpoint of version {state.get('version')}, and this "
-                             f"mixle_nb reads version {VERSION}: delete it or pass another path")
+            raise ValueError(
+                f"{self.path} is an EM checkpoint of version {state.get('version')}, and this "
+                f"mixle_nb reads version {VERSION}: delete it or pass another path"
+            )
         if state["kind"] != kind:
             names = {"panel": "an EMPanel", "fit": "a fit"}
-            raise ValueError(f"{self.path} is the checkpoint of {names[state['kind']]}, not of "
-                             f"{names[kind]}; pass another path")
+            raise ValueError(
+                f"{self.path} is the checkpoint of {names[state['kind']]}, not of {names[kind]}; pass another path"
+            )
         return state
 
     # ---- fit()
 
-    def resume_fit(self, n_init: int, init: str, rng) -> Optional[dict]:
+    def resume_fit(self, n_init: int, init: str, rng) -> dict | None:
         """The saved state of a fit with these ``n_init`` and ``init``, its generator state put
         back into ``rng``; None when there is none. ``start`` is the start to run next, ``run``
         that start's ``(model, previous log-density, history)`` if it had begun, ``best`` and
@@ -82,14 +87,25 @@ class EMCheckpoint:
         if state is None:
             return None
         if (state["n_init"], state["init"]) != (n_init, init):
-            raise ValueError(f"{self.path} holds a fit with n_init={state['n_init']}, "
-                             f"init={state['init']!r}, not n_init={n_init}, init={init!r}: delete it, "
-                             "or pass another checkpoint path")
+            raise ValueError(
+                f"{self.path} holds a fit with n_init={state['n_init']}, "
+                f"init={state['init']!r}, not n_init={n_init}, init={init!r}: delete it, "
+                "or pass another checkpoint path"
+            )
         rng.bit_generator.state = state["rng"]
         return state
 
-    def save_fit(self, n_init: int, init: str, rng, start: int, best, finals: list,
-                 run: Optional[tuple] = None) -> None:
+    def save_fit(self, n_init: int, init: str, rng, start: int, best, finals: list, run: tuple | None = None) -> None:
         """Save a fit at ``start`` (``run``: that start's model, previous log-density, history)."""
-        self.save("fit", {"n_init": n_init, "init": init, "rng": rng.bit_generator.state, "start": start,
-                          "best": best, "finals": list(finals), "run": run})
+        self.save(
+            "fit",
+            {
+                "n_init": n_init,
+                "init": init,
+                "rng": rng.bit_generator.state,
+                "start": start,
+                "best": best,
+                "finals": list(finals),
+                "run": run,
+            },
+        )

@@ -14,6 +14,7 @@ collectives never interleave with the training step's. At most one save is in fl
 one, and the end of a training call, wait for it. Saves and loads run in the training's process
 group (``group``; ``None``: the default group).
 """
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,7 @@ import shutil
 import warnings
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -48,8 +49,15 @@ def _complete(path: str) -> bool:
 class TrainingCheckpoints:
     """The checkpoints of one training run under ``root``, one every ``every`` steps."""
 
-    def __init__(self, root: str | os.PathLike, every: int, asynchronous: bool = True, *, group: Any = None,
-                 timeout_s: Optional[float] = None):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        every: int,
+        asynchronous: bool = True,
+        *,
+        group: Any = None,
+        timeout_s: float | None = None,
+    ):
         self.root = os.fspath(root)
         self.every = validation.positive_int("checkpoint_every", every)
         self.asynchronous = bool(asynchronous)
@@ -71,7 +79,7 @@ class TrainingCheckpoints:
                 found.append((int(match.group(1)), path, _complete(path)))
         return sorted(found)
 
-    def latest(self) -> Optional[tuple[int, str]]:
+    def latest(self) -> tuple[int, str] | None:
         """(step, directory) of the newest complete checkpoint, or None."""
         complete = [(step, path) for step, path, done in self.steps() if done]
         return complete[-1] if complete else None
@@ -88,8 +96,12 @@ class TrainingCheckpoints:
         self.wait()
         model_state, optim_state = get_state_dict(module, optimizer)
         rank = self._rank()
-        state = {"model": model_state, "optim": optim_state, "progress": dict(progress),
-                 "rng": {f"rank{rank}": torch.get_rng_state()}}
+        state = {
+            "model": model_state,
+            "optim": optim_state,
+            "progress": dict(progress),
+            "rng": {f"rank{rank}": torch.get_rng_state()},
+        }
         path = os.path.join(self.root, f"step-{progress['step']:08d}")
         os.makedirs(path, exist_ok=True)
         import torch.distributed.checkpoint as dcp
@@ -98,8 +110,12 @@ class TrainingCheckpoints:
             world = dist.distributed_c10d._get_default_group()
             if self._group is None or self._group[0] is not world:  # none yet, or a new default group
                 ranks = None if self.group is None else dist.get_process_group_ranks(self.group)
-                self._group = (world, dist.new_group(ranks, backend="gloo", timeout=self.timeout,
-                                                     use_local_synchronization=ranks is not None))
+                self._group = (
+                    world,
+                    dist.new_group(
+                        ranks, backend="gloo", timeout=self.timeout, use_local_synchronization=ranks is not None
+                    ),
+                )
             self._pending = dcp.async_save(state, checkpoint_id=path, process_group=self._group[1])
         else:
             with _one_process_quietly():
@@ -126,7 +142,7 @@ class TrainingCheckpoints:
         steps = self.steps()
         complete = [step for step, _, done in steps if done]
         kept = set(complete[-KEEP:])
-        for step, path, done in steps:
+        for step, path, _done in steps:
             if step not in kept and complete and step < complete[-1]:
                 shutil.rmtree(path, ignore_errors=True)
 
@@ -135,13 +151,13 @@ class TrainingCheckpoints:
 
     # ---- loading
 
-    def load(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Optional[dict]:
+    def load(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict | None:
         """Load the newest complete checkpoint into ``module`` and ``optimizer`` (resharded to
         this run's ranks), this rank's RNG state if it was saved; its ``progress``, or None
         when there is none. Torn directories are removed (by rank 0)."""
+        import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint import FileSystemReader
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-        import torch.distributed.checkpoint as dcp
 
         found = self.latest()
         if found is None:
@@ -150,8 +166,7 @@ class TrainingCheckpoints:
         rank = self._rank()
         saved_keys = FileSystemReader(path).read_metadata().state_dict_metadata
         model_state, optim_state = get_state_dict(module, optimizer)
-        state: dict[str, Any] = {"model": model_state, "optim": optim_state,
-                                 "progress": {"step": 0, "targets": 0}}
+        state: dict[str, Any] = {"model": model_state, "optim": optim_state, "progress": {"step": 0, "targets": 0}}
         rng_key = f"rank{rank}"
         if f"rng.{rng_key}" in saved_keys:  # a rank that did not exist then keeps its own
             state["rng"] = {rng_key: torch.get_rng_state()}

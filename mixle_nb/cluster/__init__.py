@@ -6,6 +6,7 @@ the cluster runs on its engines), ``rank_side`` (what the panels run on the rank
 ``step_calls`` (EM steps in pipelined calls, both halves), ``status`` (the status table),
 ``state`` (the lifecycle states). This module keeps the current cluster.
 """
+
 from __future__ import annotations
 
 from .calls import RankCall, RankDiedError, RankError
@@ -27,5 +28,16 @@ def set_current(cluster: MixleCluster | None) -> None:
     _current = cluster
 
 
-__all__ = ["BACKENDS", "MAX_ENGINES", "ClusterState", "ClusterStatus", "MixleCluster", "RankCall",
-           "RankDiedError", "RankError", "RankStatus", "current", "set_current"]
+__all__ = [
+    "BACKENDS",
+    "MAX_ENGINES",
+    "ClusterState",
+    "ClusterStatus",
+    "MixleCluster",
+    "RankCall",
+    "RankDiedError",
+    "RankError",
+    "RankStatus",
+    "current",
+    "set_current",
+]

@@ -6,13 +6,15 @@ are alive, so a rank killed mid-call surfaces as :class:`RankDiedError` within a
 rank has failed and the others are still running (waiting in a collective for it, typically),
 or when the client is interrupted, the supervisor stops the rest, so a call fails together.
 """
+
 from __future__ import annotations
 
 import asyncio
 import re
 import threading
 import time
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 POLL_S = 0.05  # client wait slice: bounds how late a dead rank is noticed
 AWAIT_SLICE_S = 0.1  # how often a worker waiting on the ranks checks for an interrupt
@@ -24,8 +26,11 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # needs no torch), an interrupt the cluster sent after a failure, and a collective that timed out
 # or lost its peer (gloo's messages), which also means the group must be formed again.
 _CONSEQUENCE_NAMES = {"PeerRankError", "KeyboardInterrupt"}
-_COLLECTIVE_BROKEN = re.compile(r"Timed out waiting|Connection closed by peer|Connection reset by peer"
-                                r"|Broken pipe", re.IGNORECASE)
+_COLLECTIVE_BROKEN = re.compile(
+    r"Timed out waiting|Connection closed by peer|Connection reset by peer"
+    r"|Broken pipe",
+    re.IGNORECASE,
+)
 
 
 def collective_broken(evalue: str) -> bool:
@@ -46,22 +51,30 @@ class RankError(RuntimeError):
     peer-failure error). ``errors`` lists ``(rank, ename, evalue)`` for every rank that failed.
     """
 
-    def __init__(self, rank: int, ename: str, evalue: str, traceback_text: str,
-                 errors: Sequence[tuple[int, str, str]] = ()):
+    def __init__(
+        self, rank: int, ename: str, evalue: str, traceback_text: str, errors: Sequence[tuple[int, str, str]] = ()
+    ):
         self.rank, self.ename, self.evalue = rank, ename, evalue
         self.traceback_text = traceback_text
         self.errors = sorted(errors) or [(rank, ename, evalue)]
         others = [f"\n  rank {r} then raised {n}: {_first_line(v)}" for r, n, v in self.errors if r != rank]
-        super().__init__(f"rank {rank} raised {ename}: {evalue}{''.join(others)}\n"
-                         f"--- remote traceback (rank {rank}) ---\n{traceback_text}")
+        super().__init__(
+            f"rank {rank} raised {ename}: {evalue}{''.join(others)}\n"
+            f"--- remote traceback (rank {rank}) ---\n{traceback_text}"
+        )
 
     @classmethod
     def from_failures(cls, failures: Sequence[tuple[int, Any]]) -> RankError:
         """The error for ``(rank, ipyparallel RemoteError)`` pairs, root cause first."""
         causes = [(r, e) for r, e in failures if not is_consequence(e.ename, e.evalue)]
         rank, primary = (causes or sorted(failures, key=lambda f: f[0]))[0]
-        return cls(rank, primary.ename, primary.evalue, _plain_traceback(primary.traceback),
-                   [(r, e.ename, e.evalue) for r, e in failures])
+        return cls(
+            rank,
+            primary.ename,
+            primary.evalue,
+            _plain_traceback(primary.traceback),
+            [(r, e.ename, e.evalue) for r, e in failures],
+        )
 
 
 class RankDiedError(RuntimeError):
@@ -70,8 +83,10 @@ class RankDiedError(RuntimeError):
     def __init__(self, ranks: Sequence[int], detail: str = ""):
         self.ranks = sorted(ranks)
         which = ", ".join(str(r) for r in self.ranks)
-        super().__init__(f"rank{'s' if len(self.ranks) > 1 else ''} {which} died{detail}; the "
-                         "torch.distributed group is broken: call cluster.restart()")
+        super().__init__(
+            f"rank{'s' if len(self.ranks) > 1 else ''} {which} died{detail}; the "
+            "torch.distributed group is broken: call cluster.restart()"
+        )
 
 
 class Supervisor(Protocol):
@@ -208,8 +223,10 @@ class RankCall:
         elif time.monotonic() - self._first_failure_at > FAIL_SETTLE_S:
             self._stop()
             if not self.done():
-                raise RuntimeError(f"ranks {self.failed_ranks()} failed and ranks {self.pending()} "
-                                   "did not stop; the cluster needs restart()")
+                raise RuntimeError(
+                    f"ranks {self.failed_ranks()} failed and ranks {self.pending()} "
+                    "did not stop; the cluster needs restart()"
+                )
 
     def _collect(self) -> list:
         from ipyparallel.error import RemoteError
@@ -225,8 +242,9 @@ class RankCall:
         raise RankError.from_failures(failed)
 
 
-def result_unless_interrupted(call: Any, interrupted: threading.Event, on_slice: Callable[[], None] = lambda: None,
-                              queued: Sequence = ()) -> list:
+def result_unless_interrupted(
+    call: Any, interrupted: threading.Event, on_slice: Callable[[], None] = lambda: None, queued: Sequence = ()
+) -> list:
     """The per-rank results of ``call`` (a :class:`RankCall`, or a local one), waited for in
     slices: between them ``on_slice`` runs, and once ``interrupted`` is set the call is cancelled
     on every rank with the calls ``queued`` behind it (its result then raises)."""

@@ -10,6 +10,7 @@ about 1.5 s) or :data:`MISSES` in a row fail either way, unanswered within :data
 0.5 s and giving up after 10 misses, has dropped the engine). A thread, so an engine busy in a
 long call or a collective exits all the same; its nanny, which watches the engine, follows it.
 """
+
 from __future__ import annotations
 
 import os
@@ -66,7 +67,6 @@ def start() -> bool:
     address = controller_address()
     if address is None:
         return False
-    _thread = threading.Thread(target=_watch, args=(address,), name="mixle-controller-watch",
-                               daemon=True)
+    _thread = threading.Thread(target=_watch, args=(address,), name="mixle-controller-watch", daemon=True)
     _thread.start()
     return True

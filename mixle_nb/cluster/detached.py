@@ -6,6 +6,7 @@ A detached cluster's ipyparallel connection files stay in its profile's ``securi
 folder, generation). The profile lives in the user's home, so :func:`detached_clusters` lists
 this user's. An entry whose controller has exited is stale and removed when listed.
 """
+
 from __future__ import annotations
 
 import glob
@@ -13,7 +14,6 @@ import json
 import logging
 import os
 import time
-from typing import Optional
 
 import psutil
 
@@ -31,13 +31,21 @@ def write_record(cluster) -> str:
     """Write ``cluster``'s record (it is being detached); its path."""
     ipp = cluster._ipp
     record = {
-        "cluster_id": ipp.cluster_id, "profile_dir": ipp.profile_dir, "n": cluster.n,
-        "backend": cluster.backend, "timeout": cluster.timeout, "threads": cluster.threads,
-        "launcher": cluster.launcher, "group_backend": cluster.group_backend,
-        "store_dir": cluster._store_dir, "group_generation": cluster._group_generation,
-        "controller_pid": ipp.controller.pid, "host": cluster._here,
+        "cluster_id": ipp.cluster_id,
+        "profile_dir": ipp.profile_dir,
+        "n": cluster.n,
+        "backend": cluster.backend,
+        "timeout": cluster.timeout,
+        "threads": cluster.threads,
+        "launcher": cluster.launcher,
+        "group_backend": cluster.group_backend,
+        "store_dir": cluster._store_dir,
+        "group_generation": cluster._group_generation,
+        "controller_pid": ipp.controller.pid,
+        "host": cluster._here,
         "ranks": [[r.pid, r.host, r.gpus] for _, r in sorted(cluster._ranks.items())],
-        "detached_at": time.time(), "detached_by": os.getpid(),
+        "detached_at": time.time(),
+        "detached_by": os.getpid(),
     }
     path = record_path(ipp.profile_dir, ipp.cluster_id)
     with open(path, "w") as f:
@@ -52,7 +60,7 @@ def _controller_alive(record: dict) -> bool:
         return False
 
 
-def detached_clusters(profile_dir: Optional[str] = None) -> list[dict]:
+def detached_clusters(profile_dir: str | None = None) -> list[dict]:
     """The records of this user's detached clusters whose controller still runs, oldest first
     (``profile_dir``: ipyparallel's default profile unless given)."""
     if profile_dir is None:
@@ -76,20 +84,25 @@ def detached_clusters(profile_dir: Optional[str] = None) -> list[dict]:
     return sorted(records, key=lambda r: r["detached_at"])
 
 
-def choose(records: list[dict], cluster_id: Optional[str]) -> dict:
+def choose(records: list[dict], cluster_id: str | None) -> dict:
     """The record to attach to: ``cluster_id``'s, or the only one."""
     if cluster_id is not None:
         chosen = [r for r in records if r["cluster_id"] == cluster_id]
         if not chosen:
-            raise LookupError(f"no detached mixle cluster has id {cluster_id!r}; running ones: "
-                              f"{[r['cluster_id'] for r in records] or 'none'}")
+            raise LookupError(
+                f"no detached mixle cluster has id {cluster_id!r}; running ones: "
+                f"{[r['cluster_id'] for r in records] or 'none'}"
+            )
         return chosen[0]
     if not records:
-        raise LookupError("no detached mixle cluster is running (start one with detached=True, "
-                          "or %mixle_cluster start N --detach)")
+        raise LookupError(
+            "no detached mixle cluster is running (start one with detached=True, or %mixle_cluster start N --detach)"
+        )
     if len(records) > 1:
-        raise LookupError(f"{len(records)} detached mixle clusters run; say which: cluster_id= one of "
-                          f"{[r['cluster_id'] for r in records]}")
+        raise LookupError(
+            f"{len(records)} detached mixle clusters run; say which: cluster_id= one of "
+            f"{[r['cluster_id'] for r in records]}"
+        )
     return records[0]
 
 
@@ -99,8 +112,12 @@ def reconnect(cluster, record: dict) -> None:
     its group's settings."""
     import ipyparallel as ipp
 
-    cluster._ipp = ipp.Cluster.from_file(cluster_id=record["cluster_id"], profile_dir=record["profile_dir"],
-                                         log_level=logging.WARNING, shutdown_atexit=False)
+    cluster._ipp = ipp.Cluster.from_file(
+        cluster_id=record["cluster_id"],
+        profile_dir=record["profile_dir"],
+        log_level=logging.WARNING,
+        shutdown_atexit=False,
+    )
     cluster.client = cluster._ipp.connect_client_sync()
     cluster.client.wait_for_engines(cluster.n, timeout=cluster._ipp.engine_timeout)
     ranks = {r: RankProcess(pid, host, gpus) for r, (pid, host, gpus) in enumerate(record["ranks"])}
@@ -108,8 +125,10 @@ def reconnect(cluster, record: dict) -> None:
     for r, info in enumerate(described):
         rank = ranks[r]
         if (rank.pid, rank.host) != (info["pid"], info["host"]):
-            raise RuntimeError(f"engine {r} is pid {info['pid']} on {info['host']}, not the rank "
-                               f"detached ({rank.pid} on {rank.host}): the cluster was changed since")
+            raise RuntimeError(
+                f"engine {r} is pid {info['pid']} on {info['host']}, not the rank "
+                f"detached ({rank.pid} on {rank.host}): the cluster was changed since"
+            )
         if rank.host == cluster._here:
             cluster._processes.own(rank.pid)
             rank.process = cluster._processes.get(rank.pid)

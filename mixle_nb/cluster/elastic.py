@@ -13,11 +13,13 @@ file (:meth:`StreamingTokenEncodedData.rejoin`) and the next training call resum
 newest complete checkpoint (``RecoveryEvent.resumed_from``); that run is within noise of the
 failure-free one, not bit for bit.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from . import rank_side, step_calls
 from .calls import RankCall, RankDiedError, RankError
@@ -39,18 +41,22 @@ class RecoveryEvent:
     seconds: float
     world: int
     read: list = field(default_factory=list)  # per new rank: the shards it read from the files
-    resumed_from: Optional[int] = None  # streaming training: the checkpoint's step it went on from
+    resumed_from: int | None = None  # streaming training: the checkpoint's step it went on from
 
     def describe(self) -> str:
         lost = " then ".join(f"rank {', '.join(map(str, ranks))}" for ranks in self.lost)
         if self.resumed_from is not None:
-            return (f"{lost} died at step {self.at_step}: the {self.world} surviving rank"
-                    f"{'s' if self.world > 1 else ''} resumed from the checkpoint of step "
-                    f"{self.resumed_from} ({self.seconds:.2f} s)")
+            return (
+                f"{lost} died at step {self.at_step}: the {self.world} surviving rank"
+                f"{'s' if self.world > 1 else ''} resumed from the checkpoint of step "
+                f"{self.resumed_from} ({self.seconds:.2f} s)"
+            )
         moved = sum(len(r) for r in self.read)
-        return (f"{lost} died at step {self.at_step}: the {self.world} surviving rank"
-                f"{'s' if self.world > 1 else ''} read its {moved} shard{'s' if moved != 1 else ''} again and "
-                f"went on ({self.seconds:.2f} s)")
+        return (
+            f"{lost} died at step {self.at_step}: the {self.world} surviving rank"
+            f"{'s' if self.world > 1 else ''} read its {moved} shard{'s' if moved != 1 else ''} again and "
+            f"went on ({self.seconds:.2f} s)"
+        )
 
 
 def settle_survivors(cluster: Any, calls: Sequence[RankCall], dead: Sequence[int]) -> list[int]:
@@ -80,16 +86,18 @@ def settle_survivors(cluster: Any, calls: Sequence[RankCall], dead: Sequence[int
                     pass
             if time.monotonic() > deadline:
                 if interrupted:
-                    raise ElasticRecoveryError(f"ranks {running} did not stop after ranks {sorted(dead)} "
-                                               "died; call cluster.restart()")
+                    raise ElasticRecoveryError(
+                        f"ranks {running} did not stop after ranks {sorted(dead)} died; call cluster.restart()"
+                    )
                 cluster.interrupt(running)
                 deadline, interrupted = time.monotonic() + SURVIVORS_SETTLE_S, True
             time.sleep(0.01)
     return sorted(dead)
 
 
-def recover(cluster: Any, handle: str, dead: Sequence[int], calls: Sequence[RankCall] = (),
-            at_step: int = 0) -> RecoveryEvent:
+def recover(
+    cluster: Any, handle: str, dead: Sequence[int], calls: Sequence[RankCall] = (), at_step: int = 0
+) -> RecoveryEvent:
     """Go on without the ranks ``dead`` after ``calls`` (sent before the loss) failed: the
     survivors form a new group and the elastic handle named ``handle`` on them takes over
     the lost shards. Survives further losses while it runs; raises
@@ -111,8 +119,9 @@ def recover(cluster: Any, handle: str, dead: Sequence[int], calls: Sequence[Rank
             lost.append(settle_survivors(cluster, [call], exc.ranks))
             continue
         except RankError as exc:
-            raise ElasticRecoveryError(f"the survivors could not take over the shards of ranks "
-                                       f"{lost}: {exc}; call cluster.restart()") from exc
+            raise ElasticRecoveryError(
+                f"the survivors could not take over the shards of ranks {lost}: {exc}; call cluster.restart()"
+            ) from exc
         return RecoveryEvent(lost, at_step, time.perf_counter() - started, cluster.n, read)
 
 

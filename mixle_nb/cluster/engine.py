@@ -10,6 +10,7 @@ Every request the cluster sends carries the ranks it was sent to, as its ipypara
 (:func:`call_label`); :func:`call_ranks` reads it back on the engine, so a handle asked to
 work on only some ranks raises at once instead of waiting for the others.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,7 @@ def call_ranks() -> list[int] | None:
     label = (kernel.get_parent("shell").get("metadata") or {}).get("label")
     if not isinstance(label, str) or not label.startswith(_CALL_LABEL):
         return None
-    return [int(r) for r in label[len(_CALL_LABEL):].split(",")]
+    return [int(r) for r in label[len(_CALL_LABEL) :].split(",")]
 
 
 def describe() -> dict:
@@ -57,8 +58,11 @@ def describe() -> dict:
         shell.InteractiveTB.set_mode("Plain")
     controller_watch.start()  # the engine ends when its controller does (owner dead, not detached)
 
-    return {"pid": os.getpid(), "host": socket.gethostname(),
-            "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+    }
 
 
 def loopback_interface() -> str:
@@ -101,9 +105,16 @@ def rendezvous_address() -> tuple[str, int]:
         return address, probe.getsockname()[1]
 
 
-def form_group(rank: int, world: int, backend: str, timeout_s: float, threads: int,
-               store_path: str | None = None, master: tuple[str, int] | None = None,
-               device: int | None = None) -> dict:
+def form_group(
+    rank: int,
+    world: int,
+    backend: str,
+    timeout_s: float,
+    threads: int,
+    store_path: str | None = None,
+    master: tuple[str, int] | None = None,
+    device: int | None = None,
+) -> dict:
     """Join the cluster's process group (leaving any earlier one): a ``FileStore`` at
     ``store_path`` on one host, else a ``TCPStore`` at ``master`` (engine 0 listens)."""
     import torch

@@ -1,10 +1,12 @@
 """``cluster.handle("h")``: a reference, in the notebook, to the handle bound to ``h`` on every
 rank, for code that runs where the data live (``mixle_nb.mixture.GaussianMixture.fit`` and its
 scoring methods take one)."""
+
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 ECHO_S = 0.25  # how often rank 0's output is copied to the notebook while a call runs
 

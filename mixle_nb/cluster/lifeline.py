@@ -15,6 +15,7 @@ detached cluster, which must outlive its owner) end the watcher without touching
 Engines on other hosts are not reachable from here; they watch their controller instead
 (:mod:`mixle_nb.cluster.controller_watch`), which this watcher ends.
 """
+
 from __future__ import annotations
 
 import glob
@@ -36,8 +37,12 @@ class Lifeline:
 
     def __init__(self):
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(os.getpid())], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [sys.executable, "-m", __name__, str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     @property
     def pid(self) -> int:
@@ -107,6 +112,7 @@ class Lifeline:
 
 # ---- the watcher process
 
+
 def _tree(watched: list[psutil.Process]) -> list[psutil.Process]:
     """The watched processes still running as themselves, and all their descendants."""
     found: dict[int, psutil.Process] = {}
@@ -122,8 +128,7 @@ def _tree(watched: list[psutil.Process]) -> list[psutil.Process]:
     return list(found.values())
 
 
-def end_everything(watched: list[psutil.Process], patterns: list[str],
-                   commands: list[list[str]] = ()) -> None:
+def end_everything(watched: list[psutil.Process], patterns: list[str], commands: list[list[str]] = ()) -> None:
     """SIGTERM, then SIGKILL after :data:`TERM_GRACE_S`, every watched process and descendant;
     then run the commands and remove the files."""
     procs = _tree(watched)

@@ -8,9 +8,11 @@ call publishes (:func:`~.rank_side.publish`) reaches ``on_data`` as it is publis
 ``{0: data}``: the call runs to its end before ``run_async`` returns, so its progress cannot
 wait to be read from the call.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import rank_side
 
@@ -24,7 +26,7 @@ class LocalRanks:
         self.namespace: dict = {}
         self.on_data = on_data
 
-    def run_async(self, fn: Callable, *args, targets=None, **kwargs) -> "DoneCall":
+    def run_async(self, fn: Callable, *args, targets=None, **kwargs) -> DoneCall:
         """``fn(*args, **kwargs)`` run now, with the rank functions' names bound here."""
         call = DoneCall()
 

@@ -14,6 +14,7 @@ SIGINT; those that do not return promptly are inside a collective, so the other 
 their group connections, which makes it fail at once; then the group is formed again on the
 same engines if any rank may have left it mid-collective.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -25,7 +26,8 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .. import validation
 from . import detached as detached_records
@@ -74,8 +76,17 @@ class MixleCluster:
             c.run(lambda: torch.distributed.get_rank())   # [0, 1]
     """
 
-    def __init__(self, n: int, *, backend: str = "auto", timeout: float = 60.0,
-                 launcher: str = "local", threads: int = 1, detached: bool = False, **ipyparallel_options):
+    def __init__(
+        self,
+        n: int,
+        *,
+        backend: str = "auto",
+        timeout: float = 60.0,
+        launcher: str = "local",
+        threads: int = 1,
+        detached: bool = False,
+        **ipyparallel_options,
+    ):
         n = validation.positive_int("n", n)
         if n > MAX_ENGINES:
             raise ValueError(f"n must be at most {MAX_ENGINES} engines; got {n}")
@@ -87,8 +98,7 @@ class MixleCluster:
             import torch  # only this check needs torch in the client
 
             if not torch.cuda.is_available():
-                raise ValueError("backend='nccl' needs GPUs, and this host has none; "
-                                 "use backend='gloo' or 'auto'")
+                raise ValueError("backend='nccl' needs GPUs, and this host has none; use backend='gloo' or 'auto'")
         self.n, self.backend, self.timeout, self.threads = n, backend, timeout, threads
         self._started_n = n  # n is the ranks in the group now: fewer after drop_ranks
         self._engine_ids: list[int] = list(range(n))  # the engine behind each rank
@@ -157,8 +167,14 @@ class MixleCluster:
         """The detached cluster ``cluster_id`` (or the only one), running, with its group and
         everything on its ranks as it was; it stays detached. It becomes the current cluster."""
         record = detached_records.choose(detached_records.detached_clusters(profile_dir), cluster_id)
-        cluster = cls(record["n"], backend=record["backend"], timeout=record["timeout"],
-                      launcher=record["launcher"], threads=record["threads"], detached=True)
+        cluster = cls(
+            record["n"],
+            backend=record["backend"],
+            timeout=record["timeout"],
+            launcher=record["launcher"],
+            threads=record["threads"],
+            detached=True,
+        )
         detached_records.reconnect(cluster, record)
         cluster.view = cluster.client[:]
         cluster.view.block = True
@@ -236,8 +252,7 @@ class MixleCluster:
         if self._mpiexec_args is not None:
             from traitlets.config import Config
 
-            mpi.configure(options.get("config") or options.setdefault("config", Config()),
-                          self._mpiexec_args)
+            mpi.configure(options.get("config") or options.setdefault("config", Config()), self._mpiexec_args)
         self._ipp = ipp.Cluster(engines=self.launcher, controller_args=controller_args, **options)
         self._start_lifeline()
         if self._batch_dir:
@@ -290,14 +305,18 @@ class MixleCluster:
                 report(f"{len(asked)}/{self.n} engines registered")
             self._raise_if_engines_exited()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(asked)} of {self.n} engines registered within "
-                                   f"{self._ipp.engine_timeout} s; see the engine logs in "
-                                   f"{self._ipp.profile_dir}/log")
+                raise TimeoutError(
+                    f"only {len(asked)} of {self.n} engines registered within "
+                    f"{self._ipp.engine_timeout} s; see the engine logs in "
+                    f"{self._ipp.profile_dir}/log"
+                )
             time.sleep(POLL_S)
         self._engine_ids = list(range(self.n))
         if sorted(asked) != list(range(self.n)):
-            raise RuntimeError(f"engine ids {sorted(asked)} are not 0..{self.n - 1}; "
-                               "the controller must be fresh (do not reuse its profile's engines)")
+            raise RuntimeError(
+                f"engine ids {sorted(asked)} are not 0..{self.n - 1}; "
+                "the controller must be fresh (do not reuse its profile's engines)"
+            )
         for eid, ar in asked.items():
             info = ar.get(self._ipp.engine_timeout)
             rank = RankProcess(info["pid"], info["host"], info["gpus"])
@@ -320,13 +339,23 @@ class MixleCluster:
         backend = self.group_backend or self._choose_backend()
         devices = self._local_devices() if backend == "nccl" else {}
         self._group_generation += 1
-        setup = {"world": self.n, "backend": backend, "timeout_s": self.timeout,
-                 "threads": self.threads, **self._rendezvous()}
+        setup = {
+            "world": self.n,
+            "backend": backend,
+            "timeout_s": self.timeout,
+            "threads": self.threads,
+            **self._rendezvous(),
+        }
         self._forming_group = True
         try:
-            calls = [self._start_call([r], lambda view, r=r: view.apply_async(
-                engine.form_group, rank=r, device=devices.get(r), **setup), check=False)
-                for r in range(self.n)]
+            calls = [
+                self._start_call(
+                    [r],
+                    lambda view, r=r: view.apply_async(engine.form_group, rank=r, device=devices.get(r), **setup),
+                    check=False,
+                )
+                for r in range(self.n)
+            ]
             for call in calls:
                 call.result(timeout=self.timeout + 30)  # + time for engines to finish importing torch
         finally:
@@ -352,8 +381,9 @@ class MixleCluster:
     def _choose_backend(self) -> str:
         no_gpu = [r for r, info in self._ranks.items() if info.gpus == 0]
         if self.backend == "nccl" and no_gpu:
-            raise ValueError(f"backend='nccl' needs a GPU on every engine; ranks {no_gpu} have "
-                             "none: use backend='gloo' or 'auto'")
+            raise ValueError(
+                f"backend='nccl' needs a GPU on every engine; ranks {no_gpu} have none: use backend='gloo' or 'auto'"
+            )
         if self.backend == "auto":
             return "gloo" if no_gpu else "nccl"
         return self.backend
@@ -371,8 +401,10 @@ class MixleCluster:
             devices[r] = local = seen.get(info.host, 0)
             seen[info.host] = local + 1
             if local >= info.gpus:
-                raise ValueError(f"host {info.host} runs {local + 1}+ ranks but has {info.gpus} "
-                                 "GPUs; nccl needs one GPU per rank: start fewer engines there")
+                raise ValueError(
+                    f"host {info.host} runs {local + 1}+ ranks but has {info.gpus} "
+                    "GPUs; nccl needs one GPU per rank: start fewer engines there"
+                )
         return devices
 
     # ---- stopping
@@ -471,8 +503,7 @@ class MixleCluster:
         collectives they started: a rank that raised may have left one in flight."""
         for r in call.ranks:
             self._last_call[r] = call
-        if (self._forming_group or call.stopped() or self.state != ClusterState.RUNNING
-                or not call.failed_ranks()):
+        if self._forming_group or call.stopped() or self.state != ClusterState.RUNNING or not call.failed_ranks():
             return  # a success, or stop_call has settled the group already
         errors = [e for e in call.outcomes() if hasattr(e, "ename")]
         broken = any(collective_broken(e.evalue) for e in errors)
@@ -524,8 +555,9 @@ class MixleCluster:
             # no second SIGINT: one landing while a rank sends its reply would lose the reply
             while not all(c.wait(POLL_S / len(calls)) for c in calls):
                 if time.monotonic() > deadline:
-                    self.mark_broken(f"ranks {pending()} did not stop within {grace:g} s of "
-                                     "the interrupt; call restart()")
+                    self.mark_broken(
+                        f"ranks {pending()} did not stop within {grace:g} s of the interrupt; call restart()"
+                    )
                     return
                 if time.monotonic() >= settled_at:
                     answered = set(range(self.n)) - set(pending()) - severed
@@ -553,8 +585,7 @@ class MixleCluster:
             if severed or len(set(states)) > 1 or not all(in_group for in_group, _ in states):
                 self._form_group()
         except Exception as exc:
-            self.mark_broken(f"the group could not be formed again after a failure ({exc}); "
-                             "call restart()")
+            self.mark_broken(f"the group could not be formed again after a failure ({exc}); call restart()")
 
     def _require_usable(self, ranks) -> None:
         if self.state == ClusterState.BROKEN:
@@ -626,8 +657,10 @@ class MixleCluster:
 
     def scatter(self, name: str, sequence: Sequence) -> None:
         """Bind ``name`` on rank r to ``sequence[r::n]``."""
-        calls = [self._start_call(r, lambda view, r=r: view.push({name: sequence[r::self.n]}, block=False))
-                 for r in range(self.n)]
+        calls = [
+            self._start_call(r, lambda view, r=r: view.push({name: sequence[r :: self.n]}, block=False))
+            for r in range(self.n)
+        ]
         for call in calls:
             call.result()
 
@@ -649,9 +682,18 @@ class MixleCluster:
                 except Exception:  # exited since the liveness check
                     pass
             last = self._last_call.get(r)
-            rows.append(RankStatus(self._engine_ids[r], r, info.pid, info.host, r not in dead,
-                                   self.state == ClusterState.RUNNING and r not in dead, rss,
-                                   None if last is None else last.rank_seconds(r)))
+            rows.append(
+                RankStatus(
+                    self._engine_ids[r],
+                    r,
+                    info.pid,
+                    info.host,
+                    r not in dead,
+                    self.state == ClusterState.RUNNING and r not in dead,
+                    rss,
+                    None if last is None else last.rank_seconds(r),
+                )
+            )
         return rows
 
     @property

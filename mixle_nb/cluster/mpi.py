@@ -7,13 +7,17 @@ rank r of the torch group is MPI rank r. The engines never initialize MPI themse
 mpi4py needed; ipyparallel's own ``--mpi`` mode is turned off again): the torch group is still
 gloo or nccl, formed by the cluster as for any launcher.
 """
+
 from __future__ import annotations
 
 import sys
 
 # the engine command, run by mpiexec: exec the engine with the id the MPI launcher gave it
-_WITH_MPI_RANK = ['sh', '-c', 'exec "$0" "$@" --IPEngine.use_mpi=False '
-                  '--IPEngine.id="${OMPI_COMM_WORLD_RANK:-$PMI_RANK}"']
+_WITH_MPI_RANK = [
+    "sh",
+    "-c",
+    'exec "$0" "$@" --IPEngine.use_mpi=False --IPEngine.id="${OMPI_COMM_WORLD_RANK:-$PMI_RANK}"',
+]
 
 
 def take_mpiexec_args(launcher: str, options: dict) -> list[str] | None:
@@ -26,8 +30,10 @@ def take_mpiexec_args(launcher: str, options: dict) -> list[str] | None:
         return None
     args = [] if args is None else args
     if isinstance(args, str) or not all(isinstance(a, str) for a in args):
-        raise ValueError("mpiexec_args must be a list of mpiexec options, e.g. "
-                         f"['--oversubscribe', '--hostfile', 'hosts']; got {args!r}")
+        raise ValueError(
+            "mpiexec_args must be a list of mpiexec options, e.g. "
+            f"['--oversubscribe', '--hostfile', 'hosts']; got {args!r}"
+        )
     return list(args)
 
 

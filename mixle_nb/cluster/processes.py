@@ -3,6 +3,7 @@
 Processes are held as ``psutil.Process`` handles, not bare pids: signalling one checks that its
 pid was not recycled by an unrelated process.
 """
+
 from __future__ import annotations
 
 import signal

@@ -2,21 +2,22 @@
 names they have in the rank's namespace (where ``push``/``%mixle_push`` put them).
 
 They run on the engines, so this module imports neither ipywidgets nor matplotlib."""
+
 from __future__ import annotations
 
 import contextlib
 import contextvars
 import time
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
-
 # A namespace of LocalRanks (a panel without a cluster) and where its calls publish, while one runs
-_local_namespace: contextvars.ContextVar[Optional[dict]] = contextvars.ContextVar("mixle_local_namespace",
-                                                                                  default=None)
-_local_publish: contextvars.ContextVar[Optional[Callable[[dict], None]]] = contextvars.ContextVar(
-    "mixle_local_publish", default=None)
+_local_namespace: contextvars.ContextVar[dict | None] = contextvars.ContextVar("mixle_local_namespace", default=None)
+_local_publish: contextvars.ContextVar[Callable[[dict], None] | None] = contextvars.ContextVar(
+    "mixle_local_publish", default=None
+)
 
 
 @contextlib.contextmanager
@@ -65,9 +66,11 @@ def rank_namespace() -> dict:
 def lookup(name: str) -> Any:
     namespace = rank_namespace()
     if name not in namespace:
-        raise NameError(f"{name!r} is not defined on this rank: push it (%mixle_push {name}), or if "
-                        "it was built on the ranks (a handle), build it there again: a restart "
-                        "leaves the ranks empty")
+        raise NameError(
+            f"{name!r} is not defined on this rank: push it (%mixle_push {name}), or if "
+            "it was built on the ranks (a handle), build it there again: a restart "
+            "leaves the ranks empty"
+        )
     return namespace[name]
 
 
@@ -93,8 +96,10 @@ def check_elastic_on_rank(handle: str, training: bool = False) -> None:
     h = lookup(handle)
     if training:
         if not hasattr(h, "check_elastic"):
-            raise ValueError(f"{handle!r} (a {type(h).__name__}) is not a streaming token handle: "
-                             "TrainPanel trains a StreamingTokenEncodedData")
+            raise ValueError(
+                f"{handle!r} (a {type(h).__name__}) is not a streaming token handle: "
+                "TrainPanel trains a StreamingTokenEncodedData"
+            )
         try:
             h.check_elastic()
         except ValueError as exc:
@@ -107,11 +112,15 @@ def check_elastic_on_rank(handle: str, training: bool = False) -> None:
 
         raise ValueError(f"{handle!r}: " + NOT_ELASTIC.format(what="its data (passed from memory)"))
     if hasattr(h, "rejoin"):
-        raise ValueError(f"{handle!r} was built without elastic=True: build it again with "
-                         "from_npy/from_files(..., elastic=True), then attach the panel")
-    raise ValueError(f"{handle!r} (a {type(h).__name__}) cannot go on after a rank dies: elastic recovery covers "
-                     "EM handles read from files (TorchRunEncodedData.from_npy/from_files(..., elastic=True)). "
-                     "Streaming training goes on from its newest checkpoint with TrainPanel(..., elastic=True)")
+        raise ValueError(
+            f"{handle!r} was built without elastic=True: build it again with "
+            "from_npy/from_files(..., elastic=True), then attach the panel"
+        )
+    raise ValueError(
+        f"{handle!r} (a {type(h).__name__}) cannot go on after a rank dies: elastic recovery covers "
+        "EM handles read from files (TorchRunEncodedData.from_npy/from_files(..., elastic=True)). "
+        "Streaming training goes on from its newest checkpoint with TrainPanel(..., elastic=True)"
+    )
 
 
 def rejoin_on_rank(handle: str) -> list:
@@ -121,7 +130,7 @@ def rejoin_on_rank(handle: str) -> list:
     return lookup(handle).rejoin()
 
 
-def data_sample_on_rank(handle: str, n: int) -> Optional[np.ndarray]:
+def data_sample_on_rank(handle: str, n: int) -> np.ndarray | None:
     """Up to ``n`` raw observations from this rank's encoded shard, for drawing; ``None`` if
     the encoding does not keep them."""
     chunks = getattr(lookup(handle), "chunks", None) or []
@@ -134,7 +143,7 @@ def data_sample_on_rank(handle: str, n: int) -> Optional[np.ndarray]:
     return x[:, 0] if x.ndim == 2 and x.shape[1] == 1 else x
 
 
-def _observations(chunk) -> Optional[np.ndarray]:
+def _observations(chunk) -> np.ndarray | None:
     """An encoded chunk's observations (N, D) or (N,), where the encoding keeps them: the
     Gaussians' points (D, N), or an ``x`` (mixle's encodings, Poisson counts)."""
     if hasattr(chunk, "points"):
@@ -144,8 +153,9 @@ def _observations(chunk) -> Optional[np.ndarray]:
     return None
 
 
-def train_on_rank(handle: str, estimator: str, model: str, steps: Optional[int], every: int,
-                  stop: Optional[str] = None) -> dict:
+def train_on_rank(
+    handle: str, estimator: str, model: str, steps: int | None, every: int, stop: str | None = None
+) -> dict:
     """Train up to ``steps`` more optimizer steps (``None``: to the end of the handle's epochs),
     publishing ``{step, loss, targets, targets_per_s, rank}`` every ``every`` steps (:func:`publish`:
     no collective). ``stop`` names a flag on the rank (``is_set()``) the training loop polls
@@ -170,9 +180,12 @@ def train_on_rank(handle: str, estimator: str, model: str, steps: Optional[int],
         leaf = rank_namespace()[model] = h.pysp_seq_estimate(lookup(estimator), None)
     finally:
         h.max_steps, h.progress, h.progress_every, h.stop = saved
-    return {"steps_done": h.steps_done, "total_steps": h.total_steps,
-            "state": cpu_state(leaf.module) if h.rank == 0 else None,  # every rank holds the same weights
-            "last_report": last_report or None}
+    return {
+        "steps_done": h.steps_done,
+        "total_steps": h.total_steps,
+        "state": cpu_state(leaf.module) if h.rank == 0 else None,  # every rank holds the same weights
+        "last_report": last_report or None,
+    }
 
 
 def cpu_state(module) -> dict:
@@ -186,7 +199,7 @@ def load_module_state_on_rank(estimator: str, state: dict) -> None:
     lookup(estimator).module.load_state_dict(state)
 
 
-def checkpoint_step_on_rank(handle: str) -> Optional[int]:
+def checkpoint_step_on_rank(handle: str) -> int | None:
     """The step of the handle's newest complete training checkpoint (None: none, or no
     checkpoints configured)."""
     checkpoints = getattr(lookup(handle), "checkpoints", None)
@@ -230,6 +243,7 @@ def choose_k_on_rank(handle: str, estimator: str, k_values: list, init: str, see
     if not isinstance(est, MixtureEstimator):
         raise TypeError(f"choosing K needs a MixtureEstimator; {estimator!r} is a {type(est).__name__}")
     component = est.estimators[0]
-    found = choose_k(lookup(handle), lambda k: MixtureEstimator([component] * k), k_values, init=init,
-                     rng=seed, out=None)
+    found = choose_k(
+        lookup(handle), lambda k: MixtureEstimator([component] * k), k_values, init=init, rng=seed, out=None
+    )
     return {"k": found.k, "bic": found.bic, "aic": found.aic, "models": [r.model for r in found.results]}

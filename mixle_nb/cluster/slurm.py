@@ -6,6 +6,7 @@ tasks, each an engine that asks the controller for engine id ``$SLURM_PROCID`` (
 Slurm's task r). :class:`SlurmJob` follows the submitted job through ``squeue``: how long it
 pends and why, the state it ended in, and ``scancel`` at stop.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,16 +16,35 @@ from dataclasses import dataclass
 
 from .. import validation
 
-OPTIONS = ("partition", "account", "time", "nodes", "ntasks_per_node", "gpus_per_task",
-           "extra_sbatch", "pending_timeout")
+OPTIONS = (
+    "partition",
+    "account",
+    "time",
+    "nodes",
+    "ntasks_per_node",
+    "gpus_per_task",
+    "extra_sbatch",
+    "pending_timeout",
+)
 PENDING_TIMEOUT_S = 300.0
 POLL_S = 0.5
 ENDED_POLL_S = 1.0
 FINAL_STATE_WAIT_S = 3.0  # liveness: how often a call in progress asks squeue whether the job ended
 CANCEL_WAIT_S = 30.0  # scancel -> the job has left squeue (KillWait and the epilog)
 # squeue's states once a job has ended (it stays listed for MinJobAge with -t all)
-ENDED = {"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-         "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"}
+ENDED = {
+    "CANCELLED",
+    "COMPLETED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+    "REVOKED",
+    "SPECIAL_EXIT",
+}
 # what the commonest pending reasons mean for the user (squeue's %r)
 REASONS = {
     "Resources": "the nodes or CPUs it asks for are busy",
@@ -37,7 +57,7 @@ REASONS = {
     "QOSMaxJobsPerUserLimit": "the QOS's per-user job limit is reached",
 }
 # one srun step; each task execs the engine with the engine id Slurm gave it
-_SRUN = "srun sh -c 'exec \"$0\" \"$@\" --IPEngine.id=\"$SLURM_PROCID\"' {program_and_args}\n"
+_SRUN = 'srun sh -c \'exec "$0" "$@" --IPEngine.id="$SLURM_PROCID"\' {program_and_args}\n'
 
 
 def _escape(text: str) -> str:
@@ -66,8 +86,9 @@ class SlurmSpec:
         given = {k: options.pop(k) for k in OPTIONS if k in options}
         if launcher != "slurm":
             if given:
-                raise ValueError(f"{', '.join(f'{k}=' for k in given)} need launcher='slurm' "
-                                 f"(launcher is {launcher!r})")
+                raise ValueError(
+                    f"{', '.join(f'{k}=' for k in given)} need launcher='slurm' (launcher is {launcher!r})"
+                )
             return None
         for name in ("nodes", "ntasks_per_node", "gpus_per_task"):
             if given.get(name) is not None:
@@ -78,8 +99,10 @@ class SlurmSpec:
                 raise ValueError(f"{name} must be a non-empty string like sbatch's --{name}; got {value!r}")
         extra = given.get("extra_sbatch", ())
         if isinstance(extra, str) or not all(isinstance(o, str) and o.startswith("-") for o in extra):
-            raise ValueError("extra_sbatch must be a list of sbatch options, e.g. "
-                             f"['--qos=debug', '--mem-per-cpu=2G']; got {extra!r}")
+            raise ValueError(
+                "extra_sbatch must be a list of sbatch options, e.g. "
+                f"['--qos=debug', '--mem-per-cpu=2G']; got {extra!r}"
+            )
         given["extra_sbatch"] = tuple(extra)
         if "pending_timeout" in given:
             given["pending_timeout"] = validation.positive_real("pending_timeout", given["pending_timeout"])
@@ -163,8 +186,7 @@ class SlurmJob:
         while state in ("COMPLETING", "RUNNING") and time.monotonic() < deadline:
             time.sleep(POLL_S)
             state, _ = self.state()
-        return state + (" (ending: cancelled, failed, out of time or its node down)"
-                        if state == "COMPLETING" else "")
+        return state + (" (ending: cancelled, failed, out of time or its node down)" if state == "COMPLETING" else "")
 
     def wait_running(self, timeout: float, report=lambda message: None) -> None:
         """Return once the job runs; raise TimeoutError if it pends ``timeout`` seconds (the
@@ -176,17 +198,21 @@ class SlurmJob:
             if state == "RUNNING":
                 return
             if state in ENDED or state == "GONE":
-                raise RuntimeError(f"slurm job {self.job_id} ended {state} before its engines ran"
-                                   + (f" ({_explain(reason)})" if reason else "")
-                                   + "; its output is in the engine log of the profile")
+                raise RuntimeError(
+                    f"slurm job {self.job_id} ended {state} before its engines ran"
+                    + (f" ({_explain(reason)})" if reason else "")
+                    + "; its output is in the engine log of the profile"
+                )
             if (state, reason) != said:
                 report(f"slurm job {self.job_id} {state.lower()}: {_explain(reason)}")
                 said = (state, reason)
             if time.monotonic() > deadline:  # the caller's stop cancels it
-                raise TimeoutError(f"slurm job {self.job_id} pending: {_explain(reason)} — still "
-                                   f"{state} after {timeout:g} s (pending_timeout), so it is "
-                                   "cancelled; ask for fewer nodes or CPUs, another partition, "
-                                   "or a longer pending_timeout")
+                raise TimeoutError(
+                    f"slurm job {self.job_id} pending: {_explain(reason)} — still "
+                    f"{state} after {timeout:g} s (pending_timeout), so it is "
+                    "cancelled; ask for fewer nodes or CPUs, another partition, "
+                    "or a longer pending_timeout"
+                )
             time.sleep(POLL_S)
 
     def cancel(self, wait_s: float = CANCEL_WAIT_S) -> None:
@@ -198,8 +224,10 @@ class SlurmJob:
             if listed is not None and (not listed.stdout.strip() or "Invalid job id" in listed.stderr):
                 return
             time.sleep(POLL_S)
-        raise RuntimeError(f"slurm job {self.job_id} still listed {wait_s:g} s after scancel "
-                           f"({self.state()[0]}); check `squeue -j {self.job_id}`")
+        raise RuntimeError(
+            f"slurm job {self.job_id} still listed {wait_s:g} s after scancel "
+            f"({self.state()[0]}); check `squeue -j {self.job_id}`"
+        )
 
 
 def _explain(reason: str) -> str:

@@ -1,4 +1,5 @@
 """The states a :class:`~mixle_nb.cluster.MixleCluster` moves through."""
+
 from __future__ import annotations
 
 from enum import Enum

@@ -1,4 +1,5 @@
 """The status table: one row per rank, as text or HTML."""
+
 from __future__ import annotations
 
 import html
@@ -30,8 +31,7 @@ class ClusterStatus(list):
     def _cells(self, row: RankStatus) -> list[str]:
         rss = "-" if row.rss_bytes is None else f"{row.rss_bytes / 2**20:.0f}"
         last = "-" if row.last_call_s is None else f"{row.last_call_s:.3f}"
-        return [str(row.engine_id), str(row.rank), str(row.pid), row.host, str(row.alive),
-                str(row.in_group), rss, last]
+        return [str(row.engine_id), str(row.rank), str(row.pid), row.host, str(row.alive), str(row.in_group), rss, last]
 
     def __str__(self) -> str:
         rows = [list(self._COLUMNS)] + [self._cells(r) for r in self]
@@ -41,7 +41,6 @@ class ClusterStatus(list):
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{c}</th>" for c in self._COLUMNS)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r))
-                       + "</tr>" for r in self)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>" for r in self)
         job = f"<p>{html.escape(self.job)}</p>" if self.job else ""
         return f"{job}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -4,14 +4,16 @@ of about ``batch_seconds`` with the next one queued behind it, so the ranks go f
 call without waiting on the client's round trip, and fetches what a failed call completed.
 
 Engines import this module: it imports neither ipywidgets nor matplotlib."""
+
 from __future__ import annotations
 
 import collections
 import pickle
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional
+from typing import Any
 
 from . import rank_side
 from .calls import result_unless_interrupted
@@ -30,8 +32,9 @@ _calls: dict = {}
 CALLS_KEPT = 2
 
 
-def em_steps_on_rank(handle: str, estimator: str, model: str, n_steps: int, call_id: str,
-                     after: Optional[str] = None) -> list:
+def em_steps_on_rank(
+    handle: str, estimator: str, model: str, n_steps: int, call_id: str, after: str | None = None
+) -> list:
     """``n_steps`` EM steps in one call, each recorded as :func:`~.rank_side.em_step_on_rank`
     does; the batch size is fixed by the client, so every rank runs the same collectives and no
     rank's clock decides when to stop. Each completed step is kept for :func:`completed_steps_on_rank`.
@@ -81,12 +84,13 @@ class StepCalls:
     :meth:`collect` waits for the oldest, which ``interrupted`` cancels on every rank with the
     calls queued behind it; :meth:`completed` fetches the steps a failed call completed."""
 
-    def __init__(self, ranks: Any, handle: str, estimator: str, model: str, batch_seconds: float,
-                 interrupted: threading.Event):
+    def __init__(
+        self, ranks: Any, handle: str, estimator: str, model: str, batch_seconds: float, interrupted: threading.Event
+    ):
         self.ranks, self.handle, self.estimator, self.model = ranks, handle, estimator, model
         self.batch_seconds, self.interrupted = batch_seconds, interrupted
         self.sent = 0  # calls sent
-        self.step_s: Optional[float] = None  # the slowest rank's seconds a step, once measured
+        self.step_s: float | None = None  # the slowest rank's seconds a step, once measured
         self.queue: collections.deque[SentCall] = collections.deque()  # sent, not collected
         self.failed: list[SentCall] = []  # the call that failed last, then those queued behind it
         self._last_steps = 0
@@ -158,5 +162,6 @@ def merged(per_rank: list) -> list:
     """The steps every rank completed (a rank interrupted just after a step may have one more
     than the others): rank 0's records, each with every rank's E-step seconds."""
     completed = min(len(steps) for steps in per_rank)
-    return [replace(per_rank[0][i], rank_seconds=[steps[i].rank_seconds[0] for steps in per_rank])
-            for i in range(completed)]
+    return [
+        replace(per_rank[0][i], rank_seconds=[steps[i].rank_seconds[0] for steps in per_rank]) for i in range(completed)
+    ]

@@ -2,6 +2,7 @@
 by our EM core (:func:`mixle_nb.inference.fit` from a start it builds) on an array, a handle
 (``TorchRunEncodedData``, called on every rank) or a reference to a handle on the cluster's
 ranks (``mixle.handle("h")``, where the fit runs where the data live)."""
+
 from __future__ import annotations
 
 import functools
@@ -22,16 +23,32 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .. import inference
 from ..stats import seq_encode, seq_log_density_sum
 from ..stats.kmeans import encoded_points
-from .translation import (covariances_from_precisions, mixture_estimator, model_from_parameters,
-                          parameters_from_model, precisions_cholesky, precisions_from_cholesky)
+from .translation import (
+    covariances_from_precisions,
+    mixture_estimator,
+    model_from_parameters,
+    parameters_from_model,
+    precisions_cholesky,
+    precisions_from_cholesky,
+)
 
 # scikit-learn's start names, as our starts (mixle_nb.inference.initial_model). Both k-means
 # names take our k-means‖ start (k-means++ seeding where the data live, one Lloyd pass, then a
 # labelled M-step); "random" gives every observation random responsibilities.
-STARTS = {"kmeans": "kmeans++", "k-means++": "kmeans++", "random_from_data": "random_from_data",
-          "random": "random"}
-FITTED = ("weights_", "means_", "covariances_", "precisions_", "precisions_cholesky_", "converged_",
-          "n_iter_", "lower_bound_", "lower_bounds_", "n_features_in_", "feature_names_in_")
+STARTS = {"kmeans": "kmeans++", "k-means++": "kmeans++", "random_from_data": "random_from_data", "random": "random"}
+FITTED = (
+    "weights_",
+    "means_",
+    "covariances_",
+    "precisions_",
+    "precisions_cholesky_",
+    "converged_",
+    "n_iter_",
+    "lower_bound_",
+    "lower_bounds_",
+    "n_features_in_",
+    "feature_names_in_",
+)
 
 
 def is_handle(data: Any) -> bool:
@@ -46,17 +63,21 @@ def is_reference(data: Any) -> bool:
 
 def _handle_features(handle: Any) -> int:
     """``n_features`` of this rank's shard of ``handle`` (an empty shard keeps its dimension)."""
+
     def describe(enc):
         return np.array([encoded_points(enc).shape[0]])
+
     try:
         dims = handle.pysp_shard_map(describe)
     except ValueError:  # the same encoder on every rank: every rank raises this together
-        raise ValueError("GaussianMixture needs a handle of Gaussian observations: build it with "
-                         "estimator=GaussianMixture(...).mixture_estimator(n_features)") from None
+        raise ValueError(
+            "GaussianMixture needs a handle of Gaussian observations: build it with "
+            "estimator=GaussianMixture(...).mixture_estimator(n_features)"
+        ) from None
     return int(dims[0])
 
 
-def _on_rank(handle: Any, estimator: "GaussianMixture", method: str) -> Any:
+def _on_rank(handle: Any, estimator: GaussianMixture, method: str) -> Any:
     """What a cluster reference runs on every rank: the same method on the rank's handle."""
     out = getattr(estimator, method)(handle)
     return out if method != "fit" else {name: value for name, value in vars(out).items() if name in FITTED}
@@ -64,11 +85,13 @@ def _on_rank(handle: Any, estimator: "GaussianMixture", method: str) -> Any:
 
 def _answered_on_ranks(method):
     """A method that, given a cluster reference, runs on the ranks' handle instead."""
+
     @functools.wraps(method)
     def on_any_data(self, X, *args, **kwargs):
         if is_reference(X):
             return X.call_with_handle(_on_rank, self, method.__name__)
         return method(self, X, *args, **kwargs)
+
     return on_any_data
 
 
@@ -90,12 +113,27 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     (or any of our Gaussian estimators).
     """
 
-    _parameter_constraints: dict = {**ScikitGaussianMixture._parameter_constraints,
-                                    "device": [None, str, torch.device]}
+    _parameter_constraints: dict = {**ScikitGaussianMixture._parameter_constraints, "device": [None, str, torch.device]}
 
-    def __init__(self, n_components=1, *, covariance_type="full", tol=1e-3, reg_covar=1e-6, max_iter=100,
-                 n_init=1, init_params="kmeans", weights_init=None, means_init=None, precisions_init=None,
-                 random_state=None, warm_start=False, verbose=0, verbose_interval=10, device=None):
+    def __init__(
+        self,
+        n_components=1,
+        *,
+        covariance_type="full",
+        tol=1e-3,
+        reg_covar=1e-6,
+        max_iter=100,
+        n_init=1,
+        init_params="kmeans",
+        weights_init=None,
+        means_init=None,
+        precisions_init=None,
+        random_state=None,
+        warm_start=False,
+        verbose=0,
+        verbose_interval=10,
+        device=None,
+    ):
         self.n_components = n_components
         self.covariance_type = covariance_type
         self.tol = tol
@@ -149,9 +187,12 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     def _warn_unless_converged(self) -> None:
         if not self.converged_ and self.max_iter > 0:
-            warnings.warn("Best performing initialization did not converge. Try different init parameters, "
-                          "or increase max_iter, tol, or check for degenerate data.", ConvergenceWarning,
-                          stacklevel=3)
+            warnings.warn(
+                "Best performing initialization did not converge. Try different init parameters, "
+                "or increase max_iter, tol, or check for degenerate data.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
 
     def fit_predict(self, X, y=None):
         """``fit(X).predict(X)``."""
@@ -164,15 +205,17 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             self.__dict__.pop("feature_names_in_", None)
             self.n_features_in_ = n_features
             if count < 2:
-                raise ValueError(f"Found array with {count} sample(s) while a minimum of 2 is required "
-                                 "by GaussianMixture.")
+                raise ValueError(
+                    f"Found array with {count} sample(s) while a minimum of 2 is required by GaussianMixture."
+                )
         else:
             X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
             X = np.asarray(X, dtype=np.float64)
             count, n_features = len(X), X.shape[1]
         if count < self.n_components:
-            raise ValueError(f"Expected n_samples >= n_components but got n_components = {self.n_components}, "
-                             f"n_samples = {count}")
+            raise ValueError(
+                f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {count}"
+            )
         return X, count, n_features
 
     def _initial_parameters(self, n_features: int) -> dict:
@@ -193,10 +236,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         """The start: the given parameters over our start of ``init_params`` for the rest."""
         if len(initial) < 3:
             started = inference.initial_model(enc, estimator, STARTS[self.init_params], rng, init_p=1.0)
-            initial = {**dict(zip(("weights", "means", "covariances"),
-                                  parameters_from_model(self.covariance_type, started))), **initial}
-        return model_from_parameters(self.covariance_type, initial["weights"], initial["means"],
-                                     initial["covariances"])
+            initial = {
+                **dict(zip(("weights", "means", "covariances"), parameters_from_model(self.covariance_type, started))),
+                **initial,
+            }
+        return model_from_parameters(self.covariance_type, initial["weights"], initial["means"], initial["covariances"])
 
     def _em(self, enc, estimator, model, count: int, start: int):
         if self.verbose:
@@ -208,13 +252,21 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         def report(record):
             if self.verbose >= 2 and record.step % self.verbose_interval == 0:
                 now = time.perf_counter()
-                print(f"  Iteration {record.step}\t time lapse {now - clock[0]:.5f}s\t "
-                      f"ll change {record.gain:.5f}")
+                print(f"  Iteration {record.step}\t time lapse {now - clock[0]:.5f}s\t ll change {record.gain:.5f}")
                 clock[0] = now
 
         # scikit-learn's one stopping rule: |change in the mean log-density| < tol (0: never)
-        result = inference.fit(None, estimator, enc_data=enc, init=model, max_its=self.max_iter, delta=None,
-                               tol=self.tol, out=None, on_step=report)
+        result = inference.fit(
+            None,
+            estimator,
+            enc_data=enc,
+            init=model,
+            max_its=self.max_iter,
+            delta=None,
+            tol=self.tol,
+            out=None,
+            on_step=report,
+        )
         if self.verbose:
             state = "converged" if result.converged else "did not converge"
             print(f"Initialization {state}. lower bound {result.log_density / count:.5f}.")
@@ -241,8 +293,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         if is_handle(X):
             n_features = _handle_features(X)
             if n_features != self.n_features_in_:
-                raise ValueError(f"X has {n_features} features, but GaussianMixture is expecting "
-                                 f"{self.n_features_in_} features as input.")
+                raise ValueError(
+                    f"X has {n_features} features, but GaussianMixture is expecting "
+                    f"{self.n_features_in_} features as input."
+                )
             return X, self._model(), self.mixture_estimator(n_features)
         X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=False), dtype=np.float64)
         return X, self._model(), self.mixture_estimator(X.shape[1])
@@ -290,12 +344,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         """``(X, y)``: ``n_samples`` draws, grouped by component as scikit-learn's are."""
         check_is_fitted(self)
         if n_samples < 1:
-            raise ValueError(f"Invalid value for 'n_samples': {n_samples} . The sampling requires at least "
-                             "one sample.")
+            raise ValueError(f"Invalid value for 'n_samples': {n_samples} . The sampling requires at least one sample.")
         rng = check_random_state(self.random_state)
         counts = rng.multinomial(n_samples, self.weights_)
         generator = np.random.default_rng(rng.randint(2**31 - 1))
         model = self._model()
-        x = np.concatenate([c.draw(generator, int(m)).reshape(int(m), -1)
-                            for c, m in zip(model.components, counts)])
+        x = np.concatenate([c.draw(generator, int(m)).reshape(int(m), -1) for c, m in zip(model.components, counts)])
         return x, np.repeat(np.arange(self.n_components), counts)

@@ -14,14 +14,22 @@ spherical   ``SphericalGaussianEstimator``              ``DiagonalGaussianEstima
 In one dimension every type is the same model, and the diagonal family the cheapest. Every
 family reads the same encoding of the points, so a handle built for one serves them all.
 """
+
 from __future__ import annotations
 
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from ..stats import (DiagonalGaussianDistribution, DiagonalGaussianEstimator, MixtureDistribution,
-                     MixtureEstimator, MultivariateGaussianDistribution, MultivariateGaussianEstimator,
-                     SphericalGaussianDistribution, SphericalGaussianEstimator)
+from ..stats import (
+    DiagonalGaussianDistribution,
+    DiagonalGaussianEstimator,
+    MixtureDistribution,
+    MixtureEstimator,
+    MultivariateGaussianDistribution,
+    MultivariateGaussianEstimator,
+    SphericalGaussianDistribution,
+    SphericalGaussianEstimator,
+)
 
 COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
 TIED_KEY = "tied covariance"
@@ -32,19 +40,22 @@ def full_family(covariance_type: str, n_features: int) -> bool:
     return covariance_type in ("full", "tied") and n_features > 1
 
 
-def mixture_estimator(covariance_type: str, n_components: int, n_features: int,
-                      reg_covar: float) -> MixtureEstimator:
+def mixture_estimator(covariance_type: str, n_components: int, n_features: int, reg_covar: float) -> MixtureEstimator:
     """The estimator EM runs with."""
     key = TIED_KEY if covariance_type == "tied" else None
     if full_family(covariance_type, n_features):
+
         def component():
             return MultivariateGaussianEstimator(dim=n_features, reg_covar=reg_covar, covariance_key=key)
     elif covariance_type == "spherical" and n_features > 1:
+
         def component():
             return SphericalGaussianEstimator(dim=n_features, reg_covar=reg_covar)
     else:
+
         def component():
             return DiagonalGaussianEstimator(dim=n_features, reg_covar=reg_covar, variance_key=key)
+
     return MixtureEstimator([component() for _ in range(n_components)])
 
 
@@ -70,8 +81,7 @@ def parameters_from_model(covariance_type: str, model: MixtureDistribution):
     """``(weights_, means_, covariances_)`` in scikit-learn's shapes for ``covariance_type``."""
     means = np.stack([np.atleast_1d(c.mu) for c in model.components])
     k, d = means.shape
-    full = np.stack([c.covar if hasattr(c, "covar") else np.diag(np.atleast_1d(c.sigma2))
-                     for c in model.components])
+    full = np.stack([c.covar if hasattr(c, "covar") else np.diag(np.atleast_1d(c.sigma2)) for c in model.components])
     if covariance_type == "full":
         covariances = full
     elif covariance_type == "tied":
@@ -87,15 +97,17 @@ def precisions_cholesky(covariance_type: str, covariances: np.ndarray) -> np.nda
     """scikit-learn's ``precisions_cholesky_``: ``U`` with ``precision = U Uᵀ``."""
     if covariance_type in ("diag", "spherical"):
         return 1.0 / np.sqrt(covariances)
+
     def one(covariance):
         lower = np.linalg.cholesky(covariance)
         return solve_triangular(lower, np.eye(len(covariance)), lower=True).T
+
     return one(covariances) if covariance_type == "tied" else np.stack([one(c) for c in covariances])
 
 
 def precisions_from_cholesky(covariance_type: str, chol: np.ndarray) -> np.ndarray:
     if covariance_type in ("diag", "spherical"):
-        return chol ** 2
+        return chol**2
     return chol @ chol.T if covariance_type == "tied" else np.einsum("kij,klj->kil", chol, chol)
 
 

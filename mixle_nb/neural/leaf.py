@@ -1,4 +1,5 @@
 """The fitted next-token leaf and the estimator that carries the module to train."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,8 +31,7 @@ class StreamingTransformerLeaf:
         self.module.eval()
         try:
             with torch.no_grad():
-                return torch.cat([self.module(chunk.to(self.device)).float().cpu()
-                                  for chunk in ctx.split(_EVAL_CHUNK)])
+                return torch.cat([self.module(chunk.to(self.device)).float().cpu() for chunk in ctx.split(_EVAL_CHUNK)])
         finally:
             self.module.train(was_training)
 
@@ -76,8 +76,9 @@ class StreamingTransformerLeafEstimator:
 
     def __init__(self, module: nn.Module, lr: float = 3e-3, device: str = "cpu", *, optimizer: str = "adamw"):
         if not isinstance(module, nn.Module):
-            raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}; "
-                            "build one with build_causal_lm(vocab)")
+            raise TypeError(
+                f"module must be a torch.nn.Module, got {type(module).__name__}; build one with build_causal_lm(vocab)"
+            )
         if not lr > 0:
             raise ValueError(f"lr must be positive, got {lr!r}")
         self.module, self.lr, self.device = module, float(lr), device
@@ -85,5 +86,7 @@ class StreamingTransformerLeafEstimator:
 
     def __repr__(self) -> str:
         chosen = "" if self.optimizer_kind == "adamw" else f", optimizer={self.optimizer_kind!r}"
-        return (f"StreamingTransformerLeafEstimator({type(self.module).__name__}, lr={self.lr}, "
-                f"device={self.device!r}{chosen})")
+        return (
+            f"StreamingTransformerLeafEstimator({type(self.module).__name__}, lr={self.lr}, "
+            f"device={self.device!r}{chosen})"
+        )

@@ -1,4 +1,5 @@
 """A small decoder-only transformer that maps a token context to next-token logits."""
+
 from __future__ import annotations
 
 import torch
@@ -33,9 +34,7 @@ class TransformerBlock(nn.Module):
         self.ln1 = nn.LayerNorm(d_model)
         self.attn = CausalSelfAttention(d_model, n_head)
         self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(
-            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
-        )
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
@@ -69,8 +68,9 @@ class CausalLM(nn.Module):
     def forward(self, contexts: torch.Tensor, *, return_all_logits: bool = False) -> torch.Tensor:
         t = contexts.shape[1]
         if t > self.block:
-            raise ValueError(f"context length {t} exceeds the model's block {self.block}; "
-                             "crop contexts to the last `block` tokens")
+            raise ValueError(
+                f"context length {t} exceeds the model's block {self.block}; crop contexts to the last `block` tokens"
+            )
         x = self.tok_emb(contexts) + self.pos_emb.weight[:t]
         recompute = self.activation_checkpointing and torch.is_grad_enabled()
         for blk in self.blocks:
@@ -78,20 +78,27 @@ class CausalLM(nn.Module):
         return self.head(self.ln_f(x if return_all_logits else x[:, -1]))
 
 
-def build_causal_lm(vocab: int, d_model: int = 128, n_layer: int = 4, n_head: int = 4,
-                    block: int = 64, *, seed: int = 0) -> CausalLM:
+def build_causal_lm(
+    vocab: int, d_model: int = 128, n_layer: int = 4, n_head: int = 4, block: int = 64, *, seed: int = 0
+) -> CausalLM:
     """Build a :class:`CausalLM` whose initial parameters depend only on ``seed``.
 
     The global torch RNG is left untouched, so every rank that calls this with the same
     arguments holds an identical model without a broadcast.
     """
-    for name, value in (("vocab", vocab), ("d_model", d_model), ("n_layer", n_layer),
-                        ("n_head", n_head), ("block", block)):
+    for name, value in (
+        ("vocab", vocab),
+        ("d_model", d_model),
+        ("n_layer", n_layer),
+        ("n_head", n_head),
+        ("block", block),
+    ):
         if not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if d_model % n_head:
-        raise ValueError(f"d_model={d_model} must be divisible by n_head={n_head}; "
-                         "pick n_head among the divisors of d_model")
+        raise ValueError(
+            f"d_model={d_model} must be divisible by n_head={n_head}; pick n_head among the divisors of d_model"
+        )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return CausalLM(vocab, d_model, n_layer, n_head, block)

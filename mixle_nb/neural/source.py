@@ -15,6 +15,7 @@ batch, and one chunk of at most 16k window offsets. The shuffled order is a keye
 the window indices (add / xor-shift / odd-multiply rounds with cycle walking) evaluated a chunk
 at a time, so no permutation of length N is ever stored.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -35,8 +36,10 @@ def as_token_array(token_ids, *, check_values: bool = True) -> np.ndarray:
     if tokens.ndim != 1:
         raise ValueError(f"token_ids must be 1-D, got shape {tokens.shape}; flatten the token stream")
     if tokens.dtype == bool or not np.issubdtype(tokens.dtype, np.integer):
-        raise TypeError(f"token_ids must hold integers, got dtype {tokens.dtype}; "
-                        "encode text to ids first (e.g. CharTokenizer.encode)")
+        raise TypeError(
+            f"token_ids must hold integers, got dtype {tokens.dtype}; "
+            "encode text to ids first (e.g. CharTokenizer.encode)"
+        )
     if check_values and tokens.size and np.issubdtype(tokens.dtype, np.signedinteger) and tokens.min() < 0:
         raise ValueError("token_ids contain negative ids; ids must lie in [0, vocab)")
     return tokens
@@ -91,10 +94,11 @@ class WindowOrder:
         chunk, offset = divmod(index * self.batch_size, self.chunk)
         if self._key != (epoch, chunk):
             positions = np.arange(chunk * self.chunk, min((chunk + 1) * self.chunk, self.n_windows))
-            self._starts = (permuted_indices(positions, self.n_windows, epoch_keys(self.seed, epoch))
-                            if self.shuffle else positions)
+            self._starts = (
+                permuted_indices(positions, self.n_windows, epoch_keys(self.seed, epoch)) if self.shuffle else positions
+            )
             self._key = (epoch, chunk)
-        return self._starts[offset:offset + self.batch_size]
+        return self._starts[offset : offset + self.batch_size]
 
 
 def window_view(tokens: np.ndarray, block: int) -> np.ndarray:
@@ -113,9 +117,16 @@ def batches_per_epoch(n_tokens: int, block: int, batch_size: int, drop_last: boo
     return n_windows // batch_size if drop_last else -(-n_windows // batch_size)
 
 
-def stream_token_source(token_ids, block: int, batch_size: int, *, epochs: int = 1,
-                        shuffle: bool = True, seed: int = 0,
-                        drop_last: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def stream_token_source(
+    token_ids,
+    block: int,
+    batch_size: int,
+    *,
+    epochs: int = 1,
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_last: bool = False,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(contexts (b, block), next_tokens (b,))`` micro-batches over every window.
 
     Each epoch visits all ``len(token_ids) - block`` windows once, in an order keyed by
@@ -165,9 +176,16 @@ def gather_sequences(windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarra
     return batch[:, :-1], batch[:, 1:]
 
 
-def stream_sequence_source(token_ids, block: int, batch_size: int, *, epochs: int = 1,
-                           shuffle: bool = True, seed: int = 0,
-                           drop_last: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def stream_sequence_source(
+    token_ids,
+    block: int,
+    batch_size: int,
+    *,
+    epochs: int = 1,
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_last: bool = False,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(inputs (b, block), targets (b, block))`` micro-batches of the sequence schedule.
 
     Each epoch visits ``len(token_ids) // block - 1`` windows, starting every ``block`` tokens
@@ -179,10 +197,12 @@ def stream_sequence_source(token_ids, block: int, batch_size: int, *, epochs: in
     check_window_args(len(tokens), block, batch_size, epochs)
     order = SequenceOrder(len(tokens), block, batch_size, shuffle=shuffle, seed=seed)
     if order.n_windows == 0:
-        raise ValueError(f"{len(tokens)} tokens hold no window of block + 1 = {block + 1} tokens at "
-                         f"every offset below block; give at least {2 * block} tokens")
+        raise ValueError(
+            f"{len(tokens)} tokens hold no window of block + 1 = {block + 1} tokens at "
+            f"every offset below block; give at least {2 * block} tokens"
+        )
     windows = window_view(tokens, block)
-    n_batches = (order.n_windows // batch_size if drop_last else -(-order.n_windows // batch_size))
+    n_batches = order.n_windows // batch_size if drop_last else -(-order.n_windows // batch_size)
     for epoch in range(epochs):
         for index in range(n_batches):
             yield gather_sequences(windows, order.batch(epoch, index))
@@ -194,5 +214,7 @@ def check_window_args(n_tokens: int, block: int, batch_size: int, epochs: int) -
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if block >= n_tokens:
-        raise ValueError(f"block={block} must be smaller than the token count {n_tokens} "
-                         "(each window needs block + 1 tokens); use a smaller block or more tokens")
+        raise ValueError(
+            f"block={block} must be smaller than the token count {n_tokens} "
+            "(each window needs block + 1 tokens); use a smaller block or more tokens"
+        )

@@ -1,4 +1,5 @@
 """Character-level tokenizer and an offline demo corpus from the Python standard library."""
+
 from __future__ import annotations
 
 import importlib
@@ -7,9 +8,27 @@ import inspect
 import numpy as np
 
 # Modules whose docstrings are long English prose; read locally, so demos need no download.
-_CORPUS_MODULES = ("argparse", "collections", "datetime", "decimal", "email", "functools",
-                   "inspect", "itertools", "json", "logging", "pathlib", "random", "re",
-                   "statistics", "string", "textwrap", "threading", "unittest", "zipfile")
+_CORPUS_MODULES = (
+    "argparse",
+    "collections",
+    "datetime",
+    "decimal",
+    "email",
+    "functools",
+    "inspect",
+    "itertools",
+    "json",
+    "logging",
+    "pathlib",
+    "random",
+    "re",
+    "statistics",
+    "string",
+    "textwrap",
+    "threading",
+    "unittest",
+    "zipfile",
+)
 
 
 class CharTokenizer:
@@ -22,7 +41,7 @@ class CharTokenizer:
         self._index = {c: i for i, c in enumerate(alphabet)}
 
     @classmethod
-    def fit(cls, text: str) -> "CharTokenizer":
+    def fit(cls, text: str) -> CharTokenizer:
         return cls("".join(sorted(set(text))))
 
     @property
@@ -33,8 +52,10 @@ class CharTokenizer:
         try:
             ids = [self._index[c] for c in text]
         except KeyError as err:
-            raise ValueError(f"character {err.args[0]!r} is not in the tokenizer's alphabet; "
-                             "fit the tokenizer on text that contains it") from None
+            raise ValueError(
+                f"character {err.args[0]!r} is not in the tokenizer's alphabet; "
+                "fit the tokenizer on text that contains it"
+            ) from None
         dtype = np.uint8 if self.vocab_size <= 256 else np.int32
         return np.asarray(ids, dtype=dtype)
 

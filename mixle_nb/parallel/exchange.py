@@ -7,12 +7,14 @@ and reads fields by name, never by index. :class:`RankExchange` holds the group,
 the device the collectives run on, with the sums, rows and gathers built on them and the
 failure path every rank settles together.
 """
+
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable, NoReturn, Optional
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -51,14 +53,15 @@ class Header:
 
     def read(self, vector: Any) -> SimpleNamespace:
         vector = np.asarray(vector, dtype=np.float64)
-        return SimpleNamespace(**{name: float(vector[s.start]) if s.stop - s.start == 1 else vector[s]
-                                  for name, s in self._slices.items()})
+        return SimpleNamespace(
+            **{name: float(vector[s.start]) if s.stop - s.start == 1 else vector[s] for name, s in self._slices.items()}
+        )
 
 
 STATUS = {"failed": 1, "agreement": AGREEMENT_WIDTH}  # the fields status() fills, to build headers with
 
 
-def status(error: Optional[BaseException], text: Optional[str], world: int) -> dict:
+def status(error: BaseException | None, text: str | None, world: int) -> dict:
     """The ``failed`` and ``agreement`` fields of a rank's status: whether it failed, and the
     slots that tell whether every rank sent the same ``text`` (``None``: nothing to compare)."""
     return {"failed": float(error is not None), "agreement": agreement_slots(text, world)}
@@ -84,8 +87,9 @@ class RankExchange:
     CUDA), with ``root`` the rank that gathers and broadcasts. ``sent(phase)`` is told once this
     rank's part of a :meth:`rows` exchange is on its way (fault-injection tests)."""
 
-    def __init__(self, membership: GroupMembership, root: int = 0,
-                 sent: Callable[[Optional[str]], None] = lambda phase: None):
+    def __init__(
+        self, membership: GroupMembership, root: int = 0, sent: Callable[[str | None], None] = lambda phase: None
+    ):
         self.membership, self.group = membership, membership.group
         self.rank, self.world, self.device = membership.rank, membership.world, membership.device
         self.root, self.global_root = root, membership.global_rank(root)
@@ -111,7 +115,7 @@ class RankExchange:
             total += row
         return total.cpu().numpy()
 
-    def rows(self, numbers: Any, phase: Optional[str] = None) -> np.ndarray:
+    def rows(self, numbers: Any, phase: str | None = None) -> np.ndarray:
         """Every rank's float64 vector, as rows in rank order, on every rank. Small vectors take
         one ``all_to_all`` (every pair of ranks connected: a dead rank fails every peer at
         once), larger ones ``all_gather``."""
@@ -140,7 +144,7 @@ class RankExchange:
         dist.all_gather_object(out, obj, group=self.group)
         return out
 
-    def gather_to_root(self, obj: Any, phase: Optional[str] = None) -> Optional[list]:
+    def gather_to_root(self, obj: Any, phase: str | None = None) -> list | None:
         """Every rank's ``obj`` in rank order on the root; ``None`` elsewhere."""
         self._sent(phase)
         if self.world == 1:
@@ -157,18 +161,18 @@ class RankExchange:
         dist.broadcast_object_list(box, src=self.global_root, group=self.group)
         return box[0]
 
-    def scatter(self, items: Optional[list]) -> Any:
+    def scatter(self, items: list | None) -> Any:
         """The root's ``items[r]`` on rank ``r`` (``None`` everywhere when the root has none)."""
         if self.world == 1:
             return None if items is None else items[0]
         received = [None]
         sent = items if items is not None or self.rank != self.root else [None] * self.world
-        dist.scatter_object_list(received, sent if self.rank == self.root else None,
-                                 src=self.global_root, group=self.group)
+        dist.scatter_object_list(
+            received, sent if self.rank == self.root else None, src=self.global_root, group=self.group
+        )
         return received[0]
 
-    def settle(self, operation: str, error: Optional[BaseException], mine: Optional[str], what: str,
-               fix: str) -> NoReturn:
+    def settle(self, operation: str, error: BaseException | None, mine: str | None, what: str, fix: str) -> NoReturn:
         """The failure path, once a status word or an agreement check failed: every rank sends
         its error and its text ``mine`` (``what`` it describes), and all raise the same outcome,
         the odd ones out told ``fix``. Never returns."""

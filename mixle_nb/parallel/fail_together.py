@@ -11,6 +11,7 @@ Where the peers may wait inside collectives the failed rank cannot stand in for 
 all-gathers and reduce-scatters), :func:`fail_by_severing` is the failure path instead: the
 message goes to the group's store and the failed rank's connections are shut down.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,15 +20,15 @@ import re
 import time
 import zlib
 from collections import Counter
-from typing import Any, Mapping, NoReturn, Optional
+from collections.abc import Mapping
+from typing import Any, NoReturn
 
 import torch.distributed as dist
 
 from .severing import sever_group
 
 ANNOUNCE_WAIT_S = 2.0  # how long a rank whose collective broke looks for a peer's message
-_BROKEN = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|Timed out waiting",
-                     re.IGNORECASE)
+_BROKEN = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|Timed out waiting", re.IGNORECASE)
 
 
 class PeerRankError(RuntimeError):
@@ -58,8 +59,7 @@ def failure_message(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
-def raise_together(local_error: Optional[BaseException], group: Any = None, world: int = 1,
-                   operation: str = "") -> None:
+def raise_together(local_error: BaseException | None, group: Any = None, world: int = 1, operation: str = "") -> None:
     """The failure path, entered by every rank once any status word said "failed".
 
     Gathers each rank's failure message (one object collective), then re-raises this rank's
@@ -70,13 +70,15 @@ def raise_together(local_error: Optional[BaseException], group: Any = None, worl
         dist.all_gather_object(messages, local, group=group)
     failures = {rank: text for rank, text in enumerate(messages) if text is not None}
     if not failures:
-        raise RuntimeError(f"{operation or 'an SPMD operation'}: a status word said a rank failed, "
-                           "but no rank sent a failure message")
+        raise RuntimeError(
+            f"{operation or 'an SPMD operation'}: a status word said a rank failed, but no rank sent a failure message"
+        )
     raise_failures(failures, dist.get_rank(group) if world > 1 else 0, local_error, operation)
 
 
-def raise_failures(failures: Mapping[int, str], rank: int, local_error: Optional[BaseException] = None,
-                   operation: str = "") -> None:
+def raise_failures(
+    failures: Mapping[int, str], rank: int, local_error: BaseException | None = None, operation: str = ""
+) -> None:
     """Raise, on ``rank``, the outcome every rank agreed on: its own error if it had one, a
     ``ValueError`` with its entry in ``failures`` if the ranks found it at fault (its input
     differs from the others'), else :class:`PeerRankError`. Never returns."""
@@ -117,8 +119,11 @@ def _announced_failures(store: Any, rank: int, world: int, wait_s: float) -> dic
     """``{rank: message}`` the other ranks left in the store, polled for up to ``wait_s``."""
     deadline = time.monotonic() + wait_s
     while True:
-        found = {r: store.get(_announce_key(r)).decode() for r in range(world)
-                 if r != rank and store.check([_announce_key(r)])}
+        found = {
+            r: store.get(_announce_key(r)).decode()
+            for r in range(world)
+            if r != rank and store.check([_announce_key(r)])
+        }
         if found or time.monotonic() >= deadline:
             return found
         time.sleep(0.01)
@@ -128,12 +133,13 @@ def _announced_failures(store: Any, rank: int, world: int, wait_s: float) -> dic
 # exchanges: each rank adds (1, h, h²) for a hash h of its text; all hashes are equal exactly when
 # n·Σh² = (Σh)² (Cauchy–Schwarz), which every rank computes from the same sums.
 
+
 def hash_bits(world: int) -> int:
     """Bits of hash that keep n·Σh² and (Σh)² exact in float64 for ``world`` ranks."""
     return max(8, min(20, (52 - 2 * max(1, world - 1).bit_length()) // 2))
 
 
-def agreement_slots(text: Optional[str], world: int) -> list:
+def agreement_slots(text: str | None, world: int) -> list:
     """``[1, h, h²]`` for ``text`` (``[0, 0, 0]``: this rank has nothing to compare)."""
     if text is None:
         return [0.0, 0.0, 0.0]
@@ -157,7 +163,7 @@ def fingerprint(obj: Any) -> str:
     return f"{type(obj).__qualname__} (pickle sha1 {hashlib.sha1(pickle.dumps(obj)).hexdigest()})"
 
 
-def odd_ones_out(texts: Mapping[int, Optional[str]], what: str, fix: str) -> dict:
+def odd_ones_out(texts: Mapping[int, str | None], what: str, fix: str) -> dict:
     """``{rank: message}`` for each rank whose text differs from the most common one (ties go to
     the lowest rank's); ranks with no text are left out. ``{rank}`` in ``fix`` becomes the rank
     at fault."""
@@ -167,8 +173,12 @@ def odd_ones_out(texts: Mapping[int, Optional[str]], what: str, fix: str) -> dic
     counts = Counter(present.values())
     reference_rank = min(present, key=lambda r: (-counts[present[r]], r))
     reference = present[reference_rank]
-    return {rank: f"{what} differs from rank {reference_rank}'s ({_short(text)} vs {_short(reference)}): "
-                  + fix.replace("{rank}", str(rank)) for rank, text in present.items() if text != reference}
+    return {
+        rank: f"{what} differs from rank {reference_rank}'s ({_short(text)} vs {_short(reference)}): "
+        + fix.replace("{rank}", str(rank))
+        for rank, text in present.items()
+        if text != reference
+    }
 
 
 def _short(text: str, limit: int = 160) -> str:

@@ -8,10 +8,11 @@ logical shards' parts are added in shard order, so the total — and the M-step 
 for bit the same whichever rank held which shard. A rank's failure, and a rank whose estimator
 or model differs, ride in the same messages, so every rank raises together.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ class AgreedFold:
     all-reduce's :class:`FoldPlan`, ``None`` for the gather path."""
 
     estimator: str  # the estimator's fingerprint
-    plan: Optional[FoldPlan]
+    plan: FoldPlan | None
 
     @property
     def path(self) -> str:
@@ -50,8 +51,8 @@ class StatisticsFold:
     def __init__(self, exchange: RankExchange, fold: str = "auto"):
         self.exchange, self.choice = exchange, choice("fold", fold, FOLDS)
         self.rank, self.world = exchange.rank, exchange.world
-        self.agreed: Optional[AgreedFold] = None
-        self.last_floats: Optional[int] = None  # float64s the last all-reduce fold sent; None: gathered
+        self.agreed: AgreedFold | None = None
+        self.last_floats: int | None = None  # float64s the last all-reduce fold sent; None: gathered
         self._estimator_prints: dict = {}
 
     # -- the k-means‖ exchange ------------------------------------------------------------------
@@ -84,9 +85,17 @@ class StatisticsFold:
             self._negotiate("folding statistics", estimator, value, None, self.estimator_print(estimator), None)
         return self.agreed
 
-    def shards(self, estimator: Estimator, pieces: Optional[list], layout: ShardLayout, into: Any = None, *,
-               model: Any = None, error: Optional[BaseException] = None,
-               operation: str = "folding statistics") -> tuple[float, float, Any]:
+    def shards(
+        self,
+        estimator: Estimator,
+        pieces: list | None,
+        layout: ShardLayout,
+        into: Any = None,
+        *,
+        model: Any = None,
+        error: BaseException | None = None,
+        operation: str = "folding statistics",
+    ) -> tuple[float, float, Any]:
         """Combine the statistics of every logical shard of ``layout`` into ``into`` (a fresh
         accumulator when ``None``) on every rank, summed in shard order; returns the global
         ``(count, log_density, into)``. ``pieces``: this rank's statistics, one
@@ -108,8 +117,7 @@ class StatisticsFold:
             if self.agreed is None:
                 self._negotiate(operation, estimator, values[0] if values else None, error, est_print, model_print)
             if self.agreed.plan is None:
-                return self._gather(operation, estimator, layout, pieces, values, into, error, est_print,
-                                    model_print)
+                return self._gather(operation, estimator, layout, pieces, values, into, error, est_print, model_print)
             folded = self._allreduce(operation, layout, pieces, values, into, error, est_print, model_print)
             if folded is not None:
                 return folded
@@ -124,17 +132,20 @@ class StatisticsFold:
                 plan = fold_plan(value, estimator.accumulator_factory().make)
             except Exception as exc:  # still take part in the exchange below
                 error = exc
-        entries = self.exchange.gather((None if error is None else failure_message(error), est_print,
-                                        model_print, plan))
+        entries = self.exchange.gather(
+            (None if error is None else failure_message(error), est_print, model_print, plan)
+        )
         failures = _failures([entry[:3] for entry in entries])
         if failures:
             raise_failures(failures, self.rank, error, operation)
         plans = [entry[3] for entry in entries]
         same = plans[0] is not None and all(p == plans[0] for p in plans)
         if self.choice == "allreduce" and not same:
-            raise ValueError("fold='allreduce' needs numeric statistics with the same layout on every "
-                             f"rank, which combine adds; got {len(set(map(repr, plans)))} layouts. "
-                             "Use fold='gather' or 'auto'")
+            raise ValueError(
+                "fold='allreduce' needs numeric statistics with the same layout on every "
+                f"rank, which combine adds; got {len(set(map(repr, plans)))} layouts. "
+                "Use fold='gather' or 'auto'"
+            )
         self.agreed = AgreedFold(est_print, plans[0] if same else None)
 
     def _allreduce(self, operation, layout, pieces, values, into, error, est_print, model_print):
@@ -153,16 +164,17 @@ class StatisticsFold:
                     if not fits:
                         break
                     body[slot * width], body[slot * width + 1] = piece.count, piece.log_density
-                    body[slot * width + 2:(slot + 1) * width] = flat
+                    body[slot * width + 2 : (slot + 1) * width] = flat
             except Exception as exc:
                 error = exc
         if not fits:
             body[:] = 0.0
-        header = ALLREDUCE_HEADER.pack(**status(error, model_print, self.world),
-                                       replan=float(error is None and not fits))
+        header = ALLREDUCE_HEADER.pack(
+            **status(error, model_print, self.world), replan=float(error is None and not fits)
+        )
         rows = self.exchange.rows(np.concatenate([header, body]), phase="fold")
         self.last_floats = len(header) + len(body)
-        summed = ALLREDUCE_HEADER.read(rows[:, :len(header)].sum(axis=0))
+        summed = ALLREDUCE_HEADER.read(rows[:, : len(header)].sum(axis=0))
         if not all_well(summed):
             self.exchange.settle(operation, error, model_print, "the model on this rank", SAME_MODEL)
         if summed.replan > 0:
@@ -175,8 +187,11 @@ class StatisticsFold:
         """The reference path: statistics pickled to the root, combined there in shard order
         (mixle's ``combine``, so any value works), the sum broadcast; failures ride in both
         messages."""
-        mine = (("failed", failure_message(error)) if error is not None
-                else ("ok", est_print, model_print, [(p.count, p.log_density, v) for p, v in zip(pieces, values)]))
+        mine = (
+            ("failed", failure_message(error))
+            if error is not None
+            else ("ok", est_print, model_print, [(p.count, p.log_density, v) for p, v in zip(pieces, values)])
+        )
         self.last_floats = None
         parts = self.exchange.gather_to_root(mine, phase="fold")
         message = self._combine_on_root(estimator, parts, layout) if parts is not None else None
@@ -200,7 +215,10 @@ class StatisticsFold:
             try:
                 total.combine(value)
             except Exception as exc:
-                return ("failed", {owner: f"its statistics could not be combined with rank 0's: {failure_message(exc)}"})
+                return (
+                    "failed",
+                    {owner: f"its statistics could not be combined with rank 0's: {failure_message(exc)}"},
+                )
             count, log_density = count + shard_count, log_density + shard_log_density
         renegotiate = parts[0][1] != self.agreed.estimator
         return ("ok", count, log_density, total.value(), renegotiate)

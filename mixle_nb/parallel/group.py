@@ -9,12 +9,14 @@ one-process run with ``init_process_group=False``.
 A default group created here goes through :func:`~mixle_nb.parallel.severing.init_default_group`,
 which remembers its connections so that they can be severed (``severing.py``).
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, Collection, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -29,9 +31,9 @@ GROUP_TIMEOUT_S = 300.0  # a group created here: how long the rendezvous waits f
 
 # Which default-group ranks the running call was sent to, or None when unknown (torchrun: every
 # rank runs the script). A MixleCluster's engines install one (mixle_nb/cluster/engine.py).
-_call_ranks: Optional[Callable[[], Optional[Collection[int]]]] = None
+_call_ranks: Callable[[], Collection[int] | None] | None = None
 # ((MASTER_ADDR, MASTER_PORT, rank, world), store) opened by join_group, and the groups formed in it
-_launcher_store: Optional[tuple[tuple, dist.Store]] = None
+_launcher_store: tuple[tuple, dist.Store] | None = None
 _groups_formed = 0
 
 
@@ -75,8 +77,9 @@ def _device_for(backend: str) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def join_group(group: Any = None, *, init_process_group: bool = True, backend: Optional[str] = None,
-               timeout: float = GROUP_TIMEOUT_S) -> GroupMembership:
+def join_group(
+    group: Any = None, *, init_process_group: bool = True, backend: str | None = None, timeout: float = GROUP_TIMEOUT_S
+) -> GroupMembership:
     """Adopt ``group`` or the existing default group, or create the default group from the
     launcher's ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (under ``srun``,
     derived from Slurm's variables: :mod:`~mixle_nb.parallel.slurm_env`), with ``timeout``
@@ -86,8 +89,9 @@ def join_group(group: Any = None, *, init_process_group: bool = True, backend: O
     timeout = timedelta(seconds=validation.positive_real("timeout", timeout))
     if group is not None or (dist.is_available() and dist.is_initialized()):
         chosen = dist.get_backend(group)
-        return GroupMembership(dist.get_rank(group), dist.get_world_size(group), group,
-                               _device_for(chosen), owned=False)
+        return GroupMembership(
+            dist.get_rank(group), dist.get_world_size(group), group, _device_for(chosen), owned=False
+        )
     if not init_process_group:
         return GroupMembership(0, 1, None, torch.device("cpu"), owned=False)
     os.environ.update(slurm_env.launcher_variables())
@@ -98,12 +102,14 @@ def join_group(group: Any = None, *, init_process_group: bool = True, backend: O
             "not set: run under `torchrun --nproc_per_node N script.py` or `srun python script.py`, "
             "on a MixleCluster, or "
             "after torch.distributed.init_process_group(); pass init_process_group=False to run "
-            "as one process")
+            "as one process"
+        )
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     device = _device_for(backend)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    init_default_group(backend, store=_next_launcher_store(rank, world, timeout), rank=rank, world_size=world,
-                       timeout=timeout)
+    init_default_group(
+        backend, store=_next_launcher_store(rank, world, timeout), rank=rank, world_size=world, timeout=timeout
+    )
     return GroupMembership(dist.get_rank(), dist.get_world_size(), None, device, owned=True)
 
 
@@ -121,8 +127,9 @@ def _next_launcher_store(rank: int, world: int, timeout: timedelta) -> dist.Stor
     where = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), rank, world)
     if _launcher_store is None or _launcher_store[0] != where:
         agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-        store = dist.TCPStore(where[0], where[1], world, is_master=rank == 0 and not agent_store,
-                              timeout=timeout, multi_tenant=True)
+        store = dist.TCPStore(
+            where[0], where[1], world, is_master=rank == 0 and not agent_store, timeout=timeout, multi_tenant=True
+        )
         _launcher_store, _groups_formed = (where, store), 0
     _groups_formed += 1
     return dist.PrefixStore(f"mixle_nb/group{_groups_formed}", _launcher_store[1])
@@ -139,7 +146,7 @@ def leave_default_group() -> None:
     severing.forget()
 
 
-def set_call_ranks_source(source: Optional[Callable[[], Optional[Collection[int]]]]) -> None:
+def set_call_ranks_source(source: Callable[[], Collection[int] | None] | None) -> None:
     """Install ``source()``: the default-group ranks the running call was sent to (``None``:
     not known). Without a source, every call counts as running on every rank."""
     global _call_ranks
@@ -159,5 +166,7 @@ def require_every_rank(membership: GroupMembership, operation: str) -> None:
     if set(members) <= set(ranks):
         return
     running = sorted(set(members) & set(ranks))
-    raise RuntimeError(f"{operation} needs every rank of the group; this call runs on ranks {running} "
-                       f"of {members} (--targets / targets=): run it on every rank, without --targets")
+    raise RuntimeError(
+        f"{operation} needs every rank of the group; this call runs on ranks {running} "
+        f"of {members} (--targets / targets=): run it on every rank, without --targets"
+    )

@@ -7,6 +7,7 @@ observations at once, encoded once. A ``pysp_*`` method is what a handle offers 
 recognises a handle by its ``pysp_*`` method, never by its type, so the optional methods below
 are simply absent from a handle that lacks them: ``hasattr`` tells the truth.
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable

@@ -1,5 +1,6 @@
 """Run a function on N local processes that can form one gloo group on loopback, as under
 ``torchrun``: for tests, benchmarks and quick experiments without a launcher."""
+
 from __future__ import annotations
 
 import faulthandler
@@ -11,7 +12,6 @@ import socket
 import tempfile
 import time
 import traceback
-
 
 PORTS = range(20000, 32768)  # below Linux's ephemeral range, so no outgoing connection holds one
 
@@ -33,8 +33,14 @@ def free_port() -> int:
 
 
 def _child(fn, rank: int, world: int, port: int, out_path: str, kwargs: dict, stacks_at: float) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS="1",
+    )
     stacks = open(out_path + ".stacks", "w")  # where this rank was, if it is about to be killed
     faulthandler.dump_traceback_later(max(0.5, stacks_at - time.time()), file=stacks)
     import torch
@@ -61,8 +67,9 @@ def run_local(fn, world: int, timeout: float = 180.0, **kwargs) -> list:
     with tempfile.TemporaryDirectory() as tmp:
         paths = [os.path.join(tmp, f"rank{r}.pkl") for r in range(world)]
         stacks_at = time.time() + max(1.0, timeout - 2.0)  # wall clock: the children start seconds later
-        procs = [ctx.Process(target=_child, args=(fn, r, world, port, paths[r], kwargs, stacks_at))
-                 for r in range(world)]
+        procs = [
+            ctx.Process(target=_child, args=(fn, r, world, port, paths[r], kwargs, stacks_at)) for r in range(world)
+        ]
         for p in procs:
             p.start()
         deadline = time.monotonic() + timeout
@@ -77,7 +84,9 @@ def run_local(fn, world: int, timeout: float = 180.0, **kwargs) -> list:
         results, problems = [], []
         for rank, path in enumerate(paths):
             if not os.path.exists(path):
-                why = f"killed after the {timeout:g} s timeout" if rank in killed else f"exit code {procs[rank].exitcode}"
+                why = (
+                    f"killed after the {timeout:g} s timeout" if rank in killed else f"exit code {procs[rank].exitcode}"
+                )
                 problems.append(f"rank {rank} produced no result ({why})" + _stacks(paths[rank]))
                 continue
             with open(path, "rb") as f:

@@ -9,11 +9,12 @@ ranks there are. A handle on in-memory data has one shard per rank (its rank's s
 order is the rank order the fold always had; a handle built from files has ``count`` shards dealt
 to the ranks, which ranks that outlive a lost one can read again (:func:`rebalance`).
 """
+
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -25,11 +26,11 @@ class ShardLayout:
     owners: tuple
 
     @classmethod
-    def one_per_rank(cls, world: int) -> "ShardLayout":
+    def one_per_rank(cls, world: int) -> ShardLayout:
         return cls(tuple(range(world)))
 
     @classmethod
-    def dealt(cls, count: int, world: int) -> "ShardLayout":
+    def dealt(cls, count: int, world: int) -> ShardLayout:
         """Shard ``s`` on rank ``s % world``: shard ``r`` on rank ``r`` when ``count == world``."""
         return cls(tuple(s % world for s in range(count)))
 
@@ -81,6 +82,6 @@ def fold_in_shard_order(rows: np.ndarray, layout: ShardLayout, offset: int, widt
     total = None
     for s, owner in enumerate(layout.owners):
         start = offset + layout.slot_of(s) * width
-        piece = rows[owner, start:start + width]
+        piece = rows[owner, start : start + width]
         total = piece.copy() if total is None else total + piece
     return total

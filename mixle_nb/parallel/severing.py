@@ -5,6 +5,7 @@ MixleCluster's engines) has its connections remembered, so that :func:`sever_gro
 them down: a peer blocked in a collective with this process then fails at once ("Connection
 closed by peer") instead of at the group timeout. The group is unusable afterwards.
 """
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,9 @@ def init_default_group(backend: str, **options: Any) -> None:
     dist.init_process_group(backend, **options)
     store_port = None if "store" in options else int(os.environ.get("MASTER_PORT", "0"))
     _group_sockets.clear()
-    _group_sockets.update({fd: link for fd, link in _open_sockets().items()
-                           if before.get(fd) != link and store_port not in _ports(fd)})
+    _group_sockets.update(
+        {fd: link for fd, link in _open_sockets().items() if before.get(fd) != link and store_port not in _ports(fd)}
+    )
     _severed = False
 
 

@@ -1,9 +1,11 @@
 """Per-observation results of a TorchRunEncodedData, put back in the original observation order
 (logical shard ``s`` of ``S`` holds observations ``s, s + S, ...``; on in-memory data shard ``s``
 is rank ``s``'s)."""
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -34,11 +36,17 @@ def map_shard(handle: Any, function: Callable[[Any], np.ndarray], gather: bool =
     interleaved = getattr(handle, "interleaved", True)
     try:
         if interleaved:
-            local = [(shard, np.concatenate([np.asarray(function(enc)) for enc in handle.chunks[first:end]]))
-                     for shard, first, end in handle.shard_chunks if end > first]
+            local = [
+                (shard, np.concatenate([np.asarray(function(enc)) for enc in handle.chunks[first:end]]))
+                for shard, first, end in handle.shard_chunks
+                if end > first
+            ]
         else:
-            local = [(origin, np.asarray(function(enc))) for enc, origin in zip(handle.chunks, handle.chunk_origins)
-                     if origin is not None]
+            local = [
+                (origin, np.asarray(function(enc)))
+                for enc, origin in zip(handle.chunks, handle.chunk_origins)
+                if origin is not None
+            ]
         error = None
     except Exception as exc:  # carried in the gather, so no peer waits for this rank
         local, error = None, exc

@@ -2,13 +2,15 @@
 ``.npy`` file or of a list of files, read by the rank itself so the data never pass through
 the notebook. A shard is cut into parts, each encoded once; raw parts are produced one at a
 time so that only one raw part is alive beside the encodings."""
+
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import os
 import zlib
-from typing import Any, Callable, Iterator, Optional, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -69,8 +71,10 @@ def describe(data: Any) -> str:
     of :data:`FINGERPRINT_ROWS` evenly spaced observations, so data of the same size that
     differ by rank — each rank's part of a scatter — are told apart at a cost independent of N)."""
     if isinstance(data, np.ndarray):
-        return (f"an array of {len(data)} observations of shape {data.shape[1:]}, dtype {data.dtype}, "
-                f"content {content_print(data)}")
+        return (
+            f"an array of {len(data)} observations of shape {data.shape[1:]}, dtype {data.dtype}, "
+            f"content {content_print(data)}"
+        )
     return f"a {type(data).__name__} of {len(data)} observations, content {content_print(data)}"
 
 
@@ -86,7 +90,7 @@ def content_print(data: Any) -> str:
     return f"{zlib.crc32(payload):08x}"
 
 
-def describe_rows(shard: Any) -> Optional[str]:
+def describe_rows(shard: Any) -> str | None:
     """What ranks must agree on about their own shards (whose sizes differ): an array's
     observation shape and dtype; nothing for other sequences or an empty shard."""
     if isinstance(shard, np.ndarray) and len(shard):
@@ -109,8 +113,10 @@ class NpyRows:
         if header.dtype.hasobject:
             raise ValueError(f"{self.path}: object arrays cannot be read in parts; save a numeric array")
         if header.ndim > 1 and not header.flags.c_contiguous:
-            raise ValueError(f"{self.path}: the array is stored in Fortran order; save it with "
-                             "np.save(path, np.ascontiguousarray(x))")
+            raise ValueError(
+                f"{self.path}: the array is stored in Fortran order; save it with "
+                "np.save(path, np.ascontiguousarray(x))"
+            )
         self.shape, self.dtype, self.offset = header.shape, header.dtype, header.offset
         del header
         self.rank, self.world = rank, world
@@ -158,8 +164,9 @@ def load_npy(path: str) -> Any:
     return np.load(path, mmap_mode="r")
 
 
-def file_parts(paths: Sequence[str], reader: Callable[[str], Any], sub_chunks: int,
-               counts: list, sources: Optional[list] = None) -> Iterator[Any]:
+def file_parts(
+    paths: Sequence[str], reader: Callable[[str], Any], sub_chunks: int, counts: list, sources: list | None = None
+) -> Iterator[Any]:
     """Each file's observations in ``sub_chunks`` parts, read one file at a time; the size of
     each part is appended to ``counts`` as it is produced, and ``(path, its first row in the
     file, the file's index in paths)`` to ``sources``."""

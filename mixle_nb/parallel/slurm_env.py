@@ -7,11 +7,12 @@ turns that into torch's env:// variables, so a handle joins the group exactly as
 store at a port chosen from the job id. Variables already set win (a ``torchrun`` inside a
 Slurm job, or ``MASTER_PORT`` given by hand).
 """
+
 from __future__ import annotations
 
 import os
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 PORT_BASE, PORT_SPAN = 15000, 20000  # the store's port: PORT_BASE + job id mod PORT_SPAN
 _BRACKETS = re.compile(r"^([^\[,]*)\[([^\]]+)\]")
@@ -30,7 +31,8 @@ def first_host(nodelist: str) -> str:
 def in_slurm_step(env: Mapping[str, str] = os.environ) -> bool:
     """Whether this process is a task of a Slurm step with a world to join."""
     return all(v in env for v in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID")) and (
-        "SLURM_STEP_NODELIST" in env or "SLURM_JOB_NODELIST" in env)
+        "SLURM_STEP_NODELIST" in env or "SLURM_JOB_NODELIST" in env
+    )
 
 
 def launcher_variables(env: Mapping[str, str] = os.environ) -> dict[str, str]:
@@ -39,9 +41,13 @@ def launcher_variables(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     if not in_slurm_step(env):
         return {}
     nodelist = env.get("SLURM_STEP_NODELIST") or env["SLURM_JOB_NODELIST"]
-    derived = {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": env["SLURM_NTASKS"],
-               "LOCAL_RANK": env.get("SLURM_LOCALID", "0"), "MASTER_ADDR": first_host(nodelist),
-               "MASTER_PORT": str(PORT_BASE + int(env["SLURM_JOB_ID"]) % PORT_SPAN)}
+    derived = {
+        "RANK": env["SLURM_PROCID"],
+        "WORLD_SIZE": env["SLURM_NTASKS"],
+        "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
+        "MASTER_ADDR": first_host(nodelist),
+        "MASTER_PORT": str(PORT_BASE + int(env["SLURM_JOB_ID"]) % PORT_SPAN),
+    }
     return {k: env.get(k, v) for k, v in derived.items()}
 
 
@@ -63,5 +69,7 @@ def task_device(env: Mapping[str, str] = os.environ, device_count: int | None = 
         return 0
     if local < count:
         return local
-    raise ValueError(f"task {env.get('SLURM_PROCID', '?')} (local rank {local}) sees {count} GPUs: "
-                     "nccl needs one GPU per task; ask for --gpus-per-task=1 or fewer tasks per node")
+    raise ValueError(
+        f"task {env.get('SLURM_PROCID', '?')} (local rank {local}) sees {count} GPUs: "
+        "nccl needs one GPU per task; ask for --gpus-per-task=1 or fewer tasks per node"
+    )

@@ -15,6 +15,7 @@ which it cannot stand in for: it leaves its message in the group's store and shu
 connections down, so they raise at once too, and the group must be formed again
 (:func:`~mixle_nb.parallel.fail_together.fail_by_severing`; nothing is added to a good step).
 """
+
 from __future__ import annotations
 
 import copy
@@ -33,8 +34,14 @@ from torch import nn
 from .. import validation
 from ..checkpoint.training import TrainingCheckpoints
 from ..neural.leaf import StreamingTransformerLeaf
-from ..neural.source import (SequenceOrder, as_token_array, check_window_args, gather_sequences,
-                             gather_windows, window_view)
+from ..neural.source import (
+    SequenceOrder,
+    as_token_array,
+    check_window_args,
+    gather_sequences,
+    gather_windows,
+    window_view,
+)
 from .exchange import Header, RankExchange
 from .fail_together import PeerRankError, fail_by_severing, odd_ones_out, raise_failures, raise_together
 from .group import GROUP_TIMEOUT_S, join_group, require_every_rank
@@ -43,9 +50,11 @@ from .handle import HandleLifetime
 _PARALLEL_MODES = ("auto", "ddp", "fsdp", "none")
 _PRECISIONS = ("fp32", "bf16")
 _FILE_DTYPES = ("uint16", "uint32", "int32", "int64")
-ELASTIC_TRAINING = ("elastic training resumes the survivors from the newest checkpoint, reading their new "
-                    "slices of the token file: build the handle with StreamingTokenEncodedData.from_file(path, "
-                    "..., checkpoint=DIR) on a DIR every rank can read")
+ELASTIC_TRAINING = (
+    "elastic training resumes the survivors from the newest checkpoint, reading their new "
+    "slices of the token file: build the handle with StreamingTokenEncodedData.from_file(path, "
+    "..., checkpoint=DIR) on a DIR every rank can read"
+)
 SAME_TOKENS = "pass the same token ids, block and batch_size on every rank"
 CONSTRUCTION_HEADER = Header(failed=1, max_id=1, tokens=1, block=1, batch_size=1)
 LOG_DENSITY_HEADER = Header(failed=1, count=1, total=1)
@@ -115,19 +124,21 @@ def _allreduce_with_status(status: _StepStatus, bucket):
         return status._pending[-1][1]
     pending, status._pending = status._pending, []
     buffers = [buf for buf, _ in pending]
-    packed = torch.cat([b.reshape(-1).to(status.dtype) for b in buffers]
-                       + [status.words(stop=status.stop, failed=0.0, device=buffers[0].device)])
-    packed[:-STEP_STATUS.width].div_(status.world)
+    packed = torch.cat(
+        [b.reshape(-1).to(status.dtype) for b in buffers]
+        + [status.words(stop=status.stop, failed=0.0, device=buffers[0].device)]
+    )
+    packed[: -STEP_STATUS.width].div_(status.world)
 
     def unpack(fut):
         out = fut.value()[0]
-        words = STEP_STATUS.read(out[-STEP_STATUS.width:].cpu().numpy())
+        words = STEP_STATUS.read(out[-STEP_STATUS.width :].cpu().numpy())
         status.agreed_stop, status.agreed_failed = words.stop > 0, words.failed > 0
         lo = 0
         for buf, future in pending[:-1]:
-            future.set_result(out[lo:lo + buf.numel()].to(buf.dtype))
+            future.set_result(out[lo : lo + buf.numel()].to(buf.dtype))
             lo += buf.numel()
-        return out[lo:lo + buffers[-1].numel()].to(buffers[-1].dtype)
+        return out[lo : lo + buffers[-1].numel()].to(buffers[-1].dtype)
 
     return dist.all_reduce(packed, group=status.group, async_op=True).get_future().then(unpack)
 
@@ -201,17 +212,32 @@ class StreamingTokenEncodedData(HandleLifetime):
     MixleCluster the group is formed again by itself; train a new model after it.
     """
 
-    def __init__(self, token_ids: Any, *, block: int, batch_size: int, epochs: int = 1,
-                 shuffle: bool = True, shard_by_rank: bool = True, init_process_group: bool = True,
-                 backend: str | None = None, group: Any = None, timeout: float = GROUP_TIMEOUT_S,
-                 parallel: str = "auto", precision: str = "fp32",
-                 activation_checkpointing: bool = False,
-                 progress: Callable[[dict], None] | None = None, progress_every: int = 10,
-                 seed: int = 0, max_steps: int | None = None, stop: Any = None,
-                 checkpoint: str | os.PathLike | None = None, checkpoint_every: int = 50,
-                 checkpoint_async: bool = True):
-        self._membership = join_group(group, init_process_group=init_process_group, backend=backend,
-                                      timeout=timeout)
+    def __init__(
+        self,
+        token_ids: Any,
+        *,
+        block: int,
+        batch_size: int,
+        epochs: int = 1,
+        shuffle: bool = True,
+        shard_by_rank: bool = True,
+        init_process_group: bool = True,
+        backend: str | None = None,
+        group: Any = None,
+        timeout: float = GROUP_TIMEOUT_S,
+        parallel: str = "auto",
+        precision: str = "fp32",
+        activation_checkpointing: bool = False,
+        progress: Callable[[dict], None] | None = None,
+        progress_every: int = 10,
+        seed: int = 0,
+        max_steps: int | None = None,
+        stop: Any = None,
+        checkpoint: str | os.PathLike | None = None,
+        checkpoint_every: int = 50,
+        checkpoint_async: bool = True,
+    ):
+        self._membership = join_group(group, init_process_group=init_process_group, backend=backend, timeout=timeout)
         require_every_rank(self._membership, "building a StreamingTokenEncodedData")
         self.rank, self.world = self._membership.rank, self._membership.world
         self.exchange = RankExchange(self._membership)
@@ -228,11 +254,14 @@ class StreamingTokenEncodedData(HandleLifetime):
             validation.optional_int("max_steps", max_steps)
             if stop is not None and not (callable(stop) or hasattr(stop, "is_set")):
                 raise TypeError("stop must be None, a zero-argument callable, or have is_set()")
-            self.checkpoints = (None if checkpoint is None else
-                                TrainingCheckpoints(checkpoint, checkpoint_every, checkpoint_async,
-                                                    group=self._membership.group, timeout_s=timeout))
-            self._shard(tokens, block, batch_size, shard_by_rank,
-                        mapped=isinstance(token_ids, np.memmap))
+            self.checkpoints = (
+                None
+                if checkpoint is None
+                else TrainingCheckpoints(
+                    checkpoint, checkpoint_every, checkpoint_async, group=self._membership.group, timeout_s=timeout
+                )
+            )
+            self._shard(tokens, block, batch_size, shard_by_rank, mapped=isinstance(token_ids, np.memmap))
             max_id = int(self.tokens.max())  # of this rank's part only: a file is never read whole
         except Exception as error:  # noqa: BLE001 - every error is carried to the peers
             failure = error
@@ -245,14 +274,15 @@ class StreamingTokenEncodedData(HandleLifetime):
         self.seed, self.max_steps, self.stop = seed, max_steps, stop
         # Replicated data needs a per-rank order, or every rank would take the same batch.
         self._windows = window_view(self.tokens, block)
-        self._order = SequenceOrder(len(self.tokens), block, batch_size, shuffle=shuffle,
-                                    seed=seed if shard_by_rank else seed + self.rank)
+        self._order = SequenceOrder(
+            len(self.tokens), block, batch_size, shuffle=shuffle, seed=seed if shard_by_rank else seed + self.rank
+        )
         self._training: _Training | None = None
         self._resumed = False  # the checkpoint is loaded into the first module trained only
         self._n_tokens, self._source = n_tokens, None  # (path, dtype) when built by from_file
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, *, dtype: Any = None, **kwargs) -> "StreamingTokenEncodedData":
+    def from_file(cls, path: str | os.PathLike, *, dtype: Any = None, **kwargs) -> StreamingTokenEncodedData:
         """The handle over a token file that every rank maps, reading only its own shard.
 
         ``path`` is a ``.npy`` of ``uint16`` / ``uint32`` ids (dtype from its header) or raw
@@ -269,9 +299,14 @@ class StreamingTokenEncodedData(HandleLifetime):
     def check_elastic(self) -> None:
         """Raise unless the survivors of a lost rank can go on (:meth:`rejoin`): the handle reads
         a token file again, and has checkpoints to resume from."""
-        missing = [what for what, ok in (("was built without checkpoint=", self.checkpoints is not None),
-                                         ("holds tokens passed from memory, which the survivors cannot read "
-                                          "again", self._source is not None)) if not ok]
+        missing = [
+            what
+            for what, ok in (
+                ("was built without checkpoint=", self.checkpoints is not None),
+                ("holds tokens passed from memory, which the survivors cannot read again", self._source is not None),
+            )
+            if not ok
+        ]
         if missing:
             raise ValueError(f"the handle {' and '.join(missing)}; {ELASTIC_TRAINING}")
 
@@ -289,44 +324,55 @@ class StreamingTokenEncodedData(HandleLifetime):
         self.checkpoints.abandon()
         self._training, self._resumed = None, False
         if self.checkpoints.latest() is None:
-            raise RuntimeError(f"no complete checkpoint in {self.checkpoints.root} yet (one is written every "
-                               f"{self.checkpoints.every} steps): nothing to resume the survivors from; "
-                               "call cluster.restart() and train again")
+            raise RuntimeError(
+                f"no complete checkpoint in {self.checkpoints.root} yet (one is written every "
+                f"{self.checkpoints.every} steps): nothing to resume the survivors from; "
+                "call cluster.restart() and train again"
+            )
         tokens = open_token_file(*self._source)
         if len(tokens) != self._n_tokens:
-            raise RuntimeError(f"{self._source[0]} holds {len(tokens)} tokens, not the {self._n_tokens} the "
-                               "handle was built on: did the file change?")
+            raise RuntimeError(
+                f"{self._source[0]} holds {len(tokens)} tokens, not the {self._n_tokens} the "
+                "handle was built on: did the file change?"
+            )
         self._shard(tokens, self.block, self.batch_size, self.shard_by_rank, mapped=True)
         self._windows = window_view(self.tokens, self.block)
-        self._order = SequenceOrder(len(self.tokens), self.block, self.batch_size, shuffle=self.shuffle,
-                                    seed=self.seed if self.shard_by_rank else self.seed + self.rank)
+        self._order = SequenceOrder(
+            len(self.tokens),
+            self.block,
+            self.batch_size,
+            shuffle=self.shuffle,
+            seed=self.seed if self.shard_by_rank else self.seed + self.rank,
+        )
         return list(shard_bounds(len(tokens), self.rank, self.world if self.shard_by_rank else 1))
 
-    def _shard(self, tokens: np.ndarray, block: int, batch_size: int, shard_by_rank: bool, *,
-               mapped: bool) -> None:
+    def _shard(self, tokens: np.ndarray, block: int, batch_size: int, shard_by_rank: bool, *, mapped: bool) -> None:
         """Keep this rank's slice; derive the step count from the global length, so every rank
         calls backward equally often without agreeing over the network."""
         shards = self.world if shard_by_rank else 1
         lengths = [hi - lo for lo, hi in (shard_bounds(len(tokens), r, shards) for r in range(shards))]
         if 2 * block > min(lengths):
-            raise ValueError(f"block={block} needs rank shards of at least 2 * block = {2 * block} "
-                             f"tokens, more than the smallest rank shard ({min(lengths)} of "
-                             f"{len(tokens)} tokens over {shards} ranks); use a smaller block or "
-                             "more tokens")
+            raise ValueError(
+                f"block={block} needs rank shards of at least 2 * block = {2 * block} "
+                f"tokens, more than the smallest rank shard ({min(lengths)} of "
+                f"{len(tokens)} tokens over {shards} ranks); use a smaller block or "
+                "more tokens"
+            )
         windows = min(n // block - 1 for n in lengths)
         self.steps_per_epoch = windows // batch_size
         if self.steps_per_epoch == 0:
-            raise ValueError(f"batch_size={batch_size} exceeds the {windows} windows of the "
-                             f"smallest rank shard (one every block={block} tokens); use a "
-                             f"smaller batch_size or more tokens")
+            raise ValueError(
+                f"batch_size={batch_size} exceeds the {windows} windows of the "
+                f"smallest rank shard (one every block={block} tokens); use a "
+                f"smaller batch_size or more tokens"
+            )
         lo, hi = shard_bounds(len(tokens), self.rank, shards) if shard_by_rank else (0, len(tokens))
         shard = tokens[lo:hi]
         # An in-memory array is copied so the rest can be freed; a memory map stays mapped.
         self.tokens = shard.copy() if shards > 1 and not mapped else shard
         as_token_array(self.tokens)  # integer ids, none negative: checked on this rank's part
 
-    def _construction_exchange(self, failure, n_tokens: int, max_id: int, block: int,
-                               batch_size: int) -> int:
+    def _construction_exchange(self, failure, n_tokens: int, max_id: int, block: int, batch_size: int) -> int:
         """One exchange of every rank's status, largest token id and the arguments every rank
         must share; returns the largest id of all shards. Raises together if any rank failed
         or disagreed (naming the ranks whose arguments differ)."""
@@ -334,13 +380,17 @@ class StreamingTokenEncodedData(HandleLifetime):
             if failure is not None:
                 raise failure
             return max_id
-        rows = self.exchange.rows(CONSTRUCTION_HEADER.pack(
-            failed=float(failure is not None), max_id=max_id, tokens=n_tokens, block=block, batch_size=batch_size))
+        rows = self.exchange.rows(
+            CONSTRUCTION_HEADER.pack(
+                failed=float(failure is not None), max_id=max_id, tokens=n_tokens, block=block, batch_size=batch_size
+            )
+        )
         facts = [CONSTRUCTION_HEADER.read(row) for row in rows]
         if any(f.failed for f in facts):
             raise_together(failure, self._membership.group, self.world, "StreamingTokenEncodedData")
-        shared = {r: f"{f.tokens:.0f} tokens, block={f.block:.0f}, batch_size={f.batch_size:.0f}"
-                  for r, f in enumerate(facts)}
+        shared = {
+            r: f"{f.tokens:.0f} tokens, block={f.block:.0f}, batch_size={f.batch_size:.0f}" for r, f in enumerate(facts)
+        }
         odd = odd_ones_out(shared, "the token ids or arguments on this rank", SAME_TOKENS)
         if odd:
             raise_failures(odd, self.rank, None, "building a StreamingTokenEncodedData")
@@ -363,24 +413,34 @@ class StreamingTokenEncodedData(HandleLifetime):
     def _check_module(self, estimator) -> nn.Module:
         module = getattr(estimator, "module", None)
         if not isinstance(module, nn.Module):
-            raise TypeError("estimator must carry a torch.nn.Module as .module; use "
-                            "StreamingTransformerLeafEstimator(build_causal_lm(vocab))")
+            raise TypeError(
+                "estimator must carry a torch.nn.Module as .module; use "
+                "StreamingTransformerLeafEstimator(build_causal_lm(vocab))"
+            )
         vocab = getattr(module, "vocab", None)
         if vocab is not None and self.max_token_id >= vocab:
-            raise ValueError(f"token id {self.max_token_id} is outside the model's vocabulary "
-                             f"[0, {vocab}); build the model with vocab > {self.max_token_id}")
+            raise ValueError(
+                f"token id {self.max_token_id} is outside the model's vocabulary "
+                f"[0, {vocab}); build the model with vocab > {self.max_token_id}"
+            )
         model_block = getattr(module, "block", None)
         if model_block is not None and self.block > model_block:
-            raise ValueError(f"handle block={self.block} exceeds the model's block={model_block}; "
-                             "build the model with a block at least as long")
+            raise ValueError(
+                f"handle block={self.block} exceeds the model's block={model_block}; "
+                "build the model with a block at least as long"
+            )
         if "return_all_logits" not in inspect.signature(type(module).forward).parameters:
-            raise TypeError(f"{type(module).__name__}.forward has no return_all_logits keyword; "
-                            "training takes the loss at every position, so the module must return "
-                            "(batch, t, vocab) logits for module(x, return_all_logits=True), as "
-                            "build_causal_lm's CausalLM (and mixle's) do")
+            raise TypeError(
+                f"{type(module).__name__}.forward has no return_all_logits keyword; "
+                "training takes the loss at every position, so the module must return "
+                "(batch, t, vocab) logits for module(x, return_all_logits=True), as "
+                "build_causal_lm's CausalLM (and mixle's) do"
+            )
         if self.activation_checkpointing and not hasattr(module, "activation_checkpointing"):
-            raise TypeError(f"{type(module).__name__} has no activation_checkpointing switch; "
-                            "use build_causal_lm or pass activation_checkpointing=False")
+            raise TypeError(
+                f"{type(module).__name__} has no activation_checkpointing switch; "
+                "use build_causal_lm or pass activation_checkpointing=False"
+            )
         return module
 
     def _resolve_mode(self, device: torch.device) -> str:
@@ -389,15 +449,21 @@ class StreamingTokenEncodedData(HandleLifetime):
             return "none" if self.world == 1 else ("fsdp" if device.type == "cuda" else "ddp")
         if self.parallel == "none":
             if self.world > 1:
-                raise ValueError(f"parallel='none' on {self.world} ranks would train {self.world} "
-                                 "different models; use 'auto', 'ddp' or 'fsdp'")
+                raise ValueError(
+                    f"parallel='none' on {self.world} ranks would train {self.world} "
+                    "different models; use 'auto', 'ddp' or 'fsdp'"
+                )
             return "none"
         if not grouped:
-            raise RuntimeError(f"parallel={self.parallel!r} needs a torch.distributed process group; "
-                               "launch with torchrun or on a MixleCluster, or use parallel='none'")
+            raise RuntimeError(
+                f"parallel={self.parallel!r} needs a torch.distributed process group; "
+                "launch with torchrun or on a MixleCluster, or use parallel='none'"
+            )
         if dist.get_backend(self._membership.group) == "nccl" and device.type != "cuda":
-            raise RuntimeError(f"parallel={self.parallel!r} on the nccl backend needs a CUDA device, "
-                               f"got {device}; use backend='gloo' or estimator device='cuda'")
+            raise RuntimeError(
+                f"parallel={self.parallel!r} on the nccl backend needs a CUDA device, "
+                f"got {device}; use backend='gloo' or estimator device='cuda'"
+            )
         return self.parallel
 
     def _training_for(self, estimator) -> _Training:
@@ -412,14 +478,17 @@ class StreamingTokenEncodedData(HandleLifetime):
         if hasattr(module, "activation_checkpointing"):
             module.activation_checkpointing = self.activation_checkpointing
         trainable = [p for p in module.parameters() if p.requires_grad]
-        status = _StepStatus(sum(p.numel() for p in trainable), trainable[0].dtype, self._membership.group,
-                             self.world)
+        status = _StepStatus(sum(p.numel() for p in trainable), trainable[0].dtype, self._membership.group, self.world)
         replica, wrapped = None, module
         if mode == "ddp":
             # init_sync=False: replicas are identical by construction, so no broadcast.
             wrapped = nn.parallel.DistributedDataParallel(
-                module, device_ids=[device.index] if device.type == "cuda" else None,
-                process_group=self._membership.group, forward_sync_buffers=False, init_sync=False)
+                module,
+                device_ids=[device.index] if device.type == "cuda" else None,
+                process_group=self._membership.group,
+                forward_sync_buffers=False,
+                init_sync=False,
+            )
             wrapped.register_comm_hook(status, _allreduce_with_status)
         elif mode == "fsdp":
             replica = self._shard_fsdp(module)
@@ -439,15 +508,16 @@ class StreamingTokenEncodedData(HandleLifetime):
 
         blocks = getattr(module, "blocks", None)
         if blocks is None:
-            raise TypeError(f"parallel='fsdp' shards module.blocks one by one; "
-                            f"{type(module).__name__} has no .blocks")
+            raise TypeError(f"parallel='fsdp' shards module.blocks one by one; {type(module).__name__} has no .blocks")
         replica = copy.deepcopy(module).to("meta")
-        policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-                  if self.precision == "bf16" else MixedPrecisionPolicy())
+        policy = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if self.precision == "bf16"
+            else MixedPrecisionPolicy()
+        )
         # the handle's group, on the module's device type: fully_shard's default mesh is the
         # default group's, on the accelerator whenever one exists, even for a CPU module
-        mesh = DeviceMesh.from_group(self._membership.group or dist.group.WORLD,
-                                     next(module.parameters()).device.type)
+        mesh = DeviceMesh.from_group(self._membership.group or dist.group.WORLD, next(module.parameters()).device.type)
         for blk in blocks:
             fully_shard(blk, mesh=mesh, mp_policy=policy)
         fully_shard(module, mesh=mesh, mp_policy=policy)
@@ -482,8 +552,12 @@ class StreamingTokenEncodedData(HandleLifetime):
         """A failed rank's part in the DDP step exchange its peers are in: zero gradients and
         "failed". DDP's second forward re-buckets once with a broadcast; take part in it too."""
         tr.wrapped.reducer._rebuild_buckets()  # no-op unless this is that forward's collective
-        words = torch.cat([torch.zeros(tr.status.size, dtype=tr.status.dtype, device=tr.device),
-                           tr.status.words(stop=tr.status.stop, failed=1.0, device=tr.device)])
+        words = torch.cat(
+            [
+                torch.zeros(tr.status.size, dtype=tr.status.dtype, device=tr.device),
+                tr.status.words(stop=tr.status.stop, failed=1.0, device=tr.device),
+            ]
+        )
         dist.all_reduce(words, group=self._membership.group)
 
     def _fail_step(self, tr: _Training, error: BaseException | None, exchange_pending: bool) -> None:
@@ -501,8 +575,7 @@ class StreamingTokenEncodedData(HandleLifetime):
         raise_together(error, self._membership.group, self.world, f"training step {tr.step + 1}")
 
     def _train(self, tr: _Training, n_steps: int) -> None:
-        autocast = torch.autocast(tr.device.type, dtype=torch.bfloat16,
-                                  enabled=self.precision == "bf16")
+        autocast = torch.autocast(tr.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
         tr.wrapped.train()
         start, call_targets, since, loss_sum = time.perf_counter(), 0, 0, torch.zeros((), device=tr.device)
         local_stop = stopping = False
@@ -527,12 +600,17 @@ class StreamingTokenEncodedData(HandleLifetime):
                     self.checkpoints.save(tr.module, tr.optimizer, {"step": tr.step, "targets": tr.targets})
                 loss_sum += loss.detach()
                 since += 1
-                if self.progress is not None and (tr.step % self.progress_every == 0
-                                                  or stopping or i == n_steps - 1):
+                if self.progress is not None and (tr.step % self.progress_every == 0 or stopping or i == n_steps - 1):
                     elapsed = time.perf_counter() - start
-                    self.progress({"step": tr.step, "loss": loss_sum.item() / since,
-                                   "targets": tr.targets, "targets_per_s": call_targets / elapsed,
-                                   "rank": self.rank})
+                    self.progress(
+                        {
+                            "step": tr.step,
+                            "loss": loss_sum.item() / since,
+                            "targets": tr.targets,
+                            "targets_per_s": call_targets / elapsed,
+                            "rank": self.rank,
+                        }
+                    )
                     loss_sum.zero_()
                     since = 0
             except PeerRankError:
@@ -550,8 +628,7 @@ class StreamingTokenEncodedData(HandleLifetime):
             return tr.module
         from torch.distributed.tensor import DTensor
 
-        full = {k: v.full_tensor() if isinstance(v, DTensor) else v
-                for k, v in tr.module.state_dict().items()}
+        full = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in tr.module.state_dict().items()}
         if next(tr.replica.parameters()).is_meta:
             tr.replica.to_empty(device=tr.device)
         tr.replica.load_state_dict(full)
@@ -619,8 +696,9 @@ class StreamingTokenEncodedData(HandleLifetime):
         except Exception as error:  # noqa: BLE001 - carried to the peers, then re-raised
             failure = error
         if self.world > 1 and self.shard_by_rank:
-            summed = LOG_DENSITY_HEADER.read(self.exchange.sum(LOG_DENSITY_HEADER.pack(
-                failed=float(failure is not None), count=count, total=total)))
+            summed = LOG_DENSITY_HEADER.read(
+                self.exchange.sum(LOG_DENSITY_HEADER.pack(failed=float(failure is not None), count=count, total=total))
+            )
             if summed.failed:
                 raise_together(failure, self._membership.group, self.world, "log-density sum")
             count, total = summed.count, summed.total

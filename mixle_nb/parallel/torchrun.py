@@ -18,6 +18,7 @@ waiting in a collective until the group timeout. The same exchange checks that e
 holds the same data description, estimator and model. The exchanges are ``exchange.py``'s
 (:class:`~mixle_nb.parallel.exchange.RankExchange`), the statistics' fold is ``fold.py``'s.
 """
+
 from __future__ import annotations
 
 import io
@@ -25,17 +26,28 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from ..stats.base import Distribution, Estimator
-from ..stats.estimation import Accumulated, EMStep, accumulate, encode, log_density_total, m_step, takes_device, tie_keys
+from ..stats.estimation import (
+    Accumulated,
+    EMStep,
+    accumulate,
+    encode,
+    log_density_total,
+    m_step,
+    takes_device,
+    tie_keys,
+)
 from ..stats.kmeans import kmeans_init
-from ..validation import choice, device as checked_device, fraction, positive_int
+from ..validation import choice, fraction, positive_int
+from ..validation import device as checked_device
 from .exchange import STATUS, Header, RankExchange, all_well, status
 from .fail_together import failure_message, fingerprint
 from .fold import FOLDS, SAME_MODEL, StatisticsFold
@@ -43,17 +55,31 @@ from .group import GROUP_TIMEOUT_S, join_group, require_every_rank
 from .handle import HandleLifetime
 from .logical_shards import ShardLayout, rebalance
 from .shard_map import map_shard
-from .shards import (NpyRows, dealt_files, describe, describe_rows, empty_like_rows, file_parts, load_npy,
-                     rank_slice, release_freed_memory, split_parts)
+from .shards import (
+    NpyRows,
+    dealt_files,
+    describe,
+    describe_rows,
+    empty_like_rows,
+    file_parts,
+    load_npy,
+    rank_slice,
+    release_freed_memory,
+    split_parts,
+)
 
-SAME_DATA = ("pass the same full data on every rank (each keeps "
-             "data[rank::world] of it), or root_only=True with the data on the root. Did you %mixle_scatter "
-             "it? For data already split across ranks use TorchRunEncodedData.from_shards(shard, estimator=...)")
+SAME_DATA = (
+    "pass the same full data on every rank (each keeps "
+    "data[rank::world] of it), or root_only=True with the data on the root. Did you %mixle_scatter "
+    "it? For data already split across ranks use TorchRunEncodedData.from_shards(shard, estimator=...)"
+)
 SAME_ROWS = "every rank's observations must have the same shape and dtype"
 SAME_FILES = "every rank must pass the same path (or list of paths); each rank reads its own part of it"
-NOT_ELASTIC = ("elastic=True needs data the ranks can read again when a rank dies, and {what} lives only in "
-               "the ranks' memory (lost with a rank): save it (np.save) and build the handle with "
-               "TorchRunEncodedData.from_npy(path, ..., elastic=True) or from_files(paths, ..., elastic=True)")
+NOT_ELASTIC = (
+    "elastic=True needs data the ranks can read again when a rank dies, and {what} lives only in "
+    "the ranks' memory (lost with a rank): save it (np.save) and build the handle with "
+    "TorchRunEncodedData.from_npy(path, ..., elastic=True) or from_files(paths, ..., elastic=True)"
+)
 LOG_DENSITY_HEADER = Header(**STATUS, count=1, total=1)
 REJOIN_HEADER = Header(failed=1, count=1)
 
@@ -134,16 +160,16 @@ class TorchRunEncodedData(HandleLifetime):
 
     def __init__(
         self,
-        data: Optional[Sequence],
-        estimator: Optional[Estimator] = None,
-        model: Optional[Distribution] = None,
+        data: Sequence | None,
+        estimator: Estimator | None = None,
+        model: Distribution | None = None,
         encoder: Any = None,
         sub_chunks: int = 1,
         group: Any = None,
         root: int = 0,
         root_only: bool = False,
         init_process_group: bool = True,
-        backend: Optional[str] = None,
+        backend: str | None = None,
         *,
         fold: str = "auto",
         device: Any = None,
@@ -152,15 +178,18 @@ class TorchRunEncodedData(HandleLifetime):
     ):
         if elastic:
             raise ValueError(NOT_ELASTIC.format(what="data passed to the constructor"))
-        sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
-                                backend, fold, timeout=timeout)
+        sub_chunks = self._join(
+            estimator, model, encoder, sub_chunks, group, root, init_process_group, backend, fold, timeout=timeout
+        )
         error, shards, shard, signature = None, None, None, None
         try:  # whatever fails here is carried to the peers in the count exchange
             encoder = self._place(_choose_encoder(estimator, model, encoder), device)
             if root_only and self.rank == self.root:
                 if data is None:
-                    raise ValueError(f"root_only=True needs the data on the root (rank {self.root}), "
-                                     "which got None: pass it there (other ranks may pass None)")
+                    raise ValueError(
+                        f"root_only=True needs the data on the root (rank {self.root}), "
+                        "which got None: pass it there (other ranks may pass None)"
+                    )
                 shards = [rank_slice(data, r, self.world) for r in range(self.world)]
             elif not root_only:
                 if data is None:
@@ -172,18 +201,37 @@ class TorchRunEncodedData(HandleLifetime):
             shard = self.exchange.scatter(shards)
             signature = None if shard is None else describe_rows(shard)
         parts = () if shard is None else split_parts(shard, sub_chunks)
-        self._encode(encoder, [(self.rank, parts)], None, signature, error, "the data",
-                     None if shard is None else shard[:0],
-                     locate=lambda _s, part, row, _: f"row {self.rank + self.world * row} of the data",
-                     fix=SAME_ROWS if root_only else "rank {rank} holds other data: " + SAME_DATA)
+        self._encode(
+            encoder,
+            [(self.rank, parts)],
+            None,
+            signature,
+            error,
+            "the data",
+            None if shard is None else shard[:0],
+            locate=lambda _s, part, row, _: f"row {self.rank + self.world * row} of the data",
+            fix=SAME_ROWS if root_only else "rank {rank} holds other data: " + SAME_DATA,
+        )
 
     @classmethod
-    def from_shards(cls, shard: Sequence, estimator: Optional[Estimator] = None,
-                    model: Optional[Distribution] = None, encoder: Any = None, sub_chunks: int = 1,
-                    group: Any = None, root: int = 0, init_process_group: bool = True,
-                    backend: Optional[str] = None, *, interleaved: bool = True, fold: str = "auto",
-                    device: Any = None, elastic: bool = False,
-                    timeout: float = GROUP_TIMEOUT_S) -> "TorchRunEncodedData":
+    def from_shards(
+        cls,
+        shard: Sequence,
+        estimator: Estimator | None = None,
+        model: Distribution | None = None,
+        encoder: Any = None,
+        sub_chunks: int = 1,
+        group: Any = None,
+        root: int = 0,
+        init_process_group: bool = True,
+        backend: str | None = None,
+        *,
+        interleaved: bool = True,
+        fold: str = "auto",
+        device: Any = None,
+        elastic: bool = False,
+        timeout: float = GROUP_TIMEOUT_S,
+    ) -> TorchRunEncodedData:
         """A handle on data already split across ranks: each rank passes its own observations
         ``shard`` and keeps all of them (sizes may differ). This is the constructor for a
         sequence ``%mixle_scatter`` (or ``cluster.scatter``) dealt out, where rank ``r`` holds
@@ -199,30 +247,54 @@ class TorchRunEncodedData(HandleLifetime):
         if elastic:
             raise ValueError(NOT_ELASTIC.format(what="a shard passed from memory (scattered or pushed)"))
         self = cls.__new__(cls)
-        sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
-                                backend, fold, timeout=timeout)
+        sub_chunks = self._join(
+            estimator, model, encoder, sub_chunks, group, root, init_process_group, backend, fold, timeout=timeout
+        )
         self.interleaved = bool(interleaved)
         error, parts, signature, empty = None, (), None, None
         try:
             encoder = self._place(_choose_encoder(estimator, model, encoder), device)
             if shard is None:
-                raise ValueError(f"from_shards got None on rank {self.rank}: pass this rank's observations "
-                                 "(an empty sequence if it has none)")
+                raise ValueError(
+                    f"from_shards got None on rank {self.rank}: pass this rank's observations "
+                    "(an empty sequence if it has none)"
+                )
             shard = shard if isinstance(shard, np.ndarray) else rank_slice(shard, 0, 1)
             parts, signature, empty = split_parts(shard, sub_chunks), describe_rows(shard), shard[:0]
         except Exception as exc:
             error = exc
-        self._encode(encoder, [(self.rank, parts)], None, signature, error, "the shard", empty,
-                     locate=lambda _s, part, row, _: f"row {row} of the shard passed on rank {self.rank}",
-                     fix=SAME_ROWS)
+        self._encode(
+            encoder,
+            [(self.rank, parts)],
+            None,
+            signature,
+            error,
+            "the shard",
+            empty,
+            locate=lambda _s, part, row, _: f"row {row} of the shard passed on rank {self.rank}",
+            fix=SAME_ROWS,
+        )
         return self
 
     @classmethod
-    def from_npy(cls, path: Any, estimator: Optional[Estimator] = None, model: Optional[Distribution] = None,
-                 encoder: Any = None, sub_chunks: int = 1, group: Any = None, root: int = 0,
-                 init_process_group: bool = True, backend: Optional[str] = None, *,
-                 fold: str = "auto", device: Any = None, shards: Optional[int] = None,
-                 elastic: bool = False, timeout: float = GROUP_TIMEOUT_S) -> "TorchRunEncodedData":
+    def from_npy(
+        cls,
+        path: Any,
+        estimator: Estimator | None = None,
+        model: Distribution | None = None,
+        encoder: Any = None,
+        sub_chunks: int = 1,
+        group: Any = None,
+        root: int = 0,
+        init_process_group: bool = True,
+        backend: str | None = None,
+        *,
+        fold: str = "auto",
+        device: Any = None,
+        shards: int | None = None,
+        elastic: bool = False,
+        timeout: float = GROUP_TIMEOUT_S,
+    ) -> TorchRunEncodedData:
         """Each rank reads its own rows of the ``.npy`` file at ``path`` (a path every rank can
         open): rows ``rank, rank + world, ...``, the same shard — and so the same model (bit for
         bit in our 1-D test; to rounding where BLAS treats a strided view and a contiguous copy
@@ -241,8 +313,20 @@ class TorchRunEncodedData(HandleLifetime):
         rank holds which shard. ``elastic=True``: when a rank dies, the survivors read its shards
         again from the file and the step goes on (see :meth:`rejoin`)."""
         self = cls.__new__(cls)
-        sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
-                                backend, fold, shards, elastic, timeout)
+        sub_chunks = self._join(
+            estimator,
+            model,
+            encoder,
+            sub_chunks,
+            group,
+            root,
+            init_process_group,
+            backend,
+            fold,
+            shards,
+            elastic,
+            timeout,
+        )
         count = self.layout.count
         error, pieces, signature, empty = None, [], None, None
         try:
@@ -253,18 +337,39 @@ class TorchRunEncodedData(HandleLifetime):
             pieces = [(s, self._shard_parts(s)) for s in self.layout.held_by(self.rank)]
         except Exception as exc:
             error = exc
-        self._encode(encoder, pieces, None, signature, error, "the file", empty,
-                     locate=lambda s, part, row, _: f"row {s + count * row} of {os.fspath(path)}",
-                     fix=SAME_FILES)
+        self._encode(
+            encoder,
+            pieces,
+            None,
+            signature,
+            error,
+            "the file",
+            empty,
+            locate=lambda s, part, row, _: f"row {s + count * row} of {os.fspath(path)}",
+            fix=SAME_FILES,
+        )
         return self
 
     @classmethod
-    def from_files(cls, paths: Sequence[Any], estimator: Optional[Estimator] = None,
-                   model: Optional[Distribution] = None, encoder: Any = None, sub_chunks: int = 1,
-                   group: Any = None, root: int = 0, init_process_group: bool = True,
-                   backend: Optional[str] = None, *, reader: Callable[[str], Any] = load_npy,
-                   fold: str = "auto", device: Any = None, shards: Optional[int] = None,
-                   elastic: bool = False, timeout: float = GROUP_TIMEOUT_S) -> "TorchRunEncodedData":
+    def from_files(
+        cls,
+        paths: Sequence[Any],
+        estimator: Estimator | None = None,
+        model: Distribution | None = None,
+        encoder: Any = None,
+        sub_chunks: int = 1,
+        group: Any = None,
+        root: int = 0,
+        init_process_group: bool = True,
+        backend: str | None = None,
+        *,
+        reader: Callable[[str], Any] = load_npy,
+        fold: str = "auto",
+        device: Any = None,
+        shards: int | None = None,
+        elastic: bool = False,
+        timeout: float = GROUP_TIMEOUT_S,
+    ) -> TorchRunEncodedData:
         """Files dealt out to ranks: rank ``r`` reads ``paths[r::world]`` with ``reader`` (default: a
         memory-mapped ``np.load``; any function from a path to a sequence of observations), one
         file at a time, each file encoded in ``sub_chunks`` parts. Every rank passes the same
@@ -273,16 +378,27 @@ class TorchRunEncodedData(HandleLifetime):
         back in that order (file by file, as listed). ``shards`` and ``elastic`` as for
         :meth:`from_npy`; shard ``s`` is the files ``paths[s::shards]``."""
         self = cls.__new__(cls)
-        sub_chunks = self._join(estimator, model, encoder, sub_chunks, group, root, init_process_group,
-                                backend, fold, shards, elastic, timeout)
+        sub_chunks = self._join(
+            estimator,
+            model,
+            encoder,
+            sub_chunks,
+            group,
+            root,
+            init_process_group,
+            backend,
+            fold,
+            shards,
+            elastic,
+            timeout,
+        )
         error, pieces, counts, sources, signature, empty = None, [], [], [], None, None
         try:
             encoder = self._place(_choose_encoder(estimator, model, encoder), device)
             names = [os.fspath(p) for p in paths]
             signature = f"the file list {names}"
             count, held = self.layout.count, self.layout.held_by(self.rank)
-            self._shard_parts = lambda s: file_parts(dealt_files(names, s, count), reader, sub_chunks, counts,
-                                                     sources)
+            self._shard_parts = lambda s: file_parts(dealt_files(names, s, count), reader, sub_chunks, counts, sources)
             self.interleaved = False  # gathered file by file: a part's origin is (its file's index, first row)
             self._origin = lambda s, part, _row: (s + count * sources[part][2], sources[part][1])
             mine = [name for s in held for name in dealt_files(names, s, count)]
@@ -291,16 +407,36 @@ class TorchRunEncodedData(HandleLifetime):
                 empty = empty_like_rows(reader(names[0]))
         except Exception as exc:
             error = exc
-        self._encode(encoder, pieces, counts, signature, error, "the file list", empty,
-                     locate=lambda _s, part, _, row: f"row {sources[part][1] + row} of {sources[part][0]}",
-                     fix=SAME_FILES)
+        self._encode(
+            encoder,
+            pieces,
+            counts,
+            signature,
+            error,
+            "the file list",
+            empty,
+            locate=lambda _s, part, _, row: f"row {sources[part][1] + row} of {sources[part][0]}",
+            fix=SAME_FILES,
+        )
         return self
 
     # -- set-up ------------------------------------------------------------------------------
 
-    def _join(self, estimator, model, encoder, sub_chunks, group, root, init_process_group, backend,
-              fold, shards: Optional[int] = None, elastic: bool = False,
-              timeout: float = GROUP_TIMEOUT_S) -> int:
+    def _join(
+        self,
+        estimator,
+        model,
+        encoder,
+        sub_chunks,
+        group,
+        root,
+        init_process_group,
+        backend,
+        fold,
+        shards: int | None = None,
+        elastic: bool = False,
+        timeout: float = GROUP_TIMEOUT_S,
+    ) -> int:
         """Argument checks every rank makes alike, then the group; returns ``sub_chunks``."""
         fold = choice("fold", fold, FOLDS)
         sub_chunks = positive_int("sub_chunks", sub_chunks)
@@ -308,8 +444,7 @@ class TorchRunEncodedData(HandleLifetime):
             shards = positive_int("shards", shards)
         if encoder is None and model is None and estimator is None:
             raise ValueError("TorchRunEncodedData needs encoder=, model= or estimator= to encode the data")
-        self._membership = join_group(group, init_process_group=init_process_group, backend=backend,
-                                      timeout=timeout)
+        self._membership = join_group(group, init_process_group=init_process_group, backend=backend, timeout=timeout)
         require_every_rank(self._membership, "building a TorchRunEncodedData")
         self.group, self.rank, self.world = group, self._membership.rank, self._membership.world
         self.device = self._membership.device  # where the encodings live; see _place
@@ -319,22 +454,24 @@ class TorchRunEncodedData(HandleLifetime):
             raise ValueError(f"root must be a rank in [0, {self.world}); got {root}")
         if shards is not None and shards < self.world:
             self._membership.release()
-            raise ValueError(f"shards={shards} is fewer than the {self.world} ranks: every rank needs a "
-                             f"shard; pass shards >= {self.world} (or None: one per rank)")
+            raise ValueError(
+                f"shards={shards} is fewer than the {self.world} ranks: every rank needs a "
+                f"shard; pass shards >= {self.world} (or None: one per rank)"
+            )
         self._connect(root, fold)
         self.layout = ShardLayout.dealt(shards or self.world, self.world)
         self.shard_chunks: list = []  # (shard id, first chunk, end chunk) of each shard held, in shard order
         self.elastic = bool(elastic)
         self._encoder: Any = None
         self._locate: Any = None
-        self._shard_parts: Optional[Callable[[int], Iterable]] = None  # a shard's raw parts, read again
-        self._kept: Optional[tuple] = None  # elastic: the last E-step's statistics, per shard
-        self.phase_hook: Optional[Callable[[str, int], None]] = None  # (phase, step), for fault tests
+        self._shard_parts: Callable[[int], Iterable] | None = None  # a shard's raw parts, read again
+        self._kept: tuple | None = None  # elastic: the last E-step's statistics, per shard
+        self.phase_hook: Callable[[str, int], None] | None = None  # (phase, step), for fault tests
         self.steps_taken = 0
         self._parts_read = 0
         self.chunks: list = []
         self._counts: list = []
-        self.last_timings: Optional[StepTimings] = None
+        self.last_timings: StepTimings | None = None
         self.interleaved = True  # rank r holds observations r, r + world, ... (see from_shards)
         # otherwise each chunk is a block of the data's order, beginning at a sortable origin:
         # (shard, its first row in the shard) by default; None for an empty chunk
@@ -350,7 +487,7 @@ class TorchRunEncodedData(HandleLifetime):
         self.folding = StatisticsFold(self.exchange, fold)
 
     @property
-    def last_fold_floats(self) -> Optional[int]:
+    def last_fold_floats(self) -> int | None:
         """The float64s the last all-reduce fold sent; ``None``: it gathered."""
         return self.folding.last_floats
 
@@ -367,10 +504,18 @@ class TorchRunEncodedData(HandleLifetime):
         self._encode_device = chosen if ours else device  # encode() refuses a GPU for mixle's encoders
         return encoder
 
-    def _encode(self, encoder, pieces: list, counts: Optional[list], signature: Optional[str],
-                error: Optional[BaseException], what: str, empty: Any = None,
-                locate: Callable[[int, int, int, int], str] = lambda _s, part, row, _: f"observation {row}",
-                fix: str = SAME_DATA) -> None:
+    def _encode(
+        self,
+        encoder,
+        pieces: list,
+        counts: list | None,
+        signature: str | None,
+        error: BaseException | None,
+        what: str,
+        empty: Any = None,
+        locate: Callable[[int, int, int, int], str] = lambda _s, part, row, _: f"observation {row}",
+        fix: str = SAME_DATA,
+    ) -> None:
         """Encode each held shard's raw parts (``pieces``: (shard id, its parts); one part alive
         at a time), then the count exchange: global count, status word and agreement on
         ``signature``; every rank raises together on a failure. ``empty``: no observations of
@@ -396,8 +541,11 @@ class TorchRunEncodedData(HandleLifetime):
         header = _count_header(self.world)
         held_none = np.zeros(self.world)
         held_none[self.rank] = float(self.local_count == 0)
-        summed = header.read(self.exchange.sum(header.pack(**status(error, signature, self.world),
-                                                           count=self.local_count, empty=held_none)))
+        summed = header.read(
+            self.exchange.sum(
+                header.pack(**status(error, signature, self.world), count=self.local_count, empty=held_none)
+            )
+        )
         if not all_well(summed):
             self.chunks, self._counts = [], []
             try:
@@ -410,9 +558,12 @@ class TorchRunEncodedData(HandleLifetime):
             raise ValueError("TorchRunEncodedData got no observations on any rank")
         empty_ranks = np.flatnonzero(summed.empty).tolist()
         if empty_ranks and self.rank == self.root:  # allowed, as in mixle's handle, but visible
-            warnings.warn(f"TorchRunEncodedData: ranks {empty_ranks} of {self.world} hold no observations "
-                          f"({self._count} in all): each step still waits for them, and the model is "
-                          "single-process EM's; start fewer ranks, or give every rank data", stacklevel=3)
+            warnings.warn(
+                f"TorchRunEncodedData: ranks {empty_ranks} of {self.world} hold no observations "
+                f"({self._count} in all): each step still waits for them, and the model is "
+                "single-process EM's; start fewer ranks, or give every rank data",
+                stacklevel=3,
+            )
 
     def _encode_pieces(self, pieces: list) -> int:
         """Encode ``pieces`` ((shard id, raw parts)) after the chunks held; returns the rows read."""
@@ -427,8 +578,13 @@ class TorchRunEncodedData(HandleLifetime):
                     try:
                         self.chunks.append(encode(self._encoder, part, self._encode_device))
                     except Exception as exc:
-                        raise _located(exc, part, shard_rows - len(part), lambda shard_row, part_row, s=sid, n=number:
-                                       self._locate(s, n, shard_row, part_row), self.rank) from exc
+                        raise _located(
+                            exc,
+                            part,
+                            shard_rows - len(part),
+                            lambda shard_row, part_row, s=sid, n=number: self._locate(s, n, shard_row, part_row),
+                            self.rank,
+                        ) from exc
                     self._counts.append(len(part))
                     self.chunk_origins.append(self._origin(sid, number, shard_rows - len(part)))
                 number += 1
@@ -464,16 +620,20 @@ class TorchRunEncodedData(HandleLifetime):
         model they were taken under and gives them again for the same pair, so a step taken
         again after a rank died computes only the shards that rank held."""
         try:
-            key = ((self.folding.estimator_print(estimator), fingerprint(model), with_log_density)
-                   if self.elastic else None)
+            key = (
+                (self.folding.estimator_print(estimator), fingerprint(model), with_log_density)
+                if self.elastic
+                else None
+            )
             kept = dict(self._kept[1]) if key is not None and self._kept is not None and self._kept[0] == key else {}
             pieces = []
             for number, (shard, first, end) in enumerate(self.shard_chunks):
                 if number:
                     self._phase("e_step_shard")
                 if shard not in kept:
-                    kept[shard] = accumulate(self.chunks[first:end], estimator, model, self._counts[first:end],
-                                             with_log_density)
+                    kept[shard] = accumulate(
+                        self.chunks[first:end], estimator, model, self._counts[first:end], with_log_density
+                    )
                 pieces.append(kept[shard])
             if key is not None:
                 self._kept = (key, {shard: kept[shard] for shard, _, _ in self.shard_chunks})
@@ -490,12 +650,13 @@ class TorchRunEncodedData(HandleLifetime):
         try:
             model.dist_to_encoder().seq_encode(self._sample)
         except Exception as mismatch:
-            return ValueError(f"the model does not fit the data on rank {self.rank}: {mismatch}. Pass a "
-                              "model of the data's dimension, or start from the data (init='kmeans++')")
+            return ValueError(
+                f"the model does not fit the data on rank {self.rank}: {mismatch}. Pass a "
+                "model of the data's dimension, or start from the data (init='kmeans++')"
+            )
         return error
 
-    def pysp_em_step(self, estimator: Estimator, prev_estimate: Distribution,
-                     with_log_density: bool = True) -> EMStep:
+    def pysp_em_step(self, estimator: Estimator, prev_estimate: Distribution, with_log_density: bool = True) -> EMStep:
         """One distributed EM step and the all-reduced log-density of ``prev_estimate``:
         one pass over the shard, one collective. ``with_log_density=False`` skips a separate
         log-density pass for families whose update does not yield it (the log-density is then
@@ -507,8 +668,9 @@ class TorchRunEncodedData(HandleLifetime):
         t1 = time.perf_counter()
         if error is None:
             self._phase("e_step_done")
-        count, log_density, acc = self.folding.shards(estimator, pieces, self.layout, model=prev_estimate,
-                                                      error=error, operation="EM step")
+        count, log_density, acc = self.folding.shards(
+            estimator, pieces, self.layout, model=prev_estimate, error=error, operation="EM step"
+        )
         t2 = time.perf_counter()
         model = m_step(estimator, count, acc)
         self.steps_taken += 1
@@ -564,8 +726,11 @@ class TorchRunEncodedData(HandleLifetime):
             total = sum(log_density_total(estimate, c) for c in self.chunks)
         except Exception as exc:
             error = self.explain_failure(exc, estimate)
-        summed = LOG_DENSITY_HEADER.read(self.exchange.sum(LOG_DENSITY_HEADER.pack(
-            **status(error, model_print, self.world), count=self.local_count, total=total)))
+        summed = LOG_DENSITY_HEADER.read(
+            self.exchange.sum(
+                LOG_DENSITY_HEADER.pack(**status(error, model_print, self.world), count=self.local_count, total=total)
+            )
+        )
         if not all_well(summed):
             self.exchange.settle("log-density sum", error, model_print, "the model on this rank", SAME_MODEL)
         return summed.count, summed.total
@@ -576,8 +741,9 @@ class TorchRunEncodedData(HandleLifetime):
         accumulator with ``from_value``)."""
         require_every_rank(self._membership, "stream accumulate on a TorchRunEncodedData")
         pieces, error = self._shard_statistics(estimator, model, with_log_density=False)
-        count, _, acc = self.folding.shards(estimator, pieces, self.layout, model=model, error=error,
-                                            operation="stream accumulate")
+        count, _, acc = self.folding.shards(
+            estimator, pieces, self.layout, model=model, error=error, operation="stream accumulate"
+        )
         return count, tie_keys(acc).value()
 
     def pysp_kmeans_init(self, estimator: Estimator, rng: Any, init: str = "kmeans++") -> Distribution:
@@ -616,19 +782,25 @@ class TorchRunEncodedData(HandleLifetime):
         except Exception as exc:  # carried in the count exchange below
             error = exc
         self.local_count = int(sum(self._counts))
-        summed = REJOIN_HEADER.read(self.exchange.rows(REJOIN_HEADER.pack(
-            failed=float(error is not None), count=self.local_count)).sum(axis=0))
+        summed = REJOIN_HEADER.read(
+            self.exchange.rows(REJOIN_HEADER.pack(failed=float(error is not None), count=self.local_count)).sum(axis=0)
+        )
         if summed.failed:
             self.exchange.settle("reading a lost rank's shards", error, None, "the shards on this rank", SAME_FILES)
         if int(summed.count) != self._count:
-            raise RuntimeError(f"the survivors hold {int(summed.count)} of the {self._count} observations after "
-                               "reading the lost shards: did a file change since the handle was built?")
+            raise RuntimeError(
+                f"the survivors hold {int(summed.count)} of the {self._count} observations after "
+                "reading the lost shards: did a file change since the handle was built?"
+            )
         self.layout = layout
         return adopt[self.rank]
 
     def _drop_shards(self, shards: Sequence[int]) -> None:
-        kept = [(s, self.chunks[a:b], self._counts[a:b], self.chunk_origins[a:b])
-                for s, a, b in self.shard_chunks if s not in shards]
+        kept = [
+            (s, self.chunks[a:b], self._counts[a:b], self.chunk_origins[a:b])
+            for s, a, b in self.shard_chunks
+            if s not in shards
+        ]
         self.chunks, self._counts, self.shard_chunks, self.chunk_origins = [], [], [], []
         for shard, chunks, counts, origins in kept:
             self.shard_chunks.append((shard, len(self.chunks), len(self.chunks) + len(chunks)))
@@ -650,8 +822,9 @@ def _copy(rows: Any) -> Any:
     return np.array(rows) if isinstance(rows, np.ndarray) else list(rows)
 
 
-def _located(error: BaseException, part: Any, start: int, locate: Callable[[int, int], str],
-             rank: int) -> BaseException:
+def _located(
+    error: BaseException, part: Any, start: int, locate: Callable[[int, int], str], rank: int
+) -> BaseException:
     """``error`` (an encoder's), or, when ``part`` (shard rows from ``start``) holds a NaN or an
     infinity, an error naming the first such row as the user knows it (``locate(shard_row,
     part_row)``): the encoder's own message counts within the part."""
@@ -663,8 +836,10 @@ def _located(error: BaseException, part: Any, start: int, locate: Callable[[int,
     if not len(bad):
         return error
     row = int(bad[0])
-    return ValueError(f"{locate(start + row, row)} is NaN or infinite: drop or impute it first (rank {rank}'s "
-                      f"encoder, counting within its part: {failure_message(error)})")
+    return ValueError(
+        f"{locate(start + row, row)} is NaN or infinite: drop or impute it first (rank {rank}'s "
+        f"encoder, counting within its part: {failure_message(error)})"
+    )
 
 
 def _seed_source(rng: Any) -> np.random.RandomState:

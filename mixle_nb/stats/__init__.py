@@ -1,4 +1,5 @@
 """The EM core: distribution families in the pysp protocol, and the ``seq_*`` dispatch."""
+
 from .base import Accumulator, Distribution, Encoder, Estimator
 from .categorical import CategoricalDistribution, CategoricalEstimator
 from .centred_moments import DegenerateComponentError
@@ -22,14 +23,33 @@ from .poisson import PoissonDistribution, PoissonEstimator
 from .spherical_gaussian import SphericalGaussianDistribution, SphericalGaussianEstimator
 
 __all__ = [
-    "Accumulator", "Distribution", "Encoder", "Estimator", "EMStep",
-    "CategoricalDistribution", "CategoricalEstimator", "DegenerateComponentError",
-    "DiagonalGaussianDistribution", "DiagonalGaussianEstimator",
-    "GaussianDistribution", "GaussianEstimator",
-    "MixtureDistribution", "MixtureEstimator",
-    "MultivariateGaussianDistribution", "MultivariateGaussianEstimator",
-    "PoissonDistribution", "PoissonEstimator",
-    "SphericalGaussianDistribution", "SphericalGaussianEstimator",
-    "accumulate", "em_step", "free_parameters", "m_step", "seq_encode", "seq_estimate", "seq_initialize",
-    "seq_log_density_sum", "tie_keys",
+    "Accumulator",
+    "Distribution",
+    "Encoder",
+    "Estimator",
+    "EMStep",
+    "CategoricalDistribution",
+    "CategoricalEstimator",
+    "DegenerateComponentError",
+    "DiagonalGaussianDistribution",
+    "DiagonalGaussianEstimator",
+    "GaussianDistribution",
+    "GaussianEstimator",
+    "MixtureDistribution",
+    "MixtureEstimator",
+    "MultivariateGaussianDistribution",
+    "MultivariateGaussianEstimator",
+    "PoissonDistribution",
+    "PoissonEstimator",
+    "SphericalGaussianDistribution",
+    "SphericalGaussianEstimator",
+    "accumulate",
+    "em_step",
+    "free_parameters",
+    "m_step",
+    "seq_encode",
+    "seq_estimate",
+    "seq_initialize",
+    "seq_log_density_sum",
+    "tie_keys",
 ]

@@ -8,9 +8,11 @@ Devices: an encoding's tensors live on the device it was encoded for (``seq_enco
 device=)``), and every kernel that reads it runs there; what leaves the device is small (a
 value's sums, a log-density total) or asked for (``seq_log_density``, which returns numpy).
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -79,7 +81,7 @@ def total(values) -> float:
 class AccumulatorFactory:
     """``estimator.accumulator_factory().make()`` builds a fresh, empty accumulator."""
 
-    def __init__(self, make: Callable[[], "Accumulator"]):
+    def __init__(self, make: Callable[[], Accumulator]):
         self.make = make
 
 
@@ -94,7 +96,7 @@ class Distribution:
     def seq_log_density(self, enc: Any) -> np.ndarray:
         return self.device_log_density(enc).cpu().numpy()
 
-    def dist_to_encoder(self) -> "Encoder":
+    def dist_to_encoder(self) -> Encoder:
         raise NotImplementedError
 
     def log_density(self, x: Any) -> float:
@@ -117,23 +119,24 @@ class Encoder:
 class Estimator:
     """Builds accumulators and runs the M-step. ``keys`` ties statistics across estimators."""
 
-    keys: Optional[str] = None
+    keys: str | None = None
 
     def accumulator_factory(self) -> AccumulatorFactory:
         return AccumulatorFactory(self.make_accumulator)
 
-    def make_accumulator(self) -> "Accumulator":
+    def make_accumulator(self) -> Accumulator:
         raise NotImplementedError
 
-    def estimate(self, nobs: Optional[float], value: Any) -> Distribution:
+    def estimate(self, nobs: float | None, value: Any) -> Distribution:
         raise NotImplementedError
 
     def free_parameters(self, model: Distribution, count: Any) -> int:
         """How many free parameters ``model`` has as this estimator fits it, each tied
         statistic counted once (``count``, a ``parameters.ParameterCount``: ``count.tied``;
         a mixture counts its components with ``count.of``)."""
-        raise TypeError(f"no free-parameter count for {type(self).__name__}: pass n_parameters= "
-                        "to bic()/aic() yourself")
+        raise TypeError(
+            f"no free-parameter count for {type(self).__name__}: pass n_parameters= to bic()/aic() yourself"
+        )
 
 
 class Accumulator:
@@ -144,12 +147,12 @@ class Accumulator:
     ``weights`` may be ``None`` (every observation weighs 1), a float64 array or a tensor.
     """
 
-    keys: Optional[str] = None
+    keys: str | None = None
 
-    def seq_update(self, enc: Any, weights: Optional[np.ndarray], model: Any):
+    def seq_update(self, enc: Any, weights: np.ndarray | None, model: Any):
         raise NotImplementedError
 
-    def seq_initialize(self, enc: Any, weights: Optional[np.ndarray], rng: np.random.Generator):
+    def seq_initialize(self, enc: Any, weights: np.ndarray | None, rng: np.random.Generator):
         self.seq_update(enc, weights, None)
 
     def acc_to_encoder(self) -> Encoder:
@@ -158,10 +161,10 @@ class Accumulator:
     def value(self) -> Any:
         raise NotImplementedError
 
-    def from_value(self, value: Any) -> "Accumulator":
+    def from_value(self, value: Any) -> Accumulator:
         raise NotImplementedError
 
-    def combine(self, value: Any) -> "Accumulator":
+    def combine(self, value: Any) -> Accumulator:
         raise NotImplementedError
 
     def update(self, x: Any, weight: float, estimate: Any) -> None:
@@ -196,18 +199,18 @@ def merge_into(stats: dict, key: str, value: np.ndarray) -> None:
 class ArrayAccumulator(Accumulator):
     """An accumulator whose whole value is one flat float64 array of sums."""
 
-    def __init__(self, size: int, keys: Optional[str]):
+    def __init__(self, size: int, keys: str | None):
         self.stats = np.zeros(size)
         self.keys = keys
 
     def value(self) -> np.ndarray:
         return self.stats.copy()
 
-    def from_value(self, value: np.ndarray) -> "ArrayAccumulator":
+    def from_value(self, value: np.ndarray) -> ArrayAccumulator:
         self.stats = np.array(value, dtype=np.float64)
         return self
 
-    def combine(self, value: np.ndarray) -> "ArrayAccumulator":
+    def combine(self, value: np.ndarray) -> ArrayAccumulator:
         """Add ``value``; an accumulator made without a size (no ``dim``) takes value's."""
         value = np.asarray(value, dtype=np.float64)
         if self.stats.size == 0:

@@ -2,10 +2,10 @@
 
 The labels themselves are Python objects and stay on the host; each observation's index into
 them lives on the encoding's device, where log-densities are gathered and counts summed."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ class LabelEncoding:
     def device(self) -> torch.device:
         return self.index.device
 
-    def rows(self, start: int, stop: int) -> "LabelEncoding":
+    def rows(self, start: int, stop: int) -> LabelEncoding:
         return LabelEncoding(self.labels, self.index[start:stop])
 
 
@@ -68,7 +68,7 @@ class CategoricalDistribution(Distribution):
     def dist_to_encoder(self) -> Encoder:
         return CategoricalEncoder()
 
-    def estimator(self, **kwargs) -> "CategoricalEstimator":
+    def estimator(self, **kwargs) -> CategoricalEstimator:
         return CategoricalEstimator(**kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -82,7 +82,7 @@ class CategoricalDistribution(Distribution):
 class CategoricalAccumulator(Accumulator):
     """Weighted count per label. The value is a dict, so the distributed fold gathers it."""
 
-    def __init__(self, keys: Optional[str]):
+    def __init__(self, keys: str | None):
         self.counts: dict = {}
         self.keys = keys
 
@@ -94,11 +94,11 @@ class CategoricalAccumulator(Accumulator):
     def value(self) -> dict:
         return dict(self.counts)
 
-    def from_value(self, value: dict) -> "CategoricalAccumulator":
+    def from_value(self, value: dict) -> CategoricalAccumulator:
         self.counts = dict(value)
         return self
 
-    def combine(self, value: dict) -> "CategoricalAccumulator":
+    def combine(self, value: dict) -> CategoricalAccumulator:
         for label, count in value.items():
             self.counts[label] = self.counts.get(label, 0.0) + count
         return self
@@ -110,7 +110,7 @@ class CategoricalAccumulator(Accumulator):
 class CategoricalEstimator(Estimator):
     """M-step ``p(label) ∝ count + pseudo_count``; with no weight at all, uniform over seen labels."""
 
-    def __init__(self, pseudo_count: float = 0.0, keys: Optional[str] = None):
+    def __init__(self, pseudo_count: float = 0.0, keys: str | None = None):
         self.pseudo_count, self.keys = float(pseudo_count), keys
 
     def make_accumulator(self) -> CategoricalAccumulator:

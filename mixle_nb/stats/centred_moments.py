@@ -21,10 +21,10 @@ Degenerate components raise :class:`DegenerateComponentError`: one with no weigh
 variance is 0 to within rounding (collapsed onto one point) when ``reg_covar`` is 0. With
 ``reg_covar > 0`` a collapsed component gets variance ``reg_covar``, as in scikit-learn.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 import torch
@@ -36,8 +36,7 @@ from .frame import CentredBlock, PointEncoding, SharedFrameBlock, centred, moved
 # all but ~3 of its digits to cancellation; it is taken as 0 (collapsed, or unresolvable).
 RESOLUTION = 1e4 * np.finfo(np.float64).eps
 NO_WEIGHT_FIX = "start elsewhere (another seed, init='kmeans++') or fit fewer components"
-COLLAPSE_FIX = ("set reg_covar > 0 (scikit-learn's default is 1e-6), fit fewer components, "
-                "or start elsewhere")
+COLLAPSE_FIX = "set reg_covar > 0 (scikit-learn's default is 1e-6), fit fewer components, or start elsewhere"
 
 
 class DegenerateComponentError(ValueError):
@@ -71,11 +70,12 @@ class CentredMoments(Accumulator):
     each component keeping its own mean, as scikit-learn's ``"tied"``.
     """
 
-    def __init__(self, dim: Optional[int], keys: Optional[str], encoder: Encoder,
-                 tie_key: Optional[str] = None, full: bool = False):
+    def __init__(
+        self, dim: int | None, keys: str | None, encoder: Encoder, tie_key: str | None = None, full: bool = False
+    ):
         self.full, self.keys, self.encoder, self.tie_key = full, keys, encoder, tie_key
         self.stats = np.zeros(0 if dim is None else 1 + 2 * dim + (dim * dim if full else dim))
-        self.reference: Optional[np.ndarray] = None
+        self.reference: np.ndarray | None = None
 
     def set_reference(self, point) -> None:
         """Centre the sums to come at ``point`` (a start with no model; before any update)."""
@@ -108,13 +108,13 @@ class CentredMoments(Accumulator):
     def value(self) -> np.ndarray:
         return self.stats.copy()
 
-    def from_value(self, value) -> "CentredMoments":
+    def from_value(self, value) -> CentredMoments:
         self.stats = np.array(value, dtype=np.float64)
         n, nc, _, _ = _split(self.stats, self.full) if self.stats.size else (0.0, None, None, None)
         self.reference = nc / n if n > 0 else None
         return self
 
-    def combine(self, value) -> "CentredMoments":
+    def combine(self, value) -> CentredMoments:
         """Add another value; one about another reference is first moved to this one's."""
         value = np.asarray(value, dtype=np.float64)
         if value.size == 0:
@@ -144,22 +144,31 @@ class CentredMoments(Accumulator):
             pooled = stats[self.tie_key].stats
             n, _, s1, s2 = _split(self.stats, self.full)
             if n > 0 and pooled[0] > 0:  # rewrite S2 so this component's M-step yields the pooled scatter
-                s2[...] = n * pooled[1:].reshape(s2.shape) / pooled[0] + (np.outer(s1, s1) if self.full else s1 * s1) / n
+                s2[...] = (
+                    n * pooled[1:].reshape(s2.shape) / pooled[0] + (np.outer(s1, s1) if self.full else s1 * s1) / n
+                )
 
     def seq_update(self, enc: PointEncoding, weights, model):
         reference = self._reference_for(model, enc)
         self.add_sums(reference, weighted_sums(enc, weights, reference[None], self.full)[0])
 
     @staticmethod
-    def stacked_seq_update(accumulators, enc: PointEncoding, resp, block: Optional[CentredBlock | SharedFrameBlock] = None,
-                           references: Optional[np.ndarray] = None) -> np.ndarray:
+    def stacked_seq_update(
+        accumulators,
+        enc: PointEncoding,
+        resp,
+        block: CentredBlock | SharedFrameBlock | None = None,
+        references: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Add column k of ``resp`` as the weights of accumulator k, about the E-step's
         ``block`` references, else ``references``, else each accumulator's own; returns each
         one's weight total."""
         full = accumulators[0].full
         if any(acc.full != full for acc in accumulators):  # diagonal and full components in one mixture
             if references is None:
-                references = block.references if block is not None else [acc._reference_for(None, enc) for acc in accumulators]
+                references = (
+                    block.references if block is not None else [acc._reference_for(None, enc) for acc in accumulators]
+                )
             for acc, reference, w in zip(accumulators, references, resp):
                 acc.add_sums(reference, weighted_sums(enc, w, reference[None], acc.full)[0])
             return resp.sum(dim=1).cpu().numpy()
@@ -173,7 +182,7 @@ class CentredMoments(Accumulator):
         return sums[:, 0]
 
     @staticmethod
-    def stacked_block_sums(accumulators) -> Optional["BlockSums"]:
+    def stacked_block_sums(accumulators) -> BlockSums | None:
         """An E-step's :class:`BlockSums` for these accumulators; ``None`` when diagonal and
         full ones are mixed (each then takes its own sums, block by block)."""
         full = accumulators[0].full
@@ -190,8 +199,8 @@ class BlockSums:
 
     def __init__(self, accumulators):
         self.accumulators, self.full = accumulators, accumulators[0].full
-        self.total: Optional[torch.Tensor] = None
-        self.block: Optional[CentredBlock | SharedFrameBlock] = None
+        self.total: torch.Tensor | None = None
+        self.block: CentredBlock | SharedFrameBlock | None = None
 
     def add(self, block: CentredBlock | SharedFrameBlock, resp: torch.Tensor) -> None:
         sums = block.device_sums(resp, self.full)
@@ -213,8 +222,10 @@ def _centred_parts(value: np.ndarray, full: bool):
     the component has no weight."""
     n, nc, s1, s2 = _split(np.asarray(value, dtype=np.float64), full)
     if not n > 0:
-        raise DegenerateComponentError(f"received no weight in the M-step (its responsibilities sum to {float(n)!r}): "
-                                       f"it has nothing to estimate from. Fix: {NO_WEIGHT_FIX}")
+        raise DegenerateComponentError(
+            f"received no weight in the M-step (its responsibilities sum to {float(n)!r}): "
+            f"it has nothing to estimate from. Fix: {NO_WEIGHT_FIX}"
+        )
     shift = s1 / n
     mean = nc / n + shift
     if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(s2))):
@@ -233,8 +244,10 @@ def diagonal_estimate(value: np.ndarray, reg_covar: float, spherical: bool = Fal
     variance = variance + reg_covar
     if np.any(variance <= 0):
         where = "" if spherical else f" in coordinate {int(np.argmax(np.atleast_1d(variance) <= 0))}"
-        raise DegenerateComponentError(f"collapsed onto a single point in the M-step: its variance{where} is 0 "
-                                       f"to within rounding. Fix: {COLLAPSE_FIX}")
+        raise DegenerateComponentError(
+            f"collapsed onto a single point in the M-step: its variance{where} is 0 "
+            f"to within rounding. Fix: {COLLAPSE_FIX}"
+        )
     return mean, variance
 
 
@@ -252,5 +265,6 @@ def full_estimate(value: np.ndarray, reg_covar: float):
     if chol is None or (reg_covar == 0 and np.any(np.diag(chol) ** 2 <= RESOLUTION * np.diag(second))):
         raise DegenerateComponentError(
             "collapsed in the M-step: its covariance is singular to within rounding (its data lie on "
-            f"one point or a lower-dimensional set). Fix: {COLLAPSE_FIX}")
+            f"one point or a lower-dimensional set). Fix: {COLLAPSE_FIX}"
+        )
     return mean, covar

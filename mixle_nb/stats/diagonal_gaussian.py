@@ -4,9 +4,8 @@ Encoded as the points themselves; log-densities from whitened differences to eac
 statistics about a reference point (:mod:`.frame`, :mod:`.centred_moments`), so fits do not
 depend on where the data sit or on their units.
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import numpy as np
 
@@ -16,7 +15,7 @@ from .frame import DiagonalKernel, PointEncoding, point_encoding
 from .sampler import Sampler
 
 
-def check_vectors(data, dim: Optional[int], name: str) -> np.ndarray:
+def check_vectors(data, dim: int | None, name: str) -> np.ndarray:
     x = np.asarray(data, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(
@@ -29,7 +28,7 @@ def check_vectors(data, dim: Optional[int], name: str) -> np.ndarray:
 
 
 class DiagonalGaussianEncoder(Encoder):
-    def __init__(self, dim: Optional[int] = None):
+    def __init__(self, dim: int | None = None):
         self.dim = dim
 
     def seq_encode(self, data, device=None) -> PointEncoding:
@@ -64,7 +63,7 @@ class DiagonalGaussianDistribution(Distribution):
     def dist_to_encoder(self) -> Encoder:
         return DiagonalGaussianEncoder(len(self.mu))
 
-    def estimator(self, **kwargs) -> "DiagonalGaussianEstimator":
+    def estimator(self, **kwargs) -> DiagonalGaussianEstimator:
         return DiagonalGaussianEstimator(dim=len(self.mu), **kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -79,8 +78,9 @@ class DiagonalGaussianEstimator(Estimator):
     (scikit-learn's ``reg_covar``; with ``variance_key``, to the pooled variance). ``keys`` ties
     all statistics; ``variance_key`` ties only the variances (components sharing one variance)."""
 
-    def __init__(self, dim: Optional[int] = None, reg_covar: float = 1e-6, keys: Optional[str] = None,
-                 variance_key: Optional[str] = None):
+    def __init__(
+        self, dim: int | None = None, reg_covar: float = 1e-6, keys: str | None = None, variance_key: str | None = None
+    ):
         self.dim, self.reg_covar, self.keys, self.variance_key = dim, check_reg_covar(reg_covar), keys, variance_key
 
     def make_accumulator(self) -> CentredMoments:

@@ -1,10 +1,12 @@
 """Dispatch: each function takes locally encoded data or a handle with the matching
 ``pysp_*`` method (recognised by the method, never by type)."""
+
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -85,9 +87,11 @@ def encode(encoder: Any, data: Any, device: Any = None) -> Any:
         return encoder.seq_encode(data, device=device)
     if str(device) == "cpu":
         return encoder.seq_encode(data)
-    raise ValueError(f"{type(encoder).__module__}.{type(encoder).__name__} encodes on the CPU only (its "
-                     f"seq_encode takes no device=), so device={str(device)!r} cannot be honoured: pass "
-                     "device=None or 'cpu'")
+    raise ValueError(
+        f"{type(encoder).__module__}.{type(encoder).__name__} encodes on the CPU only (its "
+        f"seq_encode takes no device=), so device={str(device)!r} cannot be honoured: pass "
+        "device=None or 'cpu'"
+    )
 
 
 def encoded_count(enc: Any, estimator: Estimator = None) -> int:
@@ -97,8 +101,13 @@ def encoded_count(enc: Any, estimator: Estimator = None) -> int:
     return foreign.rows(estimator.accumulator_factory().make().acc_to_encoder(), enc)
 
 
-def accumulate(chunks: Sequence[Any], estimator: Estimator, model: Distribution = None,
-               counts: Sequence[int] = None, with_log_density: bool = True) -> Accumulated:
+def accumulate(
+    chunks: Sequence[Any],
+    estimator: Estimator,
+    model: Distribution = None,
+    counts: Sequence[int] = None,
+    with_log_density: bool = True,
+) -> Accumulated:
     """E-step over encoded ``chunks`` into one accumulator; also sums the log-density of ``model``
     (``with_log_density=False``: only where ``seq_update`` returns it for free; a family whose
     update does not, as mixle's, would pay a second pass).
@@ -111,7 +120,7 @@ def accumulate(chunks: Sequence[Any], estimator: Estimator, model: Distribution 
     if counts is None:
         counts = [encoded_count(enc, estimator) for enc in chunks]
     summed = 0.0
-    for enc, n in zip(chunks, counts):
+    for enc in chunks:
         log_density = acc.seq_update(enc, None, model)
         if model is not None:
             if log_density is None and with_log_density:

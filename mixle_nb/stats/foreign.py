@@ -7,9 +7,10 @@ mixle's take float64 numpy arrays; our distributions draw from a shared numpy ``
 and :func:`draw` are where the core meets either; everything else (``value``, ``from_value``,
 ``combine``, the keys, ``estimate``) is the same protocol.
 """
+
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,7 +18,7 @@ import torch
 from .base import Accumulator, Distribution, Estimator
 
 
-def accumulator(estimator: Estimator) -> "Accumulator | ForeignAccumulator":
+def accumulator(estimator: Estimator) -> Accumulator | ForeignAccumulator:
     """A fresh accumulator of ``estimator``, with our calling convention."""
     made = estimator.accumulator_factory().make()
     return made if isinstance(made, Accumulator) else ForeignAccumulator(made)
@@ -54,13 +55,13 @@ class ForeignAccumulator:
         self.inner = inner
         self._encoder = None
 
-    def seq_update(self, enc: Any, weights: Optional[Any], model: Any):
+    def seq_update(self, enc: Any, weights: Any | None, model: Any):
         return self.inner.seq_update(enc, self._numpy_weights(enc, weights), model)
 
-    def seq_initialize(self, enc: Any, weights: Optional[Any], rng: Any):
+    def seq_initialize(self, enc: Any, weights: Any | None, rng: Any):
         self.inner.seq_initialize(enc, self._numpy_weights(enc, weights), rng)
 
-    def _numpy_weights(self, enc: Any, weights: Optional[Any]) -> np.ndarray:
+    def _numpy_weights(self, enc: Any, weights: Any | None) -> np.ndarray:
         if weights is None:
             return np.ones(self._rows(enc))
         if isinstance(weights, torch.Tensor):

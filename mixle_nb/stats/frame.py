@@ -35,11 +35,11 @@ E-step keeps one pass over them, block by block: what a block's log-density read
 differences or features) the M-step's weighted sums ``Σw``, ``Σw·d``, ``Σw·d·d`` read next,
 and the sums stay on the device until the E-step's last block.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import torch
@@ -62,8 +62,8 @@ class PointEncoding:
     (:func:`frame_features`)."""
 
     points: torch.Tensor
-    origin: Optional[np.ndarray] = None
-    features: Optional[torch.Tensor] = None
+    origin: np.ndarray | None = None
+    features: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.points.shape[1]
@@ -81,7 +81,7 @@ class PointEncoding:
         """Floats per row and component of an E-step block's temporaries (sizes device blocks)."""
         return 2 * self.points.shape[0] + 1
 
-    def rows(self, start: int, stop: int) -> "PointEncoding":
+    def rows(self, start: int, stop: int) -> PointEncoding:
         features = None if self.features is None else self.features[:, start:stop]
         return PointEncoding(self.points[:, start:stop], self.origin, features)
 
@@ -107,7 +107,7 @@ def _origin(points: torch.Tensor) -> torch.Tensor:
     return torch.where(spread > 0, torch.round(mean / step) * step, mean)
 
 
-def frame_features(points: torch.Tensor, point: Optional[torch.Tensor], full: bool) -> torch.Tensor:
+def frame_features(points: torch.Tensor, point: torch.Tensor | None, full: bool) -> torch.Tensor:
     """``F = [1, y, y∘y]`` (1 + D + S, n) of ``y = points - point`` (``points`` themselves when
     ``point`` is ``None``): S = D squares or (``full``) the D(D+1)/2 products ``y_i·y_j``, i <= j.
     The row of ones makes the log-density's constant and the sum of the weights part of the
@@ -230,7 +230,7 @@ class _Parameters:
         return found
 
 
-def _shared_point(mu: np.ndarray, whitened_offsets) -> Optional[np.ndarray]:
+def _shared_point(mu: np.ndarray, whitened_offsets) -> np.ndarray | None:
     """The mean of the means ``c``, when ``whitened_offsets(c)`` ((K, D): each ``μ_k - c`` in
     its component's whitened units) stays within ``SHARED_FRAME_REACH``; else ``None``."""
     c = mu.mean(axis=0)
@@ -243,7 +243,7 @@ def shared_frame(enc: PointEncoding, c: np.ndarray, k: int, full: bool, c_on_dev
     return SharedFrameBlock(np.broadcast_to(c, (k, len(c))), frame_features(enc.points, c_on_device, full), full, c)
 
 
-def centred(enc: PointEncoding, references: np.ndarray, mu: Optional[torch.Tensor] = None) -> CentredBlock:
+def centred(enc: PointEncoding, references: np.ndarray, mu: torch.Tensor | None = None) -> CentredBlock:
     """The differences of ``enc``'s points to each of ``references`` (K, D)."""
     if mu is None:
         mu = torch.from_numpy(np.ascontiguousarray(references, dtype=np.float64)).to(enc.device)
@@ -254,7 +254,7 @@ class DiagonalKernel:
     """``enc -> (K, N)`` log w_k + log p_k(x) of axis-aligned Gaussians (means ``mu`` (K, D),
     variances ``sigma2`` (K, D)): ``c_k - Σ_j (x_j - μ_kj)² / (2σ²_kj)``."""
 
-    def __init__(self, mu: np.ndarray, sigma2: np.ndarray, log_weights: Optional[np.ndarray] = None):
+    def __init__(self, mu: np.ndarray, sigma2: np.ndarray, log_weights: np.ndarray | None = None):
         const = -0.5 * (mu.shape[1] * LOG_2PI + np.log(sigma2).sum(axis=1))
         if log_weights is not None:
             const = const + log_weights
@@ -264,8 +264,13 @@ class DiagonalKernel:
             self._params = _Parameters(mu=mu, const=const, neg_half_precision=-0.5 / sigma2)
         else:  # c_k - ½Σ p(y - m)² = (c_k - ½Σ p m²) + Σ (p m) y - ½Σ p y²
             m, precision = mu - self._c, 1.0 / sigma2
-            self._params = _Parameters(c=self._c, coefficients=np.concatenate(
-                [(const - 0.5 * np.sum(precision * m * m, axis=1))[:, None], precision * m, -0.5 * precision], axis=1))
+            self._params = _Parameters(
+                c=self._c,
+                coefficients=np.concatenate(
+                    [(const - 0.5 * np.sum(precision * m * m, axis=1))[:, None], precision * m, -0.5 * precision],
+                    axis=1,
+                ),
+            )
 
     def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, CentredBlock | SharedFrameBlock]:
         """The log-joint and the block's differences or features, which the M-step sums next."""
@@ -290,8 +295,9 @@ class FullKernel:
     μ_k)‖²`` with ``Σ_k⁻¹ = U_k U_kᵀ`` (``prec_chol`` (K, D, D)); one batched product per block,
     or one product with the features, stored (about the encoding's origin) or made per block."""
 
-    def __init__(self, mu: np.ndarray, prec_chol: np.ndarray, log_norm: np.ndarray,
-                 log_weights: Optional[np.ndarray] = None):
+    def __init__(
+        self, mu: np.ndarray, prec_chol: np.ndarray, log_norm: np.ndarray, log_weights: np.ndarray | None = None
+    ):
         self._const = log_norm if log_weights is None else log_norm + log_weights
         self.references = mu
         self._whiten = np.transpose(prec_chol, (0, 2, 1))
@@ -315,7 +321,7 @@ class FullKernel:
         const = self._const - 0.5 * np.sum(pm * m, axis=1)
         return dict(coefficients=np.concatenate([const[:, None], pm, quadratic], axis=1))
 
-    def _stored_frame(self, enc: PointEncoding) -> Optional[dict]:
+    def _stored_frame(self, enc: PointEncoding) -> dict | None:
         """The expansion about ``enc``'s origin, on its device, when it stores its features and
         every mean is within reach of that origin."""
         if enc.features is None:

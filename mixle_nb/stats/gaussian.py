@@ -1,8 +1,8 @@
 """The 1-D Gaussian: the diagonal Gaussian's kernels with D = 1 and scalar parameters."""
+
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class GaussianDistribution(DiagonalGaussianDistribution):
     def dist_to_encoder(self) -> Encoder:
         return GaussianEncoder()
 
-    def estimator(self, **kwargs) -> "GaussianEstimator":
+    def estimator(self, **kwargs) -> GaussianEstimator:
         return GaussianEstimator(**kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -51,7 +51,7 @@ class GaussianEstimator(DiagonalGaussianEstimator):
     (scikit-learn's meaning). ``keys`` ties all statistics; ``variance_key`` ties only the
     variance (components sharing one variance)."""
 
-    def __init__(self, reg_covar: float = 1e-6, keys: Optional[str] = None, variance_key: Optional[str] = None):
+    def __init__(self, reg_covar: float = 1e-6, keys: str | None = None, variance_key: str | None = None):
         super().__init__(dim=1, reg_covar=reg_covar, keys=keys, variance_key=variance_key)
 
     def make_accumulator(self) -> CentredMoments:

@@ -13,10 +13,12 @@ weights, the root's reduction to K centres, one per Lloyd iteration, and the fin
 statistics fold. The model is identical on every rank, and depends only on the seed and the
 world size.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -59,8 +61,10 @@ def encoded_points(enc: Any) -> torch.Tensor:
     """The observations of a Gaussian-family encoding as a (D, N) float64 view, on its device."""
     if isinstance(enc, PointEncoding):
         return enc.points
-    raise ValueError(f"k-means starts need Gaussian-family data (vectors or numbers); got a "
-                     f"{type(enc).__name__} encoding. Use init='random'")
+    raise ValueError(
+        f"k-means starts need Gaussian-family data (vectors or numbers); got a "
+        f"{type(enc).__name__} encoding. Use init='random'"
+    )
 
 
 def check_kmeans_estimator(estimator: Estimator, chunks: Sequence[Any]) -> int:
@@ -112,8 +116,9 @@ def _distance_rows(device: torch.device, width: int) -> int:
     return max(256, DISTANCE_BLOCK_ELEMENTS // max(width, 1))
 
 
-def _nearest(x: torch.Tensor, norms: torch.Tensor, centres: np.ndarray,
-             origin: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+def _nearest(
+    x: torch.Tensor, norms: torch.Tensor, centres: np.ndarray, origin: np.ndarray
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Nearest centre by ``|x-o|² - 2 x·(c-o) + (2 o·(c-o) + |c-o|²)``: one product and one
     row-wise minimum per block of rows, ``|x-o|²`` (the same for every centre) added after
     the minimum. The product's rounding is relative to ``|o|·|c-o|``, not ``|x|²``."""
@@ -176,8 +181,17 @@ def random_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray, exchange
     return exchange.sum(_points_at(shard, sizes, chosen, exchange.rank).ravel()).reshape(k, -1)
 
 
-def kmeans_parallel_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray, proposals: np.ndarray,
-                            exchange: Exchange, *, rounds: int = 3, oversampling: float = 2.0) -> np.ndarray:
+def kmeans_parallel_centres(
+    shard: _Shard,
+    k: int,
+    seed: int,
+    sizes: np.ndarray,
+    proposals: np.ndarray,
+    exchange: Exchange,
+    *,
+    rounds: int = 3,
+    oversampling: float = 2.0,
+) -> np.ndarray:
     """k-means‖ seeding: candidates sampled where the data live, reduced to ``k`` on the root.
 
     The first candidate is one rank's proposal, that rank chosen in proportion to its size.
@@ -210,7 +224,7 @@ def kmeans_parallel_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray,
             order = order[torch.argsort(ratio_all[order])[:cap]]
         sent = np.full((cap, 1 + shard.dim), np.inf)
         sent[: len(order), 0] = ratio_all[order].cpu().numpy()
-        sent[: len(order), 1:] = _points_at(shard, sizes[exchange.rank: exchange.rank + 1], order.cpu().numpy(), 0)
+        sent[: len(order), 1:] = _points_at(shard, sizes[exchange.rank : exchange.rank + 1], order.cpu().numpy(), 0)
         received = _slots(exchange, np.concatenate([[local_cost], sent.ravel()]))
         cost = float(received[:, 0].sum())
         if cost <= 0.0:  # every point is a candidate already
@@ -235,8 +249,9 @@ def kmeans_parallel_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray,
     return exchange.sum(reduced.ravel()).reshape(k, -1)  # the root's centres, on every rank
 
 
-def reduce_candidates(points: np.ndarray, weights: np.ndarray, k: int, rng: np.random.Generator,
-                      lloyd_iterations: int = 20) -> np.ndarray:
+def reduce_candidates(
+    points: np.ndarray, weights: np.ndarray, k: int, rng: np.random.Generator, lloyd_iterations: int = 20
+) -> np.ndarray:
     """``k`` centres of weighted points: greedy k-means++ (the best of ``2 + log k`` draws per
     centre, as scikit-learn does), then weighted Lloyd iterations."""
     m = len(points)
@@ -261,8 +276,9 @@ def reduce_candidates(points: np.ndarray, weights: np.ndarray, k: int, rng: np.r
     for _ in range(lloyd_iterations):
         label = np.argmin(sq(points, centres), axis=1)
         mass = np.bincount(label, weights=weights, minlength=k)
-        sums = np.stack([np.bincount(label, weights=weights * points[:, j], minlength=k)
-                         for j in range(points.shape[1])], axis=1)
+        sums = np.stack(
+            [np.bincount(label, weights=weights * points[:, j], minlength=k) for j in range(points.shape[1])], axis=1
+        )
         moved = np.where(mass[:, None] > 0, sums / np.maximum(mass, 1e-300)[:, None], centres)
         if np.array_equal(moved, centres):
             break
@@ -291,8 +307,9 @@ def lloyd(shard: _Shard, centres: np.ndarray, exchange: Exchange, iterations: in
     return centres
 
 
-def model_from_centres(chunks: Sequence[Any], shard: _Shard, estimator: Estimator, centres: np.ndarray,
-                       exchange: Exchange):
+def model_from_centres(
+    chunks: Sequence[Any], shard: _Shard, estimator: Estimator, centres: np.ndarray, exchange: Exchange
+):
     """The mixture estimated from hard labels: each observation wholly in its nearest centre's
     component. One pass and one fold; the same model on every rank."""
     acc = estimator.accumulator_factory().make()
@@ -308,8 +325,15 @@ def model_from_centres(chunks: Sequence[Any], shard: _Shard, estimator: Estimato
     return m_step(estimator, exchange.fold(estimator, count, acc), acc)
 
 
-def kmeans_init(chunks: Sequence[Any], estimator: Estimator, rng: Any, exchange: Exchange,
-                init: str = "kmeans++", *, lloyd_iterations: int = 1):
+def kmeans_init(
+    chunks: Sequence[Any],
+    estimator: Estimator,
+    rng: Any,
+    exchange: Exchange,
+    init: str = "kmeans++",
+    *,
+    lloyd_iterations: int = 1,
+):
     """A mixture start from centres: ``"kmeans++"`` (k-means‖ then ``lloyd_iterations`` Lloyd
     iterations over all the data) or ``"random_from_data"`` (``K`` observations drawn
     uniformly); then the hard-assignment M-step, whose means are one more Lloyd iteration's

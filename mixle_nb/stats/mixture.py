@@ -1,15 +1,15 @@
 """Finite mixtures over any component family; EM is the mixture passing responsibilities
 to its components as observation weights."""
+
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from .base import (Accumulator, Distribution, Encoder, Estimator, device_tensor, encoding_device, merge_into,
-                   resident)
 from . import foreign
+from .base import Accumulator, Distribution, Encoder, Estimator, device_tensor, encoding_device, merge_into, resident
 from .centred_moments import DegenerateComponentError
 from .sampler import Sampler
 
@@ -153,7 +153,7 @@ class MixtureDistribution(Distribution):
     def dist_to_encoder(self) -> Encoder:
         return self.components[0].dist_to_encoder()
 
-    def estimator(self, **kwargs) -> "MixtureEstimator":
+    def estimator(self, **kwargs) -> MixtureEstimator:
         return MixtureEstimator([c.estimator() for c in self.components], **kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -171,13 +171,14 @@ class MixtureDistribution(Distribution):
 class MixtureAccumulator(Accumulator):
     """Component counts plus one accumulator per component. ``keys`` ties the weights."""
 
-    def __init__(self, accumulators: list, keys: Optional[str]):
+    def __init__(self, accumulators: list, keys: str | None):
         self.accumulators = accumulators
         self.counts = np.zeros(len(accumulators))
         self.keys = keys
 
-    def _update_components(self, enc, resp: torch.Tensor, models=None, initialize_rng=None, block=None,
-                           references=None) -> None:
+    def _update_components(
+        self, enc, resp: torch.Tensor, models=None, initialize_rng=None, block=None, references=None
+    ) -> None:
         """Responsibilities ``(K, N)`` become component weights: an update under ``models``, or a
         random initialisation when ``initialize_rng`` is given. Our accumulators take the rows
         where they are, with the E-step's ``block`` or the ``references`` to centre on (see
@@ -241,13 +242,13 @@ class MixtureAccumulator(Accumulator):
     def value(self):
         return self.counts.copy(), [acc.value() for acc in self.accumulators]
 
-    def from_value(self, value) -> "MixtureAccumulator":
+    def from_value(self, value) -> MixtureAccumulator:
         self.counts = np.array(value[0], dtype=np.float64)
         for acc, v in zip(self.accumulators, value[1]):
             acc.from_value(v)
         return self
 
-    def combine(self, value) -> "MixtureAccumulator":
+    def combine(self, value) -> MixtureAccumulator:
         self.counts += value[0]
         for acc, v in zip(self.accumulators, value[1]):
             acc.combine(v)
@@ -272,7 +273,7 @@ class MixtureAccumulator(Accumulator):
 class MixtureEstimator(Estimator):
     """M-step for a mixture: weights ∝ counts + ``pseudo_count``, components from their estimators."""
 
-    def __init__(self, estimators: Sequence[Estimator], pseudo_count: float = 0.0, keys: Optional[str] = None):
+    def __init__(self, estimators: Sequence[Estimator], pseudo_count: float = 0.0, keys: str | None = None):
         self.estimators = list(estimators)
         if not self.estimators:
             raise ValueError("MixtureEstimator needs at least one component estimator")

@@ -6,9 +6,8 @@ whitened differences ``Uᵀ(x - μ)`` (one product per block of rows) and statis
 Σw(x-c), Σw(x-c)(x-c)ᵀ]`` about a reference point (:mod:`.frame`, :mod:`.centred_moments`), so
 fits do not depend on where the data sit or on their units.
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import numpy as np
 
@@ -20,12 +19,13 @@ from .sampler import Sampler
 
 
 class MultivariateGaussianEncoder(Encoder):
-    def __init__(self, dim: Optional[int] = None):
+    def __init__(self, dim: int | None = None):
         self.dim = dim
 
     def seq_encode(self, data, device=None) -> PointEncoding:
-        return point_encoding(check_vectors(data, self.dim, "MultivariateGaussian"), resolve_device(device),
-                              products=True)
+        return point_encoding(
+            check_vectors(data, self.dim, "MultivariateGaussian"), resolve_device(device), products=True
+        )
 
 
 class MultivariateGaussianDistribution(Distribution):
@@ -56,8 +56,12 @@ class MultivariateGaussianDistribution(Distribution):
     def stacked_kernel(dists, log_weights=None) -> FullKernel:
         """``enc -> (K, N)`` log-densities (+ ``log_weights``), parameters prepared here once
         per model (:class:`.frame.FullKernel`)."""
-        return FullKernel(np.stack([m.mu for m in dists]), np.stack([m._prec_chol for m in dists]),
-                          np.array([m._log_norm for m in dists]), log_weights)
+        return FullKernel(
+            np.stack([m.mu for m in dists]),
+            np.stack([m._prec_chol for m in dists]),
+            np.array([m._log_norm for m in dists]),
+            log_weights,
+        )
 
     def device_log_density(self, enc: PointEncoding):
         return self.stacked_kernel([self])(enc)[0]
@@ -65,7 +69,7 @@ class MultivariateGaussianDistribution(Distribution):
     def dist_to_encoder(self) -> Encoder:
         return MultivariateGaussianEncoder(len(self.mu))
 
-    def estimator(self, **kwargs) -> "MultivariateGaussianEstimator":
+    def estimator(self, **kwargs) -> MultivariateGaussianEstimator:
         return MultivariateGaussianEstimator(dim=len(self.mu), **kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -83,12 +87,19 @@ class MultivariateGaussianEstimator(Estimator):
     ``"tied"``). ``keys`` ties all statistics; ``covariance_key`` ties only the covariance.
     """
 
-    def __init__(self, dim: Optional[int] = None, reg_covar: float = 1e-6, keys: Optional[str] = None,
-                 covariance_key: Optional[str] = None):
+    def __init__(
+        self,
+        dim: int | None = None,
+        reg_covar: float = 1e-6,
+        keys: str | None = None,
+        covariance_key: str | None = None,
+    ):
         self.dim, self.reg_covar, self.keys, self.covariance_key = dim, check_reg_covar(reg_covar), keys, covariance_key
 
     def make_accumulator(self) -> CentredMoments:
-        return CentredMoments(self.dim, self.keys, MultivariateGaussianEncoder(self.dim), self.covariance_key, full=True)
+        return CentredMoments(
+            self.dim, self.keys, MultivariateGaussianEncoder(self.dim), self.covariance_key, full=True
+        )
 
     def estimate(self, nobs, value: np.ndarray) -> MultivariateGaussianDistribution:
         if np.size(value) == 0:

@@ -6,6 +6,7 @@ Statistics tied by a key are counted once per key: ``keys`` on a component ties 
 (co)variance, each component keeping its own mean. The counts agree with scikit-learn's
 ``GaussianMixture`` for ``full``, ``diag``, ``tied`` and ``spherical`` covariances.
 """
+
 from __future__ import annotations
 
 from .base import Distribution, Estimator
@@ -26,8 +27,9 @@ class ParameterCount:
     def of(self, estimator: Estimator, model: Distribution) -> int:
         count = getattr(estimator, "free_parameters", None)
         if count is None:  # another package's estimator
-            raise TypeError(f"no free-parameter count for {type(estimator).__name__}: pass n_parameters= "
-                            "to bic()/aic() yourself")
+            raise TypeError(
+                f"no free-parameter count for {type(estimator).__name__}: pass n_parameters= to bic()/aic() yourself"
+            )
         return count(model, self)
 
     def tied(self, kind: str, key) -> bool:

@@ -1,14 +1,22 @@
 """Poisson over non-negative integer counts."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import torch
 
-from .base import (ArrayAccumulator, Distribution, Encoder, Estimator, check_finite, device_tensor, float_tensor,
-                   resolve_device)
+from .base import (
+    ArrayAccumulator,
+    Distribution,
+    Encoder,
+    Estimator,
+    check_finite,
+    device_tensor,
+    float_tensor,
+    resolve_device,
+)
 from .sampler import Sampler
 
 
@@ -26,7 +34,7 @@ class CountEncoding:
     def device(self) -> torch.device:
         return self.x.device
 
-    def rows(self, start: int, stop: int) -> "CountEncoding":
+    def rows(self, start: int, stop: int) -> CountEncoding:
         return CountEncoding(self.x[start:stop], self.log_factorial[start:stop])
 
 
@@ -59,7 +67,7 @@ class PoissonDistribution(Distribution):
     def dist_to_encoder(self) -> Encoder:
         return PoissonEncoder()
 
-    def estimator(self, **kwargs) -> "PoissonEstimator":
+    def estimator(self, **kwargs) -> PoissonEstimator:
         return PoissonEstimator(**kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -72,7 +80,7 @@ class PoissonDistribution(Distribution):
 class PoissonAccumulator(ArrayAccumulator):
     """Weighted ``[n, Σx]``."""
 
-    def __init__(self, keys: Optional[str]):
+    def __init__(self, keys: str | None):
         super().__init__(2, keys)
 
     def seq_update(self, enc: CountEncoding, weights, model):
@@ -89,7 +97,7 @@ class PoissonAccumulator(ArrayAccumulator):
 class PoissonEstimator(Estimator):
     """M-step ``lam = Σx / n``, floored at ``min_lam`` so an all-zero shard stays finite."""
 
-    def __init__(self, min_lam: float = 1e-10, keys: Optional[str] = None):
+    def __init__(self, min_lam: float = 1e-10, keys: str | None = None):
         self.min_lam, self.keys = float(min_lam), keys
 
     def make_accumulator(self) -> PoissonAccumulator:

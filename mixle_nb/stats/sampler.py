@@ -1,7 +1,8 @@
 """``dist.sampler(seed).sample(n)``: one seeded random stream per sampler."""
+
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import numpy as np
 
@@ -13,7 +14,7 @@ class Sampler:
         self._draw = draw
         self.rng = np.random.default_rng(seed)
 
-    def sample(self, n: Optional[int] = None):
+    def sample(self, n: int | None = None):
         if n is None:
             return self._draw(self.rng, 1)[0]
         if int(n) != n or n < 0:

@@ -3,10 +3,10 @@
 It reads the diagonal Gaussian's encoding and statistics; only the M-step differs: the
 per-coordinate variances are averaged, as scikit-learn's ``covariance_type="spherical"`` does.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 
@@ -29,7 +29,7 @@ class SphericalGaussianDistribution(DiagonalGaussianDistribution):
     def __repr__(self) -> str:
         return f"SphericalGaussianDistribution(mu={self.mu.tolist()}, variance={self.variance!r})"
 
-    def estimator(self, **kwargs) -> "SphericalGaussianEstimator":
+    def estimator(self, **kwargs) -> SphericalGaussianEstimator:
         return SphericalGaussianEstimator(dim=len(self.mu), **kwargs)
 
 
@@ -39,8 +39,9 @@ class SphericalGaussianEstimator(Estimator):
     statistics; ``variance_key`` ties only the variance (components sharing one σ², each with
     its own mean)."""
 
-    def __init__(self, dim: Optional[int] = None, reg_covar: float = 1e-6, keys: Optional[str] = None,
-                 variance_key: Optional[str] = None):
+    def __init__(
+        self, dim: int | None = None, reg_covar: float = 1e-6, keys: str | None = None, variance_key: str | None = None
+    ):
         self.dim, self.reg_covar, self.keys, self.variance_key = dim, check_reg_covar(reg_covar), keys, variance_key
 
     def make_accumulator(self) -> CentredMoments:

@@ -9,17 +9,19 @@ Not every number in a value is a sum: mixle's hidden Markov statistics start wit
 of states, which ``combine`` keeps rather than adds. :func:`fold_plan` asks the accumulator's own
 ``combine`` which numbers add (combining a value with itself doubles them) and which it keeps.
 """
+
 from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 import numpy as np
 
 
-def value_layout(value: Any) -> Optional[Any]:
+def value_layout(value: Any) -> Any | None:
     """A hashable description of ``value``'s structure, or ``None`` if it cannot be flattened."""
     if isinstance(value, np.ndarray) and value.dtype.kind in "fiu":
         return ("array", value.shape, value.dtype.str)
@@ -60,8 +62,9 @@ def _take(flat: np.ndarray, start: int, layout: Any):
         size = math.prod(layout[1])
         part = flat[start : start + size].reshape(layout[1])
         dtype = np.dtype(layout[2])
-        return (part if dtype == np.float64 else np.rint(part).astype(dtype) if dtype.kind in "iu"
-                else part.astype(dtype)), start + size
+        return (
+            part if dtype == np.float64 else np.rint(part).astype(dtype) if dtype.kind in "iu" else part.astype(dtype)
+        ), start + size
     if kind == "scalar":
         return float(flat[start]), start + 1
     if kind == "int":
@@ -113,7 +116,7 @@ class FoldPlan:
         return unflatten_value(summed, self.layout)
 
 
-def fold_plan(value: Any, make_accumulator: Callable[[], Any]) -> Optional[FoldPlan]:
+def fold_plan(value: Any, make_accumulator: Callable[[], Any]) -> FoldPlan | None:
     """A :class:`FoldPlan` for ``value``, or ``None`` when it must be gathered: not flattenable,
     or ``combine`` does something to a number other than add it or keep it."""
     layout = value_layout(value)

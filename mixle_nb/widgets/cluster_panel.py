@@ -1,4 +1,5 @@
 """ClusterPanel: the cluster's status table with a Refresh button."""
+
 from __future__ import annotations
 
 import ipywidgets as w

@@ -1,5 +1,6 @@
 """EMPanel's model choice: the start from the data (Init, ``initialize``) and the choice of K
 (Choose K, ``choose_k``: BIC and AIC against K), both run where the data live (rank_side)."""
+
 from __future__ import annotations
 
 import ipywidgets as w
@@ -37,8 +38,9 @@ class ModelChoice:
     def _initial_model(self, init: str, seed: int):
         init = validation.choice("init", init, INITS)
         seed = validation.integer("seed", seed, minimum=0)
-        call = self.ranks.run_async(rank_side.initial_model_on_rank, self.handle, self.estimator,
-                                    self.model_name, init, seed)
+        call = self.ranks.run_async(
+            rank_side.initial_model_on_rank, self.handle, self.estimator, self.model_name, init, seed
+        )
         return self._await(call)[0]
 
     def choose_k(self, k_max: int, init: str = "kmeans++", seed: int = 0, block: bool = True) -> None:
@@ -61,13 +63,15 @@ class ModelChoice:
         try:
             if self._scored_on is None:
                 raise ValueError("choosing K locally needs the raw data: pass data_sample=")
-            call = self.ranks.run_async(rank_side.choose_k_on_rank, self._scored_on, self.estimator, k_values,
-                                        init, seed)
+            call = self.ranks.run_async(
+                rank_side.choose_k_on_rank, self._scored_on, self.estimator, k_values, init, seed
+            )
             found = self._await(call)[0]
         except BaseException as exc:
             self.error = exc
-            self._show_status(f"choose K failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}",
-                              error=True)
+            self._show_status(
+                f"choose K failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}", error=True
+            )
             raise
         found["best_k"] = found["k"][int(np.argmin(found["bic"]))]
         self.k_choice = found
@@ -79,14 +83,29 @@ class ModelChoice:
 
     def _selection_controls(self, init: str, seed: int):
         """Init (a start from the data) and Choose K (BIC against K), as an optional row."""
-        self.init_choice = w.Dropdown(options=list(INITS), value=init, description="init",
-                                      layout=w.Layout(width="210px"), style={"description_width": "initial"})
-        self.k_max = w.BoundedIntText(value=6, min=1, max=50, description="K max",
-                                      style={"description_width": "initial"}, layout=w.Layout(width="110px"))
+        self.init_choice = w.Dropdown(
+            options=list(INITS),
+            value=init,
+            description="init",
+            layout=w.Layout(width="210px"),
+            style={"description_width": "initial"},
+        )
+        self.k_max = w.BoundedIntText(
+            value=6,
+            min=1,
+            max=50,
+            description="K max",
+            style={"description_width": "initial"},
+            layout=w.Layout(width="110px"),
+        )
         self.buttons["Init"] = w.Button(description="Init")
         self.buttons["Choose K"] = w.Button(description="Choose K")
-        self.buttons["Init"].on_click(lambda _: self._guarded(
-            lambda: self._in_background(lambda: self._reinitialize(self.init_choice.value, seed))))
-        self.buttons["Choose K"].on_click(lambda _: self._guarded(
-            lambda: self.choose_k(self.k_max.value, self.init_choice.value, seed, block=False)))
+        self.buttons["Init"].on_click(
+            lambda _: self._guarded(
+                lambda: self._in_background(lambda: self._reinitialize(self.init_choice.value, seed))
+            )
+        )
+        self.buttons["Choose K"].on_click(
+            lambda _: self._guarded(lambda: self.choose_k(self.k_max.value, self.init_choice.value, seed, block=False))
+        )
         return w.HBox([self.init_choice, self.buttons["Init"], self.k_max, self.buttons["Choose K"]])

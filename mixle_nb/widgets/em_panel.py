@@ -1,10 +1,12 @@
 """EMPanel: step EM interactively on a handle living on the ranks (or locally), plotting the
 log-density per step (all-reduced across ranks) and its gain on a log scale, the model against
 the data, and per-rank E-step times."""
+
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ipywidgets as w
 import numpy as np
@@ -70,10 +72,22 @@ class EMPanel(ModelChoice, Panel):
     one carries it (``history_rows()``' ``recovery``).
     """
 
-    def __init__(self, cluster=None, *, handle, estimator, model=None, data_sample=None,
-                 picture_dims: Optional[Sequence[int]] = None, init: Optional[str] = None, seed: int = 0,
-                 model_selection: bool = False, batch_seconds: float = BATCH_SECONDS, checkpoint=None,
-                 elastic: bool = False):
+    def __init__(
+        self,
+        cluster=None,
+        *,
+        handle,
+        estimator,
+        model=None,
+        data_sample=None,
+        picture_dims: Sequence[int] | None = None,
+        init: str | None = None,
+        seed: int = 0,
+        model_selection: bool = False,
+        batch_seconds: float = BATCH_SECONDS,
+        checkpoint=None,
+        elastic: bool = False,
+    ):
         super().__init__()
         self.elastic = bool(elastic)
         self.recoveries: list = []
@@ -82,13 +96,15 @@ class EMPanel(ModelChoice, Panel):
         self.history: list[EMStep] = []
         self._lock = threading.Lock()
         self._pause = threading.Event()
-        self._run_end: Optional[int] = None  # the step a run in progress ends at
+        self._run_end: int | None = None  # the step a run in progress ends at
         self._axis_reach = 0  # the steps the step axes hold during that run (only grows)
         self.picture_dims = picture_dims
-        self.k_choice: Optional[dict] = None
+        self.k_choice: dict | None = None
         if (model is None) == (init is None):
-            raise ValueError("give the start as model= (a model, or its name on the ranks) or as init= "
-                             f"(one of {', '.join(INITS)}), not both and not neither")
+            raise ValueError(
+                "give the start as model= (a model, or its name on the ranks) or as init= "
+                f"(one of {', '.join(INITS)}), not both and not neither"
+            )
         self._bind(cluster, handle, estimator, model, data_sample)
         if self.elastic:
             if self.cluster is None:
@@ -128,8 +144,14 @@ class EMPanel(ModelChoice, Panel):
             self.model_name, self._current_model = PANEL_MODEL_NAME, model
             self.ranks.push(**{PANEL_MODEL_NAME: model})
         # locally one step a call: each runs in this process's worker, which stops between calls
-        self.calls = StepCalls(self.ranks, handle, estimator, self.model_name,
-                               self.batch_seconds if self.cluster is not None else 0.0, self._interrupted)
+        self.calls = StepCalls(
+            self.ranks,
+            handle,
+            estimator,
+            self.model_name,
+            self.batch_seconds if self.cluster is not None else 0.0,
+            self._interrupted,
+        )
         if data_sample is None:
             data_sample = self.ranks.run(rank_side.data_sample_on_rank, handle, DATA_SAMPLE_SIZE, targets=[0])[0]
         self.data_sample = None if data_sample is None else np.asarray(data_sample)
@@ -158,8 +180,12 @@ class EMPanel(ModelChoice, Panel):
         ``model`` (its repr)."""
         rows, previous = [], None
         for r in list(self.history):
-            row = {"step": r.step, "log_density": r.log_density,
-                   "gain": float("nan") if previous is None else r.log_density - previous, "count": r.count}
+            row = {
+                "step": r.step,
+                "log_density": r.log_density,
+                "gain": float("nan") if previous is None else r.log_density - previous,
+                "count": r.count,
+            }
             row.update({f"e_step_s_rank{i}": s for i, s in enumerate(r.rank_seconds)})
             row["model"] = repr(r.model)
             row["recovery"] = None if r.recovery is None else r.recovery.describe()
@@ -201,7 +227,7 @@ class EMPanel(ModelChoice, Panel):
         if k > len(self.history):
             raise ValueError(f"can go back 1..{len(self.history)} steps; got {k!r}")
         with self._lock:
-            del self.history[len(self.history) - k:]
+            del self.history[len(self.history) - k :]
             self._push_current()
             self._save_checkpoint(force=True)
         self.request_redraw()
@@ -221,8 +247,7 @@ class EMPanel(ModelChoice, Panel):
             raise RuntimeError("a run is going: pause() it or wait() for it first")
         with self._lock:
             model = self.model
-            self._bind(cluster, handle, estimator, model, data_sample if data_sample is not None
-                       else self.data_sample)
+            self._bind(cluster, handle, estimator, model, data_sample if data_sample is not None else self.data_sample)
             self.error = None
         self._show_status(f"attached to {handle!r}; continuing from step {len(self.history)}")
         self.view = self._new_view()
@@ -259,7 +284,7 @@ class EMPanel(ModelChoice, Panel):
         self._save_checkpoint(before=len(self.history) - len(steps))
         return steps
 
-    def _save_checkpoint(self, before: Optional[int] = None, force: bool = False) -> None:
+    def _save_checkpoint(self, before: int | None = None, force: bool = False) -> None:
         if self.checkpoint and (force or self.checkpoint.due(len(self.history), before)):
             self.checkpoint.save("panel", {"start_model": self.start_model, "history": list(self.history)})
 
@@ -267,10 +292,12 @@ class EMPanel(ModelChoice, Panel):
         """``exc``, or for a handle missing on the ranks (a restart leaves them empty) an error
         that says to build it there again and attach: a handle cannot be pushed."""
         if getattr(exc, "ename", None) == "NameError" and f"{self.handle!r} is not defined" in str(exc):
-            return NameError(f"{self.handle!r} is not defined on rank {exc.rank} (a restart leaves the ranks "
-                             "empty): build it on the ranks again (the %%mixle cell that made it, after "
-                             f"pushing what it needs), then panel.attach(handle={self.handle!r}, "
-                             f"estimator={self.estimator!r})")
+            return NameError(
+                f"{self.handle!r} is not defined on rank {exc.rank} (a restart leaves the ranks "
+                "empty): build it on the ranks again (the %%mixle cell that made it, after "
+                f"pushing what it needs), then panel.attach(handle={self.handle!r}, "
+                f"estimator={self.estimator!r})"
+            )
         return exc
 
     def _fail(self, exc: BaseException) -> None:
@@ -283,8 +310,10 @@ class EMPanel(ModelChoice, Panel):
             first = (str(exc).strip().splitlines() or [""])[0]
             text = f"step {step} failed: {type(exc).__name__}: {first}"
             if type(exc).__name__ == "RankDiedError":
-                text += (" · after restart(), re-push and rebuild the handle, then panel.attach(handle=..., "
-                         "estimator=...) continues from the last good model")
+                text += (
+                    " · after restart(), re-push and rebuild the handle, then panel.attach(handle=..., "
+                    "estimator=...) continues from the last good model"
+                )
         self._show_status(text, error=True)
         self._restore_ranks()
 
@@ -348,7 +377,7 @@ class EMPanel(ModelChoice, Panel):
                 return False
         return True
 
-    def _went_on(self, exc: BaseException) -> Optional[int]:
+    def _went_on(self, exc: BaseException) -> int | None:
         """Elastic: after a rank died, the survivors take over its shards, the steps the failed
         calls completed are recorded and the run goes on; how many steps were recorded.
         ``None``: not elastic, not a dead rank, or the recovery failed (shown)."""
@@ -358,8 +387,9 @@ class EMPanel(ModelChoice, Panel):
         try:
             with self._lock:
                 event = elastic_recovery.recover(self.cluster, self.handle, exc.ranks, [c.call for c in calls])
-                records = self._record(elastic_recovery.completed_on_survivors(self.cluster,
-                                                                               [c.call_id for c in calls]))
+                records = self._record(
+                    elastic_recovery.completed_on_survivors(self.cluster, [c.call_id for c in calls])
+                )
                 event.at_step = len(self.history) + 1
                 self._push_current()
         except BaseException as failure:
@@ -384,8 +414,14 @@ class EMPanel(ModelChoice, Panel):
 
     def _build(self, model_selection: bool, init: str, seed: int) -> None:
         self.buttons = {name: w.Button(description=name) for name in ("Step", "Run N", "Pause", "Back", "Reset")}
-        self.n_steps = w.BoundedIntText(value=10, min=1, max=100_000, description="N",
-                                        style={"description_width": "initial"}, layout=w.Layout(width="110px"))
+        self.n_steps = w.BoundedIntText(
+            value=10,
+            min=1,
+            max=100_000,
+            description="N",
+            style={"description_width": "initial"},
+            layout=w.Layout(width="110px"),
+        )
         self.progress = w.IntProgress(value=0, min=0, max=1, description="run")
         self.status = w.HTML()
         self.image = plot_image()
@@ -399,8 +435,16 @@ class EMPanel(ModelChoice, Panel):
         }
         for name, button in self.buttons.items():
             button.on_click(lambda _, act=actions[name]: self._guarded(act))
-        controls = w.HBox([self.buttons["Step"], self.n_steps, self.buttons["Run N"], self.buttons["Pause"],
-                           self.buttons["Back"], self.buttons["Reset"]])
+        controls = w.HBox(
+            [
+                self.buttons["Step"],
+                self.n_steps,
+                self.buttons["Run N"],
+                self.buttons["Pause"],
+                self.buttons["Back"],
+                self.buttons["Reset"],
+            ]
+        )
         rows = [controls, w.HBox([self.progress, self.status]), self.image]
         self.k_image = None  # added below the plot by the first choice of K
         if model_selection:
@@ -424,8 +468,12 @@ class EMPanel(ModelChoice, Panel):
 
     def _render(self) -> bytes:
         history = list(self.history)
-        png = self.view.render([r.log_density for r in history], self.model,
-                               history[-1].rank_seconds if history else [], self._axis_steps(len(history)))
+        png = self.view.render(
+            [r.log_density for r in history],
+            self.model,
+            history[-1].rank_seconds if history else [],
+            self._axis_steps(len(history)),
+        )
         if self.error is None:
             last = f" · log-density {history[-1].log_density:.6g}" if history else ""
             stopped = " · interrupted (Ctrl-C): run stopped" if self._interrupted.is_set() else ""

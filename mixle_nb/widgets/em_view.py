@@ -1,8 +1,9 @@
 """The EM panel's figure, kept between redraws: log-density per step, its gain per step on a
 log scale (how fast EM converges), the model against the data, and each rank's E-step time."""
+
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -24,8 +25,7 @@ def gains(log_densities: Sequence[float]) -> np.ndarray:
 class EMView:
     """Draw with :meth:`render`; a new model of the same shape only updates artists."""
 
-    def __init__(self, model, data: Optional[np.ndarray], distributed: bool,
-                 picture_dims: Optional[Sequence[int]] = None):
+    def __init__(self, model, data: np.ndarray | None, distributed: bool, picture_dims: Sequence[int] | None = None):
         self.live = live = LiveFigure(FIGSIZE)
         fig = live.figure
         self.objective, self.convergence, picture_ax, self.ranks = fig.subplots(1, 4)
@@ -40,8 +40,7 @@ class EMView:
         self.convergence.set_ylim(1e-3, 1e3)
         self.gain_line = live.dynamic(self.convergence.plot([], [], "o-", color="#8e44ad", ms=3)[0])
         self.picture = ModelPicture(live, picture_ax, model, data, picture_dims)
-        self.ranks.set_title(f"E-step ms {'per rank' if distributed else '(this process)'}, last step",
-                             fontsize=10)
+        self.ranks.set_title(f"E-step ms {'per rank' if distributed else '(this process)'}, last step", fontsize=10)
         self.ranks.set_xlabel("rank", fontsize=9, labelpad=1)
         self.ranks.set_ylim(0, 1)
         self.bars: list = []
@@ -50,8 +49,9 @@ class EMView:
             fit_steps(ax, 0)
         self.model = model
 
-    def render(self, log_densities: Sequence[float], model, rank_seconds: Sequence[float],
-               axis_steps: Optional[int] = None) -> bytes:
+    def render(
+        self, log_densities: Sequence[float], model, rank_seconds: Sequence[float], axis_steps: int | None = None
+    ) -> bytes:
         """Draw the steps so far, on step axes fitted to ``axis_steps`` steps (default: the
         steps drawn; see :func:`fit_steps`)."""
         steps = np.arange(1, len(log_densities) + 1)

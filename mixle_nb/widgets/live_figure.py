@@ -12,12 +12,12 @@ limits it had, so limits it returns to (Reset, then Run N again) cost no drawing
 PNG bytes work the same in JupyterLab, VS Code and nbconvert, and a saved notebook keeps only
 the last one. No pyplot backend is selected, so the notebook's own (inline) backend is left alone.
 """
+
 from __future__ import annotations
 
 import math
 import struct
 import zlib
-from typing import Optional
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -42,8 +42,8 @@ class LiveFigure:
         self._layers: dict = {}  # (axes or None, part) -> Layer, in the figure's drawing order
         self._stale: set = set()  # keys of layers to draw again
         self._x_axes: dict = {}  # axes -> {x limits: its x axis layer}, the latest KEPT_X_AXES
-        self._composite: Optional[np.ndarray] = None  # the layers laid over each other, RGB float
-        self._background: Optional[np.ndarray] = None  # the same, RGBA bytes
+        self._composite: np.ndarray | None = None  # the layers laid over each other, RGB float
+        self._background: np.ndarray | None = None  # the same, RGBA bytes
 
     def dynamic(self, artist):
         """Mark ``artist`` as redrawn on every render (it is left out of the layers)."""
@@ -111,7 +111,7 @@ class LiveFigure:
                 layer.over(self._composite, box)
             self._background[r0:r1, c0:c1, :3] = np.rint(self._composite[r0:r1, c0:c1])
 
-    def _x_axis_layer(self, renderer, ax) -> "Layer":
+    def _x_axis_layer(self, renderer, ax) -> Layer:
         """``ax``'s x axis at its limits: the one kept for them, else drawn (and kept)."""
         kept = self._x_axes.setdefault(ax, {})
         limits = ax.get_xlim()
@@ -121,7 +121,7 @@ class LiveFigure:
             del kept[next(iter(kept))]
         return layer
 
-    def _draw_layer(self, renderer, ax, part) -> "Layer":
+    def _draw_layer(self, renderer, ax, part) -> Layer:
         renderer.clear()  # transparent
         if ax is None:  # the figure's patch and texts, its axes hidden
             shown = [a for a in self.figure.axes if a.get_visible()]
@@ -167,13 +167,13 @@ class Layer:
         c0, c1 = max(box[2], self.box[2]), min(box[3], self.box[3])
         if r0 >= r1 or c0 >= c1:
             return
-        mine = np.s_[r0 - self.box[0]:r1 - self.box[0], c0 - self.box[2]:c1 - self.box[2]]
+        mine = np.s_[r0 - self.box[0] : r1 - self.box[0], c0 - self.box[2] : c1 - self.box[2]]
         below = out[r0:r1, c0:c1]
         below *= self.transparency[mine]
         below += self.color[mine]
 
 
-def union(a: Optional[tuple], b: Optional[tuple]) -> Optional[tuple]:
+def union(a: tuple | None, b: tuple | None) -> tuple | None:
     """The smallest box holding boxes ``a`` and ``b`` (either may be None: nothing)."""
     if a is None or b is None:
         return a or b
@@ -192,8 +192,12 @@ def encode_png(rgba) -> bytes:
     rows[0, 1:] = flat[0]
     np.subtract(flat[1:], flat[:-1], out=rows[1:, 1:])  # modulo 256, as the filter defines
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
-    return (PNG_SIGNATURE + _png_chunk(b"IHDR", header)
-            + _png_chunk(b"IDAT", zlib.compress(rows, PNG_COMPRESS_LEVEL)) + _png_chunk(b"IEND", b""))
+    return (
+        PNG_SIGNATURE
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", zlib.compress(rows, PNG_COMPRESS_LEVEL))
+        + _png_chunk(b"IEND", b"")
+    )
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -207,8 +211,7 @@ def static_png(fig: Figure) -> bytes:
     return encode_png(canvas.buffer_rgba())
 
 
-def fit_limits(ax, values, axis: str = "y", log: bool = False, floor: Optional[float] = None,
-               shrink: bool = True) -> bool:
+def fit_limits(ax, values, axis: str = "y", log: bool = False, floor: float | None = None, shrink: bool = True) -> bool:
     """Make the axis' limits cover ``values`` (finite ones; positive ones on a log axis), with
     headroom so that later values rarely force a change. Returns whether the limits changed
     (the caller then invalidates the background). With ``shrink``, limits also shrink once they
@@ -232,7 +235,7 @@ def fit_limits(ax, values, axis: str = "y", log: bool = False, floor: Optional[f
     new_lo, new_hi = lo - pad, hi + pad
     if log:
         new_lo, new_hi = math.floor(new_lo), math.ceil(new_hi)
-        new_lo, new_hi = 10.0 ** new_lo, 10.0 ** new_hi
+        new_lo, new_hi = 10.0**new_lo, 10.0**new_hi
     if floor is not None:
         new_lo = max(new_lo, floor)
     set_(new_lo, new_hi)

@@ -1,9 +1,8 @@
 """The training panel's figure, kept between redraws: each rank's loss (faint), an
 exponentially smoothed mean over ranks (bold), held-out loss points, and the entropy floor
 (the lowest loss any model can reach on the source, where it is known)."""
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import numpy as np
 
@@ -36,8 +35,9 @@ def smoothed(values, smoothing: float) -> np.ndarray:
 class LossView:
     """Draw with :meth:`render`; ``x_axis`` is ``"steps"`` or ``"targets"``."""
 
-    def __init__(self, x_axis: str = "steps", log_scale: bool = False, entropy_floor: Optional[float] = None,
-                 smoothing: float = 0.8):
+    def __init__(
+        self, x_axis: str = "steps", log_scale: bool = False, entropy_floor: float | None = None, smoothing: float = 0.8
+    ):
         self.x_axis, self.log_scale, self.entropy_floor, self.smoothing = x_axis, log_scale, entropy_floor, smoothing
         self.live = LiveFigure(FIGSIZE)
         self.ax = self.live.figure.subplots()
@@ -91,7 +91,7 @@ class LossView:
         if self.entropy_floor is not None:
             ys.append(self.entropy_floor)
         if fit_limits(self.ax, [0.0, max(xs)], axis="x", floor=0.0):  # the curves are all dynamic; the legend
-            self.live.invalidate(self.ax, "x limits")                     # and floor's x are axes coordinates
+            self.live.invalidate(self.ax, "x limits")  # and floor's x are axes coordinates
         if fit_limits(self.ax, ys, log=self.log_scale):
             self.live.invalidate(self.ax, "y limits")
         if changed:  # the legend

@@ -3,10 +3,11 @@ parameters, never by type): a density over a histogram for 1-D Gaussians; each c
 2-sigma ellipse over the data for D >= 2 Gaussians (two chosen dimensions, or the data's first
 two principal components); bars per component for categorical and Poisson mixtures; and a
 plain "no picture for this model" otherwise."""
+
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.patches import Ellipse
@@ -26,7 +27,7 @@ def components(model) -> list:
     return [(1.0, model)]
 
 
-def gaussian(component) -> Optional[tuple[np.ndarray, np.ndarray]]:
+def gaussian(component) -> tuple[np.ndarray, np.ndarray] | None:
     """``(mean, covariance)`` of a Gaussian-family component (full, diagonal or spherical; ours
     keep ``sigma2``/``covar``, mixle's ``sigma2``/``covar``), else None."""
     name = type(component).__name__
@@ -41,7 +42,7 @@ def gaussian(component) -> Optional[tuple[np.ndarray, np.ndarray]]:
     return mu, cov
 
 
-def picture_kind(model) -> Optional[str]:
+def picture_kind(model) -> str | None:
     """``"density"`` (1-D Gaussians), ``"ellipses"`` (D >= 2 Gaussians), ``"categorical"``,
     ``"poisson"``, or None when every component is not of one family we can draw."""
     comps = [c for _, c in components(model)]
@@ -55,7 +56,7 @@ def picture_kind(model) -> Optional[str]:
     return None
 
 
-def projection(model, data: Optional[np.ndarray], dims: Optional[Sequence[int]]) -> tuple[np.ndarray, list]:
+def projection(model, data: np.ndarray | None, dims: Sequence[int] | None) -> tuple[np.ndarray, list]:
     """A 2 x D matrix and its axis labels: the chosen dimensions, else (D > 2 with data) the
     data's first two principal components, else dimensions 0 and 1."""
     d = len(gaussian(components(model)[0][1])[0])
@@ -74,14 +75,17 @@ class ModelPicture:
     """Draws a model on ``ax`` of a :class:`LiveFigure`; :meth:`update` redraws it for a new
     model of the same shape (the data, axes and labels stay in the background)."""
 
-    def __init__(self, live: LiveFigure, ax, model, data: Optional[np.ndarray],
-                 dims: Optional[Sequence[int]] = None):
+    def __init__(self, live: LiveFigure, ax, model, data: np.ndarray | None, dims: Sequence[int] | None = None):
         self.live, self.ax = live, ax
         self.data = None if data is None else np.asarray(data)
         self.kind = picture_kind(model)
         self.artists: list = []
-        build = {"density": self._build_density, "ellipses": self._build_ellipses,
-                 "categorical": self._build_categorical, "poisson": self._build_poisson}.get(self.kind)
+        build = {
+            "density": self._build_density,
+            "ellipses": self._build_ellipses,
+            "categorical": self._build_categorical,
+            "poisson": self._build_poisson,
+        }.get(self.kind)
         if build is None:
             ax.set_title("model", fontsize=10)
             ax.text(0.5, 0.5, NO_PICTURE, ha="center", va="center", transform=ax.transAxes)
@@ -96,8 +100,12 @@ class ModelPicture:
         """Redraw for ``model``; whether the limits changed (the background must be redrawn)."""
         if self.kind is None or picture_kind(model) != self.kind:
             return False
-        return {"density": self._update_density, "ellipses": self._update_ellipses,
-                "categorical": self._update_bars, "poisson": self._update_bars}[self.kind](model)
+        return {
+            "density": self._update_density,
+            "ellipses": self._update_ellipses,
+            "categorical": self._update_bars,
+            "poisson": self._update_bars,
+        }[self.kind](model)
 
     # -- 1-D Gaussians: density over a histogram ----------------------------------------------
 
@@ -110,7 +118,9 @@ class ModelPicture:
             self.grid = np.linspace(np.min(x), np.max(x), 400)
             self._histogram_top = heights.max()
         else:
-            mus, sds = zip(*[(g[0][0], math.sqrt(g[1][0, 0])) for g in map(gaussian, [c for _, c in components(model)])])
+            mus, sds = zip(
+                *[(g[0][0], math.sqrt(g[1][0, 0])) for g in map(gaussian, [c for _, c in components(model)])]
+            )
             self.grid = np.linspace(min(mus) - 4 * max(sds), max(mus) + 4 * max(sds), 400)
             self._histogram_top = 0.0
         self.ax.set_xlim(self.grid[0], self.grid[-1])
@@ -137,8 +147,9 @@ class ModelPicture:
         self._data_points = np.empty((0, 2))
         if self.data is not None and np.ndim(self.data) == 2 and self.data.shape[1] == self.matrix.shape[1]:
             self._data_points = self.data @ self.matrix.T
-            self.ax.scatter(self._data_points[:, 0], self._data_points[:, 1], s=3, color="#7f8c8d", alpha=0.4,
-                            linewidths=0)
+            self.ax.scatter(
+                self._data_points[:, 0], self._data_points[:, 1], s=3, color="#7f8c8d", alpha=0.4, linewidths=0
+            )
         self.ellipses = []
         for k in range(len(components(model))):
             ellipse = Ellipse((0, 0), 1, 1, fill=False, color=COLOURS[k % len(COLOURS)])
@@ -182,10 +193,10 @@ class ModelPicture:
         self.labels = list(range(int(min(math.ceil(top), MAX_COUNT)) + 1))
         self.ax.set_title("count probability per component", fontsize=10)
         if self.data is not None and np.ndim(self.data) == 1 and len(self.data):
-            counts = np.bincount(np.clip(np.asarray(self.data, dtype=int), 0, self.labels[-1]),
-                                 minlength=len(self.labels))
-            self.ax.stairs(counts / counts.sum(), np.arange(len(self.labels) + 1) - 0.5, color="#7f8c8d",
-                           label="data")
+            counts = np.bincount(
+                np.clip(np.asarray(self.data, dtype=int), 0, self.labels[-1]), minlength=len(self.labels)
+            )
+            self.ax.stairs(counts / counts.sum(), np.arange(len(self.labels) + 1) - 0.5, color="#7f8c8d", label="data")
         self._build_bars(model, None)
 
     def _build_bars(self, model, tick_labels) -> None:
@@ -194,8 +205,13 @@ class ModelPicture:
         x = np.arange(len(self.labels))
         self.bars = []
         for j in range(k):
-            container = self.ax.bar(x - 0.4 + width * (j + 0.5), np.zeros(len(x)), width,
-                                    color=COLOURS[j % len(COLOURS)], label=f"component {j}")
+            container = self.ax.bar(
+                x - 0.4 + width * (j + 0.5),
+                np.zeros(len(x)),
+                width,
+                color=COLOURS[j % len(COLOURS)],
+                label=f"component {j}",
+            )
             self.bars.append([self.live.dynamic(patch) for patch in container.patches])
         if tick_labels is not None:
             self.ax.set_xticks(x, tick_labels, fontsize=8, rotation=45 if len(x) > 6 else 0)
@@ -205,7 +221,7 @@ class ModelPicture:
 
     def _update_bars(self, model) -> bool:
         top = 0.0
-        for patches, (w, c) in zip(self.bars, components(model)):
+        for patches, (_w, c) in zip(self.bars, components(model)):
             if self.kind == "categorical":
                 heights = [float(c.pmap.get(key, 0.0)) for key in self.labels]
             else:

@@ -1,12 +1,13 @@
 """What the live panels share: finding the cluster, one background worker that Ctrl-C stops,
 calls on the ranks that an interrupt cancels, throttled redraws, the status line and the
 history as rows."""
+
 from __future__ import annotations
 
 import csv
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import ipywidgets as w
 
@@ -28,8 +29,10 @@ def resolve_cluster(cluster, handle, estimator):
     if cluster is None and isinstance(handle, str):
         cluster = cluster_module.current()
         if cluster is None:
-            raise ValueError(f"handle {handle!r} is a name on the ranks, but no cluster is running: "
-                             "start one with %mixle_cluster start N, or pass the objects themselves")
+            raise ValueError(
+                f"handle {handle!r} is a name on the ranks, but no cluster is running: "
+                "start one with %mixle_cluster start N, or pass the objects themselves"
+            )
     if cluster is not None and not (isinstance(handle, str) and isinstance(estimator, str)):
         raise TypeError("with a cluster, pass handle= and estimator= as the names they have on the ranks")
     return cluster
@@ -50,14 +53,14 @@ class Panel:
     widget = image = status = None  # built by subclasses
 
     def __init__(self):
-        self._worker: Optional[threading.Thread] = None
-        self.error: Optional[BaseException] = None
+        self._worker: threading.Thread | None = None
+        self.error: BaseException | None = None
         self.redraws = 0  # images sent to the front end
         self._interrupted = threading.Event()
         self._done = threading.Event()  # set when the worker's target returns
         self._redraw_lock = threading.Lock()  # one render at a time
         self._timer_lock = threading.Lock()
-        self._timer: Optional[threading.Timer] = None
+        self._timer: threading.Timer | None = None
         self._dirty = False  # a redraw was requested since the timer's last one began
         self._last_draw = 0.0
         self._last_draw_cpu = 0.0  # CPU seconds the last redraw took
@@ -68,7 +71,7 @@ class Panel:
     def running(self) -> bool:
         return self._worker is not None and not self._done.is_set()
 
-    def wait(self, timeout: Optional[float] = None) -> None:
+    def wait(self, timeout: float | None = None) -> None:
         """Block until the background work ends (or ``timeout`` s). Ctrl-C here stops the
         worker and the ranks it is waiting on, then raises KeyboardInterrupt."""
         if self._worker is None:
@@ -82,13 +85,16 @@ class Panel:
             if self._done.wait(STOP_DEADLINE_S):
                 self.flush()
             else:
-                self._show_status(f"interrupted, but the worker is still waiting on the ranks after "
-                                  f"{STOP_DEADLINE_S:g} s: see the cluster's status", error=True)
+                self._show_status(
+                    f"interrupted, but the worker is still waiting on the ranks after "
+                    f"{STOP_DEADLINE_S:g} s: see the cluster's status",
+                    error=True,
+                )
             raise
         if finished:
             self.flush()
 
-    def _wait_done(self, timeout: Optional[float]) -> bool:
+    def _wait_done(self, timeout: float | None) -> bool:
         """Whether the worker ended within ``timeout`` s (``None``: however long), waited for in
         slices of :data:`WAIT_SLICE_S` so that a pending Ctrl-C is raised within one slice."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -1,11 +1,11 @@
 """TrainPanel: streaming training across the ranks with a live loss plot (each rank faint, a
 smoothed mean over ranks bold, held-out loss points, the entropy floor), drawn from what the
 ranks publish (no extra collective), then text sampled from a prompt."""
+
 from __future__ import annotations
 
 import threading
 import time
-from typing import Optional
 
 import ipywidgets as w
 
@@ -52,11 +52,25 @@ class TrainPanel(Panel):
     :class:`~mixle_nb.cluster.elastic.RecoveryEvent` (also in ``history_rows()``).
     """
 
-    def __init__(self, cluster=None, *, handle, estimator, tokenizer=None, prompt: str = "",
-                 sample_chars: int = 200, chunk_steps: int = 20, report_every: int = 5,
-                 temperature: float = 0.8, validation=None, entropy_floor: Optional[float] = None,
-                 x_axis: str = "steps", log_scale: bool = False, smoothing: float = 0.8,
-                 elastic: bool = False):
+    def __init__(
+        self,
+        cluster=None,
+        *,
+        handle,
+        estimator,
+        tokenizer=None,
+        prompt: str = "",
+        sample_chars: int = 200,
+        chunk_steps: int = 20,
+        report_every: int = 5,
+        temperature: float = 0.8,
+        validation=None,
+        entropy_floor: float | None = None,
+        x_axis: str = "steps",
+        log_scale: bool = False,
+        smoothing: float = 0.8,
+        elastic: bool = False,
+    ):
         super().__init__()
         self.chunk_steps = check.positive_int("chunk_steps", chunk_steps)
         self.report_every = check.positive_int("report_every", report_every)
@@ -71,7 +85,7 @@ class TrainPanel(Panel):
         self.held_out: list = []
         self.updates = 0  # progress reports received, all ranks together
         self.sample_text = ""
-        self.model_state: Optional[dict] = None
+        self.model_state: dict | None = None
         self.model_state_step = 0
         self.elastic = bool(elastic)
         self.recoveries: list = []
@@ -93,8 +107,14 @@ class TrainPanel(Panel):
             if self.elastic:
                 raise ValueError("elastic=True needs a cluster: it lets training go on when one of its ranks dies")
             self.ranks = LocalRanks(on_data=self._record)
-            self.ranks.push(**{LOCAL_HANDLE: handle, LOCAL_ESTIMATOR: estimator, LOCAL_VALIDATION: validation,
-                               LOCAL_STOP: self._stop})
+            self.ranks.push(
+                **{
+                    LOCAL_HANDLE: handle,
+                    LOCAL_ESTIMATOR: estimator,
+                    LOCAL_VALIDATION: validation,
+                    LOCAL_STOP: self._stop,
+                }
+            )
             handle, estimator = LOCAL_HANDLE, LOCAL_ESTIMATOR
             validation = None if validation is None else LOCAL_VALIDATION
             self._chunk_steps, self._stop_name = None, LOCAL_STOP  # one call; its loop sees Stop
@@ -146,7 +166,7 @@ class TrainPanel(Panel):
         start = self._offset[0] if resume is None else resume
         self._show_status(f"attached to {handle!r}; continuing from step {start}{weights}")
 
-    def _checkpoint_step(self) -> Optional[int]:
+    def _checkpoint_step(self) -> int | None:
         """The step of the handle's newest complete checkpoint, where its training resumes."""
         return self.ranks.run(rank_side.checkpoint_step_on_rank, self.handle, targets=[0])[0]
 
@@ -161,12 +181,26 @@ class TrainPanel(Panel):
     def history_rows(self) -> list[dict]:
         """One dict per progress report (``kind="train"``, per rank) and per held-out
         evaluation (``kind="held-out"``): ``kind``, ``rank``, ``step``, ``targets``, ``loss``."""
-        rows = [{"kind": "train", "rank": rank, "step": s, "targets": t, "loss": loss}
-                for rank, pts in sorted(self.points.items()) for s, t, loss in list(pts)]
-        rows += [{"kind": "held-out", "rank": "all", "step": s, "targets": t, "loss": loss}
-                 for s, t, loss in list(self.held_out)]
-        rows += [{"kind": "recovery", "rank": sum(e.lost, []), "step": e.at_step, "targets": None, "loss": None,
-                  "recovery": e.describe()} for e in self.recoveries]
+        rows = [
+            {"kind": "train", "rank": rank, "step": s, "targets": t, "loss": loss}
+            for rank, pts in sorted(self.points.items())
+            for s, t, loss in list(pts)
+        ]
+        rows += [
+            {"kind": "held-out", "rank": "all", "step": s, "targets": t, "loss": loss}
+            for s, t, loss in list(self.held_out)
+        ]
+        rows += [
+            {
+                "kind": "recovery",
+                "rank": sum(e.lost, []),
+                "step": e.at_step,
+                "targets": None,
+                "loss": None,
+                "recovery": e.describe(),
+            }
+            for e in self.recoveries
+        ]
         return rows
 
     def _request_stop(self) -> None:
@@ -196,10 +230,17 @@ class TrainPanel(Panel):
         steps_done, total = done["steps_done"], done["total_steps"]
         self.progress.max = self._offset[0] + total
         while steps_done < total and not self._stop.is_set():
-            call = self.ranks.run_async(rank_side.train_on_rank, self.handle, self.estimator, PANEL_LEAF_NAME,
-                                        self._chunk_steps, self.report_every, self._stop_name)
+            call = self.ranks.run_async(
+                rank_side.train_on_rank,
+                self.handle,
+                self.estimator,
+                PANEL_LEAF_NAME,
+                self._chunk_steps,
+                self.report_every,
+                self._stop_name,
+            )
             try:
-                results = self._await(call, on_slice=lambda: self._record(call.data))
+                results = self._await(call, on_slice=lambda: self._record(call.data))  # noqa: B023
             except elastic_recovery.RankDiedError as exc:
                 if not self.elastic:
                     raise
@@ -218,8 +259,9 @@ class TrainPanel(Panel):
         file and resume from the newest checkpoint; the event is recorded, the curves cut back
         to its step. The handle's (steps done, total steps) at the new world size."""
         last = [pts[-1][0] for pts in self.points.values() if pts]
-        event = elastic_recovery.recover(self.cluster, self.handle, exc.ranks, [call],
-                                         at_step=max(last, default=self._offset[0]))
+        event = elastic_recovery.recover(
+            self.cluster, self.handle, exc.ranks, [call], at_step=max(last, default=self._offset[0])
+        )
         event.resumed_from = self._checkpoint_step()
         offset = self._offset
         self._cut_back(offset[0] + event.resumed_from)
@@ -255,8 +297,9 @@ class TrainPanel(Panel):
         if self.tokenizer is None or not self.prompt:
             return
         ids = self.tokenizer.encode(self.prompt)
-        out = self.ranks.run(rank_side.generate_on_rank, PANEL_LEAF_NAME, ids, self.sample_chars,
-                             self.temperature, 0, targets=[0])[0]
+        out = self.ranks.run(
+            rank_side.generate_on_rank, PANEL_LEAF_NAME, ids, self.sample_chars, self.temperature, 0, targets=[0]
+        )[0]
         self.sample_text = self.tokenizer.decode(out)  # the prompt followed by the sample
         self.sample.value = self.sample_text
 
@@ -267,20 +310,29 @@ class TrainPanel(Panel):
         self.stop_button = w.Button(description="Stop")
         self.train_button.on_click(lambda _: self.train(block=False) if not self.running else None)
         self.stop_button.on_click(lambda _: self.stop())
-        self.log_scale = w.Checkbox(value=log_scale, description="log scale", indent=False,
-                                    layout=w.Layout(width="90px"))
-        self.x_axis = w.ToggleButtons(options=["steps", "targets"], value=x_axis,
-                                      style={"button_width": "70px"})
+        self.log_scale = w.Checkbox(
+            value=log_scale, description="log scale", indent=False, layout=w.Layout(width="90px")
+        )
+        self.x_axis = w.ToggleButtons(options=["steps", "targets"], value=x_axis, style={"button_width": "70px"})
         self.log_scale.observe(lambda _: self._new_view(), "value")
         self.x_axis.observe(lambda _: self._new_view(), "value")
         self.progress = w.IntProgress(value=0, min=0, max=1, description="steps")
         self.status = w.HTML()
         self.image = plot_image()
-        self.sample = w.Textarea(value="", placeholder="generated text appears here after training",
-                                 layout=w.Layout(width="95%", height="90px"))
+        self.sample = w.Textarea(
+            value="",
+            placeholder="generated text appears here after training",
+            layout=w.Layout(width="95%", height="90px"),
+        )
         self.view = self._make_view()
-        self.widget = w.VBox([w.HBox([self.train_button, self.stop_button, self.progress, self.status]),
-                              w.HBox([self.x_axis, self.log_scale]), self.image, self.sample])
+        self.widget = w.VBox(
+            [
+                w.HBox([self.train_button, self.stop_button, self.progress, self.status]),
+                w.HBox([self.x_axis, self.log_scale]),
+                self.image,
+                self.sample,
+            ]
+        )
         self.widget.add_class("mixle-train-panel")
 
     def _make_view(self) -> LossView:
@@ -304,5 +356,7 @@ class TrainPanel(Panel):
             left = elapsed / done * max(self.progress.max - step, 0) if self.running and done > 0 else 0.0
             loss = f" · mean loss {mean[-1][1]:.3f}" if mean else ""
             held = f" · held-out {self.held_out[-1][2]:.3f}" if self.held_out else ""
-            self._show_status(f"step {step}/{self.progress.max}{loss}{held} · {rate:,.0f} targets/s · {left:.0f} s left")
+            self._show_status(
+                f"step {step}/{self.progress.max}{loss}{held} · {rate:,.0f} targets/s · {left:.0f} s left"
+            )
         return png

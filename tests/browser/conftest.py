@@ -5,6 +5,7 @@ Without Chromium (or jupyterlab/playwright) the tests skip, unless ``CI=true``: 
 On failure, a full-page screenshot and the browser console log of every open page are saved
 in ``tests/browser/artifacts/`` next to the server log.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,17 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # labdriver, under any --import-mode
-from labdriver import (ARTIFACTS, CHROMIUM_ARGS, EXPECT_TIMEOUT_MS, LabServer, chromium_executable,
-                       descendants, missing, open_pages, reap)
+from labdriver import (
+    ARTIFACTS,
+    CHROMIUM_ARGS,
+    EXPECT_TIMEOUT_MS,
+    LabServer,
+    chromium_executable,
+    descendants,
+    missing,
+    open_pages,
+    reap,
+)
 
 
 @pytest.fixture(scope="session")
@@ -60,8 +70,7 @@ def browser(browser_requirements):
     before = {p.pid for p in descendants(os.getpid())}
     playwright = sync_playwright().start()
     try:
-        chromium = playwright.chromium.launch(executable_path=browser_requirements, args=CHROMIUM_ARGS,
-                                              headless=True)
+        chromium = playwright.chromium.launch(executable_path=browser_requirements, args=CHROMIUM_ARGS, headless=True)
     except BaseException:
         playwright.stop()
         raise

@@ -12,6 +12,7 @@ started must be gone, and any that is not is killed and reported as an error.
 Lab's news and update checks are off (no network), and notebook windowing is off so every
 cell's output is in the DOM. The server's log goes to ``tests/browser/artifacts/``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,7 +28,6 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Optional
 
 import psutil
 from strictness import unavailable
@@ -45,12 +45,11 @@ EXPECT_TIMEOUT_MS = 30_000
 # Lab user settings for the session: no network (news, update checks), no toasts asking about
 # them, and every cell attached to the DOM (no windowing) so a test can find any output.
 LAB_USER_SETTINGS = {
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
-        {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
 
-open_pages: list["LabPage"] = []  # pages whose screenshot and console log a failure saves
+open_pages: list[LabPage] = []  # pages whose screenshot and console log a failure saves
 
 
 # --------------------------------------------------------------------------- requirements
@@ -61,7 +60,7 @@ def missing(reason: str):
     unavailable(reason)
 
 
-def chromium_executable() -> Optional[str]:
+def chromium_executable() -> str | None:
     """``$MIXLE_CHROMIUM`` when set (``make test`` sets it), else Debian's ``chromium``."""
     if os.environ.get("MIXLE_CHROMIUM"):
         candidates = [os.environ["MIXLE_CHROMIUM"]]
@@ -108,7 +107,7 @@ class LabServer:
         self.root, self.data_dir = self.dirs["root"], self.dirs["data"]
         self.token = secrets.token_hex(24)
         self.log_path = ARTIFACTS / "jupyterlab-server.log"
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
         self.url = ""
         self.leaked: list[str] = []
         settings = self.dirs["config"] / "lab" / "user-settings"
@@ -135,8 +134,13 @@ class LabServer:
 
     def start(self) -> None:
         cmd = [
-            sys.executable, "-m", "jupyterlab", "--no-browser",
-            "--ServerApp.ip=127.0.0.1", "--ServerApp.port=0", "--ServerApp.port_retries=0",
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            "--ServerApp.port=0",
+            "--ServerApp.port_retries=0",
             f"--ServerApp.root_dir={self.root}",
             "--ServerApp.terminals_enabled=False",
             "--LabApp.news_url=None",
@@ -149,8 +153,15 @@ class LabServer:
             cmd.append("--allow-root")
         ARTIFACTS.mkdir(exist_ok=True)
         log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, env=self.env, cwd=self.root, stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            env=self.env,
+            cwd=self.root,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         info_file = self.dirs["runtime"] / f"jpserver-{self.proc.pid}.json"
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
@@ -175,8 +186,9 @@ class LabServer:
             return ""
 
     def api(self, method: str, path: str, timeout: float = 60):
-        request = urllib.request.Request(self.url + path, method=method,
-                                         headers={"Authorization": f"token {self.token}"})
+        request = urllib.request.Request(
+            self.url + path, method=method, headers={"Authorization": f"token {self.token}"}
+        )
         with urllib.request.urlopen(request, timeout=timeout) as response:
             body = response.read()
         return json.loads(body) if body else {}
@@ -284,9 +296,11 @@ async ([path, code]) => {{
 }}
 """
 
-STOP_CLUSTER_CODE = ("from mixle_nb import cluster as _mixle_cluster_module\n"
-                     "if _mixle_cluster_module.current() is not None:\n"
-                     "    _mixle_cluster_module.current().stop()\n")
+STOP_CLUSTER_CODE = (
+    "from mixle_nb import cluster as _mixle_cluster_module\n"
+    "if _mixle_cluster_module.current() is not None:\n"
+    "    _mixle_cluster_module.current().stop()\n"
+)
 
 
 class LabPage:
@@ -349,7 +363,9 @@ class LabPage:
             f"""([path, start]) => {{
                 const nb = ({_JS_NOTEBOOK})(path);
                 return nb.content.widgets.findIndex(c => c.model.sharedModel.getSource().startsWith(start));
-            }}""", [self.path, cell_source_start])
+            }}""",
+            [self.path, cell_source_start],
+        )
         assert index >= 0, f"no cell starting with {cell_source_start!r} in {self.path}"
         return self.page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-OutputArea")
 
@@ -376,7 +392,7 @@ class LabPage:
             self.server.shutdown_kernels()
 
 
-def open_lab_page(lab: LabServer, browser, src, name: Optional[str] = None) -> LabPage:
+def open_lab_page(lab: LabServer, browser, src, name: str | None = None) -> LabPage:
     """Copy ``src`` (a path, or a name in tests/browser/notebooks) into the server's root as
     ``name`` and open it in JupyterLab, its kernel started and idle."""
     src = Path(src) if os.path.isabs(str(src)) else NOTEBOOKS / src
@@ -387,7 +403,7 @@ def open_lab_page(lab: LabServer, browser, src, name: Optional[str] = None) -> L
 
 
 @contextlib.contextmanager
-def opened(lab: LabServer, browser, src, name: Optional[str] = None, label: str = "setup"):
+def opened(lab: LabServer, browser, src, name: str | None = None, label: str = "setup"):
     """``open_lab_page`` as a context manager: on an exception inside, the page's screenshot
     and console log are saved (labelled ``label``); the page is always closed."""
     page = open_lab_page(lab, browser, src, name)
@@ -437,12 +453,14 @@ def wait_for_new_digest(image, previous: str, timeout_s: float = 30) -> str:
         image.page.wait_for_timeout(100)
 
 
-def type_number(page: "LabPage", widget, label: str, value: int, kernel_name: str) -> None:
+def type_number(page: LabPage, widget, label: str, value: int, kernel_name: str) -> None:
     """Type ``value`` into the number box labelled ``label`` in ``widget`` (a locator) and wait
     until the kernel's ``kernel_name`` holds it."""
-    box = (widget.locator(".widget-inline-hbox")
-           .filter(has=widget.page.locator("label", has_text=re.compile(rf"^{re.escape(label)}$")))
-           .locator("input[type=number]"))
+    box = (
+        widget.locator(".widget-inline-hbox")
+        .filter(has=widget.page.locator("label", has_text=re.compile(rf"^{re.escape(label)}$")))
+        .locator("input[type=number]")
+    )
     box.fill(str(value))
     box.press("Enter")
     page.wait_kernel_value(kernel_name, lambda v: v == value, what=f"{label} typed in the browser")

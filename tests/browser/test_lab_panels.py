@@ -3,12 +3,12 @@
 One notebook (``notebooks/cluster_panels.ipynb``: a 2-engine cluster, an EMPanel and a
 TrainPanel) is opened and run once for the module; each test checks its own panel.
 """
+
 from __future__ import annotations
 
 import re
 
 import pytest
-
 from figure_checks import assert_curve_fits_the_steps, assert_rank_bars_in_ms, axis_limits
 from labdriver import image_digest, opened, save_screenshot, type_number, wait_for_new_digest
 
@@ -27,8 +27,9 @@ def notebook(lab, browser):
 
 def panel_with_button(page, label: str):
     """The widget box (ipywidgets VBox) holding the panel whose buttons include ``label``."""
-    return (page.page.locator(".jp-OutputArea-output .jupyter-widgets.widget-vbox")
-            .filter(has=page.page.get_by_role("button", name=label, exact=True)))
+    return page.page.locator(".jp-OutputArea-output .jupyter-widgets.widget-vbox").filter(
+        has=page.page.get_by_role("button", name=label, exact=True)
+    )
 
 
 def step_count(status_text: str) -> int:
@@ -38,9 +39,11 @@ def step_count(status_text: str) -> int:
 
 
 # the largest difference between the drawn density and the panel's model's, by scipy
-DENSITY_ERROR = ("float(abs(em_panel.view.picture.line.get_ydata() - sum("
-                 "w * __import__('scipy.stats', fromlist=['norm']).norm.pdf(em_panel.view.picture.grid, c.mu, "
-                 "c.sigma2 ** 0.5) for w, c in zip(em_panel.model.w, em_panel.model.components))).max())")
+DENSITY_ERROR = (
+    "float(abs(em_panel.view.picture.line.get_ydata() - sum("
+    "w * __import__('scipy.stats', fromlist=['norm']).norm.pdf(em_panel.view.picture.grid, c.mu, "
+    "c.sigma2 ** 0.5) for w, c in zip(em_panel.model.w, em_panel.model.components))).max())"
+)
 
 
 def test_em_panel_buttons_clicked_in_the_browser(notebook):
@@ -52,7 +55,8 @@ def test_em_panel_buttons_clicked_in_the_browser(notebook):
     panel = panel_with_button(notebook, "Run N")
     expect(panel).to_have_count(1)
     expect(panel.locator("button.widget-button")).to_have_text(
-        ["Step", "Run N", "Pause", "Back", "Reset", "Init", "Choose K"])
+        ["Step", "Run N", "Pause", "Back", "Reset", "Init", "Choose K"]
+    )
     expect(panel.locator(".widget-hprogress .progress-bar")).to_have_count(1)
     image = panel.locator("img.widget-image")
     expect(image).to_have_count(1)
@@ -112,8 +116,7 @@ def test_em_panel_buttons_clicked_in_the_browser(notebook):
     choice = notebook.kernel_value("(em_panel.k_choice['k'], [float(b) for b in em_panel.k_choice['bic']])")
     assert choice[0] == [1, 2, 3] and min(choice[1]) == choice[1][1], choice
     expect(image).to_have_count(2)
-    panel.page.wait_for_function("img => img.complete && img.naturalWidth > 200",
-                                 arg=image.nth(1).element_handle())
+    panel.page.wait_for_function("img => img.complete && img.naturalWidth > 200", arg=image.nth(1).element_handle())
     save_screenshot(panel, "em_panel_after_choose_k.png")
 
 
@@ -131,9 +134,11 @@ def test_train_panel_trains_stops_and_trains_on_from_browser_clicks(notebook):
     sample = panel.locator("textarea")
     expect(sample).to_have_value("")
     status = panel.locator(".widget-html-content")
-    drawn = ("(len(train_panel.view.mean.get_xdata()), "
-             "[float(l.get_xdata()[-1]) for l in train_panel.view.raw.values()], "
-             "[float(p[-1][0]) for r, p in sorted(train_panel.points.items())])")
+    drawn = (
+        "(len(train_panel.view.mean.get_xdata()), "
+        "[float(l.get_xdata()[-1]) for l in train_panel.view.raw.values()], "
+        "[float(p[-1][0]) for r, p in sorted(train_panel.points.items())])"
+    )
 
     panel.get_by_role("button", name="Train", exact=True).click()
     # a few loss reports in (a curve, not one point), well before the end
@@ -171,7 +176,8 @@ def test_cluster_status_magic_renders_its_table(notebook):
     table = notebook.output_area("%mixle_cluster status").locator("table")
     expect(table).to_have_count(1)
     expect(table.locator("thead th")).to_have_text(
-        ["engine_id", "rank", "pid", "host", "alive", "in_group", "rss_MiB", "last_call_s"])
+        ["engine_id", "rank", "pid", "host", "alive", "in_group", "rss_MiB", "last_call_s"]
+    )
     rows = table.locator("tbody tr")
     expect(rows).to_have_count(2)
     cells = [rows.nth(i).locator("td").all_inner_texts() for i in range(2)]

@@ -2,6 +2,7 @@
 JupyterLab with its panels rendered from the stored widget state: live-looking widgets with
 their plot images, not the text fallback and not "Loading widget...".
 """
+
 from __future__ import annotations
 
 import re
@@ -10,9 +11,8 @@ import sys
 
 import nbformat
 import pytest
-from nbformat.sign import NotebookNotary
-
 from labdriver import ARTIFACTS, NOTEBOOKS, opened, save_screenshot
+from nbformat.sign import NotebookNotary
 
 pytestmark = pytest.mark.browser
 
@@ -42,8 +42,9 @@ def has_widget_state(nb) -> bool:
 
 
 def widget_views(nb) -> int:
-    return sum(WIDGET_VIEW in out.get("data", {}) for cell in nb.cells if cell.cell_type == "code"
-               for out in cell.outputs)
+    return sum(
+        WIDGET_VIEW in out.get("data", {}) for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
+    )
 
 
 def executed(lab, src, dest):
@@ -51,9 +52,14 @@ def executed(lab, src, dest):
     the session's Jupyter directories), unless it already carries widget state."""
     if not has_widget_state(nbformat.read(src, as_version=4)):
         env = {k: v for k, v in lab.env.items() if k != "JUPYTER_TOKEN"}
-        run = subprocess.run([sys.executable, "-c", _EXECUTE, str(src), str(dest), str(lab.root),
-                              str(EXECUTE_TIMEOUT_S)], env=env, cwd=lab.root, capture_output=True,
-                             text=True, timeout=EXECUTE_TIMEOUT_S + 60)
+        run = subprocess.run(
+            [sys.executable, "-c", _EXECUTE, str(src), str(dest), str(lab.root), str(EXECUTE_TIMEOUT_S)],
+            env=env,
+            cwd=lab.root,
+            capture_output=True,
+            text=True,
+            timeout=EXECUTE_TIMEOUT_S + 60,
+        )
         assert run.returncode == 0, f"executing {src.name} failed:\n{run.stderr[-3000:]}"
         return nbformat.read(dest, as_version=4)
     return nbformat.read(src, as_version=4)
@@ -82,13 +88,15 @@ def test_executed_signed_notebook_renders_panels_from_stored_widget_state(lab, b
         expect(images.first).to_be_visible()
         for i in range(images.count()):
             images.nth(i).scroll_into_view_if_needed()
-            page.page.wait_for_function("img => img.complete && img.naturalWidth > 100",
-                                        arg=images.nth(i).element_handle())
+            page.page.wait_for_function(
+                "img => img.complete && img.naturalWidth > 100", arg=images.nth(i).element_handle()
+            )
         expect(outputs.locator("button.widget-button").first).to_be_visible()
         expect(notebook).not_to_contain_text("Loading widget")
         expect(notebook).not_to_contain_text("Error displaying widget")
-        expect(notebook.locator('.jp-OutputArea-output[data-mime-type="text/plain"]')
-               .filter(has_text="Box(children=")).to_have_count(0)  # the text fallback
+        expect(
+            notebook.locator('.jp-OutputArea-output[data-mime-type="text/plain"]').filter(has_text="Box(children=")
+        ).to_have_count(0)  # the text fallback
         if STORED_STATE_NOTEBOOK.parent == NOTEBOOKS:  # our own notebook: both panels, all parts
             buttons = outputs.locator("button.widget-button")  # (a disconnected icon joins their a11y name)
             expect(buttons).to_have_text(["Step", "Run N", "Pause", "Back", "Reset", "Train", "Stop"])

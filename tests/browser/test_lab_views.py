@@ -4,12 +4,12 @@ in the browser (the message rate to the front end measured on the page's websock
 runs), Gaussians in four dimensions, categorical and Poisson mixtures, a model with no
 picture, and the training panel with held-out points and an entropy floor.
 """
+
 from __future__ import annotations
 
 import re
 
 import pytest
-
 from figure_checks import assert_curve_fits_the_steps, assert_rank_bars_in_ms, axis_limits
 from labdriver import image_digest, opened, save_screenshot, type_number, wait_for_new_digest
 
@@ -67,8 +67,9 @@ def test_em_panel_after_a_200_step_run_clicked_in_the_browser(notebook):
     panel.get_by_role("button", name="Run N", exact=True).click()
     notebook.wait_kernel_value("len(em_1d.history)", lambda v: v == 200, timeout_s=300, what="the 200-step run")
     notebook.wait_kernel_value("em_1d.running", lambda v: v is False, what="the run's end")
-    expect(panel.locator(".widget-html-content")).to_have_text(re.compile(r"^step 200 · log-density -\d"),
-                                                               timeout=30_000)
+    expect(panel.locator(".widget-html-content")).to_have_text(
+        re.compile(r"^step 200 · log-density -\d"), timeout=30_000
+    )
     page.wait_for_timeout(500)
     sent = notebook.kernel_value("em_1d.redraws") - redraws_before
     times = page.evaluate("() => window.__mixleImageUpdates")
@@ -83,25 +84,37 @@ def test_em_panel_after_a_200_step_run_clicked_in_the_browser(notebook):
 # difference between the drawn artists and the model (ellipse centres against the projected
 # means, bar heights against the probabilities, by scipy for Poisson), or the picture's text.
 PICTURE_ERROR = {
-    "ellipses": ("float(max(abs(__import__('numpy').subtract(e.get_center(), em_4d.view.picture.matrix @ c.mu)).max() "
-                 "for e, c in zip(em_4d.view.picture.ellipses, em_4d.model.components)))"),
-    "categorical": ("float(max(abs(p.get_height() - c.pmap.get(key, 0.0)) for bars, c in "
-                    "zip(em_cat.view.picture.bars, em_cat.model.components) "
-                    "for p, key in zip(bars, em_cat.view.picture.labels)))"),
-    "poisson": ("float(max(abs(p.get_height() - __import__('scipy.stats', fromlist=['poisson']).poisson.pmf(k, c.lam)) "
-                "for bars, c in zip(em_pois.view.picture.bars, em_pois.model.components) "
-                "for p, k in zip(bars, em_pois.view.picture.labels)))"),
+    "ellipses": (
+        "float(max(abs(__import__('numpy').subtract(e.get_center(), em_4d.view.picture.matrix @ c.mu)).max() "
+        "for e, c in zip(em_4d.view.picture.ellipses, em_4d.model.components)))"
+    ),
+    "categorical": (
+        "float(max(abs(p.get_height() - c.pmap.get(key, 0.0)) for bars, c in "
+        "zip(em_cat.view.picture.bars, em_cat.model.components) "
+        "for p, key in zip(bars, em_cat.view.picture.labels)))"
+    ),
+    "poisson": (
+        "float(max(abs(p.get_height() - __import__('scipy.stats', fromlist=['poisson']).poisson.pmf(k, c.lam)) "
+        "for bars, c in zip(em_pois.view.picture.bars, em_pois.model.components) "
+        "for p, k in zip(bars, em_pois.view.picture.labels)))"
+    ),
 }
-PICTURE_ARTISTS = {"ellipses": "len(em_4d.view.picture.ellipses)", "categorical": "len(em_cat.view.picture.bars)",
-                   "poisson": "len(em_pois.view.picture.bars)"}
+PICTURE_ARTISTS = {
+    "ellipses": "len(em_4d.view.picture.ellipses)",
+    "categorical": "len(em_cat.view.picture.bars)",
+    "poisson": "len(em_pois.view.picture.bars)",
+}
 
 
-@pytest.mark.parametrize("cell, name, kind", [
-    ("# four dimensions", "view_em_4d_ellipses.png", "ellipses"),
-    ("# categorical mixture", "view_em_categorical_bars.png", "categorical"),
-    ("# Poisson mixture", "view_em_poisson_bars.png", "poisson"),
-    ("# a model the panel cannot draw", "view_em_no_picture.png", None),
-])
+@pytest.mark.parametrize(
+    "cell, name, kind",
+    [
+        ("# four dimensions", "view_em_4d_ellipses.png", "ellipses"),
+        ("# categorical mixture", "view_em_categorical_bars.png", "categorical"),
+        ("# Poisson mixture", "view_em_poisson_bars.png", "poisson"),
+        ("# a model the panel cannot draw", "view_em_no_picture.png", None),
+    ],
+)
 def test_model_pictures(notebook, cell, name, kind):
     from playwright.sync_api import expect
 
@@ -111,12 +124,14 @@ def test_model_pictures(notebook, cell, name, kind):
     assert notebook.kernel_value(f"{variable}.view.picture.kind") == kind
     if kind is None:
         assert notebook.kernel_value("[t.get_text() for t in no_picture.view.picture.ax.texts]") == [
-            "no picture for this model"]
+            "no picture for this model"
+        ]
     else:
         expect(panel.locator(".widget-html-content")).to_have_text(re.compile(r"^step 15 · log-density -\d"))
         assert notebook.kernel_value(f"{variable}.view.model is {variable}.model") is True
         assert notebook.kernel_value(PICTURE_ARTISTS[kind]) == notebook.kernel_value(
-            f"len({variable}.model.components)")
+            f"len({variable}.model.components)"
+        )
         assert notebook.kernel_value(PICTURE_ERROR[kind]) < 1e-12
         assert_curve_fits_the_steps(notebook, variable, 15)
         assert_rank_bars_in_ms(notebook, variable)
@@ -136,8 +151,11 @@ def test_train_panel_with_held_out_points_and_entropy_floor(notebook):
     digest = image_digest(loaded_image(panel))
     panel.get_by_role("button", name="targets", exact=True).click()  # x axis: targets
     panel.get_by_role("checkbox", name="log scale").check()
-    notebook.wait_kernel_value("(train_panel.x_axis.value, train_panel.log_scale.value)",
-                               lambda v: v == ("targets", True), what="the view toggles")
+    notebook.wait_kernel_value(
+        "(train_panel.x_axis.value, train_panel.log_scale.value)",
+        lambda v: v == ("targets", True),
+        what="the view toggles",
+    )
     notebook.wait_kernel_value("train_panel.view.ax.get_yscale()", lambda v: v == "log", what="the log view")
     wait_for_new_digest(loaded_image(panel), digest)
     notebook.wait_kernel_value("len(train_panel.view.mean.get_xdata())", lambda v: v > 0, what="the redrawn curve")
@@ -152,13 +170,16 @@ def assert_loss_figure(notebook, x_axis: str) -> None:
     assert notebook.kernel_value(f"{x_axis[:-1]!r} in train_panel.view.ax.get_xlabel()") is True
     drawn = notebook.kernel_value(
         "([(float(x), float(y)) for x, y in zip(*train_panel.view.held_out.get_data())], "
-        "[[(float(x), float(y)) for x, y in zip(*l.get_data())] for l in train_panel.view.raw.values()])")
+        "[[(float(x), float(y)) for x, y in zip(*l.get_data())] for l in train_panel.view.raw.values()])"
+    )
     truth = notebook.kernel_value(
         f"([(float(p[{column}]), float(p[2])) for p in train_panel.held_out], "
-        f"[[(float(p[{column}]), float(p[2])) for p in train_panel.points[r]] for r in train_panel.view.raw])")
+        f"[[(float(p[{column}]), float(p[2])) for p in train_panel.points[r]] for r in train_panel.view.raw])"
+    )
     assert drawn == truth and len(truth[0]) == 1 and len(truth[1]) == 1
-    floors = notebook.kernel_value("[list(map(float, l.get_ydata())) for l in train_panel.view.ax.get_lines() "
-                                   "if l.get_linestyle() == '--']")
+    floors = notebook.kernel_value(
+        "[list(map(float, l.get_ydata())) for l in train_panel.view.ax.get_lines() if l.get_linestyle() == '--']"
+    )
     assert floors == [[1.0, 1.0]]
     low, high = axis_limits(notebook, "train_panel.view.ax")
     assert low == 0.0 and high >= max(x for pts in truth[1] for x, _ in pts)

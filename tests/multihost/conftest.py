@@ -3,8 +3,8 @@
 Without root, namespaces or sshd the tests skip with what is missing, unless ``CI=true`` or under
 ``make test``: then they fail (``make test`` installs openssh-server; CI runs as root).
 """
-import pytest
 
+import pytest
 from simulated_hosts import SimulatedNetwork, missing_privileges
 from strictness import unavailable
 
@@ -28,8 +28,9 @@ def ssh_cluster(network):
     breaks it restarts it); the last test stops it."""
     from mixle_nb.cluster import MixleCluster
 
-    cluster = MixleCluster(len(network.hosts), launcher="ssh", timeout=GROUP_TIMEOUT_S,
-                           **network.cluster_options(engines_per_host=1))
+    cluster = MixleCluster(
+        len(network.hosts), launcher="ssh", timeout=GROUP_TIMEOUT_S, **network.cluster_options(engines_per_host=1)
+    )
     cluster.start()
     yield cluster
     cluster.stop()

@@ -15,6 +15,7 @@ in a /24 of 198.18.0.0/15 (RFC 2544 benchmarking, never routed). Keys (host and 
 made per harness in a private temporary directory. Nothing but loopback and these addresses is
 ever contacted: the namespaces have no route anywhere else.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -106,8 +107,7 @@ class SimulatedHost:
         for proc in psutil.process_iter():
             if proc.pid in (self._listener.pid, self.sshd.pid):
                 continue
-            if (_namespace_id(proc.pid, "pid") == self._pid_ns
-                    or _namespace_id(proc.pid, "net") == self._net_ns):
+            if _namespace_id(proc.pid, "pid") == self._pid_ns or _namespace_id(proc.pid, "net") == self._net_ns:
                 found.append(proc)
         return found
 
@@ -130,9 +130,25 @@ class SimulatedHost:
     def _start_sshd(self, config: str, log: str) -> None:
         # setpriv: the unshare process dies with the harness; --kill-child: sshd (PID 1 of the
         # new PID namespace, hence every process on the host) dies with unshare
-        cmd = ["setpriv", "--pdeathsig", "KILL", "ip", "netns", "exec", self.netns,
-               "unshare", "--uts", "--pid", "--mount-proc", "--kill-child",
-               "sh", "-c", f'hostname "$0" && exec {SSHD} -D -e -f "$1"', self.hostname, config]
+        cmd = [
+            "setpriv",
+            "--pdeathsig",
+            "KILL",
+            "ip",
+            "netns",
+            "exec",
+            self.netns,
+            "unshare",
+            "--uts",
+            "--pid",
+            "--mount-proc",
+            "--kill-child",
+            "sh",
+            "-c",
+            f'hostname "$0" && exec {SSHD} -D -e -f "$1"',
+            self.hostname,
+            config,
+        ]
         with open(log, "w") as out:
             self.sshd = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         deadline = time.monotonic() + SSH_TIMEOUT_S
@@ -192,13 +208,29 @@ class SimulatedNetwork:
     @property
     def ssh_args(self) -> list[str]:
         """ssh options that trust only this network's host keys and log in with its client key."""
-        return ["-F", "/dev/null", "-i", os.path.join(self.dir, "client_key"),
-                "-o", f"UserKnownHostsFile={os.path.join(self.dir, 'known_hosts')}",
-                "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-                "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR",
-                # one connection per host, reused by the launcher's many short commands
-                "-o", "ControlMaster=auto", "-o", f"ControlPath={os.path.join(self.dir, 'cm-%C')}",
-                "-o", "ControlPersist=yes"]
+        return [
+            "-F",
+            "/dev/null",
+            "-i",
+            os.path.join(self.dir, "client_key"),
+            "-o",
+            f"UserKnownHostsFile={os.path.join(self.dir, 'known_hosts')}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+            "-o",
+            "LogLevel=ERROR",
+            # one connection per host, reused by the launcher's many short commands
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={os.path.join(self.dir, 'cm-%C')}",
+            "-o",
+            "ControlPersist=yes",
+        ]
 
     def cluster_options(self, engines_per_host: int = 1) -> dict:
         """Keyword arguments that make ``MixleCluster(..., launcher="ssh", **them)`` start
@@ -216,8 +248,11 @@ class SimulatedNetwork:
         # connection files to copy, which saves several ssh round trips per engine
         config.SSHEngineLauncher.to_send = []
         lo, hi = self.engine_ports[0], self.engine_ports[-1]
-        return {"config": config, "controller_ip": self.controller_ip,
-                "controller_args": [f"--IPController.engine_ports={lo}-{hi}"]}
+        return {
+            "config": config,
+            "controller_ip": self.controller_ip,
+            "controller_args": [f"--IPController.engine_ports={lo}-{hi}"],
+        }
 
     # ---- building and removing
 
@@ -243,8 +278,14 @@ class SimulatedNetwork:
         self.engine_ports = _free_ports(self.controller_ip, ENGINE_PORTS, self.tag)
         self._make_keys()
         for i in range(self.n_hosts):
-            host = SimulatedHost(i, f"{self.tag}h{i}", f"{self.tag}-host{i}", str(addresses[i + 1]),
-                                 f"{self.tag}v{i}", ["ssh"] + self.ssh_args)
+            host = SimulatedHost(
+                i,
+                f"{self.tag}h{i}",
+                f"{self.tag}-host{i}",
+                str(addresses[i + 1]),
+                f"{self.tag}v{i}",
+                ["ssh"] + self.ssh_args,
+            )
             self.hosts.append(host)
             self._plug(host, subnet.prefixlen)
         self._write_trust()
@@ -305,13 +346,15 @@ class SimulatedNetwork:
         tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         path = os.path.join(self.dir, f"sshd{host.index}_config")
         with open(path, "w") as f:
-            f.write(f"ListenAddress {host.address}\nPort 22\n"
-                    f"HostKey {os.path.join(self.dir, f'host{host.index}_key')}\n"
-                    f"AuthorizedKeysFile {os.path.join(self.dir, 'authorized_keys')}\n"
-                    "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
-                    "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n"
-                    "MaxStartups 100\nSubsystem sftp /usr/lib/openssh/sftp-server\n"
-                    f"SetEnv PYTHONPATH={os.path.dirname(tests)}:{tests}:{os.path.join(tests, 'multihost')}\n")
+            f.write(
+                f"ListenAddress {host.address}\nPort 22\n"
+                f"HostKey {os.path.join(self.dir, f'host{host.index}_key')}\n"
+                f"AuthorizedKeysFile {os.path.join(self.dir, 'authorized_keys')}\n"
+                "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+                "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n"
+                "MaxStartups 100\nSubsystem sftp /usr/lib/openssh/sftp-server\n"
+                f"SetEnv PYTHONPATH={os.path.dirname(tests)}:{tests}:{os.path.join(tests, 'multihost')}\n"
+            )
         return path
 
 
@@ -320,8 +363,7 @@ def _free_subnet(tag: str) -> ipaddress.IPv4Network:
     used = set()
     for line in _run(["ip", "-4", "-o", "addr"]).stdout.splitlines():
         address = ipaddress.ip_interface(line.split()[3])
-        used.add(address.network.supernet(new_prefix=24) if address.network.prefixlen >= 24
-                 else address.network)
+        used.add(address.network.supernet(new_prefix=24) if address.network.prefixlen >= 24 else address.network)
     subnets = list(BENCHMARK_NET.subnets(new_prefix=24))
     start = int(_OWNED.match(tag).group(1)) % len(subnets)
     for subnet in subnets[start:] + subnets[:start]:
@@ -350,6 +392,7 @@ def _free_ports(address: str, count: int, tag: str) -> range:
 def remove_stale() -> None:
     """Remove the namespaces, links and key directories that earlier harness runs left behind
     (their owner died; its processes died with it)."""
+
     def stale(name):
         owner = _OWNED.match(name)
         return owner is not None and not psutil.pid_exists(int(owner.group(1)))

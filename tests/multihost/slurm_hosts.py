@@ -11,6 +11,7 @@ Everything lives in a directory of the network's own (key, sockets, spool, state
 every daemon is started and stopped here by its pid. Clients (``sbatch``, ``squeue``,
 ``scancel``) find this Slurm through ``SLURM_CONF`` (:meth:`SlurmOnHosts.environment`).
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,6 @@ import subprocess
 import time
 
 import psutil
-
 from simulated_hosts import SimulatedNetwork, _run
 
 DAEMONS = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged")
@@ -36,8 +36,7 @@ def missing_slurm() -> str | None:
     missing = [d for d in DAEMONS if not os.access(d, os.X_OK)]
     missing += [c for c in CLIENTS if shutil.which(c) is None]
     if missing:
-        return (f"Slurm tests need {', '.join(missing)} "
-                "(apt-get install slurm-wlm munge; `make test` does)")
+        return f"Slurm tests need {', '.join(missing)} (apt-get install slurm-wlm munge; `make test` does)"
     return None
 
 
@@ -81,8 +80,7 @@ class SlurmOnHosts:
     def leftovers(self) -> dict[str, list[str]]:
         """Per host, the names of the processes there that are not the harness's (sshd, slurmd)."""
         ours = self.daemon_pids()
-        return {h.hostname: [p.name() for p in h.processes() if p.pid not in ours]
-                for h in self.network.hosts}
+        return {h.hostname: [p.name() for p in h.processes() if p.pid not in ours] for h in self.network.hosts}
 
     def jobs(self) -> list[str]:
         """``id state`` of every job Slurm still runs or holds (pending, running, completing)."""
@@ -109,10 +107,19 @@ class SlurmOnHosts:
         with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
             f.write(os.urandom(1024))  # this run's key: no other munge can talk to this Slurm
         self.munge_socket = os.path.join(self.dir, "munge.socket")
-        self._start("munged", ["/usr/sbin/munged", "--foreground", "--force",
-                               f"--socket={self.munge_socket}", f"--key-file={key}",
-                               f"--pid-file={self.dir}/munged.pid", f"--seed-file={self.dir}/munge.seed",
-                               f"--log-file={self.dir}/munged.log"])
+        self._start(
+            "munged",
+            [
+                "/usr/sbin/munged",
+                "--foreground",
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={self.dir}/munged.pid",
+                f"--seed-file={self.dir}/munge.seed",
+                f"--log-file={self.dir}/munged.log",
+            ],
+        )
         self._wait(lambda: os.path.exists(self.munge_socket), "munged did not create its socket")
         self._write_conf()
         self._name_hosts()
@@ -120,9 +127,24 @@ class SlurmOnHosts:
         for host in self.network.hosts:
             # into the host's namespaces: slurmd sees its hostname and address, its jobs die
             # with the host's PID 1
-            self._start(f"slurmd {host.hostname}",
-                        ["nsenter", "-t", str(host._listener.pid), "-n", "-u", "-p", "-m",
-                         "/usr/sbin/slurmd", "-D", "-f", self.conf, "-N", host.hostname])
+            self._start(
+                f"slurmd {host.hostname}",
+                [
+                    "nsenter",
+                    "-t",
+                    str(host._listener.pid),
+                    "-n",
+                    "-u",
+                    "-p",
+                    "-m",
+                    "/usr/sbin/slurmd",
+                    "-D",
+                    "-f",
+                    self.conf,
+                    "-N",
+                    host.hostname,
+                ],
+            )
         names = {h.hostname for h in self.network.hosts}
         self._wait(lambda: self._idle_nodes() >= names, "the Slurm nodes did not come up idle")
 
@@ -131,23 +153,26 @@ class SlurmOnHosts:
         ``/etc/hosts`` of the network, bound over the file in each host's own mount namespace."""
         hosts = os.path.join(self.dir, "hosts")
         with open(hosts, "w") as f:
-            f.write("127.0.0.1 localhost\n" + "".join(f"{h.address} {h.hostname}\n"
-                                                     for h in self.network.hosts))
+            f.write("127.0.0.1 localhost\n" + "".join(f"{h.address} {h.hostname}\n" for h in self.network.hosts))
         for host in self.network.hosts:
-            _run(["nsenter", "-t", str(host._listener.pid), "-m",
-                  "mount", "--bind", hosts, "/etc/hosts"])
+            _run(["nsenter", "-t", str(host._listener.pid), "-m", "mount", "--bind", hosts, "/etc/hosts"])
 
     def _idle_nodes(self) -> set[str]:
-        done = _run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False,
-                    env={**os.environ, **self.environment()})
-        return {line.split()[0] for line in done.stdout.splitlines()
-                if len(line.split()) == 2 and line.split()[1] == "idle"}
+        done = _run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False, env={**os.environ, **self.environment()})
+        return {
+            line.split()[0] for line in done.stdout.splitlines() if len(line.split()) == 2 and line.split()[1] == "idle"
+        }
 
     def _start(self, name: str, cmd: list[str]) -> None:
         log = open(os.path.join(self.dir, f"{name.replace(' ', '-')}.out"), "w")
         with log:
-            proc = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", *cmd], stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=log, env={**os.environ, **self.environment()})
+            proc = subprocess.Popen(
+                ["setpriv", "--pdeathsig", "KILL", *cmd],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env={**os.environ, **self.environment()},
+            )
         self._daemons.append((name, proc))
 
     def _wait(self, ready, what: str) -> None:
@@ -169,7 +194,7 @@ class SlurmOnHosts:
     def close(self) -> None:
         """Stop every daemon by pid (slurmds first, munged last); raise if one survived."""
         survivors = []
-        for name, proc in reversed(self._daemons):
+        for _name, proc in reversed(self._daemons):
             procs = [psutil.Process(proc.pid)] if proc.poll() is None else []
             try:
                 procs += psutil.Process(proc.pid).children(recursive=True)
@@ -192,28 +217,33 @@ class SlurmOnHosts:
     def _write_conf(self) -> None:
         net = self.network
         controller = socket.gethostname().split(".")[0]
-        nodes = "".join(f"NodeName={h.hostname} NodeAddr={h.address} NodeHostname={h.hostname} "
-                        f"CPUs={self.cpus_per_host} RealMemory=1000 State=UNKNOWN\n" for h in net.hosts)
+        nodes = "".join(
+            f"NodeName={h.hostname} NodeAddr={h.address} NodeHostname={h.hostname} "
+            f"CPUs={self.cpus_per_host} RealMemory=1000 State=UNKNOWN\n"
+            for h in net.hosts
+        )
         d = self.dir
         with open(self.conf, "w") as f:
-            f.write(f"ClusterName={net.tag}\n"
-                    f"SlurmctldHost={controller}({net.controller_ip})\n"
-                    f"SlurmctldPort={_free_port(net.controller_ip)}\nSlurmdPort=6818\n"
-                    f"AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket={self.munge_socket}\n"
-                    "SlurmUser=root\nSlurmdUser=root\n"
-                    f"StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool-%n\n"
-                    f"SlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd-%n.pid\n"
-                    f"SlurmctldLogFile={d}/slurmctld.log\nSlurmdLogFile={d}/slurmd-%n.log\n"
-                    "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
-                    "SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\n"
-                    "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
-                    "JobCompType=jobcomp/none\nMpiDefault=none\nSchedulerType=sched/builtin\n"
-                    # the configured CPUs, not the machine's; nodes come back by themselves
-                    "SlurmdParameters=config_overrides\nReturnToService=2\n"
-                    # scancel: SIGKILL 2 s after SIGTERM (default 30); cancelled jobs stay listed
-                    "KillWait=2\nMinJobAge=300\nInactiveLimit=0\nMessageTimeout=20\n"
-                    "SlurmdTimeout=30\nSlurmctldTimeout=30\n"
-                    f"{nodes}PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n")
+            f.write(
+                f"ClusterName={net.tag}\n"
+                f"SlurmctldHost={controller}({net.controller_ip})\n"
+                f"SlurmctldPort={_free_port(net.controller_ip)}\nSlurmdPort=6818\n"
+                f"AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket={self.munge_socket}\n"
+                "SlurmUser=root\nSlurmdUser=root\n"
+                f"StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool-%n\n"
+                f"SlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd-%n.pid\n"
+                f"SlurmctldLogFile={d}/slurmctld.log\nSlurmdLogFile={d}/slurmd-%n.log\n"
+                "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+                "SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\n"
+                "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
+                "JobCompType=jobcomp/none\nMpiDefault=none\nSchedulerType=sched/builtin\n"
+                # the configured CPUs, not the machine's; nodes come back by themselves
+                "SlurmdParameters=config_overrides\nReturnToService=2\n"
+                # scancel: SIGKILL 2 s after SIGTERM (default 30); cancelled jobs stay listed
+                "KillWait=2\nMinJobAge=300\nInactiveLimit=0\nMessageTimeout=20\n"
+                "SlurmdTimeout=30\nSlurmctldTimeout=30\n"
+                f"{nodes}PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n"
+            )
         # slurmd 22.05 loads a cgroup plugin even when no plugin uses one; named here, it only
         # reads the hierarchy (nothing constrained, nothing created)
         with open(os.path.join(self.dir, "cgroup.conf"), "w") as f:

@@ -2,6 +2,7 @@
 controller ends through the kernel's lifeline and the remote engines, which watch their
 controller, end on their hosts within the bound. Runs before test_multihost.py (file order),
 whose cluster then has the hosts to itself."""
+
 import os
 import pickle
 import time

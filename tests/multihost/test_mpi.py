@@ -1,5 +1,6 @@
 """MixleCluster through Open MPI's mpiexec (launcher="mpi"), on this host: engine id = MPI rank,
 the torch group gloo as for any launcher, and stop() leaving no process."""
+
 import os
 import shutil
 
@@ -23,8 +24,7 @@ def mpi_rank():
 def test_engines_through_mpiexec_take_their_mpi_rank(monkeypatch):
     if shutil.which("mpiexec") is None:
         unavailable("the MPI launcher test needs Open MPI's mpiexec (apt-get install openmpi-bin; `make test` does)")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [os.path.dirname(TESTS), TESTS, os.path.join(TESTS, "multihost")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.dirname(TESTS), TESTS, os.path.join(TESTS, "multihost")]))
     args = ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
     cluster = MixleCluster(2, launcher="mpi", mpiexec_args=args)
     try:

@@ -4,6 +4,7 @@ PID namespaces, the group formed through a TCPStore with gloo over the bridge.
 The tests share one cluster and run in file order: the link tests restart it, the kill test
 leaves it broken, and the last test stops it and checks every host for leftovers.
 """
+
 import ipaddress
 import os
 import threading
@@ -36,11 +37,13 @@ NANNY_EXIT_S = 5.0  # an engine's nanny exits on its own once its engine is gone
 
 # ---- run on the ranks (engines import this module through the hosts' PYTHONPATH)
 
+
 def gaussian_problem():
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.normal(-2, 1, 300), rng.normal(3, 0.7, 301)])
-    start = MixtureDistribution([GaussianDistribution(-1, 1), GaussianDistribution(0.5, 1),
-                                 GaussianDistribution(2, 1)], [0.3, 0.3, 0.4])
+    start = MixtureDistribution(
+        [GaussianDistribution(-1, 1), GaussianDistribution(0.5, 1), GaussianDistribution(2, 1)], [0.3, 0.3, 0.4]
+    )
     return x, start
 
 
@@ -73,8 +76,9 @@ def state(module):
 
 def rank_ddp_train():
     estimator = StreamingTransformerLeafEstimator(parity_model(), lr=LR)
-    handle = StreamingTokenEncodedData(TOKENS, block=BLOCK, batch_size=BATCH, seed=SEED,
-                                       max_steps=DDP_STEPS, parallel="ddp")
+    handle = StreamingTokenEncodedData(
+        TOKENS, block=BLOCK, batch_size=BATCH, seed=SEED, max_steps=DDP_STEPS, parallel="ddp"
+    )
     return state(handle.pysp_seq_estimate(estimator, None).module)
 
 
@@ -87,8 +91,10 @@ def rank_network():
     import psutil
     import torch.distributed as dist
 
-    sockets = [(c.laddr.ip, c.raddr.ip if c.raddr else None, c.raddr.port if c.raddr else None)
-               for c in psutil.Process().net_connections("inet")]
+    sockets = [
+        (c.laddr.ip, c.raddr.ip if c.raddr else None, c.raddr.port if c.raddr else None)
+        for c in psutil.Process().net_connections("inet")
+    ]
     return socket.gethostname(), os.environ.get("GLOO_SOCKET_IFNAME"), dist.get_backend(), sockets
 
 
@@ -126,6 +132,7 @@ def em_steps_for(seconds):
 
 
 # ---- references computed here, in one process
+
 
 def single_process_fit():
     x, start = gaussian_problem()
@@ -236,8 +243,12 @@ def test_link_down_mid_step_is_a_clear_error_and_restart_works_once_it_is_back(s
     ssh_cluster.restart()
     assert ssh_cluster.run(allreduce_sum, 3) == [6.0, 6.0]
     # nothing of the first cluster is left on any host (the harness's own ssh session aside)
-    old = [(h.hostname, p.name()) for h in network.hosts for p in h.processes()
-           if p.name() != "sshd" and p.create_time() < restarted_at]
+    old = [
+        (h.hostname, p.name())
+        for h in network.hosts
+        for p in h.processes()
+        if p.name() != "sshd" and p.create_time() < restarted_at
+    ]
     assert old == []
 
 
@@ -303,8 +314,7 @@ def test_stop_of_a_broken_cluster_leaves_no_process_on_any_host(ssh_cluster, net
     ssh_cluster.stop()
     for host in network.hosts:
         host.disconnect()  # the launcher's shared ssh connection: the harness's, not the cluster's
-    assert {h.hostname: h.wait_empty(NANNY_EXIT_S) for h in network.hosts} == \
-        {h.hostname: [] for h in network.hosts}
+    assert {h.hostname: h.wait_empty(NANNY_EXIT_S) for h in network.hosts} == {h.hostname: [] for h in network.hosts}
     assert [p for p in local if _alive(p)] == []
 
 

@@ -4,6 +4,7 @@ The module has its own simulated hosts with Slurm on them (slurm_hosts.py) and o
 that the tests share, in file order: the pending test needs its job holding every CPU, the
 scancel test restarts it, the last test stops it and checks that nothing is left.
 """
+
 import json
 import os
 import subprocess
@@ -19,8 +20,15 @@ from rank_functions import allreduce_sum
 from simulated_hosts import PREFIX, SimulatedNetwork, missing_privileges
 from slurm_hosts import SlurmOnHosts, missing_slurm
 from strictness import unavailable
-from test_multihost import (em_steps_for, rank_ddp_train, rank_fit, single_process_fit,
-                            sleep_noting_interrupt, union_reference, was_interrupted)
+from test_multihost import (
+    em_steps_for,
+    rank_ddp_train,
+    rank_fit,
+    single_process_fit,
+    sleep_noting_interrupt,
+    union_reference,
+    was_interrupted,
+)
 
 from mixle_nb.cluster import MixleCluster, RankDiedError
 
@@ -43,8 +51,10 @@ def slurm():
     saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "PYTHONPATH")}
     with SimulatedNetwork(HOSTS, tag=f"{PREFIX}{os.getpid()}s") as net, SlurmOnHosts(net) as slurm:
         # engines import this checkout and the test modules, as the ssh hosts do (shared filesystem)
-        os.environ.update(slurm.environment(), PYTHONPATH=os.pathsep.join(
-            [os.path.dirname(TESTS), TESTS, os.path.join(TESTS, "multihost")]))
+        os.environ.update(
+            slurm.environment(),
+            PYTHONPATH=os.pathsep.join([os.path.dirname(TESTS), TESTS, os.path.join(TESTS, "multihost")]),
+        )
         try:
             yield slurm
         finally:
@@ -58,9 +68,15 @@ def slurm_options(slurm, fixed_ports=True, **more):
     net = slurm.network
     lo, hi = net.engine_ports[0], net.engine_ports[-1]
     ports = [f"--IPController.engine_ports={lo}-{hi}"] if fixed_ports else []
-    return {"launcher": "slurm", "partition": slurm.partition, "time": "00:10:00",
-            "controller_ip": net.controller_ip, "timeout": GROUP_TIMEOUT_S,
-            "controller_args": ports, **more}
+    return {
+        "launcher": "slurm",
+        "partition": slurm.partition,
+        "time": "00:10:00",
+        "controller_ip": net.controller_ip,
+        "timeout": GROUP_TIMEOUT_S,
+        "controller_args": ports,
+        **more,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +89,20 @@ def cluster(slurm):
 
 # ---- run on the ranks
 
+
 def slurm_identity():
     import socket
 
-    return (socket.gethostname(), int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_LOCALID"]),
-            os.environ["SLURM_JOB_ID"])
+    return (
+        socket.gethostname(),
+        int(os.environ["SLURM_PROCID"]),
+        int(os.environ["SLURM_LOCALID"]),
+        os.environ["SLURM_JOB_ID"],
+    )
 
 
 # ---- tests, in order
+
 
 def test_four_engines_on_two_hosts_through_sbatch(cluster, slurm):
     seen = cluster.run(slurm_identity)
@@ -185,11 +207,25 @@ def test_stop_leaves_no_process_on_any_host_and_no_job(cluster, slurm):
 
 def test_handles_run_unchanged_under_plain_srun(slurm):
     """``srun python srun_fit.py``: rank, world and store address from SLURM_* only."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")}
-    done = subprocess.run(["srun", "--nodes=2", "--ntasks-per-node=1", "--time=00:05:00",
-                           sys.executable, os.path.join(TESTS, "multihost", "srun_fit.py")],
-                          env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=120)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
+    }
+    done = subprocess.run(
+        [
+            "srun",
+            "--nodes=2",
+            "--ntasks-per-node=1",
+            "--time=00:05:00",
+            sys.executable,
+            os.path.join(TESTS, "multihost", "srun_fit.py"),
+        ],
+        env={**env, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     tasks = sorted((json.loads(line) for line in done.stdout.splitlines()), key=lambda t: t["RANK"])
     first = slurm.network.hosts[0].hostname
@@ -220,6 +256,7 @@ def _leftovers_once_disconnected(slurm, timeout=10.0):
         time.sleep(0.2)
     return left
 
+
 _OWNER = """
 import sys, time
 from mixle_nb.cluster import MixleCluster
@@ -231,8 +268,9 @@ time.sleep(600)
 
 
 def test_the_lifeline_cancels_the_job_when_its_owner_is_killed(slurm):
-    owner = subprocess.Popen([sys.executable, "-c", _OWNER.format(options=repr(slurm_options(slurm)))],
-                             stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER.format(options=repr(slurm_options(slurm)))], stdout=subprocess.PIPE, text=True
+    )
     try:
         job = owner.stdout.readline().strip()
         assert job.isdigit(), job
