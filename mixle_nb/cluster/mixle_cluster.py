@@ -18,6 +18,7 @@ same engines if any rank may have left it mid-collective.
 from __future__ import annotations
 
 import atexit
+import inspect
 import logging
 import os
 import shutil
@@ -31,17 +32,17 @@ from typing import Any
 
 from .. import validation
 from . import detached as detached_records
-from . import engine, mpi
+from . import engine
 from .calls import POLL_S, RankCall, RankDiedError, collective_broken
+from .launch import LaunchSpec
 from .lifeline import TERM_GRACE_S, Lifeline
 from .processes import OwnedProcesses, RankProcess
-from .slurm import SlurmJob, SlurmSpec
+from .slurm import SlurmJob
 from .state import ClusterState
 from .status import ClusterStatus, RankStatus
 
 MAX_ENGINES = 256
 BACKENDS = ("auto", "gloo", "nccl")
-_HEARTBEAT_MS = 500  # ipyparallel's default 3000 ms makes every engine registration wait ~3-6 s
 INTERRUPT_SETTLE_S = 0.5  # after SIGINT, a rank still running is taken to sit in a collective
 _live: weakref.WeakSet = weakref.WeakSet()
 
@@ -56,24 +57,66 @@ def _registry():
 class MixleCluster:
     """``n`` ipyparallel engines forming one torch.distributed group (rank = engine id).
 
-    ``launcher`` names an ipyparallel engine launcher ("local", "mpi", "ssh", "slurm", ...);
-    ``ipyparallel_options`` go to ``ipyparallel.Cluster``. With ``launcher="slurm"`` the
-    engines are one batch job (:mod:`~mixle_nb.cluster.slurm`): ``partition``, ``account``,
-    ``time``, ``nodes``, ``ntasks_per_node``, ``gpus_per_task`` and ``extra_sbatch`` are its
-    ``sbatch`` options, ``pending_timeout`` how long ``start()`` waits for it to run. With
-    ``launcher="mpi"`` they are one ``mpiexec`` (:mod:`~mixle_nb.cluster.mpi`), rank = MPI rank,
-    ``mpiexec_args`` its options.
-
     Its processes end with the process that started it, by any signal (see
     :mod:`~mixle_nb.cluster.lifeline`), unless it is ``detached`` (or :meth:`detach` is
     called): then it runs on until :meth:`stop`, and a new process attaches to it with
     :meth:`attach` (:meth:`list_detached` lists this user's). ``%px`` is not activated here:
-    the magics call ``cluster.view.activate()``.
+    the magics call ``cluster.view.activate()``. Nothing starts before :meth:`start`; every
+    argument is checked here.
 
-    Example::
+    Parameters
+    ----------
+    n : int
+        Engines, one rank each (at most :data:`MAX_ENGINES`).
+    backend : {"auto", "gloo", "nccl"}
+        The torch.distributed backend; "auto" is nccl when every engine has a GPU, else gloo.
+    timeout : float
+        Seconds a collective, or the group's rendezvous, may take.
+    launcher : str
+        The ipyparallel engine launcher: "local", "mpi", "ssh", "slurm", ...
+    threads : int
+        ``OMP_NUM_THREADS`` (and torch's threads) on each engine.
+    detached : bool
+        Start detached (see :meth:`detach`).
+    controller_ip : str, optional
+        The interface the controller listens on (``"*"``: every one); engines on other hosts
+        reach it there.
+    controller_args : sequence of str
+        Extra controller arguments, e.g. ``["--IPController.engine_ports=10101-10116"]``.
+    config : traitlets.config.Config, optional
+        ipyparallel's launcher configuration (``SSHEngineSetLauncher.engines``, ...).
+    partition, account, time : str, optional
+        ``launcher="slurm"``: ``sbatch``'s ``--partition``, ``--account``, ``--time``.
+    nodes, ntasks_per_node, gpus_per_task : int, optional
+        ``launcher="slurm"``: ``sbatch``'s ``--nodes``, ``--ntasks-per-node``, ``--gpus-per-task``.
+    extra_sbatch : sequence of str, optional
+        ``launcher="slurm"``: more ``sbatch`` options, e.g. ``["--qos=debug"]``.
+    pending_timeout : float, optional
+        ``launcher="slurm"``: seconds :meth:`start` waits for the job to run (300 by default).
+    mpiexec_args : sequence of str, optional
+        ``launcher="mpi"``: ``mpiexec`` options, e.g. ``["--hostfile", "hosts"]``.
+    **ipyparallel_options
+        Any other ``ipyparallel.Cluster`` option by its trait name (``profile_dir``,
+        ``controller_location``, ``engine_timeout``, ``log_level``, ...).
+
+    Raises
+    ------
+    TypeError
+        A keyword that is neither one of these nor an ``ipyparallel.Cluster`` option (a typo:
+        the message names it and the valid ones).
+    ValueError
+        A value out of range, or a launcher's option given to another launcher (a Slurm option
+        with ``launcher="local"``).
+
+    Examples
+    --------
+    ::
 
         with MixleCluster(2) as c:
             c.run(lambda: torch.distributed.get_rank())   # [0, 1]
+
+        MixleCluster(8, launcher="slurm", partition="gpu", time="00:30:00", gpus_per_task=1)
+        MixleCluster(4, launcher="mpi", mpiexec_args=["--hostfile", "hosts"])
     """
 
     def __init__(
@@ -85,8 +128,20 @@ class MixleCluster:
         launcher: str = "local",
         threads: int = 1,
         detached: bool = False,
-        **ipyparallel_options,
-    ):
+        controller_ip: str | None = None,
+        controller_args: Sequence[str] = (),
+        config: Any = None,
+        partition: str | None = None,
+        account: str | None = None,
+        time: str | None = None,
+        nodes: int | None = None,
+        ntasks_per_node: int | None = None,
+        gpus_per_task: int | None = None,
+        extra_sbatch: Sequence[str] | None = None,
+        pending_timeout: float | None = None,
+        mpiexec_args: Sequence[str] | None = None,
+        **ipyparallel_options: Any,
+    ) -> None:
         n = validation.positive_int("n", n)
         if n > MAX_ENGINES:
             raise ValueError(f"n must be at most {MAX_ENGINES} engines; got {n}")
@@ -94,6 +149,25 @@ class MixleCluster:
             raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         timeout = validation.positive_real("timeout", timeout)
         threads = validation.positive_int("threads", threads)
+        self.launch_spec = LaunchSpec.build(
+            launcher,
+            slurm_options={
+                "partition": partition,
+                "account": account,
+                "time": time,
+                "nodes": nodes,
+                "ntasks_per_node": ntasks_per_node,
+                "gpus_per_task": gpus_per_task,
+                "extra_sbatch": extra_sbatch,
+                "pending_timeout": pending_timeout,
+            },
+            mpiexec_args=mpiexec_args,
+            controller_ip=controller_ip,
+            controller_args=controller_args,
+            config=config,
+            ipyparallel_options=ipyparallel_options,
+            own=_KEYWORDS,
+        )
         if backend == "nccl" and launcher == "local":
             import torch  # only this check needs torch in the client
 
@@ -105,11 +179,9 @@ class MixleCluster:
         self.launcher = launcher
         self.detached = bool(detached)
         self._record: str | None = None  # a detached cluster's record (mixle_nb/cluster/detached.py)
-        self._slurm = SlurmSpec.take(launcher, ipyparallel_options)
-        self._mpiexec_args = mpi.take_mpiexec_args(launcher, ipyparallel_options)
+        self._slurm = self.launch_spec.slurm
         self._job: SlurmJob | None = None
         self._batch_dir: str | None = None  # the job's batch script
-        self._options = ipyparallel_options
         self.state = ClusterState.NEW
         self.broken_reason = ""
         self.client = self.view = None
@@ -242,18 +314,9 @@ class MixleCluster:
     def _launch(self, report) -> None:
         import ipyparallel as ipp
 
-        options = dict(self._options)
-        # ours first: later command-line flags win, so the caller can still override them
-        controller_args = [f"--HeartMonitor.period={_HEARTBEAT_MS}"]
-        controller_args += list(options.pop("controller_args", []))
-        options.setdefault("log_level", logging.WARNING)
-        options.setdefault("shutdown_atexit", False)  # the lifeline ends it at exit (_end_all_at_exit)
-        self._configure_slurm(options)
-        if self._mpiexec_args is not None:
-            from traitlets.config import Config
-
-            mpi.configure(options.get("config") or options.setdefault("config", Config()), self._mpiexec_args)
-        self._ipp = ipp.Cluster(engines=self.launcher, controller_args=controller_args, **options)
+        if self._slurm is not None:  # the batch script's private folder
+            self._batch_dir = tempfile.mkdtemp(prefix="mixle-slurm-")
+        self._ipp = ipp.Cluster(**self.launch_spec.cluster_arguments(self.n, self._batch_dir))
         self._start_lifeline()
         if self._batch_dir:
             self._lifeline.remove(self._batch_dir)
@@ -273,19 +336,6 @@ class MixleCluster:
                 self._processes.own(launcher.pid)
         self.client = self._ipp.connect_client_sync()
         self._await_engines(report)
-
-    def _configure_slurm(self, options: dict) -> None:
-        """The batch job's template in ``options["config"]``, its script in a private directory.
-        The controller listens on every interface unless ``controller_ip`` says which one the
-        compute nodes reach; engines find it by this host's name."""
-        if self._slurm is None:
-            return
-        from traitlets.config import Config
-
-        self._batch_dir = tempfile.mkdtemp(prefix="mixle-slurm-")
-        config = options["config"] = options.get("config") or Config()
-        self._slurm.configure(config, self.n, self._batch_dir)
-        options.setdefault("controller_ip", "*")
 
     def _start_lifeline(self) -> None:
         """Every process and file of this cluster ends with this process, by any signal."""
@@ -700,6 +750,12 @@ class MixleCluster:
     def pids(self) -> set[int]:
         """Local pids of every process this cluster launched (controller, schedulers, engines)."""
         return self._processes.pids
+
+
+# MixleCluster's own keyword arguments (named in the message for a misspelt one)
+_KEYWORDS = tuple(
+    name for name in inspect.signature(MixleCluster).parameters if name not in ("n", "ipyparallel_options")
+)
 
 
 @atexit.register

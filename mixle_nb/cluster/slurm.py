@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .. import validation
 
@@ -80,10 +82,21 @@ class SlurmSpec:
     pending_timeout: float = PENDING_TIMEOUT_S
 
     @classmethod
-    def take(cls, launcher: str, options: dict) -> SlurmSpec | None:
-        """Remove the Slurm options from ``options``; the spec for ``launcher="slurm"``, else None
-        (a Slurm option given to another launcher is an error)."""
-        given = {k: options.pop(k) for k in OPTIONS if k in options}
+    def from_options(cls, launcher: str, options: Mapping[str, Any]) -> SlurmSpec | None:
+        """The spec of ``options`` (Slurm options by name, those given) for ``launcher="slurm"``,
+        else None.
+
+        Raises
+        ------
+        TypeError
+            A name in ``options`` that is no Slurm option (one of :data:`OPTIONS`).
+        ValueError
+            A Slurm option given to another launcher, or a malformed one.
+        """
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise TypeError(f"unknown Slurm options {unknown}; they are {', '.join(OPTIONS)}")
+        given = {k: options[k] for k in OPTIONS if k in options}
         if launcher != "slurm":
             if given:
                 raise ValueError(

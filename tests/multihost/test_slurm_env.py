@@ -65,7 +65,7 @@ def test_a_task_without_a_gpu_of_its_own_is_a_clear_error():
 
 
 def test_the_batch_template_carries_the_sbatch_options():
-    spec = SlurmSpec.take(
+    spec = SlurmSpec.from_options(
         "slurm",
         {
             "partition": "p",
