@@ -13,7 +13,7 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
 POLL_S = 0.05  # client wait slice: bounds how late a dead rank is noticed
@@ -114,7 +114,7 @@ class RankCall:
     ``ipyparallel.datapub.publish_data`` while the call runs.
     """
 
-    def __init__(self, supervisor: Supervisor, ranks: list[int], async_result):
+    def __init__(self, supervisor: Supervisor, ranks: list[int], async_result: Any) -> None:
         self.supervisor, self.ranks, self._ar = supervisor, ranks, async_result
         self._cancelled = self._stopped = False
         self._first_failure_at: float | None = None
@@ -205,7 +205,7 @@ class RankCall:
             raise
         return self._collect()
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, list[Any]]:
         return self._wait_async().__await__()
 
     async def _wait_async(self) -> list:
@@ -261,7 +261,7 @@ def _first_line(text: str) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
-def _plain_traceback(traceback) -> str:
+def _plain_traceback(traceback: str | Sequence[str]) -> str:
     """The engine's traceback (a string or a list of lines) without terminal colour codes."""
     text = traceback if isinstance(traceback, str) else "\n".join(traceback or ())
     return _ANSI.sub("", text)

@@ -67,17 +67,17 @@ def settle_survivors(cluster: Any, calls: Sequence[RankCall], dead: Sequence[int
     survivor (a ring) fails when that survivor, once it answered, shuts its connections down
     (as ``stop_call`` does). Those still running after :data:`SURVIVORS_SETTLE_S` are
     interrupted."""
-    dead = set(dead)
-    severed: set = set()
+    found = set(dead)
+    severed: set[int] = set()
     for call in calls:
         deadline = time.monotonic() + SURVIVORS_SETTLE_S
         interrupted = False
         while True:
-            dead.update(cluster.dead_ranks([r for r in call.ranks if r not in dead]))
-            running = [r for r in call.pending() if r not in dead]
+            found.update(cluster.dead_ranks([r for r in call.ranks if r not in found]))
+            running = [r for r in call.pending() if r not in found]
             if not running:
                 break
-            answered = sorted(set(call.ranks) - set(call.pending()) - severed - dead)
+            answered = sorted(set(call.ranks) - set(call.pending()) - severed - found)
             if answered:
                 try:
                     cluster.sever_group(answered, SURVIVORS_SETTLE_S)
@@ -87,12 +87,12 @@ def settle_survivors(cluster: Any, calls: Sequence[RankCall], dead: Sequence[int
             if time.monotonic() > deadline:
                 if interrupted:
                     raise ElasticRecoveryError(
-                        f"ranks {running} did not stop after ranks {sorted(dead)} died; call cluster.restart()"
+                        f"ranks {running} did not stop after ranks {sorted(found)} died; call cluster.restart()"
                     )
                 cluster.interrupt(running)
                 deadline, interrupted = time.monotonic() + SURVIVORS_SETTLE_S, True
             time.sleep(0.01)
-    return sorted(dead)
+    return sorted(found)
 
 
 def recover(

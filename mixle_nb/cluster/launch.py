@@ -146,10 +146,11 @@ class LaunchSpec:
         if controller_ip is not None and not isinstance(controller_ip, str):
             raise ValueError(f"controller_ip must be an address like '10.0.0.1' or '*'; got {controller_ip!r}")
         given = {name: value for name, value in slurm_options.items() if value is not None}
+        checked_args = mpi.checked_mpiexec_args(launcher, mpiexec_args)
         return cls(
             launcher=launcher,
             slurm=SlurmSpec.from_options(launcher, given),
-            mpiexec_args=mpi.checked_mpiexec_args(launcher, mpiexec_args),
+            mpiexec_args=None if checked_args is None else tuple(checked_args),
             controller_ip=controller_ip,
             controller_args=_strings("controller_args", controller_args, "['--IPController.engine_ports=10101-10116']"),
             config=config,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,7 +136,7 @@ class SlurmSpec:
         lines += [f"#SBATCH {_escape(o)}" for o in self.sbatch_options(n)]
         return "\n".join(lines) + "\n" + _SRUN
 
-    def configure(self, config, n: int, batch_dir: str) -> None:
+    def configure(self, config: Any, n: int, batch_dir: str) -> None:
         """Set ``SlurmEngineSetLauncher`` in the traitlets ``config`` for ``n`` engines; the
         batch script is written in ``batch_dir`` (ipyparallel's default is the working directory)."""
         launcher = config.SlurmEngineSetLauncher
@@ -201,7 +201,7 @@ class SlurmJob:
             state, _ = self.state()
         return state + (" (ending: cancelled, failed, out of time or its node down)" if state == "COMPLETING" else "")
 
-    def wait_running(self, timeout: float, report=lambda message: None) -> None:
+    def wait_running(self, timeout: float, report: Callable[[str], None] = lambda message: None) -> None:
         """Return once the job runs; raise TimeoutError if it pends ``timeout`` seconds (the
         caller cancels it), or RuntimeError if it ended first."""
         deadline = time.monotonic() + timeout
