@@ -15,10 +15,13 @@ import difflib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import mpi
 from .slurm import SlurmSpec
+
+if TYPE_CHECKING:
+    from traitlets.config import Config
 
 HEARTBEAT_MS = 500  # ipyparallel's default 3000 ms makes every engine registration wait ~3-6 s
 # ipyparallel.Cluster options that MixleCluster sets itself, and what to give instead
@@ -115,7 +118,7 @@ class LaunchSpec:
     mpiexec_args: tuple[str, ...] | None = None
     controller_ip: str | None = None
     controller_args: tuple[str, ...] = ()
-    config: Any = None
+    config: Config | None = None
     ipyparallel_options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -127,7 +130,7 @@ class LaunchSpec:
         mpiexec_args: Sequence[str] | None,
         controller_ip: str | None,
         controller_args: Sequence[str],
-        config: Any,
+        config: Config | None,
         ipyparallel_options: Mapping[str, Any],
         own: Iterable[str],
     ) -> LaunchSpec:

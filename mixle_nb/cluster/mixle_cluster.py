@@ -28,7 +28,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import validation
 from . import detached as detached_records
@@ -41,6 +41,9 @@ from .rank_calls import RankCalls, apply_call
 from .state import ClusterState
 from .status import ClusterStatus, RankStatus
 from .supervision import STOP_GRACE_S, quiet
+
+if TYPE_CHECKING:
+    from traitlets.config import Config
 
 MAX_ENGINES = 256
 BACKENDS = ("auto", "gloo", "nccl")
@@ -130,7 +133,7 @@ class MixleCluster(RankCalls):
         detached: bool = False,
         controller_ip: str | None = None,
         controller_args: Sequence[str] = (),
-        config: Any = None,
+        config: Config | None = None,
         partition: str | None = None,
         account: str | None = None,
         time: str | None = None,

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from traitlets.config import Config
 
 # the engine command, run by mpiexec: exec the engine with the id the MPI launcher gave it
 _WITH_MPI_RANK = [
@@ -44,7 +47,7 @@ def checked_mpiexec_args(launcher: str, args: Sequence[str] | None) -> list[str]
     return list(args)
 
 
-def configure(config: Any, mpiexec_args: list[str]) -> None:
+def configure(config: Config, mpiexec_args: list[str]) -> None:
     """Set ``MPIEngineSetLauncher`` in the traitlets ``config``: the engines take their MPI
     rank as engine id; ``mpiexec_args`` go to ``mpiexec`` before the program."""
     config.MPIEngineSetLauncher.mpi_args = list(mpiexec_args)

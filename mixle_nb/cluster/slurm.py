@@ -14,9 +14,12 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import validation
+
+if TYPE_CHECKING:
+    from traitlets.config import Config
 
 OPTIONS = (
     "partition",
@@ -136,7 +139,7 @@ class SlurmSpec:
         lines += [f"#SBATCH {_escape(o)}" for o in self.sbatch_options(n)]
         return "\n".join(lines) + "\n" + _SRUN
 
-    def configure(self, config: Any, n: int, batch_dir: str) -> None:
+    def configure(self, config: Config, n: int, batch_dir: str) -> None:
         """Set ``SlurmEngineSetLauncher`` in the traitlets ``config`` for ``n`` engines; the
         batch script is written in ``batch_dir`` (ipyparallel's default is the working directory)."""
         launcher = config.SlurmEngineSetLauncher
