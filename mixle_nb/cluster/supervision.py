@@ -31,9 +31,11 @@ def quiet(message: str) -> None:
 class CallSupervision:
     """Liveness, interrupts and stopping calls, for a cluster whose ranks are engines.
 
-    A mixin of :class:`~mixle_nb.cluster.MixleCluster`: it owns the lifecycle ``state`` and
-    ``broken_reason``, each rank's last call (for the status table) and the lock that lets one
-    thread at a time stop calls; the cluster provides the rest declared here.
+    The base of :class:`~.rank_calls.RankCalls`, and so of :class:`~mixle_nb.cluster.MixleCluster`:
+    it owns the lifecycle ``state`` and ``broken_reason``, each rank's last call (for the status
+    table) and the lock that lets one thread at a time stop calls; the subclasses provide the
+    rest declared here (``_view_on`` is :class:`~.rank_calls.RankCalls`', ``_form_group`` the
+    cluster's).
     """
 
     # the cluster's
@@ -55,11 +57,11 @@ class CallSupervision:
         self._stopping = threading.Lock()  # a panel's worker and the main thread may both stop a call
 
     def _view_on(self, ranks: list[int]) -> Any:
-        """An ipyparallel view on ``ranks`` (the cluster's)."""
+        """An ipyparallel view on ``ranks`` (:class:`~.rank_calls.RankCalls` provides it)."""
         raise NotImplementedError
 
     def _form_group(self, report: Callable[[str], None] = quiet) -> None:
-        """Form the group on every engine again (the cluster's)."""
+        """Form the group on every engine again (the cluster provides it)."""
         raise NotImplementedError
 
     def dead_ranks(self, ranks: Iterable[int]) -> list[int]:
