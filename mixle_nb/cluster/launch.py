@@ -72,8 +72,10 @@ def check_ipyparallel_options(options: Mapping[str, Any], own: Iterable[str]) ->
     unknown = sorted(set(options) - accepted)
     if unknown:
         valid = sorted(set(own) | accepted)
-        hints = [f"{name!r} (did you mean {close[0]!r}?)" for name in unknown if (close := _close(name, valid))]
-        hints += [repr(name) for name in unknown if not _close(name, valid)]
+        hints = [
+            repr(name) + (f" (did you mean {close[0]!r}?)" if (close := _close(name, valid)) else "")
+            for name in unknown
+        ]
         raise TypeError(
             f"MixleCluster() got unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
             f"{', '.join(hints)}; its keyword arguments are {', '.join(valid)}"
