@@ -14,6 +14,7 @@ This module keeps the current cluster.
 from __future__ import annotations
 
 from .calls import RankCall, RankDiedError, RankError
+from .detached import DetachedRecord
 from .mixle_cluster import BACKENDS, MAX_ENGINES, MixleCluster
 from .state import ClusterState
 from .status import ClusterStatus, RankStatus
@@ -37,6 +38,7 @@ __all__ = [
     "MAX_ENGINES",
     "ClusterState",
     "ClusterStatus",
+    "DetachedRecord",
     "MixleCluster",
     "RankCall",
     "RankDiedError",
