@@ -101,6 +101,83 @@ def test_numpy_integers_are_integers_and_bools_and_floats_are_not():
         MixleCluster(2, threads=1.0)
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            {"launcher": "slurm", "partiton": "gpu"},
+            r"unexpected keyword argument 'partiton' \(did you mean 'partition'\?\)",
+        ),
+        ({"mpiexec_arg": ["-n"]}, r"'mpiexec_arg' \(did you mean 'mpiexec_args'\?\)"),
+        ({"controller_locaton": "10.0.0.1"}, r"'controller_locaton' \(did you mean 'controller_location'\?\)"),
+        ({"no_such_option": 1}, r"unexpected keyword argument 'no_such_option'; its keyword arguments are "),
+        ({"engines": "ssh"}, r"does not take engines=: give the engine launcher as launcher="),
+    ],
+)
+def test_a_misspelt_keyword_is_a_type_error_naming_it_and_the_valid_ones(options, message):
+    with pytest.raises(TypeError, match=message) as caught:
+        MixleCluster(2, **options)
+    if "its keyword arguments are" in str(caught.value):
+        valid = str(caught.value).split("its keyword arguments are ")[1].split(", ")
+        # ours, the Slurm and MPI options, and ipyparallel.Cluster's own traits
+        assert {"backend", "partition", "pending_timeout", "mpiexec_args", "profile_dir", "controller_ip"} <= set(valid)
+        assert "n" not in valid and "engines" not in valid
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"partition": "gpu"}, r"partition= need launcher='slurm' \(launcher is 'local'\)"),
+        ({"launcher": "ssh", "gpus_per_task": 1, "time": "1:00"}, r"time=, gpus_per_task= need launcher='slurm'"),
+        ({"launcher": "slurm", "mpiexec_args": []}, r"mpiexec_args= needs launcher='mpi' \(launcher is 'slurm'\)"),
+        ({"controller_args": "--x"}, r"controller_args must be a list of strings"),
+    ],
+)
+def test_a_launcher_option_for_another_launcher_is_a_value_error(options, message):
+    with pytest.raises(ValueError, match=message):
+        MixleCluster(2, **options)
+
+
+def test_the_documented_launcher_calls_build_the_arguments_ipyparallel_gets(tmp_path):
+    """The README's Slurm, ssh and MPI calls: every option reaches ``ipyparallel.Cluster``'s
+    arguments or the launcher's configuration, none is dropped."""
+    from traitlets.config import Config
+
+    slurm = MixleCluster(
+        8,
+        launcher="slurm",
+        partition="gpu",
+        account="proj42",
+        time="00:30:00",
+        nodes=2,
+        ntasks_per_node=4,
+        gpus_per_task=1,
+        extra_sbatch=["--qos=debug"],
+        controller_ip="10.0.0.1",
+        controller_args=["--IPController.engine_ports=10101-10116"],
+        pending_timeout=5,
+    )
+    arguments = slurm.launch_spec.cluster_arguments(8, str(tmp_path))
+    assert arguments["engines"] == "slurm" and arguments["controller_ip"] == "10.0.0.1"
+    assert arguments["controller_args"][-1] == "--IPController.engine_ports=10101-10116"
+    template = arguments["config"].SlurmEngineSetLauncher.batch_template
+    for option in ("--partition=gpu", "--account=proj42", "--time=00:30:00", "--nodes=2", "--ntasks-per-node=4"):
+        assert f"#SBATCH {option}\n" in template
+    assert "#SBATCH --gpus-per-task=1\n" in template and "#SBATCH --qos=debug\n" in template
+    assert slurm.launch_spec.slurm.pending_timeout == 5.0
+
+    config = Config()
+    config.SSHEngineSetLauncher.engines = {"host1": 2}
+    ssh = MixleCluster(2, launcher="ssh", controller_ip="10.0.0.1", config=config, profile_dir=str(tmp_path))
+    arguments = ssh.launch_spec.cluster_arguments(2, None)
+    assert arguments["config"] is config and arguments["profile_dir"] == str(tmp_path)
+    assert arguments["engines"] == "ssh" and "SlurmEngineSetLauncher" not in config
+
+    mpi = MixleCluster(2, launcher="mpi", mpiexec_args=["--hostfile", "hosts"])
+    arguments = mpi.launch_spec.cluster_arguments(2, None)
+    assert arguments["config"].MPIEngineSetLauncher.mpi_args == ["--hostfile", "hosts"]
+
+
 def test_targets_follow_the_same_rules(cluster2):
     assert cluster2.run(rank_and_world, targets=np.int64(1)) == [(1, 2)]
     assert cluster2.run(rank_and_world, targets=[np.int64(0)]) == [(0, 2)]

@@ -19,9 +19,10 @@ START = """
 import glob, json, os
 from mixle_nb.cluster import MixleCluster
 c = MixleCluster(2, timeout=20.0).start()
-ipp = c._ipp
-files = [ipp.cluster_file, c._store_dir,
-         *glob.glob(os.path.join(ipp.profile_dir, "security", f"*{ipp.cluster_id}*"))]
+record = c.detached_record()  # where its files are (the cluster is not detached)
+files = [record.store_dir,
+         *glob.glob(os.path.join(record.profile_dir, "security", f"*{record.cluster_id}*"))]
+assert any(f.endswith(f"cluster-{record.cluster_id}.json") for f in files)  # the cluster file
 print(json.dumps({"pids": sorted(c.pids), "files": files,
                   "ranks": c.run(lambda: __import__("torch").distributed.get_rank())}))
 """

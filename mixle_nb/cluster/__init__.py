@@ -1,15 +1,20 @@
 """The notebook's cluster: ipyparallel engines that form one torch.distributed group.
 
-Modules, one concept each: ``mixle_cluster`` (lifecycle and data API), ``calls`` (a call on the
-ranks and its errors), ``processes`` (process ownership, liveness, reaping), ``engine`` (what
-the cluster runs on its engines), ``rank_side`` (what the panels run on the ranks),
-``step_calls`` (EM steps in pipelined calls, both halves), ``status`` (the status table),
-``state`` (the lifecycle states). This module keeps the current cluster.
+Modules, one concept each: ``mixle_cluster`` (the lifecycle, forming the group, detach and
+attach), ``rank_calls`` (the data API it inherits), ``supervision`` (liveness, interrupts,
+stopping calls, repairing the group), ``launch`` (the launcher's options, checked),
+``engine_processes`` (the controller, engines, Slurm job and lifeline of one cluster),
+``detached`` (a detached cluster's record), ``calls`` (a call on the ranks and its errors),
+``processes`` (process ownership, liveness, reaping), ``engine`` (what the cluster runs on its
+engines), ``rank_side`` (what the panels run on the ranks), ``step_calls`` (EM steps in
+pipelined calls, both halves), ``status`` (the status table), ``state`` (the lifecycle states).
+This module keeps the current cluster.
 """
 
 from __future__ import annotations
 
 from .calls import RankCall, RankDiedError, RankError
+from .detached import DetachedRecord
 from .mixle_cluster import BACKENDS, MAX_ENGINES, MixleCluster
 from .state import ClusterState
 from .status import ClusterStatus, RankStatus
@@ -33,6 +38,7 @@ __all__ = [
     "MAX_ENGINES",
     "ClusterState",
     "ClusterStatus",
+    "DetachedRecord",
     "MixleCluster",
     "RankCall",
     "RankDiedError",

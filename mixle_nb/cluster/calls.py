@@ -13,7 +13,7 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
 POLL_S = 0.05  # client wait slice: bounds how late a dead rank is noticed
@@ -114,7 +114,7 @@ class RankCall:
     ``ipyparallel.datapub.publish_data`` while the call runs.
     """
 
-    def __init__(self, supervisor: Supervisor, ranks: list[int], async_result):
+    def __init__(self, supervisor: Supervisor, ranks: list[int], async_result: Any) -> None:
         self.supervisor, self.ranks, self._ar = supervisor, ranks, async_result
         self._cancelled = self._stopped = False
         self._first_failure_at: float | None = None
@@ -143,7 +143,7 @@ class RankCall:
         """Ranks that have answered with an error so far."""
         return [r for r, s in zip(self.ranks, self._ar["status"]) if s == "error"]
 
-    def outcomes(self) -> list:
+    def outcomes(self) -> list[Any]:
         """Per-rank results or ipyparallel ``RemoteError``s, in rank order (all must be done)."""
         results = self._ar.get(0, return_exceptions=True)
         return results if isinstance(results, list) else [results]
@@ -155,7 +155,8 @@ class RankCall:
         return None if t0 is None or t1 is None else (t1 - t0).total_seconds()
 
     @property
-    def data(self) -> dict[int, dict]:
+    def data(self) -> dict[int, dict[str, Any]]:
+        """rank -> the latest dict that rank published while the call runs."""
         return {r: d for r, d in zip(self.ranks, self._ar["data"]) if d}
 
     @property
@@ -189,10 +190,29 @@ class RankCall:
         self._stopped = True
         self.supervisor.stop_call(self, queued)
 
-    def result(self, timeout: float | None = None) -> list:
-        """Per-rank results in rank order; raises RankError, RankDiedError or TimeoutError.
+    def result(self, timeout: float | None = None) -> list[Any]:
+        """Wait for every rank's answer.
 
         A KeyboardInterrupt while waiting stops every rank of the call, then re-raises.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait; no limit if None.
+
+        Returns
+        -------
+        list
+            Each rank's result, in the order of :attr:`ranks`.
+
+        Raises
+        ------
+        RankError
+            The call raised on some rank (named by its root cause).
+        RankDiedError
+            A rank died before answering; the cluster is broken until ``restart()``.
+        TimeoutError
+            Some ranks still run after ``timeout`` (the call goes on).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
@@ -205,10 +225,10 @@ class RankCall:
             raise
         return self._collect()
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, list[Any]]:
         return self._wait_async().__await__()
 
-    async def _wait_async(self) -> list:
+    async def _wait_async(self) -> list[Any]:
         while not self._ar.ready():
             self._supervise()
             await asyncio.sleep(POLL_S)
@@ -228,7 +248,7 @@ class RankCall:
                     "did not stop; the cluster needs restart()"
                 )
 
-    def _collect(self) -> list:
+    def _collect(self) -> list[Any]:
         from ipyparallel.error import RemoteError
 
         results = self.outcomes()
@@ -261,7 +281,7 @@ def _first_line(text: str) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
-def _plain_traceback(traceback) -> str:
+def _plain_traceback(traceback: str | Sequence[str]) -> str:
     """The engine's traceback (a string or a list of lines) without terminal colour codes."""
     text = traceback if isinstance(traceback, str) else "\n".join(traceback or ())
     return _ANSI.sub("", text)

@@ -2,67 +2,180 @@
 
 A detached cluster's ipyparallel connection files stay in its profile's ``security`` folder
 (``cluster-<id>.json``, ``ipcontroller-<id>-client.json``); beside them this module keeps
-``mixle-<id>.json``: the cluster's settings, its ranks and its group (backend, rendezvous
-folder, generation). The profile lives in the user's home, so :func:`detached_clusters` lists
-this user's. An entry whose controller has exited is stale and removed when listed.
+``mixle-<id>.json``, a :class:`DetachedRecord`: the cluster's settings, its ranks and its group
+(backend, rendezvous folder, generation), which the cluster writes and rebuilds itself from.
+The profile lives in the user's home, so :func:`detached_clusters` lists this user's. An entry
+whose controller has exited is stale and removed when listed.
 """
 
 from __future__ import annotations
 
 import glob
 import json
-import logging
 import os
-import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import psutil
-
-from . import engine
-from .processes import RankProcess
 
 PREFIX = "mixle-"
 
 
 def record_path(profile_dir: str, cluster_id: str) -> str:
+    """Where the record of cluster ``cluster_id`` of the profile ``profile_dir`` is kept."""
     return os.path.join(profile_dir, "security", f"{PREFIX}{cluster_id}.json")
 
 
-def write_record(cluster) -> str:
-    """Write ``cluster``'s record (it is being detached); its path."""
-    ipp = cluster._ipp
-    record = {
-        "cluster_id": ipp.cluster_id,
-        "profile_dir": ipp.profile_dir,
-        "n": cluster.n,
-        "backend": cluster.backend,
-        "timeout": cluster.timeout,
-        "threads": cluster.threads,
-        "launcher": cluster.launcher,
-        "group_backend": cluster.group_backend,
-        "store_dir": cluster._store_dir,
-        "group_generation": cluster._group_generation,
-        "controller_pid": ipp.controller.pid,
-        "host": cluster._here,
-        "ranks": [[r.pid, r.host, r.gpus] for _, r in sorted(cluster._ranks.items())],
-        "detached_at": time.time(),
-        "detached_by": os.getpid(),
-    }
-    path = record_path(ipp.profile_dir, ipp.cluster_id)
-    with open(path, "w") as f:
-        json.dump(record, f)
-    return path
+@dataclass(frozen=True)
+class RankRecord:
+    """The engine behind one rank, as detached: its pid, its host and how many GPUs it sees."""
+
+    pid: int
+    host: str
+    gpus: int
 
 
-def _controller_alive(record: dict) -> bool:
-    try:
-        return psutil.Process(record["controller_pid"]).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+@dataclass(frozen=True)
+class DetachedRecord:
+    """What a new process needs to attach to a detached cluster.
+
+    :class:`~mixle_nb.cluster.MixleCluster` produces it when detached and rebuilds itself from
+    it in :meth:`~mixle_nb.cluster.MixleCluster.attach`; here it is only written, read, listed
+    and chosen. Its JSON form (:meth:`as_dict`) is what :meth:`MixleCluster.list_detached`
+    returns.
+
+    Attributes
+    ----------
+    cluster_id, profile_dir : str
+        The ipyparallel cluster and the profile whose ``security`` folder holds its files.
+    n, backend, timeout, threads, launcher
+        The cluster's settings (:class:`~mixle_nb.cluster.MixleCluster`'s arguments).
+    group_backend : str or None
+        The backend its group formed with.
+    store_dir : str or None
+        The ``FileStore`` rendezvous folder (single host), else None.
+    group_generation : int
+        How many times the group formed (each forming uses a fresh store file).
+    controller_pid : int
+        The controller's pid, on ``host``.
+    host : str
+        The host the cluster was started from.
+    ranks : tuple of RankRecord
+        Rank r's engine is ``ranks[r]``.
+    detached_at : float
+        When it was detached (epoch seconds).
+    detached_by : int
+        The pid of the process that detached it.
+    """
+
+    cluster_id: str
+    profile_dir: str
+    n: int
+    backend: str
+    timeout: float
+    threads: int
+    launcher: str
+    group_backend: str | None
+    store_dir: str | None
+    group_generation: int
+    controller_pid: int
+    host: str
+    ranks: tuple[RankRecord, ...]
+    detached_at: float
+    detached_by: int
+
+    @property
+    def path(self) -> str:
+        """The record's file."""
+        return record_path(self.profile_dir, self.cluster_id)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as JSON values (ranks as ``[pid, host, gpus]`` lists)."""
+        values = asdict(self)
+        values["ranks"] = [[r.pid, r.host, r.gpus] for r in self.ranks]
+        return values
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> DetachedRecord:
+        """The record of :meth:`as_dict`'s ``values``.
+
+        Raises
+        ------
+        ValueError
+            A field missing, unknown, or of the wrong type.
+        """
+        names = {f.name for f in fields(cls)}
+        if set(values) != names:
+            raise ValueError(
+                f"not a detached cluster's record: missing {sorted(names - set(values))}, "
+                f"unknown {sorted(set(values) - names)}"
+            )
+        try:
+            ranks = tuple(RankRecord(int(pid), str(host), int(gpus)) for pid, host, gpus in values["ranks"])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"a detached cluster's ranks must be [pid, host, gpus] lists ({exc})") from None
+        record = cls(**{**values, "ranks": ranks})
+        for f in fields(cls):
+            kinds = _FIELD_TYPES.get(f.name)
+            if kinds is not None and not isinstance(getattr(record, f.name), kinds):
+                raise ValueError(f"a detached cluster's {f.name} must be {kinds}; got {getattr(record, f.name)!r}")
+        return record
+
+    def write(self) -> str:
+        """Write the record (atomically: a reader never sees half of it); its path."""
+        temporary = f"{self.path}.{os.getpid()}.tmp"
+        with open(temporary, "w") as f:
+            json.dump(self.as_dict(), f)
+        os.replace(temporary, self.path)
+        return self.path
+
+    @classmethod
+    def read(cls, path: str) -> DetachedRecord:
+        """The record in the file ``path``.
+
+        Raises
+        ------
+        OSError
+            The file cannot be read.
+        ValueError
+            It holds no valid record.
+        """
+        with open(path) as f:
+            values = json.load(f)
+        if not isinstance(values, dict):
+            raise ValueError(f"{path} holds no detached cluster's record")
+        return cls.from_dict(values)
+
+    def controller_alive(self) -> bool:
+        """Whether its controller still runs (on this host)."""
+        try:
+            return psutil.Process(self.controller_pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
 
 
-def detached_clusters(profile_dir: str | None = None) -> list[dict]:
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "cluster_id": str,
+    "profile_dir": str,
+    "n": int,
+    "backend": str,
+    "timeout": (int, float),
+    "threads": int,
+    "launcher": str,
+    "group_backend": (str, type(None)),
+    "store_dir": (str, type(None)),
+    "group_generation": int,
+    "controller_pid": int,
+    "host": str,
+    "detached_at": (int, float),
+    "detached_by": int,
+}
+
+
+def detached_clusters(profile_dir: str | None = None) -> list[DetachedRecord]:
     """The records of this user's detached clusters whose controller still runs, oldest first
-    (``profile_dir``: ipyparallel's default profile unless given)."""
+    (``profile_dir``: ipyparallel's default profile unless given). A record whose controller
+    has exited is removed; an unreadable file is skipped."""
     if profile_dir is None:
         from IPython.paths import get_ipython_dir
 
@@ -70,28 +183,33 @@ def detached_clusters(profile_dir: str | None = None) -> list[dict]:
     records = []
     for path in glob.glob(os.path.join(profile_dir, "security", f"{PREFIX}*.json")):
         try:
-            with open(path) as f:
-                record = json.load(f)
+            record = DetachedRecord.read(path)
         except (OSError, ValueError):
             continue
-        if _controller_alive(record):
+        if record.controller_alive():
             records.append(record)
         else:  # its controller is gone: nothing to attach to
             try:
                 os.remove(path)
             except OSError:
                 pass
-    return sorted(records, key=lambda r: r["detached_at"])
+    return sorted(records, key=lambda r: r.detached_at)
 
 
-def choose(records: list[dict], cluster_id: str | None) -> dict:
-    """The record to attach to: ``cluster_id``'s, or the only one."""
+def choose(records: list[DetachedRecord], cluster_id: str | None) -> DetachedRecord:
+    """The record to attach to: ``cluster_id``'s, or the only one.
+
+    Raises
+    ------
+    LookupError
+        No record has ``cluster_id``; or, without one, none or several run.
+    """
     if cluster_id is not None:
-        chosen = [r for r in records if r["cluster_id"] == cluster_id]
+        chosen = [r for r in records if r.cluster_id == cluster_id]
         if not chosen:
             raise LookupError(
                 f"no detached mixle cluster has id {cluster_id!r}; running ones: "
-                f"{[r['cluster_id'] for r in records] or 'none'}"
+                f"{[r.cluster_id for r in records] or 'none'}"
             )
         return chosen[0]
     if not records:
@@ -101,40 +219,6 @@ def choose(records: list[dict], cluster_id: str | None) -> dict:
     if len(records) > 1:
         raise LookupError(
             f"{len(records)} detached mixle clusters run; say which: cluster_id= one of "
-            f"{[r['cluster_id'] for r in records]}"
+            f"{[r.cluster_id for r in records]}"
         )
     return records[0]
-
-
-def reconnect(cluster, record: dict) -> None:
-    """Give the new ``cluster`` object the detached cluster of ``record``: its ipyparallel
-    cluster and client, its ranks (checked to be the engines detached), its local processes and
-    its group's settings."""
-    import ipyparallel as ipp
-
-    cluster._ipp = ipp.Cluster.from_file(
-        cluster_id=record["cluster_id"],
-        profile_dir=record["profile_dir"],
-        log_level=logging.WARNING,
-        shutdown_atexit=False,
-    )
-    cluster.client = cluster._ipp.connect_client_sync()
-    cluster.client.wait_for_engines(cluster.n, timeout=cluster._ipp.engine_timeout)
-    ranks = {r: RankProcess(pid, host, gpus) for r, (pid, host, gpus) in enumerate(record["ranks"])}
-    described = cluster.client[list(range(cluster.n))].apply_sync(engine.describe)
-    for r, info in enumerate(described):
-        rank = ranks[r]
-        if (rank.pid, rank.host) != (info["pid"], info["host"]):
-            raise RuntimeError(
-                f"engine {r} is pid {info['pid']} on {info['host']}, not the rank "
-                f"detached ({rank.pid} on {rank.host}): the cluster was changed since"
-            )
-        if rank.host == cluster._here:
-            cluster._processes.own(rank.pid)
-            rank.process = cluster._processes.get(rank.pid)
-    cluster._processes.own(record["controller_pid"])
-    cluster._processes.own_children()
-    cluster._ranks = ranks
-    cluster._store_dir, cluster.group_backend = record["store_dir"], record["group_backend"]
-    cluster._group_generation = record["group_generation"]
-    cluster._record = record_path(record["profile_dir"], record["cluster_id"])

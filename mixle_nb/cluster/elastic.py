@@ -17,9 +17,9 @@ failure-free one, not bit for bit.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from . import rank_side, step_calls
 from .calls import RankCall, RankDiedError, RankError
@@ -59,7 +59,25 @@ class RecoveryEvent:
         )
 
 
-def settle_survivors(cluster: Any, calls: Sequence[RankCall], dead: Sequence[int]) -> list[int]:
+class RecoveringCluster(Protocol):
+    """What recovery asks of a cluster (:class:`~mixle_nb.cluster.MixleCluster` has it all)."""
+
+    n: int
+
+    def dead_ranks(self, ranks: Iterable[int]) -> list[int]: ...
+
+    def sever_group(self, ranks: Sequence[int], grace: float) -> None: ...
+
+    def interrupt(self, ranks: Sequence[int]) -> None: ...
+
+    def drop_ranks(self, dead: Sequence[int]) -> None: ...
+
+    def run_async(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> RankCall: ...
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]: ...
+
+
+def settle_survivors(cluster: RecoveringCluster, calls: Sequence[RankCall], dead: Sequence[int]) -> list[int]:
     """Wait until every rank of ``calls`` but the dead has answered; the dead ranks, sorted:
     ``dead`` and any found dead meanwhile (a second death can reach the client with the first:
     a survivor that finished the step the first cut may die in the next). A survivor in a
@@ -67,17 +85,17 @@ def settle_survivors(cluster: Any, calls: Sequence[RankCall], dead: Sequence[int
     survivor (a ring) fails when that survivor, once it answered, shuts its connections down
     (as ``stop_call`` does). Those still running after :data:`SURVIVORS_SETTLE_S` are
     interrupted."""
-    dead = set(dead)
-    severed: set = set()
+    found = set(dead)
+    severed: set[int] = set()
     for call in calls:
         deadline = time.monotonic() + SURVIVORS_SETTLE_S
         interrupted = False
         while True:
-            dead.update(cluster.dead_ranks([r for r in call.ranks if r not in dead]))
-            running = [r for r in call.pending() if r not in dead]
+            found.update(cluster.dead_ranks([r for r in call.ranks if r not in found]))
+            running = [r for r in call.pending() if r not in found]
             if not running:
                 break
-            answered = sorted(set(call.ranks) - set(call.pending()) - severed - dead)
+            answered = sorted(set(call.ranks) - set(call.pending()) - severed - found)
             if answered:
                 try:
                     cluster.sever_group(answered, SURVIVORS_SETTLE_S)
@@ -87,16 +105,16 @@ def settle_survivors(cluster: Any, calls: Sequence[RankCall], dead: Sequence[int
             if time.monotonic() > deadline:
                 if interrupted:
                     raise ElasticRecoveryError(
-                        f"ranks {running} did not stop after ranks {sorted(dead)} died; call cluster.restart()"
+                        f"ranks {running} did not stop after ranks {sorted(found)} died; call cluster.restart()"
                     )
                 cluster.interrupt(running)
                 deadline, interrupted = time.monotonic() + SURVIVORS_SETTLE_S, True
             time.sleep(0.01)
-    return sorted(dead)
+    return sorted(found)
 
 
 def recover(
-    cluster: Any, handle: str, dead: Sequence[int], calls: Sequence[RankCall] = (), at_step: int = 0
+    cluster: RecoveringCluster, handle: str, dead: Sequence[int], calls: Sequence[RankCall] = (), at_step: int = 0
 ) -> RecoveryEvent:
     """Go on without the ranks ``dead`` after ``calls`` (sent before the loss) failed: the
     survivors form a new group and the elastic handle named ``handle`` on them takes over
@@ -125,11 +143,11 @@ def recover(
         return RecoveryEvent(lost, at_step, time.perf_counter() - started, cluster.n, read)
 
 
-def completed_on_survivors(cluster: Any, call_ids: Sequence[str]) -> list:
+def completed_on_survivors(cluster: RecoveringCluster, call_ids: Sequence[str]) -> list[Any]:
     """The steps the failed calls ``call_ids`` completed, from the survivor that completed the
     most (a survivor can finish a step whose fold another one lost; every survivor's steps are
     the same, bit for bit, as far as each got): one record per step, in order."""
-    steps: list = []
+    steps: list[Any] = []
     for call_id in call_ids:
         per_rank = cluster.run(step_calls.completed_steps_on_rank, call_id)
         longest = max(per_rank, key=len)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 from datetime import timedelta
 
 import psutil
@@ -22,7 +23,7 @@ import psutil
 _CALL_LABEL = "mixle_nb call on ranks "
 
 
-def call_label(ranks) -> str:
+def call_label(ranks: Sequence[int]) -> str:
     """The label of a request sent to ``ranks`` (carried in its metadata: no extra message)."""
     return _CALL_LABEL + ",".join(str(r) for r in ranks)
 
@@ -127,11 +128,14 @@ def form_group(
     set_call_ranks_source(call_ranks)
     torch.set_num_threads(threads)
     timeout = timedelta(seconds=timeout_s)
+    store: dist.Store
     if store_path is not None:
         # torch reads GLOO_SOCKET_IFNAME when it creates the gloo device, i.e. just below
         os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()
         store = dist.FileStore(store_path, world)
     else:
+        if master is None:
+            raise ValueError("form_group needs store_path (one host) or master (engine 0's address)")
         host, port = master
         # gloo would otherwise bind to whatever this host's name resolves to (often nothing
         # the other hosts reach); a GLOO_SOCKET_IFNAME set on the host wins

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 ECHO_S = 0.25  # how often rank 0's output is copied to the notebook while a call runs
 
@@ -35,10 +35,10 @@ class HandleReference:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r} on {self.cluster.n} ranks)"
 
-    def __reduce__(self):
+    def __reduce__(self) -> NoReturn:
         raise TypeError(f"{self!r} refers to a live cluster and cannot be pickled; pickle what it computed")
 
-    def call_with_handle(self, fn: Callable, *args) -> Any:
+    def call_with_handle(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(handle, *args)`` on every rank at once (an SPMD call); rank 0's answer. Rank 0's
         printed output is copied to this process's stdout while the call runs."""
         call = self.cluster.run_async(_with_handle, self.name, fn, args)

@@ -25,6 +25,8 @@ import select
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import psutil
 
@@ -35,7 +37,7 @@ POLL_S = 0.5  # how often the watcher also checks that its parent is still the o
 class Lifeline:
     """The owner's end of one cluster's watcher process."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", __name__, str(os.getpid())],
             stdin=subprocess.PIPE,
@@ -48,7 +50,7 @@ class Lifeline:
     def pid(self) -> int:
         return self._proc.pid
 
-    def _send(self, **message) -> None:
+    def _send(self, **message: Any) -> None:
         if self._proc.poll() is None and self._proc.stdin is not None:
             try:
                 self._proc.stdin.write((json.dumps(message) + "\n").encode())
@@ -128,7 +130,7 @@ def _tree(watched: list[psutil.Process]) -> list[psutil.Process]:
     return list(found.values())
 
 
-def end_everything(watched: list[psutil.Process], patterns: list[str], commands: list[list[str]] = ()) -> None:
+def end_everything(watched: list[psutil.Process], patterns: list[str], commands: Sequence[Sequence[str]] = ()) -> None:
     """SIGTERM, then SIGKILL after :data:`TERM_GRACE_S`, every watched process and descendant;
     then run the commands and remove the files."""
     procs = _tree(watched)

@@ -11,7 +11,7 @@ wait to be read from the call.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import rank_side
@@ -22,15 +22,15 @@ class LocalRanks:
 
     n = 1
 
-    def __init__(self, on_data: Callable[[dict], None] = lambda data: None):
-        self.namespace: dict = {}
+    def __init__(self, on_data: Callable[[dict[int, Any]], None] = lambda data: None) -> None:
+        self.namespace: dict[str, Any] = {}
         self.on_data = on_data
 
-    def run_async(self, fn: Callable, *args, targets=None, **kwargs) -> DoneCall:
+    def run_async(self, fn: Callable[..., Any], *args: Any, targets: object = None, **kwargs: Any) -> DoneCall:
         """``fn(*args, **kwargs)`` run now, with the rank functions' names bound here."""
         call = DoneCall()
 
-        def publish(data: dict) -> None:
+        def publish(data: dict[str, Any]) -> None:
             call.data = {0: data}
             self.on_data(call.data)
 
@@ -41,10 +41,10 @@ class LocalRanks:
                 call.error = exc
         return call
 
-    def run(self, fn: Callable, *args, targets=None, **kwargs) -> list:
+    def run(self, fn: Callable[..., Any], *args: Any, targets: object = None, **kwargs: Any) -> list[Any]:
         return self.run_async(fn, *args, **kwargs).result()
 
-    def push(self, targets=None, **values: Any) -> None:
+    def push(self, targets: object = None, **values: Any) -> None:
         self.namespace.update(values)
 
     def pull(self, name: str, rank: int | str = 0) -> Any:
@@ -58,12 +58,12 @@ class DoneCall:
 
     ranks = [0]
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.value: Any = None
         self.error: BaseException | None = None
-        self.data: dict = {}
+        self.data: dict[int, Any] = {}
 
-    def result(self, timeout: float | None = None) -> list:
+    def result(self, timeout: float | None = None) -> list[Any]:
         if self.error is not None:
             raise self.error
         return [self.value]
@@ -71,5 +71,5 @@ class DoneCall:
     def cancelled(self) -> bool:
         return False
 
-    def cancel(self, queued=()) -> None:
+    def cancel(self, queued: Sequence[object] = ()) -> None:
         """Nothing to stop: the call (and any queued behind it) has run."""

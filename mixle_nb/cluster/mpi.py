@@ -11,6 +11,11 @@ gloo or nccl, formed by the cluster as for any launcher.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from traitlets.config import Config
 
 # the engine command, run by mpiexec: exec the engine with the id the MPI launcher gave it
 _WITH_MPI_RANK = [
@@ -20,10 +25,15 @@ _WITH_MPI_RANK = [
 ]
 
 
-def take_mpiexec_args(launcher: str, options: dict) -> list[str] | None:
-    """Remove ``mpiexec_args`` (extra ``mpiexec`` options) from ``options``; the list for
-    ``launcher="mpi"``, else None (given to another launcher it is an error)."""
-    args = options.pop("mpiexec_args", None)
+def checked_mpiexec_args(launcher: str, args: Sequence[str] | None) -> list[str] | None:
+    """``args`` (extra ``mpiexec`` options) as a list for ``launcher="mpi"`` (``[]`` when None),
+    else None.
+
+    Raises
+    ------
+    ValueError
+        ``args`` given to another launcher, or not a list of strings.
+    """
     if launcher != "mpi":
         if args is not None:
             raise ValueError(f"mpiexec_args= needs launcher='mpi' (launcher is {launcher!r})")
@@ -37,7 +47,7 @@ def take_mpiexec_args(launcher: str, options: dict) -> list[str] | None:
     return list(args)
 
 
-def configure(config, mpiexec_args: list[str]) -> None:
+def configure(config: Config, mpiexec_args: list[str]) -> None:
     """Set ``MPIEngineSetLauncher`` in the traitlets ``config``: the engines take their MPI
     rank as engine id; ``mpiexec_args`` go to ``mpiexec`` before the program."""
     config.MPIEngineSetLauncher.mpi_args = list(mpiexec_args)

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    from .lifeline import Lifeline
 
 STOP_GRACE_S = 5.0  # SIGTERM -> SIGKILL
 
@@ -39,8 +43,19 @@ class RankProcess:
         except psutil.Error:
             return False
 
+    def rss_bytes(self) -> int | None:
+        """The engine's resident memory; None for an engine on another host or one that exited."""
+        if self.process is None:
+            return None
+        try:
+            return int(self.process.memory_info().rss)
+        except psutil.Error:
+            return None
+
     def interrupt(self) -> None:
         """SIGINT (KeyboardInterrupt in the engine's running task); local engines only."""
+        if self.process is None:
+            return
         try:
             self.process.send_signal(signal.SIGINT)
         except psutil.Error:  # already gone
@@ -50,9 +65,9 @@ class RankProcess:
 class OwnedProcesses:
     """The local processes one cluster started (controller, schedulers, engines, nannies)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._procs: dict[int, psutil.Process] = {}
-        self.lifeline = None  # a Lifeline told of every process owned, while the cluster has one
+        self.lifeline: Lifeline | None = None  # a Lifeline told of every process owned, while the cluster has one
 
     @property
     def pids(self) -> set[int]:

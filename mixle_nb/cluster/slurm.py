@@ -12,9 +12,14 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from .. import validation
+
+if TYPE_CHECKING:
+    from traitlets.config import Config
 
 OPTIONS = (
     "partition",
@@ -80,10 +85,21 @@ class SlurmSpec:
     pending_timeout: float = PENDING_TIMEOUT_S
 
     @classmethod
-    def take(cls, launcher: str, options: dict) -> SlurmSpec | None:
-        """Remove the Slurm options from ``options``; the spec for ``launcher="slurm"``, else None
-        (a Slurm option given to another launcher is an error)."""
-        given = {k: options.pop(k) for k in OPTIONS if k in options}
+    def from_options(cls, launcher: str, options: Mapping[str, Any]) -> SlurmSpec | None:
+        """The spec of ``options`` (Slurm options by name, those given) for ``launcher="slurm"``,
+        else None.
+
+        Raises
+        ------
+        TypeError
+            A name in ``options`` that is no Slurm option (one of :data:`OPTIONS`).
+        ValueError
+            A Slurm option given to another launcher, or a malformed one.
+        """
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise TypeError(f"unknown Slurm options {unknown}; they are {', '.join(OPTIONS)}")
+        given = {k: options[k] for k in OPTIONS if k in options}
         if launcher != "slurm":
             if given:
                 raise ValueError(
@@ -123,7 +139,7 @@ class SlurmSpec:
         lines += [f"#SBATCH {_escape(o)}" for o in self.sbatch_options(n)]
         return "\n".join(lines) + "\n" + _SRUN
 
-    def configure(self, config, n: int, batch_dir: str) -> None:
+    def configure(self, config: Config, n: int, batch_dir: str) -> None:
         """Set ``SlurmEngineSetLauncher`` in the traitlets ``config`` for ``n`` engines; the
         batch script is written in ``batch_dir`` (ipyparallel's default is the working directory)."""
         launcher = config.SlurmEngineSetLauncher
@@ -188,7 +204,7 @@ class SlurmJob:
             state, _ = self.state()
         return state + (" (ending: cancelled, failed, out of time or its node down)" if state == "COMPLETING" else "")
 
-    def wait_running(self, timeout: float, report=lambda message: None) -> None:
+    def wait_running(self, timeout: float, report: Callable[[str], None] = lambda message: None) -> None:
         """Return once the job runs; raise TimeoutError if it pends ``timeout`` seconds (the
         caller cancels it), or RuntimeError if it ended first."""
         deadline = time.monotonic() + timeout

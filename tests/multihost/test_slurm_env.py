@@ -65,7 +65,7 @@ def test_a_task_without_a_gpu_of_its_own_is_a_clear_error():
 
 
 def test_the_batch_template_carries_the_sbatch_options():
-    spec = SlurmSpec.take(
+    spec = SlurmSpec.from_options(
         "slurm",
         {
             "partition": "p",
@@ -118,3 +118,12 @@ def test_the_magic_passes_its_slurm_options_to_the_cluster():
     shell.run_line_magic("load_ext", "mixle_nb")
     with pytest.raises(UsageError, match=r"partition=, time=, extra_sbatch= need launcher='slurm'"):
         shell.run_line_magic("mixle_cluster", "start 2 --partition p --time 00:30:00 --extra-sbatch=--qos=debug")
+
+
+def test_slurm_options_are_read_not_taken_and_an_unknown_one_is_a_type_error():
+    options = {"partition": "p", "nodes": 2}
+    spec = SlurmSpec.from_options("slurm", options)
+    assert options == {"partition": "p", "nodes": 2}  # the caller's dict is left as it was
+    assert (spec.partition, spec.nodes) == ("p", 2)
+    with pytest.raises(TypeError, match=r"unknown Slurm options \['partiton'\]"):
+        SlurmSpec.from_options("slurm", {"partiton": "p"})

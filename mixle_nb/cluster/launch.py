@@ -1,0 +1,193 @@
+"""How a cluster's processes are launched: the launcher's options, checked before anything starts.
+
+:class:`LaunchSpec` holds what :class:`~mixle_nb.cluster.MixleCluster` was given about its
+processes: the ipyparallel engine launcher, its Slurm options (:mod:`.slurm`) or ``mpiexec``
+options (:mod:`.mpi`), the controller's address and arguments, and any other
+``ipyparallel.Cluster`` option by its trait name. Every name is checked: a misspelt keyword is a
+``TypeError`` naming it and the valid ones (``ipyparallel.Cluster`` itself would only warn and
+drop it), and a launcher's option given to another launcher is a ``ValueError``.
+:meth:`LaunchSpec.cluster_arguments` turns the spec into ``ipyparallel.Cluster``'s arguments.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import mpi
+from .slurm import SlurmSpec
+
+if TYPE_CHECKING:
+    from traitlets.config import Config
+
+HEARTBEAT_MS = 500  # ipyparallel's default 3000 ms makes every engine registration wait ~3-6 s
+# ipyparallel.Cluster options that MixleCluster sets itself, and what to give instead
+_RESERVED = {
+    "n": "the number of engines is MixleCluster's first argument",
+    "engines": "give the engine launcher as launcher=",
+    "engine_launcher_class": "give the engine launcher as launcher=",
+    "controller": "the cluster starts its own controller",
+    "parent": "the cluster is not configurable through a parent",
+    "log": "set log_level= instead",
+}
+
+
+def _cluster_traits() -> set[str]:
+    """The options ``ipyparallel.Cluster`` accepts (its traits) that the cluster leaves to the caller."""
+    import ipyparallel
+
+    return set(ipyparallel.Cluster.class_trait_names()) - set(_RESERVED)
+
+
+def check_ipyparallel_options(options: Mapping[str, Any], own: Iterable[str]) -> dict[str, Any]:
+    """``options`` (``ipyparallel.Cluster`` traits by name) once each name is known to be one.
+
+    Parameters
+    ----------
+    options : mapping
+        The keyword arguments MixleCluster did not take itself.
+    own : iterable of str
+        MixleCluster's own keyword arguments, for the message.
+
+    Returns
+    -------
+    dict
+        A copy of ``options``.
+
+    Raises
+    ------
+    TypeError
+        A name that is neither MixleCluster's nor ``ipyparallel.Cluster``'s (a typo), or one
+        MixleCluster sets itself; the message names it, a close match and the valid names.
+    """
+    if not options:
+        return {}
+    accepted = _cluster_traits()
+    for name in options:
+        if name in _RESERVED:
+            raise TypeError(f"MixleCluster() does not take {name}=: {_RESERVED[name]}")
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        valid = sorted(set(own) | accepted)
+        hints = [
+            repr(name) + (f" (did you mean {close[0]!r}?)" if (close := _close(name, valid)) else "")
+            for name in unknown
+        ]
+        raise TypeError(
+            f"MixleCluster() got unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(hints)}; its keyword arguments are {', '.join(valid)}"
+        )
+    return dict(options)
+
+
+def _close(name: str, valid: Sequence[str]) -> list[str]:
+    return difflib.get_close_matches(name, valid, n=1, cutoff=0.75)
+
+
+def _strings(name: str, values: Any, example: str) -> tuple[str, ...]:
+    if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+        raise ValueError(f"{name} must be a list of strings, e.g. {example}; got {values!r}")
+    return tuple(values)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """A cluster's launcher and its options, checked.
+
+    Attributes
+    ----------
+    launcher : str
+        The ipyparallel engine launcher: "local", "mpi", "ssh", "slurm", ...
+    slurm : SlurmSpec or None
+        The batch job's ``sbatch`` options, for ``launcher="slurm"`` only.
+    mpiexec_args : tuple of str or None
+        Extra ``mpiexec`` options, for ``launcher="mpi"`` only.
+    controller_ip : str or None
+        The interface the controller listens on (``"*"``: every one).
+    controller_args : tuple of str
+        Extra command-line arguments of the controller (they win over the cluster's own).
+    config : traitlets.config.Config or None
+        ipyparallel's launcher configuration (the Slurm and MPI settings are added to it).
+    ipyparallel_options : dict
+        Other ``ipyparallel.Cluster`` options, by trait name.
+    """
+
+    launcher: str = "local"
+    slurm: SlurmSpec | None = None
+    mpiexec_args: tuple[str, ...] | None = None
+    controller_ip: str | None = None
+    controller_args: tuple[str, ...] = ()
+    config: Config | None = None
+    ipyparallel_options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        launcher: str,
+        *,
+        slurm_options: Mapping[str, Any],
+        mpiexec_args: Sequence[str] | None,
+        controller_ip: str | None,
+        controller_args: Sequence[str],
+        config: Config | None,
+        ipyparallel_options: Mapping[str, Any],
+        own: Iterable[str],
+    ) -> LaunchSpec:
+        """The checked spec; ``slurm_options`` maps each Slurm option to its value (None: not given).
+
+        Raises
+        ------
+        TypeError
+            An unknown keyword in ``ipyparallel_options`` (:func:`check_ipyparallel_options`).
+        ValueError
+            A malformed option, or a launcher's option given to another launcher.
+        """
+        if not isinstance(launcher, str) or not launcher:
+            raise ValueError(f"launcher must name an ipyparallel engine launcher, e.g. 'local'; got {launcher!r}")
+        options = check_ipyparallel_options(ipyparallel_options, own)
+        if controller_ip is not None and not isinstance(controller_ip, str):
+            raise ValueError(f"controller_ip must be an address like '10.0.0.1' or '*'; got {controller_ip!r}")
+        given = {name: value for name, value in slurm_options.items() if value is not None}
+        checked_args = mpi.checked_mpiexec_args(launcher, mpiexec_args)
+        return cls(
+            launcher=launcher,
+            slurm=SlurmSpec.from_options(launcher, given),
+            mpiexec_args=None if checked_args is None else tuple(checked_args),
+            controller_ip=controller_ip,
+            controller_args=_strings("controller_args", controller_args, "['--IPController.engine_ports=10101-10116']"),
+            config=config,
+            ipyparallel_options=options,
+        )
+
+    def cluster_arguments(self, n: int, batch_dir: str | None) -> dict[str, Any]:
+        """``ipyparallel.Cluster``'s keyword arguments for ``n`` engines (the Slurm batch script
+        goes in ``batch_dir``). The controller's heartbeat comes first in its arguments, so the
+        caller's own ``controller_args`` still override it."""
+        arguments: dict[str, Any] = {
+            "log_level": logging.WARNING,
+            "shutdown_atexit": False,  # the lifeline ends the cluster at exit
+            **self.ipyparallel_options,
+            "engines": self.launcher,
+            "controller_args": [f"--HeartMonitor.period={HEARTBEAT_MS}", *self.controller_args],
+        }
+        if self.controller_ip is not None:
+            arguments["controller_ip"] = self.controller_ip
+        if self.slurm is None and self.mpiexec_args is None:
+            if self.config is not None:
+                arguments["config"] = self.config
+            return arguments
+        from traitlets.config import Config
+
+        config = arguments["config"] = self.config if self.config is not None else Config()
+        if self.slurm is not None:
+            if batch_dir is None:
+                raise ValueError("a Slurm cluster's batch script needs a folder (batch_dir)")
+            self.slurm.configure(config, n, batch_dir)
+            # the compute nodes must reach the controller: every interface unless told which
+            arguments.setdefault("controller_ip", "*")
+        if self.mpiexec_args is not None:
+            mpi.configure(config, list(self.mpiexec_args))
+        return arguments
