@@ -452,7 +452,7 @@ def test_mixle_models_are_drawn_from_their_parameters():
 def test_limits_fit_once_for_a_single_value_and_shrink_around_narrow_values():
     from matplotlib.figure import Figure
 
-    from mixle_nb.widgets.live_figure import fit_limits
+    from mixle_nb.widgets.axis_limits import LOG_MIN_DECADES, fit_limits
 
     ax = Figure().subplots()
     assert fit_limits(ax, [-1234.5]) and not fit_limits(ax, [-1234.5])  # one value: fitted once, then kept
@@ -460,22 +460,26 @@ def test_limits_fit_once_for_a_single_value_and_shrink_around_narrow_values():
     assert lo < -1234.5 < hi
     log_ax = Figure().subplots()
     log_ax.set_yscale("log")
-    assert fit_limits(log_ax, [3e-2], log=True) and not fit_limits(log_ax, [3e-2], log=True)
-    assert log_ax.get_ylim() == (1e-4, 1e1)  # two decades of headroom, to whole decades
+    assert fit_limits(log_ax, [3e-2], log=True, min_span=LOG_MIN_DECADES)
+    assert not fit_limits(log_ax, [3e-2], log=True, min_span=LOG_MIN_DECADES)
+    low, high = np.log10(log_ax.get_ylim())  # at least two decades, centred on the value, with headroom
+    assert high - low == pytest.approx(1.5 * LOG_MIN_DECADES) and (low + high) / 2 == pytest.approx(np.log10(3e-2))
     assert fit_limits(ax, [0.0, 1.0]) and ax.get_ylim() == (-0.25, 1.25)
-    assert not fit_limits(ax, [0.2, 0.35])  # within, and the limits (1.5) not ten times a fit (0.225)
+    assert not fit_limits(ax, [0.1, 0.9])  # within, and spanning more than half the axis: kept
+    assert fit_limits(ax, [0.2, 0.35]) and ax.get_ylim() == pytest.approx((0.1625, 0.3875))  # less: narrowed
     assert fit_limits(ax, [0.5, 0.51]) and ax.get_ylim() == pytest.approx((0.4975, 0.5125))
 
 
 def test_limits_of_a_growing_history_only_widen():
     from matplotlib.figure import Figure
 
-    from mixle_nb.widgets.live_figure import fit_limits
+    from mixle_nb.widgets.axis_limits import fit_limits
 
     ax = Figure().subplots()
-    assert fit_limits(ax, [0.0, 2.0], shrink=False) and ax.get_ylim() == (-0.5, 2.5)
-    assert not fit_limits(ax, [0.5], shrink=False)  # a fit would shrink them: kept
-    assert fit_limits(ax, [0.0, 4.0], shrink=False) and ax.get_ylim() == (-1.0, 5.0)
+    ax.set_ylim(10, 20)
+    assert fit_limits(ax, [0.0, 2.0]) and ax.get_ylim() == (-0.5, 2.5)  # elsewhere: fitted afresh
+    assert not fit_limits(ax, [0.0, 2.0, 0.5])  # the history grew within them: kept
+    assert fit_limits(ax, [0.0, 2.0, 0.5, 4.0]) and ax.get_ylim() == (-0.5, 5.8)  # the headroom above, where it grew
 
 
 def test_a_long_run_paused_early_draws_its_step_axes_to_the_steps_taken():

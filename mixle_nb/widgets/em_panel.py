@@ -27,6 +27,7 @@ PANEL_MODEL_NAME = "_mixle_panel_model"
 LOCAL_HANDLE, LOCAL_ESTIMATOR, LOCAL_DATA = "handle", "estimator", "data"  # a local panel's, on its LocalRanks
 DATA_SAMPLE_SIZE = 2000
 AXES_AHEAD_S = 2.0  # during a run the step axes also hold the steps this much of it will bring
+TIMED_STEPS = 20  # the E-step bars' axis fits this many steps' times: it does not follow each one's noise
 
 
 class EMPanel(ModelChoice, Panel):
@@ -309,7 +310,7 @@ class EMPanel(ModelChoice, Panel):
         else:
             first = (str(exc).strip().splitlines() or [""])[0]
             text = f"step {step} failed: {type(exc).__name__}: {first}"
-            if type(exc).__name__ == "RankDiedError":
+            if isinstance(exc, elastic_recovery.RankDiedError):
                 text += (
                     " · after restart(), re-push and rebuild the handle, then panel.attach(handle=..., "
                     "estimator=...) continues from the last good model"
@@ -473,6 +474,7 @@ class EMPanel(ModelChoice, Panel):
             self.model,
             history[-1].rank_seconds if history else [],
             self._axis_steps(len(history)),
+            [r.rank_seconds for r in history[-TIMED_STEPS:-1]],
         )
         if self.error is None:
             last = f" · log-density {history[-1].log_density:.6g}" if history else ""

@@ -7,7 +7,7 @@ draws only the *dynamic* artists (lines, bars, ellipses) before encoding the PNG
 milliseconds. A layer is drawn again only when what it shows changes: when only the x limits
 did (a per-step plot growing), the x axis alone, and an x axis is kept for each of the last
 limits it had, so limits it returns to (Reset, then Run N again) cost no drawing at all.
-:func:`fit_limits` widens limits with headroom, so they change rarely.
+:mod:`.axis_limits` changes limits only when they must, so the axes are rarely drawn again.
 
 PNG bytes work the same in JupyterLab, VS Code and nbconvert, and a saved notebook keeps only
 the last one. No pyplot backend is selected, so the notebook's own (inline) backend is left alone.
@@ -15,7 +15,6 @@ the last one. No pyplot backend is selected, so the notebook's own (inline) back
 
 from __future__ import annotations
 
-import math
 import struct
 import zlib
 
@@ -209,47 +208,3 @@ def static_png(fig: Figure) -> bytes:
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     return encode_png(canvas.buffer_rgba())
-
-
-def fit_limits(ax, values, axis: str = "y", log: bool = False, floor: float | None = None, shrink: bool = True) -> bool:
-    """Make the axis' limits cover ``values`` (finite ones; positive ones on a log axis), with
-    headroom so that later values rarely force a change. Returns whether the limits changed
-    (the caller then invalidates the background). With ``shrink``, limits also shrink once they
-    are more than ten times what a fit would give, so a converged curve does not stay a flat
-    line at the edge; without it (a history that only grows) they only ever widen."""
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    if log:
-        v = np.log10(v[v > 0])
-    if v.size == 0:
-        return False
-    lo, hi = float(v.min()), float(v.max())
-    get, set_ = (ax.get_ylim, ax.set_ylim) if axis == "y" else (ax.get_xlim, ax.set_xlim)
-    cur_lo, cur_hi = (math.log10(b) if log else b for b in get())
-    span = hi - lo
-    pad = max(0.25 * span, 2.0 if log else 1e-9 * max(abs(lo), abs(hi), 1.0))  # log: two decades
-    # measured against what a fit would give, not the values' span alone: a single value (span 0)
-    # would otherwise re-fit, and redraw the axes' background, at every render
-    if cur_lo <= lo and hi <= cur_hi and (not shrink or cur_hi - cur_lo <= 10 * (span + 2 * pad)):
-        return False
-    new_lo, new_hi = lo - pad, hi + pad
-    if log:
-        new_lo, new_hi = math.floor(new_lo), math.ceil(new_hi)
-        new_lo, new_hi = 10.0**new_lo, 10.0**new_hi
-    if floor is not None:
-        new_lo = max(new_lo, floor)
-    set_(new_lo, new_hi)
-    return True
-
-
-def fit_steps(ax, n: int) -> bool:
-    """x limits for a per-step plot of ``n`` steps: 1..10, then doubling, so the steps fill more
-    than half the axis at every ``n``, and a run of ``n`` steps redraws the background for
-    them only about log2(n / 10) times. Fewer steps (Back, Reset) fit again."""
-    top = 10
-    while top < n:
-        top *= 2
-    if ax.get_xlim() == (0.5, top + 0.5):
-        return False
-    ax.set_xlim(0.5, top + 0.5)
-    return True

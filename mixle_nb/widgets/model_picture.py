@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 from matplotlib.patches import Ellipse
 
-from .live_figure import LiveFigure, fit_limits
+from .axis_limits import fit_limits
+from .live_figure import LiveFigure
 
 NO_PICTURE = "no picture for this model"
 MAX_CATEGORIES = 12  # the most probable ones; more bars would not be readable
@@ -125,7 +126,6 @@ class ModelPicture:
             self._histogram_top = 0.0
         self.ax.set_xlim(self.grid[0], self.grid[-1])
         self.line = self.live.dynamic(self.ax.plot(self.grid, np.zeros_like(self.grid), color="#c0392b", lw=2)[0])
-        self.ax.set_ylim(0, 1)
         self._update_density(model)
 
     def _update_density(self, model) -> bool:
@@ -216,7 +216,6 @@ class ModelPicture:
         if tick_labels is not None:
             self.ax.set_xticks(x, tick_labels, fontsize=8, rotation=45 if len(x) > 6 else 0)
         self.ax.set_xlim(-0.6, len(x) - 0.4)
-        self.ax.set_ylim(0, 1)
         self._update_bars(model)
 
     def _update_bars(self, model) -> bool:

@@ -34,7 +34,9 @@ class TrainPanel(Panel):
     (a token handle of held-out text) adds a held-out loss point after every call (every chunk;
     locally: at the end).
     ``entropy_floor`` (nats), where the source's entropy is known, is drawn as the line no
-    model can go below. ``tokenizer`` (a ``CharTokenizer``) decodes the sample generated from
+    model can go below. ``fit_recent`` (also a checkbox) fits the loss axis to the latest half of
+    the steps, so that the slow fall late in training is not squashed under the first steps'
+    fast one. ``tokenizer`` (a ``CharTokenizer``) decodes the sample generated from
     ``prompt`` after training.
 
     ``curves`` maps rank -> [(step, loss)]; ``points`` rank -> [(step, targets, loss)] where
@@ -69,6 +71,7 @@ class TrainPanel(Panel):
         x_axis: str = "steps",
         log_scale: bool = False,
         smoothing: float = 0.8,
+        fit_recent: bool = False,
         elastic: bool = False,
     ):
         super().__init__()
@@ -94,7 +97,7 @@ class TrainPanel(Panel):
         self._rates: dict[int, float] = {}
         self._started = 0.0
         self._bind(cluster, handle, estimator, validation)
-        self._build(x_axis, bool(log_scale))
+        self._build(x_axis, bool(log_scale), bool(fit_recent))
         self.redraw()
 
     def _bind(self, cluster, handle, estimator, validation) -> None:
@@ -305,7 +308,7 @@ class TrainPanel(Panel):
 
     # -- view --------------------------------------------------------------------------------
 
-    def _build(self, x_axis: str, log_scale: bool) -> None:
+    def _build(self, x_axis: str, log_scale: bool, fit_recent: bool) -> None:
         self.train_button = w.Button(description="Train")
         self.stop_button = w.Button(description="Stop")
         self.train_button.on_click(lambda _: self.train(block=False) if not self.running else None)
@@ -313,9 +316,13 @@ class TrainPanel(Panel):
         self.log_scale = w.Checkbox(
             value=log_scale, description="log scale", indent=False, layout=w.Layout(width="90px")
         )
+        self.fit_recent = w.Checkbox(
+            value=fit_recent, description="fit recent half", indent=False, layout=w.Layout(width="120px")
+        )
         self.x_axis = w.ToggleButtons(options=["steps", "targets"], value=x_axis, style={"button_width": "70px"})
         self.log_scale.observe(lambda _: self._new_view(), "value")
         self.x_axis.observe(lambda _: self._new_view(), "value")
+        self.fit_recent.observe(lambda _: self._new_view(), "value")
         self.progress = w.IntProgress(value=0, min=0, max=1, description="steps")
         self.status = w.HTML()
         self.image = plot_image()
@@ -328,7 +335,7 @@ class TrainPanel(Panel):
         self.widget = w.VBox(
             [
                 w.HBox([self.train_button, self.stop_button, self.progress, self.status]),
-                w.HBox([self.x_axis, self.log_scale]),
+                w.HBox([self.x_axis, self.log_scale, self.fit_recent]),
                 self.image,
                 self.sample,
             ]
@@ -336,7 +343,9 @@ class TrainPanel(Panel):
         self.widget.add_class("mixle-train-panel")
 
     def _make_view(self) -> LossView:
-        return LossView(self.x_axis.value, self.log_scale.value, self.entropy_floor, self.smoothing)
+        return LossView(
+            self.x_axis.value, self.log_scale.value, self.entropy_floor, self.smoothing, self.fit_recent.value
+        )
 
     def _new_view(self) -> None:
         with self._redraw_lock:
