@@ -202,3 +202,9 @@ def test_fit_recent_shows_the_late_slow_fall_and_clips_only_the_first_steps():
     assert share(recent.ax, late) >= FILL > share(everything.ax, late)
     assert recent.ax.get_ylim()[1] < max(y for p in points.values() for _, _, y in p)  # the first steps clipped
     assert share(recent.ax, [0.0, 2000.0], axis="x") >= FILL
+
+
+def test_the_floor_holds_when_the_values_grow_from_an_axis_below_it():
+    """Bars of zero height autoscale the axis to a little below 0; when they grow, the axis
+    keeps no part of that: it starts at the floor."""
+    assert fitted_limits(0.0, 4.0, (-0.05, 0.05), floor=0.0) == pytest.approx((0.0, 5.8))

@@ -68,12 +68,12 @@ def fitted_limits(
     if floor is not None and lo - (MARGIN + room_lo) * span < floor:  # values standing on the floor:
         room_lo, room_hi = 0.0, room_lo + room_hi  # the headroom goes above them
     new_lo, new_hi = lo - (MARGIN + room_lo) * span, hi + (MARGIN + room_hi) * span
-    if floor is not None:
-        new_lo = max(new_lo, floor)
     if grew:  # the other side stays where it is (if beyond the margin), if the values still fill the axis
         kept = (new_lo, max(cur_hi, new_hi)) if below else (min(cur_lo, new_lo), new_hi)
         if hi - lo >= FILL * (kept[1] - kept[0]):
             new_lo, new_hi = kept
+    if floor is not None:
+        new_lo = max(new_lo, floor)
     return new_lo, new_hi
 
 
@@ -116,7 +116,8 @@ def fit_limits(
     if v.size == 0:
         return False
     get, set_ = (ax.get_ylim, ax.set_ylim) if axis == "y" else (ax.get_xlim, ax.set_xlim)
-    current = tuple(math.log10(b) for b in get()) if log else get()
+    low, high = get()
+    current = (math.log10(low), math.log10(high)) if log else (low, high)
     limits = fitted_limits(float(v.min()), float(v.max()), current, None if log else floor, min_span)
     if limits is None:
         return False

@@ -92,7 +92,7 @@ class EMPanel(ModelChoice, Panel):
         super().__init__()
         self.elastic = bool(elastic)
         self.recoveries: list = []
-        self._pending_recovery = None
+        self._pending_recovery: elastic_recovery.RecoveryEvent | None = None
         self.batch_seconds = validation.real("batch_seconds", batch_seconds, at_least=0.0)
         self.history: list[EMStep] = []
         self._lock = threading.Lock()
@@ -181,7 +181,7 @@ class EMPanel(ModelChoice, Panel):
         ``model`` (its repr)."""
         rows, previous = [], None
         for r in list(self.history):
-            row = {
+            row: dict[str, Any] = {
                 "step": r.step,
                 "log_density": r.log_density,
                 "gain": float("nan") if previous is None else r.log_density - previous,
@@ -294,7 +294,7 @@ class EMPanel(ModelChoice, Panel):
         that says to build it there again and attach: a handle cannot be pushed."""
         if getattr(exc, "ename", None) == "NameError" and f"{self.handle!r} is not defined" in str(exc):
             return NameError(
-                f"{self.handle!r} is not defined on rank {exc.rank} (a restart leaves the ranks "
+                f"{self.handle!r} is not defined on rank {getattr(exc, 'rank', '?')} (a restart leaves the ranks "
                 "empty): build it on the ranks again (the %%mixle cell that made it, after "
                 f"pushing what it needs), then panel.attach(handle={self.handle!r}, "
                 f"estimator={self.estimator!r})"

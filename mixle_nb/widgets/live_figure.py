@@ -99,16 +99,17 @@ class LiveFigure:
             layers[key] = layer
         self._layers, self._stale = layers, set()
         shape = np.asarray(renderer.buffer_rgba()).shape
-        if self._composite is None:
-            self._composite = np.empty((*shape[:2], 3), dtype=np.float32)
-            self._background = np.full(shape, 255, dtype=np.uint8)
+        composite, background = self._composite, self._background
+        if composite is None or background is None:
+            composite = self._composite = np.empty((*shape[:2], 3), dtype=np.float32)
+            background = self._background = np.full(shape, 255, dtype=np.uint8)
             dirty = [(0, shape[0], 0, shape[1])]
         for box in filter(None, dirty):
             r0, r1, c0, c1 = box
-            self._composite[r0:r1, c0:c1] = 255.0  # an empty Agg canvas is white
+            composite[r0:r1, c0:c1] = 255.0  # an empty Agg canvas is white
             for layer in layers.values():
-                layer.over(self._composite, box)
-            self._background[r0:r1, c0:c1, :3] = np.rint(self._composite[r0:r1, c0:c1])
+                layer.over(composite, box)
+            background[r0:r1, c0:c1, :3] = np.rint(composite[r0:r1, c0:c1])
 
     def _x_axis_layer(self, renderer, ax) -> Layer:
         """``ax``'s x axis at its limits: the one kept for them, else drawn (and kept)."""
@@ -194,7 +195,7 @@ def encode_png(rgba) -> bytes:
     return (
         PNG_SIGNATURE
         + _png_chunk(b"IHDR", header)
-        + _png_chunk(b"IDAT", zlib.compress(rows, PNG_COMPRESS_LEVEL))
+        + _png_chunk(b"IDAT", zlib.compress(rows.data, PNG_COMPRESS_LEVEL))
         + _png_chunk(b"IEND", b"")
     )
 

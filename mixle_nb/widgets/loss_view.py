@@ -148,7 +148,7 @@ class LossView:
 
     def _label_floor(self) -> bool:
         """Say in the legend whether the entropy floor is below the axes; whether that changed."""
-        if self.floor is None:
+        if self.floor is None or self.entropy_floor is None:
             return False
         label = self._floor_label(self.ax.get_ylim()[0] <= self.entropy_floor)
         if label == self.floor.get_label():

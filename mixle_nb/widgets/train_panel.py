@@ -120,7 +120,8 @@ class TrainPanel(Panel):
             )
             handle, estimator = LOCAL_HANDLE, LOCAL_ESTIMATOR
             validation = None if validation is None else LOCAL_VALIDATION
-            self._chunk_steps, self._stop_name = None, LOCAL_STOP  # one call; its loop sees Stop
+            self._chunk_steps: int | None = None  # one call; its loop sees Stop
+            self._stop_name: str | None = LOCAL_STOP
         else:
             if validation is not None and not isinstance(validation, str):
                 raise TypeError("with a cluster, pass validation= as the name the held-out handle has on the ranks")
@@ -257,7 +258,7 @@ class TrainPanel(Panel):
                 loss = self.ranks.run(rank_side.held_out_loss_on_rank, self.validation, PANEL_LEAF_NAME)[0]
                 self._add_held_out(loss)
 
-    def _go_on(self, exc: BaseException, call) -> tuple[int, int]:
+    def _go_on(self, exc: elastic_recovery.RankDiedError, call) -> tuple[int, int]:
         """Elastic: the survivors of ``call`` form a group, take their new slices of the token
         file and resume from the newest checkpoint; the event is recorded, the curves cut back
         to its step. The handle's (steps done, total steps) at the new world size."""
@@ -265,9 +266,11 @@ class TrainPanel(Panel):
         event = elastic_recovery.recover(
             self.cluster, self.handle, exc.ranks, [call], at_step=max(last, default=self._offset[0])
         )
-        event.resumed_from = self._checkpoint_step()
+        event.resumed_from = resumed = self._checkpoint_step()
+        if resumed is None:  # elastic handles are built with checkpoint=DIR; none complete yet
+            raise RuntimeError("a rank died before the first complete checkpoint: nothing to resume training from")
         offset = self._offset
-        self._cut_back(offset[0] + event.resumed_from)
+        self._cut_back(offset[0] + resumed)
         self._offset = offset  # the same handle counts on from its checkpoint
         self.recoveries.append(event)
         self._show_status(event.describe())
