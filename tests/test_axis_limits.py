@@ -55,12 +55,13 @@ def loss_points(steps: int, ranks: int = 2, seed: int = 0) -> dict:
 
 def test_fitted_limits_hold_the_values_with_headroom_and_are_kept_while_they_fill_half():
     assert fitted_limits(0.0, 1.0, (5.0, 6.0)) == pytest.approx((-0.25, 1.25))  # elsewhere: headroom either side
-    assert fitted_limits(0.0, 1.0, (0.0, 0.5), floor=0.0) == pytest.approx((0.0, 1.45))  # on the floor: above
-    assert fitted_limits(0.0, 2.0, (-0.25, 1.25)) == pytest.approx((-0.25, 2.9))  # grew above: room there
+    assert fitted_limits(0.0, 1.0, (2.0, 3.0), floor=0.0) == pytest.approx((0.0, 1.45))  # on the floor: above
+    assert fitted_limits(0.0, 2.0, (-0.25, 1.25)) == pytest.approx((-0.25, 3.5))  # grew above: room there
     assert fitted_limits(0.3, 1.1, (-0.25, 1.25)) is None  # spans 0.8 of 1.5: kept
     assert fitted_limits(0.3, 0.9, (-0.25, 1.25)) == pytest.approx((0.15, 1.05))  # 0.6 of 1.5: narrowed
     lo, hi = fitted_limits(7.0, 7.0, (0.0, 1.0))  # one value: a least span, centred on it
     assert lo < 7.0 < hi and hi - lo == pytest.approx(1.5 * 7e-3)
+    assert fitted_limits(7.0, 7.0, (lo, hi)) is None  # then kept
 
 
 def test_random_histories_are_never_clipped_and_always_fill_half_of_the_axis():
@@ -207,4 +208,4 @@ def test_fit_recent_shows_the_late_slow_fall_and_clips_only_the_first_steps():
 def test_the_floor_holds_when_the_values_grow_from_an_axis_below_it():
     """Bars of zero height autoscale the axis to a little below 0; when they grow, the axis
     keeps no part of that: it starts at the floor."""
-    assert fitted_limits(0.0, 4.0, (-0.05, 0.05), floor=0.0) == pytest.approx((0.0, 5.8))
+    assert fitted_limits(0.0, 4.0, (-0.05, 0.05), floor=0.0) == pytest.approx((0.0, 7.0))

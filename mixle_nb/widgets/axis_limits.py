@@ -3,7 +3,7 @@
 A value axis is fitted to the values with headroom, and kept while it still fits them: while
 nothing is clipped and the values span at least :data:`FILL` of it. When values pass a limit
 (a history growing), the axis widens past them by :data:`HEADROOM` of their span on that side,
-so a history whose span grows by a factor ``r`` changes the limits about ``log(r) / log(1.45)``
+so a history whose span grows by a factor ``r`` changes the limits about ``log(r) / log(1.75)``
 times. When the values have moved or shrunk (Back, Reset, a new model, a window moving on), the
 axis narrows to them. Each change costs one axes redraw (see :class:`~.live_figure.LiveFigure`),
 so limits are changed only when they must be.
@@ -22,7 +22,8 @@ from numpy.typing import ArrayLike
 
 FILL = 0.5  # the least share of its axis the values span; less, and the axis narrows to them
 MARGIN = 0.05  # of the values' span, beyond them on either side: a curve never touches the frame
-HEADROOM = 0.4  # of the span, beyond the side the values grew past (half each side on a fresh fit)
+HEADROOM = 0.7  # of the span, beyond the side the values grew past: they fill 56% of the axis then
+FRESH_ROOM = 0.2  # of the span, on either side of values fitted afresh (or narrowed to): 67%
 RELATIVE_MIN_SPAN = 1e-3  # the least span, of the values' magnitude: one value gets readable ticks
 LOG_MIN_DECADES = 2.0  # the least span of a log axis, in decades: at least two decade ticks
 
@@ -49,7 +50,8 @@ def fitted_limits(
     Returns
     -------
     tuple of float or None
-        ``(low, high)`` holding the values with :data:`MARGIN` and :data:`HEADROOM`, spanned by
+        ``(low, high)`` holding the values with :data:`MARGIN` and :data:`HEADROOM` (or
+        :data:`FRESH_ROOM`), spanned by
         them at least :data:`FILL`; None when ``current`` already holds them that way.
     """
     if min_span is None:
@@ -64,7 +66,7 @@ def fitted_limits(
     centre = 0.5 * (lo + hi)  # a span widened to the least one stays centred on the values
     lo, hi = min(lo, centre - 0.5 * span), max(hi, centre + 0.5 * span)
     grew = (below != above) and cur_lo <= hi and lo <= cur_hi  # past one side, not a jump elsewhere
-    room_lo, room_hi = (HEADROOM * below, HEADROOM * above) if grew else (0.5 * HEADROOM, 0.5 * HEADROOM)
+    room_lo, room_hi = (HEADROOM * below, HEADROOM * above) if grew else (FRESH_ROOM, FRESH_ROOM)
     if floor is not None and lo - (MARGIN + room_lo) * span < floor:  # values standing on the floor:
         room_lo, room_hi = 0.0, room_lo + room_hi  # the headroom goes above them
     new_lo, new_hi = lo - (MARGIN + room_lo) * span, hi + (MARGIN + room_hi) * span

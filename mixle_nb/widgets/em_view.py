@@ -87,24 +87,26 @@ class EMView:
                 self.live.invalidate(ax, "y limits")
             if fit_steps(ax, reach):  # the step axes' data artists are all dynamic
                 self.live.invalidate(ax, "x limits")
-        if self._rank_bars(rank_seconds, earlier_seconds):
-            self.live.invalidate(self.ranks)
+        changed = self._rank_bars(rank_seconds, earlier_seconds)
+        if changed is not None:  # the bars are dynamic: new limits leave the x axis as it was
+            self.live.invalidate(self.ranks, changed)
         if model is not self.model:
             if self.picture.update(model):
                 self.live.invalidate(self.picture.ax)
             self.model = model
         return self.live.png()
 
-    def _rank_bars(self, seconds: Sequence[float], earlier: Sequence[Sequence[float]]) -> bool:
-        """Each rank's last E-step in milliseconds, the axis fitted to them and the ``earlier`` ones."""
-        changed = False
+    def _rank_bars(self, seconds: Sequence[float], earlier: Sequence[Sequence[float]]) -> str | None:
+        """Each rank's last E-step in milliseconds, the axis fitted to them and the ``earlier``
+        ones; what changed, for :meth:`LiveFigure.invalidate` (None: nothing)."""
+        changed = None
         if seconds and len(seconds) != len(self.bars):  # no steps (a reset): keep the bars, at 0
             self.live.forget(self.bars)
             container = self.ranks.bar(np.arange(len(seconds)), np.zeros(len(seconds)), color="#2980b9")
             self.bars = [self.live.dynamic(p) for p in container.patches]
             self.ranks.set_xticks(np.arange(len(seconds)), [str(r) for r in range(len(seconds))])
             self.ranks.set_xlim(-0.6, max(len(seconds), 1) - 0.4)
-            changed = True
+            changed = "all"
         if not seconds:
             for bar in self.bars:
                 bar.set_height(0.0)
@@ -113,7 +115,9 @@ class EMView:
         for bar, height in zip(self.bars, ms):
             bar.set_height(height)
         shown = [0.0, *ms, *(1e3 * s for step in earlier for s in step)]
-        return fit_limits(self.ranks, shown, floor=0.0) or changed
+        if fit_limits(self.ranks, shown, floor=0.0):
+            return changed or "y limits"
+        return changed
 
 
 def choose_k_png(k: Sequence[int], bic: Sequence[float], aic: Sequence[float]) -> bytes:
