@@ -51,8 +51,8 @@ def fitted_limits(
     -------
     tuple of float or None
         ``(low, high)`` holding the values with :data:`MARGIN` and :data:`HEADROOM` (or
-        :data:`FRESH_ROOM`), spanned by
-        them at least :data:`FILL`; None when ``current`` already holds them that way.
+        :data:`FRESH_ROOM`), spanned by them at least :data:`FILL`; None when ``current``
+        already holds them that way.
     """
     if min_span is None:
         min_span = RELATIVE_MIN_SPAN * max(abs(lo), abs(hi)) or 1.0

@@ -62,15 +62,18 @@ def assert_not_clipped(page, panel: str, axes: str, values: str, what: str) -> t
     return low, high, least, most
 
 
-def assert_fills_its_axes(page, panel: str, axes: str, values: str, what: str) -> None:
-    """``values`` (y data drawn on ``axes``) are not clipped and span at least half of its height."""
+def assert_fills_its_axes(page, panel: str, axes: str, values: str, what: str, least_span: float = 0.0) -> None:
+    """``values`` (y data drawn on ``axes``) are not clipped and span at least half of its
+    height (or, spanning less than ``least_span``, ``least_span`` does)."""
     low, high, least, most = assert_not_clipped(page, panel, axes, values, what)
-    assert most - least >= 0.5 * (high - low), f"{what} spans {(most - least) / (high - low):.0%} of its axes"
+    span = max(most - least, least_span)
+    assert span >= 0.5 * (high - low), f"{what} spans {(most - least) / (high - low):.0%} of its axes"
 
 
 def assert_em_axes_fit(page, panel: str) -> None:
     """An EM panel's model density spans at least half of the picture's height (the histogram
-    not clipped), and its log-density and gain curves half of theirs, once they have two points."""
+    not clipped), and its log-density and gain curves half of theirs (the gains, spanning less
+    than the least span of a log axis, that span), once they have two points."""
     picture = f"{panel}.view.picture"
     assert_fills_its_axes(page, panel, f"{picture}.ax", f"{picture}.line.get_ydata()", "the model's density")
     assert_not_clipped(page, panel, f"{picture}.ax", f"[{picture}._histogram_top]", "the histogram")
@@ -80,7 +83,8 @@ def assert_em_axes_fit(page, panel: str) -> None:
         assert_fills_its_axes(page, panel, f"{panel}.view.objective", line, "the log-density")
     if page.kernel_value(f"int(sum(g > 0 for g in {panel}.view.gain_line.get_ydata()))") >= 2:
         line = f"{panel}.view.gain_line.get_ydata()"
-        assert_fills_its_axes(page, panel, f"{panel}.view.convergence", line, "the gain")
+        decades = page.kernel_value("__import__('mixle_nb.widgets.axis_limits').widgets.axis_limits.LOG_MIN_DECADES")
+        assert_fills_its_axes(page, panel, f"{panel}.view.convergence", line, "the gain", least_span=decades)
 
 
 LOSSES_DRAWN = "[y for l in (*{0}.view.raw.values(), {0}.view.mean, {0}.view.held_out) for y in l.get_ydata()]"
