@@ -2,11 +2,12 @@
 
 Most of a full Agg draw goes into axes, ticks and text (about 90% of 70-180 ms on a busy
 2-core machine). A ``LiveFigure`` draws those once, as layers: the figure's own artists, and
-for each axes its x axis and the rest of it. Each redraw starts from the layers' composite and
-draws only the *dynamic* artists (lines, bars, ellipses) before encoding the PNG: a few
-milliseconds. A layer is drawn again only when what it shows changes: when only the x limits
-did (a per-step plot growing), the x axis alone, and an x axis is kept for each of the last
-limits it had, so limits it returns to (Reset, then Run N again) cost no drawing at all.
+for each axes its x axis, its y axis and the rest of it. Each redraw starts from the layers'
+composite and draws only the *dynamic* artists (lines, bars, ellipses) before encoding the PNG:
+a few milliseconds. A layer is drawn again only when what it shows changes: when only the x
+limits did (a per-step plot growing), the x axis alone, and an x axis is kept for each of the
+last limits it had, so limits it returns to (Reset, then Run N again) cost no drawing at all;
+when only the y limits did (an axes whose data artists are all dynamic), the y axis alone.
 :mod:`.axis_limits` changes limits only when they must, so the axes are rarely drawn again.
 
 PNG bytes work the same in JupyterLab, VS Code and nbconvert, and a saved notebook keeps only
@@ -25,10 +26,12 @@ from matplotlib.figure import Figure
 DPI = 72
 PNG_COMPRESS_LEVEL = 1  # zlib level 1: fastest; a plot's mostly flat rows compress well anyway
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# The layers: the figure's own artists (FIGURE); for each axes, its x axis and all the rest (BODY).
-FIGURE, BODY, X_AXIS = "figure", "body", "x axis"
+# The layers: the figure's own artists (FIGURE); for each axes, its x axis, its y axis and all the
+# rest (BODY: patch, spines, title, legend, static artists).
+FIGURE, BODY, X_AXIS, Y_AXIS = "figure", "body", "x axis", "y axis"
+PARTS = (BODY, X_AXIS, Y_AXIS)
 KEPT_X_AXES = 8  # x axis layers kept per axes, for its latest limits (steps 1-10 up to 1-1280)
-CHANGES = {"all": (BODY, X_AXIS), "x limits": (X_AXIS,), "y limits": (BODY,)}
+CHANGES = {"all": PARTS, "x limits": (X_AXIS,), "y limits": (Y_AXIS,), "body": (BODY,)}
 
 
 class LiveFigure:
@@ -61,8 +64,8 @@ class LiveFigure:
     def invalidate(self, ax=None, changed: str = "all") -> None:
         """What ``ax`` (or, without it, the whole figure) shows has changed: the next render
         draws it again. ``changed="x limits"``: only its x limits, and its data artists are all
-        dynamic: only its x axis is drawn (or taken from those kept). ``"y limits"``: all of it
-        but its x axis."""
+        dynamic: only its x axis is drawn (or taken from those kept). ``"y limits"``: the same
+        for its y axis. ``"body"``: all of it but its axes (a legend, a static artist)."""
         if changed not in CHANGES:
             raise ValueError(f"changed must be one of {sorted(CHANGES)}; got {changed!r}")
         if ax is None:
@@ -86,7 +89,7 @@ class LiveFigure:
     def _update_background(self, renderer) -> None:
         """Draw the layers that are stale or missing (axes added), then lay every layer again
         over the boxes those covered before and cover now."""
-        wanted = [(None, FIGURE)] + [(ax, part) for ax in self.figure.axes for part in (BODY, X_AXIS)]
+        wanted = [(None, FIGURE)] + [(ax, part) for ax in self.figure.axes for part in PARTS]
         if self._composite is not None and not self._stale and self._layers.keys() == set(wanted):
             return
         layers, dirty = {}, [self._layers[key].box for key in self._layers.keys() - set(wanted)]  # axes removed
@@ -132,16 +135,18 @@ class LiveFigure:
             finally:
                 for a in shown:
                     a.set_visible(True)
-        elif part == X_AXIS:
+        elif part in (X_AXIS, Y_AXIS):
             if ax.get_visible() and ax.axison:
-                ax.xaxis.draw(renderer)
+                (ax.xaxis if part == X_AXIS else ax.yaxis).draw(renderer)
         else:
-            shown = ax.xaxis.get_visible()
+            axes_shown = ax.xaxis.get_visible(), ax.yaxis.get_visible()
             ax.xaxis.set_visible(False)
+            ax.yaxis.set_visible(False)
             try:
                 ax.draw(renderer)
             finally:
-                ax.xaxis.set_visible(shown)
+                ax.xaxis.set_visible(axes_shown[0])
+                ax.yaxis.set_visible(axes_shown[1])
         return Layer(np.asarray(renderer.buffer_rgba()))
 
 

@@ -79,9 +79,10 @@ class LossView:
         self.mean = self.live.dynamic(self.ax.plot([], [], lw=2.5, color="black", label="mean (smoothed)")[0])
         # in the legend once there is a held-out point (an underscore label is left out)
         self.held_out = self.live.dynamic(self.ax.plot([], [], "D", color="#c0392b", ms=6, label="_held-out")[0])
-        self.floor = None
+        self.floor: Line2D | None = None
         if entropy_floor is not None:
-            self.floor = self.ax.axhline(entropy_floor, ls="--", color="gray", label=self._floor_label(True))
+            floor = self.ax.axhline(entropy_floor, ls="--", color="gray", label=self._floor_label(True))
+            self.floor = self.live.dynamic(floor)  # so that new y limits leave the body as it is
         self._legend()
 
     def _floor_label(self, shown: bool) -> str:
@@ -131,13 +132,13 @@ class LossView:
             self.held_out.set_data(arr[:, column], arr[:, 2])
             curves.append(arr[:, [column, 2]])
         drawn = np.concatenate(curves) if curves else np.empty((0, 2))
-        if fit_limits(self.ax, [0.0, *drawn[:, 0]], axis="x", floor=0.0):  # the curves are all dynamic;
-            self.live.invalidate(self.ax, "x limits")  # the legend and floor's x are axes coordinates
+        if fit_limits(self.ax, np.append(drawn[:, 0], 0.0), axis="x", floor=0.0):  # the lines are all dynamic;
+            self.live.invalidate(self.ax, "x limits")  # the legend is in axes coordinates
         if fit_limits(self.ax, self._fitted_losses(drawn), log=self.log_scale):
             self.live.invalidate(self.ax, "y limits")
         changed |= self._label_floor()
         if changed:  # the legend
-            self.live.invalidate(self.ax)
+            self.live.invalidate(self.ax, "body")
         return self.live.png()
 
     def _fitted_losses(self, drawn: np.ndarray) -> np.ndarray:
