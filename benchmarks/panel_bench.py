@@ -7,7 +7,8 @@ figure kept and only the changed artists redrawn (what the panels do), against b
 figure for every redraw (what they did), over a growing 200-step history. Target: 20 ms. Also
 a redraw whose step axes widen (both x axes drawn again), one whose step axes widen to limits
 they had before (their x axes kept), and one with one axes drawn again whole. ``--baseline
-DIR`` also times another checkout's LiveFigure against this one's, interleaved in this process.
+DIR`` also times another checkout's EMView and LossView (their axes' limits) and LiveFigure
+against this one's, interleaved in this process.
 
 Run N: ``panel.run(n)`` wall time per step (batched: calls of several steps, about
 ``batch_seconds`` each, the first call one step to measure, the next call queued behind the
@@ -27,6 +28,7 @@ import argparse
 import importlib
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -75,6 +77,25 @@ def em_history(steps: int, n: int = 2000):
     return x, model, models, densities
 
 
+def loss_history(redraws: int):
+    """``frame(view, i)``: render ``view`` with the first ``i`` of ``redraws`` loss reports of
+    two ranks (falling from 5.2 towards 1.2 nats, with noise) and the held-out points so far."""
+    rng = np.random.default_rng(1)
+    losses = {
+        r: [
+            (5 * s, 5 * s * 1024, 4.0 * np.exp(-s / 40) + 1.2 + 0.1 * rng.standard_normal())
+            for s in range(1, redraws + 1)
+        ]
+        for r in range(2)
+    }
+    held = [(5 * s, 5 * s * 1024, 4.0 * np.exp(-s / 40) + 1.3) for s in range(10, redraws + 1, 10)]
+
+    def frame(view, i):
+        return view.render({r: p[:i] for r, p in losses.items()}, [h for h in held if h[0] <= 5 * i])
+
+    return frame
+
+
 def redraw_bench(redraws: int) -> None:
     x, model, models, densities = em_history(redraws)
     seconds = [0.01, 0.012]
@@ -92,20 +113,8 @@ def redraw_bench(redraws: int) -> None:
         widen_kept.append(timed(lambda: kept.render(densities[:10], models[10], seconds, axis_steps=20)))
         kept.live.invalidate(kept.objective)  # one axes drawn again, whole
         whole.append(timed(lambda: kept.render(densities[:10], models[10], seconds, axis_steps=20)))
-    rng = np.random.default_rng(1)
-    losses = {
-        r: [
-            (5 * s, 5 * s * 1024, 4.0 * np.exp(-s / 40) + 1.2 + 0.1 * rng.standard_normal())
-            for s in range(1, redraws + 1)
-        ]
-        for r in range(2)
-    }
-    held = [(5 * s, 5 * s * 1024, 4.0 * np.exp(-s / 40) + 1.3) for s in range(10, redraws + 1, 10)]
+    loss_frame = loss_history(redraws)
     loss_kept_view = LossView(entropy_floor=1.1)
-
-    def loss_frame(view, i):
-        return view.render({r: p[:i] for r, p in losses.items()}, [h for h in held if h[0] <= 5 * i])
-
     loss_kept = [timed(lambda i=i: loss_frame(loss_kept_view, i)) for i in range(1, redraws + 1)]
     loss_new = [
         timed(lambda i=i: loss_frame(LossView(entropy_floor=1.1), i))
@@ -125,19 +134,74 @@ def redraw_bench(redraws: int) -> None:
         print(f"{name:<10} {how:<22} {summary(samples)}")
 
 
-def live_figure_ab(baseline: str, repeats: int = 15) -> None:
-    """This checkout's LiveFigure against another checkout's (``baseline``), on the EM panel's
-    figure, in this process, alternating which goes first: thread CPU ms of the first draw, a
-    redraw with only the dynamic artists changed, one axes drawn again whole, the step axes
-    widened from 10 steps to 320 (new limits), and widened again to limits they had."""
+def baseline_package(baseline: str) -> str:
+    """The name the mixle_nb of checkout ``baseline`` is imported as (once)."""
     from em_bench import load_baseline  # this folder is on the path of a script run from it
 
-    load_baseline(baseline, "mixle_nb_baseline")
-    module = importlib.import_module("mixle_nb_baseline.widgets.live_figure")
+    if "mixle_nb_baseline" not in sys.modules:
+        load_baseline(baseline, "mixle_nb_baseline")
+    return "mixle_nb_baseline"
+
+
+def views_ab(baseline: str, redraws: int) -> None:
+    """This checkout's EMView and LossView against another checkout's (``baseline``), drawing
+    the same growing history, redraw by redraw, alternating which goes first: thread CPU ms per
+    redraw and the axes drawn again (limit changes). E-step times carry 30% noise, as on a busy
+    host; this checkout's view also gets the earlier steps' times, as its EMPanel passes them.
+    After the history: Back to 3 steps, then Reset."""
+    package = baseline_package(baseline)
+    base_em = importlib.import_module(f"{package}.widgets.em_view")
+    base_loss = importlib.import_module(f"{package}.widgets.loss_view")
+    x, model, models, densities = em_history(redraws)
+    rng = np.random.default_rng(3)
+    seconds = [list(0.01 * np.exp(0.3 * rng.standard_normal(2))) for _ in range(redraws)]
+    loss_frame = loss_history(redraws)
+    views = {
+        "baseline": (base_em.EMView(model, x, distributed=True), base_loss.LossView(entropy_floor=1.1)),
+        "this": (EMView(model, x, distributed=True), LossView(entropy_floor=1.1)),
+    }
+    redrawn = {(who, panel): 0 for who in views for panel in ("EMPanel", "TrainPanel")}
+    for who, pair in views.items():
+        for panel, view in zip(("EMPanel", "TrainPanel"), pair):
+
+            def counted(ax=None, *changed, _key=(who, panel), _invalidate=view.live.invalidate):
+                redrawn[_key] += 1
+                _invalidate(ax, *changed)
+
+            view.live.invalidate = counted
+    cpu: dict = {key: [] for key in redrawn}
+    frames = [(i, i) for i in range(1, redraws + 1)] + [(3, redraws), (0, redraws)]  # then Back to 3, Reset
+    for n, (steps, reports) in enumerate(frames):
+        for who in ("this", "baseline") if n % 2 else ("baseline", "this"):
+            em, loss = views[who]
+            earlier = {"earlier_seconds": seconds[max(0, steps - 20) : max(0, steps - 1)]} if who == "this" else {}
+            last = seconds[steps - 1] if steps else []
+            cpu[(who, "EMPanel")].append(
+                timed(lambda em=em, s=steps, t=last, e=earlier: em.render(densities[:s], models[s], t, **e))[0]
+            )
+            cpu[(who, "TrainPanel")].append(timed(lambda loss=loss, r=reports: loss_frame(loss, r))[0])
+    print(f"\nViews against {baseline}'s, a growing {redraws}-step history then Back and Reset, interleaved")
+    print(f"{'panel':<10} {'':<9} {'CPU med':>8} {'CPU mean':>9} {'CPU total':>10} {'axes redrawn':>13}")
+    for panel in ("EMPanel", "TrainPanel"):
+        for who in ("baseline", "this"):
+            ms = 1e3 * np.array(cpu[(who, panel)])
+            print(
+                f"{panel:<10} {who:<9} {np.median(ms):>8.1f} {ms.mean():>9.1f} {ms.sum():>10.0f} "
+                f"{redrawn[(who, panel)]:>13}"
+            )
+
+
+def live_figure_ab(baseline: str, repeats: int = 15) -> None:
+    """This checkout's LiveFigure against another checkout's (``baseline``; given a change it
+    does not know, it redraws the whole axes), on the EM panel's figure, in this process,
+    alternating which goes first: thread CPU ms of the first draw, a redraw with only the
+    dynamic artists changed, one axes drawn again whole, the step axes widened from 10 steps to
+    320 (new limits), and widened again to limits they had."""
+    module = importlib.import_module(f"{baseline_package(baseline)}.widgets.live_figure")
 
     class Baseline(module.LiveFigure):
-        def invalidate(self, ax=None, changed="all"):  # an older LiveFigure redraws the whole axes
-            super().invalidate(ax)
+        def invalidate(self, ax=None, changed="all"):  # a change it does not know: the whole axes
+            super().invalidate(ax, *([changed] if changed in getattr(module, "CHANGES", {}) else []))
 
     x, model, models, densities = em_history(16)
     seconds = [0.01, 0.012]
@@ -303,6 +367,7 @@ def main():
     if not args.skip_redraw:
         redraw_bench(args.redraws)
     if args.baseline:
+        views_ab(args.baseline, args.redraws)
         live_figure_ab(args.baseline)
     print(
         f"\npanel.run({args.steps}) per step against the ranks' own step, 2 engines"

@@ -3,21 +3,41 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from typing import Any
+
 import ipywidgets as w
 import numpy as np
 
 from .. import validation
 from ..cluster import rank_side
 from ..inference import INITS
-from .em_view import choose_k_png
-from .panel import plot_image
+from ..stats.estimation import EMStep
+from .em_view import EMView, choose_k_png
+from .panel import Panel, plot_image
 
 
-class ModelChoice:
+class ModelChoice(Panel):
     """Init and Choose K, a part of :class:`~.em_panel.EMPanel`, which provides the ranks and
-    names (``ranks``, ``handle``, ``estimator``, ``model_name``, ``_scored_on``), the state
-    (``_lock``, ``history``, ``start_model``, ``_save_checkpoint``), the view (``_new_view``,
-    ``buttons``, ``widget``, ``k_image``) and :class:`~.panel.Panel`'s worker and status."""
+    names, the state and the view declared below; :class:`~.panel.Panel` gives the worker and
+    the status."""
+
+    ranks: Any  # a MixleCluster or LocalRanks
+    handle: str
+    estimator: str
+    model_name: str
+    _scored_on: str | None  # what Choose K fits: the handle, or locally the data sample's name
+    _lock: threading.Lock
+    history: list[EMStep]
+    start_model: Any
+    k_choice: dict | None
+    k_image: w.Image | None
+    buttons: dict[str, w.Button]
+    _save_checkpoint: Callable[..., None]
+    _new_view: Callable[[], EMView]
+    _guarded: Callable[[Callable[[], Any]], None]
+    _in_background: Callable[[Callable[[], Any]], None]
 
     def initialize(self, init: str = "kmeans++", seed: int = 0) -> None:
         """Start again from the model ``init`` finds in the data (k-means++, run as k-means‖

@@ -27,6 +27,7 @@ PANEL_MODEL_NAME = "_mixle_panel_model"
 LOCAL_HANDLE, LOCAL_ESTIMATOR, LOCAL_DATA = "handle", "estimator", "data"  # a local panel's, on its LocalRanks
 DATA_SAMPLE_SIZE = 2000
 AXES_AHEAD_S = 2.0  # during a run the step axes also hold the steps this much of it will bring
+TIMED_STEPS = 20  # the E-step bars' axis fits this many steps' times: it does not follow each one's noise
 
 
 class EMPanel(ModelChoice, Panel):
@@ -91,7 +92,7 @@ class EMPanel(ModelChoice, Panel):
         super().__init__()
         self.elastic = bool(elastic)
         self.recoveries: list = []
-        self._pending_recovery = None
+        self._pending_recovery: elastic_recovery.RecoveryEvent | None = None
         self.batch_seconds = validation.real("batch_seconds", batch_seconds, at_least=0.0)
         self.history: list[EMStep] = []
         self._lock = threading.Lock()
@@ -180,7 +181,7 @@ class EMPanel(ModelChoice, Panel):
         ``model`` (its repr)."""
         rows, previous = [], None
         for r in list(self.history):
-            row = {
+            row: dict[str, Any] = {
                 "step": r.step,
                 "log_density": r.log_density,
                 "gain": float("nan") if previous is None else r.log_density - previous,
@@ -293,7 +294,7 @@ class EMPanel(ModelChoice, Panel):
         that says to build it there again and attach: a handle cannot be pushed."""
         if getattr(exc, "ename", None) == "NameError" and f"{self.handle!r} is not defined" in str(exc):
             return NameError(
-                f"{self.handle!r} is not defined on rank {exc.rank} (a restart leaves the ranks "
+                f"{self.handle!r} is not defined on rank {getattr(exc, 'rank', '?')} (a restart leaves the ranks "
                 "empty): build it on the ranks again (the %%mixle cell that made it, after "
                 f"pushing what it needs), then panel.attach(handle={self.handle!r}, "
                 f"estimator={self.estimator!r})"
@@ -309,7 +310,7 @@ class EMPanel(ModelChoice, Panel):
         else:
             first = (str(exc).strip().splitlines() or [""])[0]
             text = f"step {step} failed: {type(exc).__name__}: {first}"
-            if type(exc).__name__ == "RankDiedError":
+            if isinstance(exc, elastic_recovery.RankDiedError):
                 text += (
                     " · after restart(), re-push and rebuild the handle, then panel.attach(handle=..., "
                     "estimator=...) continues from the last good model"
@@ -473,6 +474,7 @@ class EMPanel(ModelChoice, Panel):
             self.model,
             history[-1].rank_seconds if history else [],
             self._axis_steps(len(history)),
+            [r.rank_seconds for r in history[-TIMED_STEPS:-1]],
         )
         if self.error is None:
             last = f" · log-density {history[-1].log_density:.6g}" if history else ""

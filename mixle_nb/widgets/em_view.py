@@ -9,7 +9,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from .live_figure import DPI, LiveFigure, fit_limits, fit_steps, static_png
+from .axis_limits import LOG_MIN_DECADES, fit_limits, fit_steps
+from .live_figure import DPI, LiveFigure, static_png
 from .model_picture import ModelPicture
 
 FIGSIZE = (13.0, 3.1)
@@ -37,54 +38,75 @@ class EMView:
         self.convergence.set_xlabel("EM step", fontsize=9, labelpad=1)
         self.convergence.set_yscale("log")
         self.convergence.yaxis.set_minor_locator(NullLocator())  # minor log ticks cost a third of a full draw
-        self.convergence.set_ylim(1e-3, 1e3)
+        self.convergence.set_ylim(1e-3, 1e3)  # until there is a gain to fit
         self.gain_line = live.dynamic(self.convergence.plot([], [], "o-", color="#8e44ad", ms=3)[0])
         self.picture = ModelPicture(live, picture_ax, model, data, picture_dims)
         self.ranks.set_title(f"E-step ms {'per rank' if distributed else '(this process)'}, last step", fontsize=10)
         self.ranks.set_xlabel("rank", fontsize=9, labelpad=1)
-        self.ranks.set_ylim(0, 1)
         self.bars: list = []
-        self.shown_steps = 0  # steps in the last render
         for ax in (self.objective, self.convergence):
             fit_steps(ax, 0)
         self.model = model
 
     def render(
-        self, log_densities: Sequence[float], model, rank_seconds: Sequence[float], axis_steps: int | None = None
+        self,
+        log_densities: Sequence[float],
+        model,
+        rank_seconds: Sequence[float],
+        axis_steps: int | None = None,
+        earlier_seconds: Sequence[Sequence[float]] = (),
     ) -> bytes:
-        """Draw the steps so far, on step axes fitted to ``axis_steps`` steps (default: the
-        steps drawn; see :func:`fit_steps`)."""
+        """Draw the steps so far and return the figure as PNG bytes.
+
+        Parameters
+        ----------
+        log_densities : sequence of float
+            Each step's log-density.
+        model
+            The current model, for the model picture.
+        rank_seconds : sequence of float
+            Each rank's E-step seconds in the last step, drawn as bars.
+        axis_steps : int, optional
+            The steps the step axes hold (default: the steps drawn; see :func:`fit_steps`).
+        earlier_seconds : sequence of sequences of float
+            Each rank's E-step seconds in steps before the last: the bars' axis fits
+            them too, so that it does not follow every step's noise.
+
+        Returns
+        -------
+        bytes
+            The PNG.
+        """
         steps = np.arange(1, len(log_densities) + 1)
         g = gains(log_densities)
         self.objective_line.set_data(steps, log_densities)
         self.gain_line.set_data(steps[1:], g)
-        shrink = len(steps) < self.shown_steps  # limits only widen while the history grows
-        self.shown_steps = len(steps)
         reach = len(steps) if axis_steps is None else max(axis_steps, len(steps))
         for ax, values, log in ((self.objective, log_densities, False), (self.convergence, g, True)):
-            if fit_limits(ax, values, log=log, shrink=shrink):
+            if fit_limits(ax, values, log=log, min_span=LOG_MIN_DECADES if log else None):  # no minor ticks
                 self.live.invalidate(ax, "y limits")
             if fit_steps(ax, reach):  # the step axes' data artists are all dynamic
                 self.live.invalidate(ax, "x limits")
-        if self._rank_bars(rank_seconds):
-            self.live.invalidate(self.ranks)
+        changed = self._rank_bars(rank_seconds, earlier_seconds)
+        if changed is not None:  # the bars are dynamic: new limits leave the x axis as it was
+            self.live.invalidate(self.ranks, changed)
         if model is not self.model:
             if self.picture.update(model):
                 self.live.invalidate(self.picture.ax)
             self.model = model
         return self.live.png()
 
-    def _rank_bars(self, seconds: Sequence[float]) -> bool:
-        """Each rank's last E-step in milliseconds, the axis fitted to them (also shrinking:
-        they are the last step's, not a history)."""
-        changed = False
+    def _rank_bars(self, seconds: Sequence[float], earlier: Sequence[Sequence[float]]) -> str | None:
+        """Each rank's last E-step in milliseconds, the axis fitted to them and the ``earlier``
+        ones; what changed, for :meth:`LiveFigure.invalidate` (None: nothing)."""
+        changed = None
         if seconds and len(seconds) != len(self.bars):  # no steps (a reset): keep the bars, at 0
             self.live.forget(self.bars)
             container = self.ranks.bar(np.arange(len(seconds)), np.zeros(len(seconds)), color="#2980b9")
             self.bars = [self.live.dynamic(p) for p in container.patches]
             self.ranks.set_xticks(np.arange(len(seconds)), [str(r) for r in range(len(seconds))])
             self.ranks.set_xlim(-0.6, max(len(seconds), 1) - 0.4)
-            changed = True
+            changed = "all"
         if not seconds:
             for bar in self.bars:
                 bar.set_height(0.0)
@@ -92,7 +114,10 @@ class EMView:
         ms = [1e3 * s for s in seconds]
         for bar, height in zip(self.bars, ms):
             bar.set_height(height)
-        return fit_limits(self.ranks, [0.0, *ms], floor=0.0) or changed
+        shown = [0.0, *ms, *(1e3 * s for step in earlier for s in step)]
+        if fit_limits(self.ranks, shown, floor=0.0):
+            return changed or "y limits"
+        return changed
 
 
 def choose_k_png(k: Sequence[int], bic: Sequence[float], aic: Sequence[float]) -> bytes:

@@ -2,12 +2,13 @@
 
 Most of a full Agg draw goes into axes, ticks and text (about 90% of 70-180 ms on a busy
 2-core machine). A ``LiveFigure`` draws those once, as layers: the figure's own artists, and
-for each axes its x axis and the rest of it. Each redraw starts from the layers' composite and
-draws only the *dynamic* artists (lines, bars, ellipses) before encoding the PNG: a few
-milliseconds. A layer is drawn again only when what it shows changes: when only the x limits
-did (a per-step plot growing), the x axis alone, and an x axis is kept for each of the last
-limits it had, so limits it returns to (Reset, then Run N again) cost no drawing at all.
-:func:`fit_limits` widens limits with headroom, so they change rarely.
+for each axes its x axis, its y axis and the rest of it. Each redraw starts from the layers'
+composite and draws only the *dynamic* artists (lines, bars, ellipses) before encoding the PNG:
+a few milliseconds. A layer is drawn again only when what it shows changes: when only the x
+limits did (a per-step plot growing), the x axis alone, and an x axis is kept for each of the
+last limits it had, so limits it returns to (Reset, then Run N again) cost no drawing at all;
+when only the y limits did (an axes whose data artists are all dynamic), the y axis alone.
+:mod:`.axis_limits` changes limits only when they must, so the axes are rarely drawn again.
 
 PNG bytes work the same in JupyterLab, VS Code and nbconvert, and a saved notebook keeps only
 the last one. No pyplot backend is selected, so the notebook's own (inline) backend is left alone.
@@ -15,7 +16,6 @@ the last one. No pyplot backend is selected, so the notebook's own (inline) back
 
 from __future__ import annotations
 
-import math
 import struct
 import zlib
 
@@ -26,10 +26,12 @@ from matplotlib.figure import Figure
 DPI = 72
 PNG_COMPRESS_LEVEL = 1  # zlib level 1: fastest; a plot's mostly flat rows compress well anyway
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# The layers: the figure's own artists (FIGURE); for each axes, its x axis and all the rest (BODY).
-FIGURE, BODY, X_AXIS = "figure", "body", "x axis"
+# The layers: the figure's own artists (FIGURE); for each axes, its x axis, its y axis and all the
+# rest (BODY: patch, spines, title, legend, static artists).
+FIGURE, BODY, X_AXIS, Y_AXIS = "figure", "body", "x axis", "y axis"
+PARTS = (BODY, X_AXIS, Y_AXIS)
 KEPT_X_AXES = 8  # x axis layers kept per axes, for its latest limits (steps 1-10 up to 1-1280)
-CHANGES = {"all": (BODY, X_AXIS), "x limits": (X_AXIS,), "y limits": (BODY,)}
+CHANGES = {"all": PARTS, "x limits": (X_AXIS,), "y limits": (Y_AXIS,), "body": (BODY,)}
 
 
 class LiveFigure:
@@ -62,8 +64,8 @@ class LiveFigure:
     def invalidate(self, ax=None, changed: str = "all") -> None:
         """What ``ax`` (or, without it, the whole figure) shows has changed: the next render
         draws it again. ``changed="x limits"``: only its x limits, and its data artists are all
-        dynamic: only its x axis is drawn (or taken from those kept). ``"y limits"``: all of it
-        but its x axis."""
+        dynamic: only its x axis is drawn (or taken from those kept). ``"y limits"``: the same
+        for its y axis. ``"body"``: all of it but its axes (a legend, a static artist)."""
         if changed not in CHANGES:
             raise ValueError(f"changed must be one of {sorted(CHANGES)}; got {changed!r}")
         if ax is None:
@@ -87,7 +89,7 @@ class LiveFigure:
     def _update_background(self, renderer) -> None:
         """Draw the layers that are stale or missing (axes added), then lay every layer again
         over the boxes those covered before and cover now."""
-        wanted = [(None, FIGURE)] + [(ax, part) for ax in self.figure.axes for part in (BODY, X_AXIS)]
+        wanted = [(None, FIGURE)] + [(ax, part) for ax in self.figure.axes for part in PARTS]
         if self._composite is not None and not self._stale and self._layers.keys() == set(wanted):
             return
         layers, dirty = {}, [self._layers[key].box for key in self._layers.keys() - set(wanted)]  # axes removed
@@ -100,16 +102,17 @@ class LiveFigure:
             layers[key] = layer
         self._layers, self._stale = layers, set()
         shape = np.asarray(renderer.buffer_rgba()).shape
-        if self._composite is None:
-            self._composite = np.empty((*shape[:2], 3), dtype=np.float32)
-            self._background = np.full(shape, 255, dtype=np.uint8)
+        composite, background = self._composite, self._background
+        if composite is None or background is None:
+            composite = self._composite = np.empty((*shape[:2], 3), dtype=np.float32)
+            background = self._background = np.full(shape, 255, dtype=np.uint8)
             dirty = [(0, shape[0], 0, shape[1])]
         for box in filter(None, dirty):
             r0, r1, c0, c1 = box
-            self._composite[r0:r1, c0:c1] = 255.0  # an empty Agg canvas is white
+            composite[r0:r1, c0:c1] = 255.0  # an empty Agg canvas is white
             for layer in layers.values():
-                layer.over(self._composite, box)
-            self._background[r0:r1, c0:c1, :3] = np.rint(self._composite[r0:r1, c0:c1])
+                layer.over(composite, box)
+            background[r0:r1, c0:c1, :3] = np.rint(composite[r0:r1, c0:c1])
 
     def _x_axis_layer(self, renderer, ax) -> Layer:
         """``ax``'s x axis at its limits: the one kept for them, else drawn (and kept)."""
@@ -132,16 +135,18 @@ class LiveFigure:
             finally:
                 for a in shown:
                     a.set_visible(True)
-        elif part == X_AXIS:
+        elif part in (X_AXIS, Y_AXIS):
             if ax.get_visible() and ax.axison:
-                ax.xaxis.draw(renderer)
+                (ax.xaxis if part == X_AXIS else ax.yaxis).draw(renderer)
         else:
-            shown = ax.xaxis.get_visible()
+            axes_shown = ax.xaxis.get_visible(), ax.yaxis.get_visible()
             ax.xaxis.set_visible(False)
+            ax.yaxis.set_visible(False)
             try:
                 ax.draw(renderer)
             finally:
-                ax.xaxis.set_visible(shown)
+                ax.xaxis.set_visible(axes_shown[0])
+                ax.yaxis.set_visible(axes_shown[1])
         return Layer(np.asarray(renderer.buffer_rgba()))
 
 
@@ -195,7 +200,7 @@ def encode_png(rgba) -> bytes:
     return (
         PNG_SIGNATURE
         + _png_chunk(b"IHDR", header)
-        + _png_chunk(b"IDAT", zlib.compress(rows, PNG_COMPRESS_LEVEL))
+        + _png_chunk(b"IDAT", zlib.compress(rows.data, PNG_COMPRESS_LEVEL))
         + _png_chunk(b"IEND", b"")
     )
 
@@ -209,47 +214,3 @@ def static_png(fig: Figure) -> bytes:
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     return encode_png(canvas.buffer_rgba())
-
-
-def fit_limits(ax, values, axis: str = "y", log: bool = False, floor: float | None = None, shrink: bool = True) -> bool:
-    """Make the axis' limits cover ``values`` (finite ones; positive ones on a log axis), with
-    headroom so that later values rarely force a change. Returns whether the limits changed
-    (the caller then invalidates the background). With ``shrink``, limits also shrink once they
-    are more than ten times what a fit would give, so a converged curve does not stay a flat
-    line at the edge; without it (a history that only grows) they only ever widen."""
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    if log:
-        v = np.log10(v[v > 0])
-    if v.size == 0:
-        return False
-    lo, hi = float(v.min()), float(v.max())
-    get, set_ = (ax.get_ylim, ax.set_ylim) if axis == "y" else (ax.get_xlim, ax.set_xlim)
-    cur_lo, cur_hi = (math.log10(b) if log else b for b in get())
-    span = hi - lo
-    pad = max(0.25 * span, 2.0 if log else 1e-9 * max(abs(lo), abs(hi), 1.0))  # log: two decades
-    # measured against what a fit would give, not the values' span alone: a single value (span 0)
-    # would otherwise re-fit, and redraw the axes' background, at every render
-    if cur_lo <= lo and hi <= cur_hi and (not shrink or cur_hi - cur_lo <= 10 * (span + 2 * pad)):
-        return False
-    new_lo, new_hi = lo - pad, hi + pad
-    if log:
-        new_lo, new_hi = math.floor(new_lo), math.ceil(new_hi)
-        new_lo, new_hi = 10.0**new_lo, 10.0**new_hi
-    if floor is not None:
-        new_lo = max(new_lo, floor)
-    set_(new_lo, new_hi)
-    return True
-
-
-def fit_steps(ax, n: int) -> bool:
-    """x limits for a per-step plot of ``n`` steps: 1..10, then doubling, so the steps fill more
-    than half the axis at every ``n``, and a run of ``n`` steps redraws the background for
-    them only about log2(n / 10) times. Fewer steps (Back, Reset) fit again."""
-    top = 10
-    while top < n:
-        top *= 2
-    if ax.get_xlim() == (0.5, top + 0.5):
-        return False
-    ax.set_xlim(0.5, top + 0.5)
-    return True

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 from matplotlib.patches import Ellipse
 
-from .live_figure import LiveFigure, fit_limits
+from .axis_limits import fit_limits
+from .live_figure import LiveFigure
 
 NO_PICTURE = "no picture for this model"
 MAX_CATEGORIES = 12  # the most probable ones; more bars would not be readable
@@ -42,13 +43,40 @@ def gaussian(component) -> tuple[np.ndarray, np.ndarray] | None:
     return mu, cov
 
 
+def gaussians(model) -> list[tuple[float, np.ndarray, np.ndarray]]:
+    """``[(weight, mean, covariance)]`` of a model whose components are all Gaussian.
+
+    Parameters
+    ----------
+    model
+        A mixture of Gaussians, or one Gaussian (ours or mixle's).
+
+    Returns
+    -------
+    list of tuple
+        One ``(weight, mean, covariance)`` per component.
+
+    Raises
+    ------
+    TypeError
+        A component is not of the Gaussian family.
+    """
+    out = []
+    for w, c in components(model):
+        params = gaussian(c)
+        if params is None:
+            raise TypeError(f"not a Gaussian component: {type(c).__name__}")
+        out.append((float(w), *params))
+    return out
+
+
 def picture_kind(model) -> str | None:
     """``"density"`` (1-D Gaussians), ``"ellipses"`` (D >= 2 Gaussians), ``"categorical"``,
     ``"poisson"``, or None when every component is not of one family we can draw."""
     comps = [c for _, c in components(model)]
-    params = [gaussian(c) for c in comps]
-    if all(p is not None for p in params) and len({len(p[0]) for p in params}) == 1:
-        return "density" if len(params[0][0]) == 1 else "ellipses"
+    means = [p[0] for p in map(gaussian, comps) if p is not None]
+    if len(means) == len(comps) and len({len(mu) for mu in means}) == 1:
+        return "density" if len(means[0]) == 1 else "ellipses"
     if all(isinstance(getattr(c, "pmap", None), dict) for c in comps):
         return "categorical"
     if all("Poisson" in type(c).__name__ and hasattr(c, "lam") for c in comps):
@@ -59,7 +87,7 @@ def picture_kind(model) -> str | None:
 def projection(model, data: np.ndarray | None, dims: Sequence[int] | None) -> tuple[np.ndarray, list]:
     """A 2 x D matrix and its axis labels: the chosen dimensions, else (D > 2 with data) the
     data's first two principal components, else dimensions 0 and 1."""
-    d = len(gaussian(components(model)[0][1])[0])
+    d = len(gaussians(model)[0][1])
     if dims is None and d > 2 and data is not None and np.ndim(data) == 2 and data.shape[1] == d and len(data) > 2:
         _, vectors = np.linalg.eigh(np.cov(data, rowvar=False))
         return vectors[:, ::-1][:, :2].T, ["PC1", "PC2"]
@@ -79,22 +107,19 @@ class ModelPicture:
         self.live, self.ax = live, ax
         self.data = None if data is None else np.asarray(data)
         self.kind = picture_kind(model)
-        self.artists: list = []
-        build = {
-            "density": self._build_density,
-            "ellipses": self._build_ellipses,
-            "categorical": self._build_categorical,
-            "poisson": self._build_poisson,
-        }.get(self.kind)
-        if build is None:
+        if self.kind == "density":
+            self._build_density(model)
+        elif self.kind == "ellipses":
+            self._build_ellipses(model, dims)
+        elif self.kind == "categorical":
+            self._build_categorical(model)
+        elif self.kind == "poisson":
+            self._build_poisson(model)
+        else:
             ax.set_title("model", fontsize=10)
             ax.text(0.5, 0.5, NO_PICTURE, ha="center", va="center", transform=ax.transAxes)
             ax.set_xticks([])
             ax.set_yticks([])
-        elif self.kind == "ellipses":
-            build(model, dims)
-        else:
-            build(model)
 
     def update(self, model) -> bool:
         """Redraw for ``model``; whether the limits changed (the background must be redrawn)."""
@@ -118,20 +143,17 @@ class ModelPicture:
             self.grid = np.linspace(np.min(x), np.max(x), 400)
             self._histogram_top = heights.max()
         else:
-            mus, sds = zip(
-                *[(g[0][0], math.sqrt(g[1][0, 0])) for g in map(gaussian, [c for _, c in components(model)])]
-            )
+            mus = [mu[0] for _, mu, _ in gaussians(model)]
+            sds = [math.sqrt(cov[0, 0]) for _, _, cov in gaussians(model)]
             self.grid = np.linspace(min(mus) - 4 * max(sds), max(mus) + 4 * max(sds), 400)
             self._histogram_top = 0.0
         self.ax.set_xlim(self.grid[0], self.grid[-1])
         self.line = self.live.dynamic(self.ax.plot(self.grid, np.zeros_like(self.grid), color="#c0392b", lw=2)[0])
-        self.ax.set_ylim(0, 1)
         self._update_density(model)
 
     def _update_density(self, model) -> bool:
         density = np.zeros_like(self.grid)
-        for w, c in components(model):
-            mu, cov = gaussian(c)
+        for w, mu, cov in gaussians(model):
             var = cov[0, 0]
             density += w * np.exp(-0.5 * (self.grid - mu[0]) ** 2 / var) / math.sqrt(2 * math.pi * var)
         self.line.set_ydata(density)
@@ -159,15 +181,14 @@ class ModelPicture:
 
     def _update_ellipses(self, model) -> bool:
         corners = [self._data_points]
-        for ellipse, (w, c) in zip(self.ellipses, components(model)):
-            mu, cov = gaussian(c)
+        for ellipse, (w, mu, cov) in zip(self.ellipses, gaussians(model)):
             centre, cov2 = self.matrix @ mu, self.matrix @ cov @ self.matrix.T
             values, vectors = np.linalg.eigh(cov2)
             values = np.clip(values, 0.0, None)
             ellipse.set_center(centre)
             ellipse.width, ellipse.height = 4 * np.sqrt(values[::-1])  # 2 sigma either side
             ellipse.angle = math.degrees(math.atan2(vectors[1, 1], vectors[0, 1]))
-            ellipse.set_linewidth(1 + 3 * float(w))
+            ellipse.set_linewidth(1 + 3 * w)
             reach = 2 * np.sqrt(np.diag(cov2))
             corners.append(np.array([centre - reach, centre + reach]))
         points = np.concatenate(corners)
@@ -216,7 +237,6 @@ class ModelPicture:
         if tick_labels is not None:
             self.ax.set_xticks(x, tick_labels, fontsize=8, rotation=45 if len(x) > 6 else 0)
         self.ax.set_xlim(-0.6, len(x) - 0.4)
-        self.ax.set_ylim(0, 1)
         self._update_bars(model)
 
     def _update_bars(self, model) -> bool:

@@ -50,9 +50,11 @@ class Panel:
     :data:`REDRAW_MAX_INTERVAL_S`) from a timer thread, so neither the kernel nor the worker
     waits on drawing."""
 
-    widget = image = status = None  # built by subclasses
+    widget: w.VBox  # built by subclasses
+    image: w.Image
+    status: w.HTML
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._worker: threading.Thread | None = None
         self.error: BaseException | None = None
         self.redraws = 0  # images sent to the front end

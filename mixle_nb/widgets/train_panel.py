@@ -34,7 +34,9 @@ class TrainPanel(Panel):
     (a token handle of held-out text) adds a held-out loss point after every call (every chunk;
     locally: at the end).
     ``entropy_floor`` (nats), where the source's entropy is known, is drawn as the line no
-    model can go below. ``tokenizer`` (a ``CharTokenizer``) decodes the sample generated from
+    model can go below. ``fit_recent`` (also a checkbox) fits the loss axis to the latest half of
+    the steps, so that the slow fall late in training is not squashed under the first steps'
+    fast one. ``tokenizer`` (a ``CharTokenizer``) decodes the sample generated from
     ``prompt`` after training.
 
     ``curves`` maps rank -> [(step, loss)]; ``points`` rank -> [(step, targets, loss)] where
@@ -69,6 +71,7 @@ class TrainPanel(Panel):
         x_axis: str = "steps",
         log_scale: bool = False,
         smoothing: float = 0.8,
+        fit_recent: bool = False,
         elastic: bool = False,
     ):
         super().__init__()
@@ -94,7 +97,7 @@ class TrainPanel(Panel):
         self._rates: dict[int, float] = {}
         self._started = 0.0
         self._bind(cluster, handle, estimator, validation)
-        self._build(x_axis, bool(log_scale))
+        self._build(x_axis, bool(log_scale), bool(fit_recent))
         self.redraw()
 
     def _bind(self, cluster, handle, estimator, validation) -> None:
@@ -117,7 +120,8 @@ class TrainPanel(Panel):
             )
             handle, estimator = LOCAL_HANDLE, LOCAL_ESTIMATOR
             validation = None if validation is None else LOCAL_VALIDATION
-            self._chunk_steps, self._stop_name = None, LOCAL_STOP  # one call; its loop sees Stop
+            self._chunk_steps: int | None = None  # one call; its loop sees Stop
+            self._stop_name: str | None = LOCAL_STOP
         else:
             if validation is not None and not isinstance(validation, str):
                 raise TypeError("with a cluster, pass validation= as the name the held-out handle has on the ranks")
@@ -254,7 +258,7 @@ class TrainPanel(Panel):
                 loss = self.ranks.run(rank_side.held_out_loss_on_rank, self.validation, PANEL_LEAF_NAME)[0]
                 self._add_held_out(loss)
 
-    def _go_on(self, exc: BaseException, call) -> tuple[int, int]:
+    def _go_on(self, exc: elastic_recovery.RankDiedError, call) -> tuple[int, int]:
         """Elastic: the survivors of ``call`` form a group, take their new slices of the token
         file and resume from the newest checkpoint; the event is recorded, the curves cut back
         to its step. The handle's (steps done, total steps) at the new world size."""
@@ -262,9 +266,11 @@ class TrainPanel(Panel):
         event = elastic_recovery.recover(
             self.cluster, self.handle, exc.ranks, [call], at_step=max(last, default=self._offset[0])
         )
-        event.resumed_from = self._checkpoint_step()
+        event.resumed_from = resumed = self._checkpoint_step()
+        if resumed is None:  # elastic handles are built with checkpoint=DIR; none complete yet
+            raise RuntimeError("a rank died before the first complete checkpoint: nothing to resume training from")
         offset = self._offset
-        self._cut_back(offset[0] + event.resumed_from)
+        self._cut_back(offset[0] + resumed)
         self._offset = offset  # the same handle counts on from its checkpoint
         self.recoveries.append(event)
         self._show_status(event.describe())
@@ -305,7 +311,7 @@ class TrainPanel(Panel):
 
     # -- view --------------------------------------------------------------------------------
 
-    def _build(self, x_axis: str, log_scale: bool) -> None:
+    def _build(self, x_axis: str, log_scale: bool, fit_recent: bool) -> None:
         self.train_button = w.Button(description="Train")
         self.stop_button = w.Button(description="Stop")
         self.train_button.on_click(lambda _: self.train(block=False) if not self.running else None)
@@ -313,9 +319,13 @@ class TrainPanel(Panel):
         self.log_scale = w.Checkbox(
             value=log_scale, description="log scale", indent=False, layout=w.Layout(width="90px")
         )
+        self.fit_recent = w.Checkbox(
+            value=fit_recent, description="fit recent half", indent=False, layout=w.Layout(width="120px")
+        )
         self.x_axis = w.ToggleButtons(options=["steps", "targets"], value=x_axis, style={"button_width": "70px"})
         self.log_scale.observe(lambda _: self._new_view(), "value")
         self.x_axis.observe(lambda _: self._new_view(), "value")
+        self.fit_recent.observe(lambda _: self._new_view(), "value")
         self.progress = w.IntProgress(value=0, min=0, max=1, description="steps")
         self.status = w.HTML()
         self.image = plot_image()
@@ -328,7 +338,7 @@ class TrainPanel(Panel):
         self.widget = w.VBox(
             [
                 w.HBox([self.train_button, self.stop_button, self.progress, self.status]),
-                w.HBox([self.x_axis, self.log_scale]),
+                w.HBox([self.x_axis, self.log_scale, self.fit_recent]),
                 self.image,
                 self.sample,
             ]
@@ -336,7 +346,9 @@ class TrainPanel(Panel):
         self.widget.add_class("mixle-train-panel")
 
     def _make_view(self) -> LossView:
-        return LossView(self.x_axis.value, self.log_scale.value, self.entropy_floor, self.smoothing)
+        return LossView(
+            self.x_axis.value, self.log_scale.value, self.entropy_floor, self.smoothing, self.fit_recent.value
+        )
 
     def _new_view(self) -> None:
         with self._redraw_lock:

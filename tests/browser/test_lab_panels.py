@@ -9,7 +9,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from figure_checks import assert_curve_fits_the_steps, assert_rank_bars_in_ms, axis_limits
+from figure_checks import (
+    assert_curve_fits_the_steps,
+    assert_em_axes_fit,
+    assert_loss_axes_fit,
+    assert_rank_bars_in_ms,
+    axis_limits,
+)
 from labdriver import image_digest, opened, save_screenshot, type_number, wait_for_new_digest
 
 pytestmark = pytest.mark.browser
@@ -74,6 +80,7 @@ def test_em_panel_buttons_clicked_in_the_browser(notebook):
         digest = wait_for_new_digest(image, digest)
     assert_curve_fits_the_steps(notebook, "em_panel", 3)
     assert_rank_bars_in_ms(notebook, "em_panel")
+    assert_em_axes_fit(notebook, "em_panel")
     save_screenshot(panel, "em_panel_after_3_steps.png")
 
     n = 100_000  # minutes of steps: Run N sends batches of about 0.2 s, so a short run could end before Pause lands
@@ -91,12 +98,15 @@ def test_em_panel_buttons_clicked_in_the_browser(notebook):
     assert width < 100, f"progress bar full ({width}%) after a paused run"
     assert_curve_fits_the_steps(notebook, "em_panel", final)  # to the steps taken, not to N
     assert_rank_bars_in_ms(notebook, "em_panel")
+    assert_em_axes_fit(notebook, "em_panel")
     save_screenshot(panel, "em_panel_after_pause.png")
 
     for clicked, steps in (("Back", final - 1), ("Reset", 0)):
         click(clicked)
         expect(status).to_have_text(re.compile(rf"^step {steps}( · |$)"))
         assert_curve_fits_the_steps(notebook, "em_panel", steps)
+        assert_em_axes_fit(notebook, "em_panel")
+        save_screenshot(panel, f"em_panel_after_{clicked.lower()}.png")
     assert notebook.kernel_value("len(em_panel.view.objective_line.get_xdata())") == 0
 
     # Init: a k-means++ start from the data replaces the start model, and the picture draws it
@@ -107,6 +117,7 @@ def test_em_panel_buttons_clicked_in_the_browser(notebook):
     assert notebook.kernel_value("repr(em_panel.start_model) != repr(start)") is True
     assert notebook.kernel_value(DENSITY_ERROR) < 1e-12
     expect(status).to_have_text("step 0")
+    assert_em_axes_fit(notebook, "em_panel")  # the new model's picture
 
     # Choose K: K = 1..3 fitted on the ranks; BIC picks the data's two components, and its plot
     # appears below the panel's
@@ -141,9 +152,12 @@ def test_train_panel_trains_stops_and_trains_on_from_browser_clicks(notebook):
     )
 
     panel.get_by_role("button", name="Train", exact=True).click()
+    notebook.wait_kernel_value("len(train_panel.view.mean.get_xdata())", lambda v: v >= 3, what="3 reports drawn")
+    assert_loss_axes_fit(notebook, "train_panel")  # from the first reports on
     # a few loss reports in (a curve, not one point), well before the end
     expect(status).to_have_text(re.compile(r"^step ([4-9]\d|1\d\d)/\d+ · mean loss"), timeout=60_000)
     digest = image_digest(image)
+    assert_loss_axes_fit(notebook, "train_panel")
     save_screenshot(panel, "train_panel_midrun_1.png")
     first = notebook.kernel_value(drawn)[0]
     wait_for_new_digest(image, digest, timeout_s=60)  # the browser gets the curve as it grows
@@ -159,6 +173,8 @@ def test_train_panel_trains_stops_and_trains_on_from_browser_clicks(notebook):
     assert 0 < stopped < total, (stopped, total)
     expect(status).to_have_text(re.compile(rf"^step {stopped}/{total} · mean loss"))
     assert axis_limits(notebook, "train_panel.view.ax")[1] >= stopped
+    assert_loss_axes_fit(notebook, "train_panel")
+    save_screenshot(panel, "train_panel_after_stop.png")
 
     panel.get_by_role("button", name="Train", exact=True).click()  # on from where Stop left it
     expect(sample).to_have_value(re.compile(r"^The .{20,}", re.S), timeout=180_000)
@@ -167,6 +183,7 @@ def test_train_panel_trains_stops_and_trains_on_from_browser_clicks(notebook):
     expect(status).to_have_text(re.compile(rf"^step {total}/{total} · mean loss"))  # ran to the end
     notebook.wait_kernel_value(drawn, lambda v: v[1] == v[2] == [float(total)] * 2, what="the curves at the end")
     assert axis_limits(notebook, "train_panel.view.ax")[1] >= total
+    assert_loss_axes_fit(notebook, "train_panel")
     save_screenshot(panel, "train_panel_done.png")
 
 

@@ -10,7 +10,14 @@ from __future__ import annotations
 import re
 
 import pytest
-from figure_checks import assert_curve_fits_the_steps, assert_rank_bars_in_ms, axis_limits
+from figure_checks import (
+    assert_curve_fits_the_steps,
+    assert_em_axes_fit,
+    assert_fills_its_axes,
+    assert_loss_axes_fit,
+    assert_rank_bars_in_ms,
+    axis_limits,
+)
 from labdriver import image_digest, opened, save_screenshot, type_number, wait_for_new_digest
 
 pytestmark = pytest.mark.browser
@@ -77,6 +84,7 @@ def test_em_panel_after_a_200_step_run_clicked_in_the_browser(notebook):
     assert max_per_second(times) <= MAX_UPDATES_PER_S, f"{max_per_second(times)} plot updates in one second"
     assert_curve_fits_the_steps(notebook, "em_1d", 200)
     assert_rank_bars_in_ms(notebook, "em_1d")
+    assert_em_axes_fit(notebook, "em_1d")
     save_screenshot(panel, "view_em_1d_after_200_steps.png")
 
 
@@ -147,6 +155,7 @@ def test_train_panel_with_held_out_points_and_entropy_floor(notebook):
     assert notebook.kernel_value("len(train_panel.held_out)") == 1
     expect(panel.locator("textarea")).to_have_value(re.compile(r"^The .{20,}", re.S))
     assert_loss_figure(notebook, "steps")
+    assert_loss_axes_fit(notebook, "train_panel")
     save_screenshot(panel, "view_train_steps.png")
     digest = image_digest(loaded_image(panel))
     panel.get_by_role("button", name="targets", exact=True).click()  # x axis: targets
@@ -160,7 +169,22 @@ def test_train_panel_with_held_out_points_and_entropy_floor(notebook):
     wait_for_new_digest(loaded_image(panel), digest)
     notebook.wait_kernel_value("len(train_panel.view.mean.get_xdata())", lambda v: v > 0, what="the redrawn curve")
     assert_loss_figure(notebook, "targets")
+    assert_loss_axes_fit(notebook, "train_panel")
     save_screenshot(panel, "view_train_targets_log.png")
+
+    # fit recent half: the y axis fits the losses of the latest half of the targets
+    digest = image_digest(loaded_image(panel))
+    panel.get_by_role("checkbox", name="fit recent half").check()
+    notebook.wait_kernel_value("train_panel.view.fit_recent", lambda v: v is True, what="the recent view")
+    wait_for_new_digest(loaded_image(panel), digest)
+    notebook.wait_kernel_value("len(train_panel.view.mean.get_xdata())", lambda v: v > 0, what="the redrawn curve")
+    drawn = "(*train_panel.view.raw.values(), train_panel.view.mean, train_panel.view.held_out)"
+    late = (
+        f"[y for l in {drawn} for x, y in zip(*l.get_data()) "
+        f"if x >= 0.5 * max(x for m in {drawn} for x in m.get_xdata())]"
+    )
+    assert_fills_its_axes(notebook, "train_panel", "train_panel.view.ax", late, "the latest half's losses")
+    save_screenshot(panel, "view_train_fit_recent.png")
 
 
 def assert_loss_figure(notebook, x_axis: str) -> None:
