@@ -27,13 +27,14 @@ from .stats.estimation import (
     accumulate,
     em_step,
     encoded_count,
+    is_handle,
     seq_encode,
     seq_initialize,
     seq_log_density_sum,
     tie_keys,
 )
 from .stats.kmeans import SingleProcess, kmeans_init
-from .stats.mixture import MixtureEstimator
+from .stats.mixture import MixtureEstimator, is_mixture_estimator
 from .stats.multivariate_gaussian import MultivariateGaussianEstimator
 from .stats.parameters import free_parameters
 from .stats.spherical_gaussian import SphericalGaussianEstimator
@@ -162,7 +163,7 @@ def fit(
             "n_init > 1 needs a start name (init='kmeans++', ...), not a model: "
             "every restart would start from the same model"
         )
-    if _is_handle(data):
+    if is_handle(data):
         if enc_data is not None:
             raise ValueError("fit got a handle as data and enc_data= too: pass the handle once, fit(h, est)")
         data, enc_data = None, data
@@ -286,17 +287,13 @@ def _converged(gain: float, delta: float | None, tol: float | None) -> bool:
     return (delta is not None and gain < delta) or (tol is not None and abs(gain) < tol)
 
 
-def _is_handle(data: Any) -> bool:
-    return hasattr(data, "pysp_seq_log_density_sum")
-
-
 def _output(out: TextIO | str | None, data: Any) -> TextIO | None:
     """Where progress lines go: ``out``, with :data:`ROOT_STDOUT` resolved to ``sys.stdout``
     on the root rank (a handle's root; for local data, rank 0 of the group, see
     ``torchrun_out``) and to nothing on the others."""
     if out is not ROOT_STDOUT:
         return out
-    if _is_handle(data):
+    if is_handle(data):
         return sys.stdout if getattr(data, "rank", 0) == getattr(data, "root", 0) else None
     return torchrun_out()
 
@@ -305,11 +302,12 @@ def _require_enough_observations(enc: Any, estimator: Estimator) -> None:
     """Refuse, before any work, a mixture of more components than observations (scikit-learn
     does too): EM would leave components with no data, looking fitted. On a handle the count
     is the global one every rank knows, so every rank raises together, with no collective."""
-    components = getattr(estimator, "estimators", None)
-    if not type(estimator).__name__.endswith("MixtureEstimator") or components is None:
+    mixture: object = estimator
+    if not is_mixture_estimator(mixture):
         return
+    components = mixture.estimators
     try:
-        n = len(enc) if _is_handle(enc) else encoded_count(enc, estimator)
+        n = len(enc) if is_handle(enc) else encoded_count(enc, estimator)
     except TypeError:  # a handle or an encoding that cannot count its observations
         return
     if n < len(components):
@@ -321,7 +319,7 @@ def _require_enough_observations(enc: Any, estimator: Estimator) -> None:
 
 
 def _count_and_log_density(data_or_handle: Any, model: Distribution) -> tuple[float, float]:
-    enc = data_or_handle if _is_handle(data_or_handle) else seq_encode(data_or_handle, model=model)
+    enc = data_or_handle if is_handle(data_or_handle) else seq_encode(data_or_handle, model=model)
     return seq_log_density_sum(enc, model)
 
 
@@ -395,7 +393,7 @@ def choose_k(
         k = positive_int("K", k)
         estimator = estimator_for(k)
         _say(out, f"K = {k}")
-        if _is_handle(data_or_handle):
+        if is_handle(data_or_handle):
             result = fit(None, estimator, enc_data=data_or_handle, **fit_kwargs)
         else:
             result = fit(data_or_handle, estimator, **fit_kwargs)
@@ -408,7 +406,7 @@ def choose_k(
 
 
 def _per_observation(data_or_handle: Any, model: Distribution, function: Callable, gather: bool) -> np.ndarray:
-    if _is_handle(data_or_handle):
+    if is_handle(data_or_handle):
         if not hasattr(data_or_handle, "pysp_shard_map"):
             raise TypeError(
                 f"{type(data_or_handle).__name__} has no pysp_shard_map: it cannot score "

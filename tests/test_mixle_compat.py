@@ -330,3 +330,35 @@ def test_our_mixture_of_mixle_components_fits_and_samples():
     assert sample.shape == (n,)
     assert abs(sample.mean() - mean) < 5 * np.sqrt(variance / n)
     assert abs(sample.var() - variance) < 5 * np.sqrt((fourth - variance**2) / n)
+
+
+def test_one_mixture_check_accepts_mixle_mixtures_everywhere():
+    """Issue 36, item 5: the component-count check before EM and Choose K on the ranks ask one
+    question (``stats.mixture.is_mixture_estimator``): mixle's MixtureEstimator is a mixture
+    for both, its CompositeEstimator (which also has ``estimators``) for neither. Before, fit
+    matched class names ending in "MixtureEstimator" and Choose K refused all but ours."""
+    from mixle.stats import CompositeEstimator, GaussianEstimator
+    from mixle.stats import MixtureEstimator as MixleMixture
+
+    from mixle_nb.cluster.rank_side import choose_k_on_rank, in_namespace
+    from mixle_nb.inference import fit
+    from mixle_nb.stats import GaussianEstimator as OurGaussian
+    from mixle_nb.stats import MixtureEstimator
+    from mixle_nb.stats.mixture import is_mixture_estimator, mixture_of_copies
+
+    theirs = MixleMixture([GaussianEstimator()] * 3)
+    assert is_mixture_estimator(theirs) and is_mixture_estimator(MixtureEstimator([OurGaussian()] * 2))
+    composite = CompositeEstimator([GaussianEstimator(), GaussianEstimator()])
+    assert hasattr(composite, "estimators") and not is_mixture_estimator(composite)
+    assert not is_mixture_estimator(OurGaussian())
+    copies = mixture_of_copies(theirs, 5)
+    assert type(copies) is MixleMixture and len(copies.estimators) == 5
+    with pytest.raises(TypeError, match="needs a MixtureEstimator"):
+        mixture_of_copies(composite, 2)
+
+    x, _ = gaussian_mixture()
+    with pytest.raises(ValueError, match="a mixture of 3 components needs at least 3 observations"):
+        fit(x[:2], theirs, init="random", rng=0, out=None)
+    with in_namespace({"x": x, "theirs": theirs, "composite": composite}):
+        with pytest.raises(TypeError, match="choosing K needs a MixtureEstimator .ours or mixle's.; 'composite'"):
+            choose_k_on_rank("x", "composite", [1, 2], "random", 0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import time
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import inference
 from ..stats import seq_encode, seq_log_density_sum
+from ..stats.estimation import is_handle
 from ..stats.kmeans import encoded_points
 from .translation import (
     covariances_from_precisions,
@@ -31,6 +32,9 @@ from .translation import (
     precisions_cholesky,
     precisions_from_cholesky,
 )
+
+if TYPE_CHECKING:  # the protocol only: a handle is recognised by its method (is_handle)
+    from ..parallel.handle import EncodedDataHandle
 
 # scikit-learn's start names, as our starts (mixle_nb.inference.initial_model). Both k-means
 # names take our k-means‖ start (k-means++ seeding where the data live, one Lloyd pass, then a
@@ -49,11 +53,6 @@ FITTED = (
     "n_features_in_",
     "feature_names_in_",
 )
-
-
-def is_handle(data: Any) -> bool:
-    """An encoded-data handle, recognised by its ``pysp_*`` method (as the dispatch does)."""
-    return hasattr(data, "pysp_seq_log_density_sum")
 
 
 def is_reference(data: Any) -> bool:
@@ -77,7 +76,7 @@ def _handle_features(handle: Any) -> int:
     return int(dims[0])
 
 
-def _on_rank(handle: Any, estimator: GaussianMixture, method: str) -> Any:
+def _on_rank(handle: EncodedDataHandle, estimator: GaussianMixture, method: str) -> Any:
     """What a cluster reference runs on every rank: the same method on the rank's handle."""
     out = getattr(estimator, method)(handle)
     return out if method != "fit" else {name: value for name, value in vars(out).items() if name in FITTED}

@@ -6,13 +6,16 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
 from . import foreign
 from .base import Accumulator, Distribution, Estimator, as_generator, total
 from .frame import PointEncoding
+
+if TYPE_CHECKING:  # the protocol is the handles' layer; dispatch knows a handle by its method
+    from ..parallel.handle import EncodedDataHandle
 
 
 @dataclass
@@ -54,6 +57,26 @@ class EMStep:
 
 
 EM_STEP_FIELDS = tuple(f.name for f in fields(EMStep))
+
+
+def is_handle(data: object) -> TypeGuard[EncodedDataHandle]:
+    """Whether ``data`` is an encoded-data handle rather than local data or an encoding.
+
+    The one test every driver uses: a handle is recognised by a ``pysp_*`` method of the
+    :class:`~mixle_nb.parallel.EncodedDataHandle` protocol, never by its type, so mixle's
+    handles and ours are both handles.
+
+    Parameters
+    ----------
+    data : object
+        Raw observations, a local encoding, or a handle.
+
+    Returns
+    -------
+    bool
+        True when ``data`` answers ``pysp_seq_log_density_sum`` (every handle does).
+    """
+    return hasattr(data, "pysp_seq_log_density_sum")
 
 
 def seq_encode(data: Any, model: Distribution = None, estimator: Estimator = None, device: Any = None) -> Any:
@@ -154,7 +177,7 @@ def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:
     """One EM iteration on local data or a handle, reporting the objective of ``model``."""
     if hasattr(enc, "pysp_em_step"):
         return enc.pysp_em_step(estimator, model)
-    if hasattr(enc, "pysp_seq_estimate"):  # a handle without the one-pass extension
+    if is_handle(enc):  # a handle without the one-pass extension
         count, total = enc.pysp_seq_log_density_sum(model)
         return EMStep(enc.pysp_seq_estimate(estimator, model), count, total)
     acc = accumulate([enc], estimator, model)
@@ -163,7 +186,7 @@ def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:
 
 def seq_estimate(enc: Any, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
     """One EM step: E-step under ``prev_estimate``, then the M-step."""
-    if hasattr(enc, "pysp_seq_estimate"):
+    if is_handle(enc):
         return enc.pysp_seq_estimate(estimator, prev_estimate)
     return em_step(enc, estimator, prev_estimate).model
 
@@ -177,7 +200,7 @@ def initial_weights(n: int, rng: np.random.Generator, p: float) -> np.ndarray:
 
 def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distribution:
     """Random initial model: a random subset of the data with random mixture responsibilities."""
-    if hasattr(enc, "pysp_seq_initialize"):
+    if is_handle(enc):
         return enc.pysp_seq_initialize(estimator, rng, p)
     if not isinstance(rng, np.random.RandomState):  # a RandomState passes through: mixle's accumulators
         rng = as_generator(rng)  # draw with RandomState.randint, ours take either
@@ -191,7 +214,7 @@ def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distri
 
 def seq_log_density_sum(enc: Any, model: Distribution) -> tuple[float, float]:
     """``(count, total log-density)`` of the data under ``model``."""
-    if hasattr(enc, "pysp_seq_log_density_sum"):
+    if is_handle(enc):
         return enc.pysp_seq_log_density_sum(model)
     summed = log_density_total(model, enc)
     return float(encoded_count(enc, model.estimator() if hasattr(model, "estimator") else None)), summed

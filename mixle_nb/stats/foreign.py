@@ -10,6 +10,7 @@ and :func:`draw` are where the core meets either; everything else (``value``, ``
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,27 @@ def accumulator(estimator: Estimator) -> Accumulator | ForeignAccumulator:
     """A fresh accumulator of ``estimator``, with our calling convention."""
     made = estimator.accumulator_factory().make()
     return made if isinstance(made, Accumulator) else ForeignAccumulator(made)
+
+
+def mixle_class(name: str) -> type | None:
+    """mixle's ``mixle.stats.<name>``, or ``None`` when mixle is not imported.
+
+    An instance of one of mixle's classes exists only once mixle is imported, so this asks
+    ``sys.modules`` and never imports mixle (an optional dependency) itself.
+
+    Parameters
+    ----------
+    name : str
+        A class name exported by ``mixle.stats`` (``"MixtureEstimator"``).
+
+    Returns
+    -------
+    type or None
+        The class, or ``None`` when ``mixle.stats`` is not imported in this process.
+    """
+    module = sys.modules.get("mixle.stats")
+    found = getattr(module, name, None)
+    return found if isinstance(found, type) else None
 
 
 def draw(distribution: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
