@@ -10,6 +10,7 @@ torchrun's ``RANK``), so that every rank running the same cell prints once."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterable
@@ -20,7 +21,7 @@ import numpy as np
 
 from .checkpoint import EMCheckpoint
 from .parallel.torchrun import torchrun_out
-from .stats.base import Distribution, Estimator, as_generator
+from .stats.base import Distribution, Estimator, random_source
 from .stats.diagonal_gaussian import DiagonalGaussianEstimator
 from .stats.estimation import (
     EMStep,
@@ -41,6 +42,7 @@ from .stats.spherical_gaussian import SphericalGaussianEstimator
 from .validation import choice, non_negative_real, optional_int, positive_int
 
 INITS = ("kmeans++", "random_from_data", "random")
+DEFAULT_DELTA = 1e-9  # mixle's default tolerance, ours when neither delta nor tol is given
 ROOT_STDOUT = "stdout on the root rank"  # the default ``out``: sys.stdout, on the root rank only
 GAUSSIAN_FAMILY = (DiagonalGaussianEstimator, SphericalGaussianEstimator, MultivariateGaussianEstimator)
 
@@ -104,7 +106,7 @@ def initial_model(
 class FitResult:
     """What :func:`fit` found. ``log_density`` is the last iteration's (that of the model that
     iteration started from; EM never makes it worse), ``history`` that start's iterations,
-    ``converged`` whether ``delta`` or ``tol`` stopped it before ``max_its``, and
+    ``converged`` whether the stopping rule (see :func:`stopping_tolerance`) ended it, and
     ``restarts`` every start's final log-density, the best of which this result is."""
 
     model: Distribution
@@ -124,22 +126,22 @@ def fit(
     init: str | Distribution | None = None,
     n_init: int = 1,
     max_its: int = 100,
-    delta: float | None = 1e-9,
+    delta: float | None = DEFAULT_DELTA,
     tol: float | None = None,
     init_p: float = 0.1,
     rng: Any = None,
     out: TextIO | str | None = ROOT_STDOUT,
     on_step: Callable[[EMStep], None] | None = None,
     device: Any = None,
-    checkpoint: Any = None,
+    checkpoint: str | os.PathLike | EMCheckpoint | None = None,
 ) -> FitResult:
     """EM from ``n_init`` starts, keeping the one with the best final log-density.
 
     ``init`` is a start name (see :func:`initial_model`; ``None`` picks :func:`default_init`)
-    or a model. Each start runs until the gain in log-density per observation falls below
-    ``delta``, or its magnitude below ``tol`` (scikit-learn's meaning), or ``max_its``
-    (``delta=None`` and ``tol=None`` or ``0``: exactly ``max_its``, as scikit-learn's ``tol=0``)
-    iterations. ``data`` may be raw observations or any handle (``fit(h, est)``); ``enc_data``
+    or a model. Each start runs until the magnitude of its gain in log-density per
+    observation falls below one tolerance, ``tol`` if given, else ``delta`` (see
+    :func:`stopping_tolerance`; ``None`` or ``0``: exactly ``max_its`` iterations, as
+    scikit-learn's ``tol=0``), or for ``max_its`` iterations. ``data`` may be raw observations or any handle (``fit(h, est)``); ``enc_data``
     (local encoded data or any handle) skips encoding ``data``;
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``; ``None``: the CPU) is
     where ``data`` are encoded and every E-step kernel runs, the M-step staying on the host. One
@@ -154,8 +156,7 @@ def fit(
     """
     max_its = positive_int("max_its", max_its)
     n_init = positive_int("n_init", n_init)
-    delta = None if delta is None else non_negative_real("delta", delta)
-    tol = None if tol is None else non_negative_real("tol", tol)
+    tolerance = stopping_tolerance(delta, tol)
     start_model = None if init is None or isinstance(init, str) else init
     name = "model" if start_model is not None else choice("init", init or default_init(estimator), INITS)
     if start_model is not None and n_init > 1:
@@ -177,7 +178,7 @@ def fit(
             "device= places the data fit encodes; enc_data is encoded already (encode it "
             "with seq_encode(data, device=...) or build the handle with device=...)"
         )
-    rng = as_generator(rng)
+    rng = random_source(rng)
     saved = EMCheckpoint.of(checkpoint)
     resumed = saved.resume_fit(n_init, name, rng) if saved else None
     best: FitResult | None = resumed["best"] if resumed else None
@@ -196,7 +197,7 @@ def fit(
                 saved.due(step) and saved.save_fit(n_init, name, rng, start, best, finals, run)
             )
         )
-        result, interrupted = _em(enc_data, estimator, model, max_its, delta, tol, out, on_step, start, begun, save)
+        result, interrupted = _em(enc_data, estimator, model, max_its, tolerance, out, on_step, start, begun, save)
         result.init = name
         finals.append(result.log_density)
         if best is None or result.log_density > best.log_density:
@@ -218,16 +219,39 @@ def optimize(
     init: str | Distribution | None = None,
     n_init: int = 1,
     max_its: int = 100,
-    delta: float | None = 1e-9,
+    delta: float | None = DEFAULT_DELTA,
     tol: float | None = None,
     init_p: float = 0.1,
     rng: Any = None,
     out: TextIO | str | None = ROOT_STDOUT,
     on_step: Callable[[EMStep], None] | None = None,
     device: Any = None,
+    checkpoint: str | os.PathLike | EMCheckpoint | None = None,
 ) -> Distribution:
-    """:func:`fit`, returning only the model (as the reference's ``optimize`` does).
-    ``prev_estimate`` is the same as ``init=<model>``; ``device`` as in :func:`fit`."""
+    """:func:`fit`, returning only the model (as mixle's ``optimize`` does).
+
+    Every argument means what it does in :func:`fit` (``delta`` and ``tol``: the one stopping
+    rule, :func:`stopping_tolerance`; ``checkpoint``: save every step, continue from the file).
+
+    Parameters
+    ----------
+    data, estimator, enc_data, init, n_init, max_its, delta, tol, init_p, rng, out, on_step, device, checkpoint
+        As in :func:`fit`.
+    prev_estimate : Distribution, optional
+        The start model: the same as ``init=<model>``.
+
+    Returns
+    -------
+    Distribution
+        The fitted model of the best start.
+
+    Raises
+    ------
+    ValueError
+        If both ``prev_estimate`` and ``init`` are given, or :func:`fit` refuses an argument.
+    FitError
+        If an EM step fails (it carries the last good model).
+    """
     if prev_estimate is not None:
         if init is not None:
             raise ValueError("pass prev_estimate or init, not both (prev_estimate is init=<model>)")
@@ -246,17 +270,27 @@ def optimize(
         out=out,
         on_step=on_step,
         device=device,
+        checkpoint=checkpoint,
     ).model
 
 
 def _em(
-    enc, estimator, model, max_its, delta, tol, out, on_step, start, begun=None, save=None
+    enc: Any,
+    estimator: Estimator,
+    model: Distribution,
+    max_its: int,
+    tolerance: float | None,
+    out: TextIO | None,
+    on_step: Callable[[EMStep], None] | None,
+    start: int,
+    begun: tuple[Distribution, float, list[EMStep]] | None = None,
+    save: Callable[[int, tuple[Distribution, float, list[EMStep]]], Any] | None = None,
 ) -> tuple[FitResult, bool]:
     """One start's EM loop, continuing ``begun`` (model, previous, history) if given, and
     ``save(iteration, run)`` after each iteration; returns its result and whether Ctrl-C ended it."""
     history: list[EMStep] = list(begun[2]) if begun else []
     previous = begun[1] if begun else -math.inf
-    if history and _converged(history[-1].gain, delta, tol):
+    if history and _converged(history[-1].gain, tolerance):
         return FitResult(model, previous, history, True, len(history), ""), False  # saved as it converged
     for iteration in range(len(history) + 1, max_its + 1):
         try:
@@ -277,14 +311,55 @@ def _em(
         model, previous = step.model, step.log_density
         if save:
             save(iteration, (model, previous, history))
-        if _converged(gain, delta, tol):
+        if _converged(gain, tolerance):
             return FitResult(model, previous, history, True, iteration, ""), False
     return FitResult(model, previous, history, False, max_its, ""), False
 
 
-def _converged(gain: float, delta: float | None, tol: float | None) -> bool:
-    """The stopping rule: the gain per observation below ``delta`` or its magnitude below ``tol``."""
-    return (delta is not None and gain < delta) or (tol is not None and abs(gain) < tol)
+def stopping_tolerance(delta: float | None, tol: float | None) -> float | None:
+    """The tolerance of EM's one stopping rule, from mixle's and scikit-learn's names for it.
+
+    A start stops at the first iteration whose gain in log-density per observation has a
+    magnitude below the tolerance (scikit-learn's rule: a fall, which EM makes only by rounding,
+    counts by its size, so a real fall is never taken for convergence). The gain is per
+    observation, so one tolerance suits any data size (mixle's own loop compares the total). ``tol`` (scikit-learn's
+    name) is the tolerance when given; otherwise ``delta`` (mixle's name, default
+    :data:`DEFAULT_DELTA`) is. ``None`` or ``0`` never stops early: exactly ``max_its``
+    iterations, as mixle's ``delta=None`` and scikit-learn's ``tol=0``.
+
+    Parameters
+    ----------
+    delta : float or None
+        mixle's name for the tolerance, used when ``tol`` is ``None``.
+    tol : float or None
+        scikit-learn's name for the tolerance.
+
+    Returns
+    -------
+    float or None
+        The tolerance; ``None`` when there is none.
+
+    Raises
+    ------
+    ValueError
+        If either is negative or not a finite real, or both are given as different
+        tolerances (``delta`` other than its default, ``0`` or ``None``, beside a different
+        ``tol``): one rule has one tolerance.
+    """
+    delta = None if delta is None else non_negative_real("delta", delta)
+    if tol is None:
+        return delta
+    tol = non_negative_real("tol", tol)
+    if delta not in (None, 0.0, DEFAULT_DELTA, tol):
+        raise ValueError(
+            f"delta={delta!r} and tol={tol!r} name one tolerance (EM's one stopping rule): pass one of them"
+        )
+    return tol
+
+
+def _converged(gain: float, tolerance: float | None) -> bool:
+    """The stopping rule: the gain per observation smaller in magnitude than ``tolerance``."""
+    return tolerance is not None and abs(gain) < tolerance
 
 
 def _output(out: TextIO | str | None, data: Any) -> TextIO | None:
@@ -362,12 +437,17 @@ class KChoice:
     aic: list
 
     @property
+    def best_index(self) -> int:
+        """The position of the lowest BIC (the first, on a tie): where ``best_k`` is."""
+        return int(np.argmin(self.bic))
+
+    @property
     def best_k(self) -> int:
-        return self.k[int(np.argmin(self.bic))]
+        return self.k[self.best_index]
 
     @property
     def best_model(self) -> Distribution:
-        return self.results[int(np.argmin(self.bic))].model
+        return self.results[self.best_index].model
 
 
 def choose_k(
@@ -376,17 +456,48 @@ def choose_k(
     k_values: Iterable[int],
     *,
     on_fit: Callable[[int, FitResult, float, float], None] | None = None,
-    **fit_kwargs,
+    n_parameters: Callable[[Distribution], int] | None = None,
+    **fit_kwargs: Any,
 ) -> KChoice:
-    """Fit a mixture for every K in ``k_values`` (``estimator_for(K)`` builds its estimator)
-    and score each with BIC and AIC. ``fit_kwargs`` go to :func:`fit` (``init``, ``n_init``,
-    ``rng``, ``out``, ...); ``on_fit(k, result, bic, aic)`` is called after each K, for a
-    live plot. Local data is encoded once per K; a handle is used as it is.
+    """Fit a mixture for every K in ``k_values`` and score each with BIC and AIC.
 
-    ``tol`` defaults to scikit-learn's 1e-3: run to a tighter tolerance, a spare component
-    can keep shrinking onto one or two observations (the likelihood grows without bound as
-    its variance falls to the floor), which buys it a BIC it does not deserve."""
-    fit_kwargs.setdefault("tol", 1e-3)
+    Local data is encoded once per K; a handle is used as it is. The tolerance defaults to
+    scikit-learn's ``tol=1e-3`` unless ``tol`` or ``delta`` is given: run to a tighter
+    tolerance, a spare component can keep shrinking onto one or two observations (the
+    likelihood grows without bound as its variance falls to the floor), which buys it a BIC
+    it does not deserve.
+
+    Parameters
+    ----------
+    data_or_handle : array-like or EncodedDataHandle
+        Raw observations or any handle.
+    estimator_for : callable
+        ``estimator_for(K)`` builds the estimator of K components (ours or mixle's;
+        :func:`~mixle_nb.stats.mixture.mixture_of_copies` builds K copies of one component).
+    k_values : iterable of int
+        The K to try.
+    on_fit : callable, optional
+        ``on_fit(k, result, bic, aic)``, called after each K (for a live plot).
+    n_parameters : callable, optional
+        ``n_parameters(model)``: the free parameters of a fitted model, for a family this
+        package cannot count (mixle's); by default :func:`bic` counts them.
+    **fit_kwargs
+        Passed to :func:`fit` (``init``, ``n_init``, ``rng``, ``out``, ``tol``, ...).
+
+    Returns
+    -------
+    KChoice
+        Per K, the fit and its BIC and AIC; ``best_k`` minimises BIC.
+
+    Raises
+    ------
+    ValueError
+        If a K is not a positive integer, or :func:`fit` refuses its arguments.
+    TypeError
+        If the free parameters of a family cannot be counted and ``n_parameters`` is not given.
+    """
+    if "tol" not in fit_kwargs and "delta" not in fit_kwargs:
+        fit_kwargs["tol"] = 1e-3
     out = fit_kwargs["out"] = _output(fit_kwargs.get("out", ROOT_STDOUT), data_or_handle)
     choice_ = KChoice([], [], [], [])
     for k in k_values:
@@ -397,7 +508,11 @@ def choose_k(
             result = fit(None, estimator, enc_data=data_or_handle, **fit_kwargs)
         else:
             result = fit(data_or_handle, estimator, **fit_kwargs)
-        scores = bic(data_or_handle, result.model, estimator), aic(data_or_handle, result.model, estimator)
+        count = None if n_parameters is None else n_parameters(result.model)
+        scores = (
+            bic(data_or_handle, result.model, estimator, n_parameters=count),
+            aic(data_or_handle, result.model, estimator, n_parameters=count),
+        )
         for target, value in zip((choice_.k, choice_.results, choice_.bic, choice_.aic), (k, result, *scores)):
             target.append(value)
         if on_fit is not None:

@@ -254,14 +254,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 print(f"  Iteration {record.step}\t time lapse {now - clock[0]:.5f}s\t ll change {record.gain:.5f}")
                 clock[0] = now
 
-        # scikit-learn's one stopping rule: |change in the mean log-density| < tol (0: never)
+        # scikit-learn's stopping rule is ours: |change in the mean log-density| < tol (0: never)
         result = inference.fit(
             None,
             estimator,
             enc_data=enc,
             init=model,
             max_its=self.max_iter,
-            delta=None,
             tol=self.tol,
             out=None,
             on_step=report,

@@ -31,7 +31,6 @@ from ..stats import (
     SphericalGaussianEstimator,
 )
 
-COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
 TIED_KEY = "tied covariance"
 
 

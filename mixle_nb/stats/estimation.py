@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import numpy as np
 
 from . import foreign
-from .base import Accumulator, Distribution, Estimator, as_generator, total
+from .base import Accumulator, Distribution, Estimator, random_source, total
 from .frame import PointEncoding
 
 if TYPE_CHECKING:  # the protocol is the handles' layer; dispatch knows a handle by its method
@@ -202,10 +202,10 @@ def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distri
     """Random initial model: a random subset of the data with random mixture responsibilities."""
     if is_handle(enc):
         return enc.pysp_seq_initialize(estimator, rng, p)
-    if not isinstance(rng, np.random.RandomState):  # a RandomState passes through: mixle's accumulators
-        rng = as_generator(rng)  # draw with RandomState.randint, ours take either
+    if not isinstance(rng, np.random.RandomState):  # ours take either; a RandomState passes
+        rng = random_source(rng)  # through unchanged to mixle's (foreign.ForeignAccumulator)
     weights = initial_weights(encoded_count(enc, estimator), rng, p)
-    acc = estimator.accumulator_factory().make()
+    acc = foreign.accumulator(estimator)
     if isinstance(enc, PointEncoding) and len(enc) and hasattr(acc, "set_reference"):
         acc.set_reference(enc.points[:, 0].cpu().numpy())  # one process: centre on the data (see centred_moments)
     acc.seq_initialize(enc, weights, rng)
