@@ -14,16 +14,15 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, DensityMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.mixture import GaussianMixture as ScikitGaussianMixture
-from sklearn.mixture._gaussian_mixture import _check_means, _check_precisions, _check_weights
 from sklearn.utils import check_random_state
-from sklearn.utils._array_api import get_namespace
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import inference
 from ..stats import seq_encode, seq_log_density_sum
 from ..stats.estimation import is_handle
 from ..stats.kmeans import encoded_points
+from . import scikit_internals
+from .initial_parameters import checked_means, checked_precisions, checked_weights
 from .translation import (
     covariances_from_precisions,
     mixture_estimator,
@@ -112,7 +111,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     (or any of our Gaussian estimators).
     """
 
-    _parameter_constraints: dict = {**ScikitGaussianMixture._parameter_constraints, "device": [None, str, torch.device]}
+    _parameter_constraints: dict = {**scikit_internals.parameter_constraints(), "device": [None, str, torch.device]}
 
     def __init__(
         self,
@@ -157,7 +156,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     def fit(self, X, y=None):
         """Estimate the parameters with EM from ``n_init`` starts; keep the best."""
-        self._validate_params()
+        scikit_internals.validate_params(self)
         if is_reference(X):
             fitted = X.call_with_handle(_on_rank, self, "fit")
             for name in FITTED:
@@ -220,14 +219,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     def _initial_parameters(self, n_features: int) -> dict:
         """The given ``*_init`` values, checked with scikit-learn's own messages."""
         k, kind = self.n_components, self.covariance_type
-        xp, _ = get_namespace(np.zeros(1))  # scikit-learn's checks take its numpy namespace
         given = {}
         if self.weights_init is not None:
-            given["weights"] = _check_weights(self.weights_init, k, xp=xp)
+            given["weights"] = checked_weights(self.weights_init, k)
         if self.means_init is not None:
-            given["means"] = _check_means(self.means_init, k, n_features, xp=xp)
+            given["means"] = checked_means(self.means_init, k, n_features)
         if self.precisions_init is not None:
-            precisions = _check_precisions(self.precisions_init, kind, k, n_features, xp=xp)
+            precisions = checked_precisions(self.precisions_init, kind, k, n_features)
             given["covariances"] = covariances_from_precisions(kind, precisions)
         return given
 
