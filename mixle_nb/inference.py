@@ -39,11 +39,12 @@ from .stats.mixture import MixtureEstimator, is_mixture_estimator
 from .stats.multivariate_gaussian import MultivariateGaussianEstimator
 from .stats.parameters import free_parameters
 from .stats.spherical_gaussian import SphericalGaussianEstimator
-from .validation import choice, non_negative_real, optional_int, positive_int
+from .validation import choice, integer, non_negative_real, positive_int
 
 INITS = ("kmeans++", "random_from_data", "random")
 DEFAULT_DELTA = 1e-9  # mixle's default tolerance, ours when neither delta nor tol is given
 ROOT_STDOUT = "stdout on the root rank"  # the default ``out``: sys.stdout, on the root rank only
+Run = tuple[Distribution, float, list[EMStep]]  # a start in progress: model, log-density, history
 GAUSSIAN_FAMILY = (DiagonalGaussianEstimator, SphericalGaussianEstimator, MultivariateGaussianEstimator)
 
 
@@ -89,17 +90,17 @@ def initial_model(
     _require_enough_observations(enc, estimator)
     if not isinstance(init, str):
         return init
-    init = choice("init", init, INITS)
-    if init == "random":
+    name: str = choice("init", init, INITS)
+    if name == "random":
         return seq_initialize(enc, estimator, rng, init_p)
     if hasattr(enc, "pysp_kmeans_init"):
-        return enc.pysp_kmeans_init(estimator, rng, init)
-    if hasattr(enc, "pysp_seq_initialize"):  # a handle without the extension
+        return enc.pysp_kmeans_init(estimator, rng, name)
+    if is_handle(enc):  # a handle without the extension
         warnings.warn(
-            f"{type(enc).__name__} has no pysp_kmeans_init; init={init!r} falls back to 'random'", stacklevel=3
+            f"{type(enc).__name__} has no pysp_kmeans_init; init={name!r} falls back to 'random'", stacklevel=3
         )
         return seq_initialize(enc, estimator, rng, init_p)
-    return kmeans_init([enc], estimator, rng, SingleProcess(), init)
+    return kmeans_init([enc], estimator, rng, SingleProcess(), name)
 
 
 @dataclass
@@ -192,12 +193,14 @@ def fit(
         )
         if n_init > 1:
             _say(out, f"Start {start + 1} of {n_init} ({name})")
-        save = saved and (
-            lambda step, run, start=start, best=best: (
-                saved.due(step) and saved.save_fit(n_init, name, rng, start, best, finals, run)
-            )
+
+        def save(step: int, run: Run, start: int = start, best: FitResult | None = best) -> None:
+            if saved is not None and saved.due(step):
+                saved.save_fit(n_init, name, rng, start, best, finals, run)
+
+        result, interrupted = _em(
+            enc_data, estimator, model, max_its, tolerance, out, on_step, start, begun, save if saved else None
         )
-        result, interrupted = _em(enc_data, estimator, model, max_its, tolerance, out, on_step, start, begun, save)
         result.init = name
         finals.append(result.log_density)
         if best is None or result.log_density > best.log_density:
@@ -206,6 +209,7 @@ def fit(
             break
         if saved:
             saved.save_fit(n_init, name, rng, start + 1, best, finals)
+    assert best is not None  # n_init >= 1 starts ran, or the checkpoint held the best
     best.restarts = finals
     return best
 
@@ -283,8 +287,8 @@ def _em(
     out: TextIO | None,
     on_step: Callable[[EMStep], None] | None,
     start: int,
-    begun: tuple[Distribution, float, list[EMStep]] | None = None,
-    save: Callable[[int, tuple[Distribution, float, list[EMStep]]], Any] | None = None,
+    begun: Run | None = None,
+    save: Callable[[int, Run], None] | None = None,
 ) -> tuple[FitResult, bool]:
     """One start's EM loop, continuing ``begun`` (model, previous, history) if given, and
     ``save(iteration, run)`` after each iteration; returns its result and whether Ctrl-C ended it."""
@@ -366,8 +370,10 @@ def _output(out: TextIO | str | None, data: Any) -> TextIO | None:
     """Where progress lines go: ``out``, with :data:`ROOT_STDOUT` resolved to ``sys.stdout``
     on the root rank (a handle's root; for local data, rank 0 of the group, see
     ``torchrun_out``) and to nothing on the others."""
-    if out is not ROOT_STDOUT:
+    if not isinstance(out, str):
         return out
+    if out != ROOT_STDOUT:
+        raise ValueError(f"out must be a text stream, None or ROOT_STDOUT; got {out!r}")
     if is_handle(data):
         return sys.stdout if getattr(data, "rank", 0) == getattr(data, "root", 0) else None
     return torchrun_out()
@@ -420,9 +426,9 @@ def aic(
     return -2.0 * _count_and_log_density(data_or_handle, model)[1] + 2.0 * p
 
 
-def _parameters(model, estimator, n_parameters) -> int:
+def _parameters(model: Distribution, estimator: Estimator | None, n_parameters: int | None) -> int:
     if n_parameters is not None:
-        return optional_int("n_parameters", n_parameters)
+        return integer("n_parameters", n_parameters, minimum=0)
     return free_parameters(estimator if estimator is not None else model.estimator(), model)
 
 

@@ -136,6 +136,10 @@ class Distribution:
     def dist_to_encoder(self) -> Encoder:
         raise NotImplementedError
 
+    def estimator(self, **kwargs: Any) -> Estimator:
+        """An estimator of this family (``kwargs``: the family's options, such as ``keys``)."""
+        raise NotImplementedError
+
     def log_density(self, x: Any) -> float:
         return float(self.seq_log_density(self.dist_to_encoder().seq_encode([x]))[0])
 

@@ -23,7 +23,7 @@ class Accumulated:
     """Statistics of some data for the next model, and the log-density of the current one."""
 
     count: float
-    accumulator: Accumulator
+    accumulator: AnyAccumulator
     log_density: float  # NaN when no model was given
 
 
@@ -57,6 +57,7 @@ class EMStep:
 
 
 EM_STEP_FIELDS = tuple(f.name for f in fields(EMStep))
+AnyAccumulator = Accumulator | foreign.ForeignAccumulator  # ours, or another package's wrapped
 
 
 def is_handle(data: object) -> TypeGuard[EncodedDataHandle]:
@@ -79,7 +80,9 @@ def is_handle(data: object) -> TypeGuard[EncodedDataHandle]:
     return hasattr(data, "pysp_seq_log_density_sum")
 
 
-def seq_encode(data: Any, model: Distribution = None, estimator: Estimator = None, device: Any = None) -> Any:
+def seq_encode(
+    data: Any, model: Distribution | None = None, estimator: Estimator | None = None, device: Any = None
+) -> Any:
     """Encode ``data`` once for repeated ``seq_*`` calls, with the model's or estimator's encoder,
     on ``device`` (``None``: the CPU; see :func:`encode`)."""
     if model is not None:
@@ -117,7 +120,7 @@ def encode(encoder: Any, data: Any, device: Any = None) -> Any:
     )
 
 
-def encoded_count(enc: Any, estimator: Estimator = None) -> int:
+def encoded_count(enc: Any, estimator: Estimator | None = None) -> int:
     """Observations in one local encoding (see :func:`foreign.rows`); ``len`` without an estimator."""
     if estimator is None:
         return len(enc)
@@ -127,8 +130,8 @@ def encoded_count(enc: Any, estimator: Estimator = None) -> int:
 def accumulate(
     chunks: Sequence[Any],
     estimator: Estimator,
-    model: Distribution = None,
-    counts: Sequence[int] = None,
+    model: Distribution | None = None,
+    counts: Sequence[int] | None = None,
     with_log_density: bool = True,
 ) -> Accumulated:
     """E-step over encoded ``chunks`` into one accumulator; also sums the log-density of ``model``
@@ -160,7 +163,7 @@ def log_density_total(model: Distribution, enc: Any) -> float:
     return total(model.seq_log_density(enc))
 
 
-def tie_keys(acc: Accumulator) -> Accumulator:
+def tie_keys(acc: AnyAccumulator) -> AnyAccumulator:
     """Merge then replace keyed statistics once, on fully combined statistics."""
     stats: dict = {}
     acc.key_merge(stats)
@@ -168,7 +171,7 @@ def tie_keys(acc: Accumulator) -> Accumulator:
     return acc
 
 
-def m_step(estimator: Estimator, count: float, acc: Accumulator) -> Distribution:
+def m_step(estimator: Estimator, count: float, acc: AnyAccumulator) -> Distribution:
     """Key-tie the folded statistics and estimate the new model."""
     return estimator.estimate(count, tie_keys(acc).value())
 
