@@ -82,11 +82,35 @@ def initial_model(
 ) -> Distribution:
     """The start of EM on local encoded data or a handle.
 
-    ``init``: ``"kmeans++"`` (k-means‖ where the data live, a few Lloyd iterations, then the
-    mixture estimated from hard labels), ``"random_from_data"`` (K observations as centres,
-    then the same), ``"random"`` (``seq_initialize`` with fraction ``init_p``), or a model,
-    returned as it is. A handle without the ``pysp_kmeans_init`` extension falls back to
-    ``"random"`` with a warning. A mixture of more components than observations is refused."""
+    A handle without the ``pysp_kmeans_init`` extension falls back to ``"random"`` with a warning.
+
+    Parameters
+    ----------
+    enc : encoding or EncodedDataHandle
+        Local encoded data or any handle.
+    estimator : Estimator
+        The family to start.
+    init : str or Distribution
+        ``"kmeans++"`` (k-means‖ where the data live, a few Lloyd iterations, then the
+        mixture estimated from hard labels), ``"random_from_data"`` (K observations as
+        centres, then the same), ``"random"`` (``seq_initialize`` with fraction ``init_p``),
+        or a model, returned as it is.
+    rng : None, int, numpy.random.Generator or numpy.random.RandomState
+        The random source.
+    init_p : float, default 0.1
+        The fraction of observations a ``"random"`` start draws.
+
+    Returns
+    -------
+    Distribution
+        The start model.
+
+    Raises
+    ------
+    ValueError
+        If ``init`` is not a start name or a model, or a mixture has more components than
+        there are observations.
+    """
     _require_enough_observations(enc, estimator)
     if not isinstance(init, str):
         return init
@@ -138,22 +162,54 @@ def fit(
 ) -> FitResult:
     """EM from ``n_init`` starts, keeping the one with the best final log-density.
 
-    ``init`` is a start name (see :func:`initial_model`; ``None`` picks :func:`default_init`)
-    or a model. Each start runs until the magnitude of its gain in log-density per
-    observation falls below one tolerance, ``tol`` if given, else ``delta`` (see
-    :func:`stopping_tolerance`; ``None`` or ``0``: exactly ``max_its`` iterations, as
-    scikit-learn's ``tol=0``), or for ``max_its`` iterations. ``data`` may be raw observations or any handle (``fit(h, est)``); ``enc_data``
-    (local encoded data or any handle) skips encoding ``data``;
-    ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``; ``None``: the CPU) is
-    where ``data`` are encoded and every E-step kernel runs, the M-step staying on the host. One
-    line per iteration goes to ``out`` (``None`` silences it; the default is ``sys.stdout`` on
-    the root rank only, a handle's root or, for local data under torch.distributed, rank 0, as
-    ``torchrun_out`` does; ``out=sys.stdout`` prints on every rank); ``on_step`` gets every
-    :class:`~mixle_nb.stats.EMStep`. Ctrl-C returns the best start so far (the interrupted one
-    with its last good model); any other failure raises :class:`FitError` carrying it.
-    ``checkpoint`` (a path or an :class:`~mixle_nb.checkpoint.EMCheckpoint`) saves the run
-    atomically every step (or every ``EMCheckpoint.every``); if the file exists, the fit
-    continues from it, step for step the run it saved.
+    Ctrl-C returns the best start so far (the interrupted one with its last good model).
+
+    Parameters
+    ----------
+    data : array-like, EncodedDataHandle or None
+        Raw observations, or any handle (``fit(h, est)``).
+    estimator : Estimator
+        The family to fit (ours or mixle's).
+    enc_data : encoding or EncodedDataHandle, optional
+        Local encoded data or any handle, instead of ``data`` (which is then not encoded).
+    init : str or Distribution, optional
+        A start name (see :func:`initial_model`; ``None`` picks :func:`default_init`) or a model.
+    n_init : int, default 1
+        Starts to run (more than one needs a start name).
+    max_its : int, default 100
+        Iterations per start at most.
+    delta, tol : float or None
+        The tolerance of the one stopping rule (see :func:`stopping_tolerance`): a start stops
+        when its gain in log-density per observation is smaller in magnitude; ``None`` or ``0``
+        runs exactly ``max_its`` iterations.
+    init_p : float, default 0.1
+        The fraction of observations a ``"random"`` start draws.
+    rng : None, int, numpy.random.Generator or numpy.random.RandomState
+        The random source of the starts.
+    out : text stream, None or ROOT_STDOUT
+        Where one line per iteration goes (``None`` silences it); the default is
+        ``sys.stdout`` on the root rank only (a handle's root or, for local data under
+        torch.distributed, rank 0, as ``torchrun_out``); ``out=sys.stdout`` prints on every rank.
+    on_step : callable, optional
+        Called with every :class:`~mixle_nb.stats.EMStep`.
+    device : str or torch.device, optional
+        Where ``data`` are encoded and every E-step kernel runs (``None``: the CPU); the
+        M-step stays on the host.
+    checkpoint : path or EMCheckpoint, optional
+        Save the run atomically every step (or every ``EMCheckpoint.every``); if the file
+        exists, continue from it, step for step the run it saved.
+
+    Returns
+    -------
+    FitResult
+        The best start's model, log-density, history and every start's final log-density.
+
+    Raises
+    ------
+    ValueError
+        On a bad argument, before any step (see the messages).
+    FitError
+        If an EM step fails; it carries the last good model and the history.
     """
     max_its = positive_int("max_its", max_its)
     n_init = positive_int("n_init", n_init)

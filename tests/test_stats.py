@@ -243,6 +243,8 @@ def test_one_stopping_rule_delta_and_tol_name_one_tolerance():
         fit(x, GaussianEstimator(), delta=1e-5, tol=1e-3, out=None)
     with pytest.raises(ValueError, match="delta must be >= 0"):
         optimize(x, GaussianEstimator(), delta=-1.0, out=None)
+    with pytest.raises(ValueError, match="out must be a text stream, None or ROOT_STDOUT; got 'log.txt'"):
+        fit(x, GaussianEstimator(), out="log.txt")
 
 
 def test_failed_iteration_keeps_the_last_good_model():

@@ -155,7 +155,26 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     # -- fitting ----------------------------------------------------------------------------
 
     def fit(self, X, y=None):
-        """Estimate the parameters with EM from ``n_init`` starts; keep the best."""
+        """Estimate the parameters with EM from ``n_init`` starts; keep the best.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), handle or cluster reference
+            The observations (see the class docstring).
+        y : None
+            Ignored (scikit-learn's signature).
+
+        Returns
+        -------
+        GaussianMixture
+            ``self``, fitted.
+
+        Raises
+        ------
+        ValueError
+            On a bad parameter or ``X`` (scikit-learn's messages, from its parameter
+            constraints, ``validate_data`` and the ``*_init`` checks).
+        """
         scikit_internals.validate_params(self)
         if is_reference(X):
             fitted = X.call_with_handle(_on_rank, self, "fit")

@@ -83,8 +83,27 @@ def is_handle(data: object) -> TypeGuard[EncodedDataHandle]:
 def seq_encode(
     data: Any, model: Distribution | None = None, estimator: Estimator | None = None, device: Any = None
 ) -> Any:
-    """Encode ``data`` once for repeated ``seq_*`` calls, with the model's or estimator's encoder,
-    on ``device`` (``None``: the CPU; see :func:`encode`)."""
+    """Encode ``data`` once for repeated ``seq_*`` calls.
+
+    Parameters
+    ----------
+    data : sequence
+        The observations.
+    model, estimator : optional
+        Whose encoder to use (``model``'s if given, else ``estimator``'s).
+    device : str or torch.device, optional
+        Where the encoding lives (``None``: the CPU; see :func:`encode`).
+
+    Returns
+    -------
+    object
+        The encoding (opaque: count its observations with :func:`encoded_count`).
+
+    Raises
+    ------
+    ValueError
+        If neither ``model`` nor ``estimator`` is given, or ``data`` is empty.
+    """
     if model is not None:
         encoder = model.dist_to_encoder()
     elif estimator is not None:
@@ -121,7 +140,21 @@ def encode(encoder: Any, data: Any, device: Any = None) -> Any:
 
 
 def encoded_count(enc: Any, estimator: Estimator | None = None) -> int:
-    """Observations in one local encoding (see :func:`foreign.rows`); ``len`` without an estimator."""
+    """Observations in one local encoding.
+
+    Parameters
+    ----------
+    enc : object
+        A local encoding.
+    estimator : Estimator, optional
+        Whose encoder made it (its ``row_count`` counts mixle's; see :func:`foreign.rows`);
+        without it, ``len(enc)``.
+
+    Returns
+    -------
+    int
+        The observation count.
+    """
     if estimator is None:
         return len(enc)
     return foreign.rows(estimator.accumulator_factory().make().acc_to_encoder(), enc)
@@ -164,7 +197,18 @@ def log_density_total(model: Distribution, enc: Any) -> float:
 
 
 def tie_keys(acc: AnyAccumulator) -> AnyAccumulator:
-    """Merge then replace keyed statistics once, on fully combined statistics."""
+    """Merge then replace keyed statistics once, on fully combined statistics.
+
+    Parameters
+    ----------
+    acc : Accumulator or foreign.ForeignAccumulator
+        The folded accumulator (changed in place).
+
+    Returns
+    -------
+    Accumulator or foreign.ForeignAccumulator
+        ``acc``, its tied statistics merged.
+    """
     stats: dict = {}
     acc.key_merge(stats)
     acc.key_replace(stats)
@@ -172,12 +216,42 @@ def tie_keys(acc: AnyAccumulator) -> AnyAccumulator:
 
 
 def m_step(estimator: Estimator, count: float, acc: AnyAccumulator) -> Distribution:
-    """Key-tie the folded statistics and estimate the new model."""
+    """Key-tie the folded statistics and estimate the new model.
+
+    Parameters
+    ----------
+    estimator : Estimator
+        The family's estimator.
+    count : float
+        The observations the statistics cover.
+    acc : Accumulator or foreign.ForeignAccumulator
+        The folded statistics.
+
+    Returns
+    -------
+    Distribution
+        The new model.
+    """
     return estimator.estimate(count, tie_keys(acc).value())
 
 
 def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:
-    """One EM iteration on local data or a handle, reporting the objective of ``model``."""
+    """One EM iteration on local data or a handle, reporting the objective of ``model``.
+
+    Parameters
+    ----------
+    enc : encoding or EncodedDataHandle
+        Local encoded data or any handle (its ``pysp_em_step`` first, if it has one).
+    estimator : Estimator
+        The family's estimator.
+    model : Distribution
+        The model the step starts from.
+
+    Returns
+    -------
+    EMStep
+        The new model, with the log-density of the data under ``model`` and their count.
+    """
     if hasattr(enc, "pysp_em_step"):
         return enc.pysp_em_step(estimator, model)
     if is_handle(enc):  # a handle without the one-pass extension
@@ -188,7 +262,22 @@ def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:
 
 
 def seq_estimate(enc: Any, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
-    """One EM step: E-step under ``prev_estimate``, then the M-step."""
+    """One EM step: E-step under ``prev_estimate``, then the M-step.
+
+    Parameters
+    ----------
+    enc : encoding or EncodedDataHandle
+        Local encoded data or any handle.
+    estimator : Estimator
+        The family's estimator.
+    prev_estimate : Distribution
+        The model the step starts from.
+
+    Returns
+    -------
+    Distribution
+        The new model.
+    """
     if is_handle(enc):
         return enc.pysp_seq_estimate(estimator, prev_estimate)
     return em_step(enc, estimator, prev_estimate).model
@@ -202,7 +291,30 @@ def initial_weights(n: int, rng: np.random.Generator, p: float) -> np.ndarray:
 
 
 def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distribution:
-    """Random initial model: a random subset of the data with random mixture responsibilities."""
+    """Random initial model: a random subset of the data with random mixture responsibilities.
+
+    Parameters
+    ----------
+    enc : encoding or EncodedDataHandle
+        Local encoded data or any handle.
+    estimator : Estimator
+        The family's estimator (ours or mixle's).
+    rng : None, int, numpy.random.Generator or numpy.random.RandomState
+        The random source; mixle's accumulators get a ``RandomState`` (one passes through
+        unchanged, a ``Generator`` seeds one: :func:`~mixle_nb.stats.base.random_source`).
+    p : float
+        The probability that an observation takes part, in (0, 1].
+
+    Returns
+    -------
+    Distribution
+        The initial model.
+
+    Raises
+    ------
+    ValueError
+        If ``p`` is outside (0, 1].
+    """
     if is_handle(enc):
         return enc.pysp_seq_initialize(estimator, rng, p)
     if not isinstance(rng, np.random.RandomState):  # ours take either; a RandomState passes
@@ -216,7 +328,20 @@ def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distri
 
 
 def seq_log_density_sum(enc: Any, model: Distribution) -> tuple[float, float]:
-    """``(count, total log-density)`` of the data under ``model``."""
+    """``(count, total log-density)`` of the data under ``model``.
+
+    Parameters
+    ----------
+    enc : encoding or EncodedDataHandle
+        Local encoded data or any handle (whose count and total are global).
+    model : Distribution
+        The model.
+
+    Returns
+    -------
+    tuple of float
+        The observation count and the summed log-density.
+    """
     if is_handle(enc):
         return enc.pysp_seq_log_density_sum(model)
     summed = log_density_total(model, enc)
