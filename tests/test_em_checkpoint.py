@@ -77,6 +77,8 @@ def test_optimize_checkpoints_and_resumes_like_fit(tmp_path):
     resumed = optimize(x, estimator(), checkpoint=path, on_step=steps.append, **options)
     assert steps[0].step == 5
     np.testing.assert_array_equal(numbers(resumed), numbers(whole))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'checkpiont'"):
+        optimize(x, estimator(), checkpiont=path, **options)  # a misspelt option is refused, not dropped
 
 
 def test_a_checkpoint_of_another_fit_is_refused_before_any_step(tmp_path):
