@@ -11,7 +11,7 @@ import pytest
 from kernels import kernel, new_tag, run
 
 from mixle_nb.checkpoint import EMCheckpoint, write_atomically
-from mixle_nb.inference import fit
+from mixle_nb.inference import fit, optimize
 from mixle_nb.stats import GaussianEstimator, MixtureEstimator
 
 
@@ -62,6 +62,23 @@ def test_a_fit_killed_mid_start_resumes_as_the_same_run(tmp_path, every):
     again = fit(x, estimator(), checkpoint=path, on_step=steps.append, **options)
     assert len(steps) == ran and again.restarts == whole.restarts
     np.testing.assert_array_equal(numbers(again.model), numbers(whole.model))
+
+
+def test_optimize_checkpoints_and_resumes_like_fit(tmp_path):
+    """Issue 36, item 6: ``optimize`` passes ``checkpoint=`` to ``fit`` (before, it had no such
+    argument): killed mid-run, it continues from its file to the model of the run that was not."""
+    x, path = data(), tmp_path / "optimize.ckpt"
+    options = dict(init="random_from_data", max_its=12, delta=1e-12, rng=3, out=None)
+    whole = optimize(x, estimator(), **options)
+    with pytest.raises(Died):
+        optimize(x, estimator(), checkpoint=path, on_step=die_at(0, 5), **options)
+    assert len(pickle.loads(path.read_bytes())["run"][2]) == 4
+    steps = []
+    resumed = optimize(x, estimator(), checkpoint=path, on_step=steps.append, **options)
+    assert steps[0].step == 5
+    np.testing.assert_array_equal(numbers(resumed), numbers(whole))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'checkpiont'"):
+        optimize(x, estimator(), checkpiont=path, **options)  # a misspelt option is refused, not dropped
 
 
 def test_a_checkpoint_of_another_fit_is_refused_before_any_step(tmp_path):

@@ -330,3 +330,77 @@ def test_our_mixture_of_mixle_components_fits_and_samples():
     assert sample.shape == (n,)
     assert abs(sample.mean() - mean) < 5 * np.sqrt(variance / n)
     assert abs(sample.var() - variance) < 5 * np.sqrt((fourth - variance**2) / n)
+
+
+def test_one_mixture_check_accepts_mixle_mixtures_everywhere():
+    """Issue 36, item 5: the component-count check before EM and Choose K on the ranks ask one
+    question (``stats.mixture.is_mixture_estimator``): mixle's MixtureEstimator is a mixture
+    for both, its CompositeEstimator (which also has ``estimators``) for neither. Before, fit
+    matched class names ending in "MixtureEstimator" and Choose K refused all but ours."""
+    from mixle.stats import CompositeEstimator, GaussianEstimator
+    from mixle.stats import MixtureEstimator as MixleMixture
+
+    from mixle_nb.cluster.rank_side import choose_k_on_rank, in_namespace
+    from mixle_nb.inference import fit
+    from mixle_nb.stats import GaussianEstimator as OurGaussian
+    from mixle_nb.stats import MixtureEstimator
+    from mixle_nb.stats.mixture import is_mixture_estimator, mixture_of_copies
+
+    theirs = MixleMixture([GaussianEstimator()] * 3)
+    assert is_mixture_estimator(theirs) and is_mixture_estimator(MixtureEstimator([OurGaussian()] * 2))
+    composite = CompositeEstimator([GaussianEstimator(), GaussianEstimator()])
+    assert hasattr(composite, "estimators") and not is_mixture_estimator(composite)
+    assert not is_mixture_estimator(OurGaussian())
+    copies = mixture_of_copies(theirs, 5)
+    assert type(copies) is MixleMixture and len(copies.estimators) == 5
+    with pytest.raises(TypeError, match="needs a MixtureEstimator"):
+        mixture_of_copies(composite, 2)
+
+    x, _ = gaussian_mixture()
+    with pytest.raises(ValueError, match="a mixture of 3 components needs at least 3 observations"):
+        fit(x[:2], theirs, init="random", rng=0, out=None)
+    with in_namespace({"x": x, "theirs": theirs, "composite": composite}):
+        with pytest.raises(TypeError, match="choosing K needs a MixtureEstimator .ours or mixle's.; 'composite'"):
+            choose_k_on_rank("x", "composite", [1, 2], "random", 0)
+        # past the check, the fit runs; scoring it needs a count of mixle's free parameters
+        with pytest.raises(TypeError, match="no free-parameter count for MixtureEstimator: pass n_parameters="):
+            choose_k_on_rank("x", "theirs", [1, 2], "random", 0)
+
+
+def test_choose_k_and_a_random_start_with_mixle_mixtures():
+    """Issue 36, item 6: one RNG normaliser (``stats.base.random_source``). A local random start
+    of a mixle mixture used to fail (our Generator reached mixle's ``rng.randint``); now mixle's
+    accumulators get a RandomState seeded from it (one start per seed), and a RandomState passes
+    through unchanged. Choose K then picks the two components of the data (mixle's Gaussian:
+    2 parameters)."""
+    from mixle.stats import GaussianEstimator
+    from mixle.stats import MixtureEstimator as MixleMixture
+
+    from mixle_nb.inference import choose_k, initial_model
+    from mixle_nb.stats import seq_encode, seq_initialize
+    from mixle_nb.stats.base import random_source
+    from mixle_nb.stats.mixture import mixture_of_copies
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(-4, 1, 300), rng.normal(4, 0.7, 300)])
+    mixture = MixleMixture([GaussianEstimator()] * 2)
+    enc = seq_encode(x, estimator=mixture)
+    legacy = random_source(np.random.default_rng(11), np.random.RandomState)
+    assert isinstance(legacy, np.random.RandomState) and random_source(legacy, np.random.RandomState) is legacy
+    starts = [initial_model(enc, mixture, "random", np.random.default_rng(seed), init_p=0.5) for seed in (11, 11, 12)]
+    means = [[c.mu for c in start.components] for start in starts]
+    assert means[0] == means[1] != means[2] and np.isfinite(means).all()
+    by_state = [seq_initialize(enc, mixture, np.random.RandomState(5), 0.5) for _ in range(2)]
+    assert [c.mu for c in by_state[0].components] == [c.mu for c in by_state[1].components]
+
+    chosen = choose_k(
+        x,
+        lambda k: mixture_of_copies(mixture, k),
+        [1, 2, 3],
+        init="random",
+        n_init=3,
+        rng=0,
+        out=None,
+        n_parameters=lambda model: 3 * len(model.components) - 1,
+    )
+    assert chosen.best_k == 2 and sorted(round(c.mu) for c in chosen.best_model.components) == [-4, 4]

@@ -143,4 +143,5 @@ def test_bic_picks_the_true_number_of_components(index):
     ds = datasets()[index]
     chosen = choose_k(ds.x, ds.estimator, range(1, ds.k + 3), rng=0, out=None)
     assert chosen.best_k == ds.k, f"{ds.name}: BIC per K {dict(zip(chosen.k, np.round(chosen.bic, 1)))}"
+    assert chosen.best_index == chosen.k.index(ds.k) and chosen.best_model is chosen.results[chosen.best_index].model
     assert chosen.bic[chosen.k.index(ds.k)] == pytest.approx(bic(ds.x, chosen.best_model, ds.estimator()))

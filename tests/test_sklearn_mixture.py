@@ -206,3 +206,76 @@ def test_a_fit_through_a_cluster_reference_equals_the_in_process_fit(cluster2):
             pickle.dumps(reference)
     finally:
         cluster2.execute_async("h_sklearn.close(); del h_sklearn, x, est").result()
+
+
+def test_initial_parameter_errors_are_scikit_learns():
+    """Issue 36, item 7: ``*_init`` are checked with public APIs (``check_array``, numpy) in
+    ``mixture/initial_parameters.py``, no longer scikit-learn's private ``_check_*``; the
+    messages stay scikit-learn's, word for word, for every kind of bad value."""
+    x = blobs(40, 2, 2)
+    spd = np.array([[2.0, 0.5], [0.5, 1.0]])
+    for kwargs in (
+        {"weights_init": [0.5, 0.6]},
+        {"weights_init": [-0.1, 1.1]},
+        {"weights_init": [1.0]},
+        {"means_init": np.zeros((2, 3))},
+        {"covariance_type": "full", "precisions_init": np.stack([spd, -spd])},
+        {"covariance_type": "full", "precisions_init": np.stack([spd, [[1.0, 0.3], [0.0, 1.0]]])},
+        {"covariance_type": "full", "precisions_init": spd},
+        {"covariance_type": "tied", "precisions_init": np.ones((2, 3))},
+        {"covariance_type": "diag", "precisions_init": [[1.0, 0.0], [1.0, 2.0]]},
+        {"covariance_type": "spherical", "precisions_init": [1.0, -2.0]},
+        {"covariance_type": "spherical", "precisions_init": [1.0, 2.0, 3.0]},
+    ):
+        messages = []
+        for cls in (GaussianMixture, ScikitGaussianMixture):
+            with pytest.raises(ValueError) as raised:
+                cls(2, **kwargs).fit(x)
+            messages.append(str(raised.value))
+        assert messages[0] == messages[1], kwargs
+    given = {"weights_init": [0.3, 0.7], "means_init": [[0.0, 0.0], [5.0, 5.0]], "precisions_init": [spd, spd]}
+    ours, theirs = (cls(2, max_iter=2, tol=0, **given) for cls in (GaussianMixture, ScikitGaussianMixture))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ours.fit(x), theirs.fit(x)
+    for name in ("weights_", "means_", "precisions_"):  # the accepted start is used as it is
+        np.testing.assert_allclose(getattr(ours, name), getattr(theirs, name), rtol=1e-8)
+
+
+def test_scikit_learn_internals_are_in_one_module_within_the_pinned_versions(monkeypatch):
+    """Issue 36, item 7: the scikit-learn internals with no public replacement are used in
+    ``mixture/scikit_internals.py`` alone, on the versions pyproject's ``sklearn`` extra pins;
+    ``check_internals`` passes here and, where one is gone, fails with one clear message."""
+    import pathlib
+    import re
+
+    import sklearn
+    import tomllib
+    from packaging.specifiers import SpecifierSet
+
+    from mixle_nb.mixture import scikit_internals
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra in ("sklearn", "test"):
+        (pin,) = [spec for spec in extras[extra] if spec.startswith("scikit-learn")]
+        assert pin == f"scikit-learn{scikit_internals.CHECKED_RANGE}", (extra, pin)
+    assert sklearn.__version__ in SpecifierSet(scikit_internals.CHECKED_RANGE)
+    scikit_internals.check_internals()  # on a version where these break, this is the failure
+
+    private = re.compile(r"sklearn[\w.]*\._\w|ScikitGaussianMixture\._|\._validate_params|_parameter_constraints\b")
+    users = {
+        path.relative_to(root).as_posix()
+        for path in (root / "mixle_nb").rglob("*.py")
+        if any(private.search(line) for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+    }
+    assert users <= {"mixle_nb/mixture/scikit_internals.py", "mixle_nb/mixture/gaussian_mixture.py"}, users
+    gm_source = (root / "mixle_nb/mixture/gaussian_mixture.py").read_text()
+    assert "sklearn.mixture._" not in gm_source and "_array_api" not in gm_source
+    assert "ScikitGaussianMixture._" not in gm_source and "self._validate_params" not in gm_source
+
+    from sklearn.base import BaseEstimator
+
+    monkeypatch.delattr(BaseEstimator, "_validate_params")
+    with pytest.raises(RuntimeError, match=r"scikit-learn \S+ lacks what mixle_nb.mixture uses: .*_validate_params"):
+        scikit_internals.check_internals()

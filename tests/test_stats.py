@@ -212,6 +212,41 @@ def test_optimize_stops_when_gain_falls_below_delta():
     assert len(records) < 50  # a single Gaussian converges after one M-step
 
 
+def test_one_stopping_rule_delta_and_tol_name_one_tolerance():
+    """Issue 36, item 6: ``delta`` (mixle's name) and ``tol`` (scikit-learn's) set one tolerance
+    on the magnitude of the gain per observation. A real fall is never taken for convergence
+    (before, ``gain < delta`` stopped at the first fall and called it converged), and two
+    different tolerances are refused."""
+    from mixle_nb.inference import DEFAULT_DELTA, fit, stopping_tolerance
+
+    x = np.random.default_rng(0).normal(size=500)
+
+    class Alternating(GaussianEstimator):  # not EM: the model flips between a good and a bad mean
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def estimate(self, nobs, value):
+            self.calls += 1
+            return GaussianDistribution(3.0 if self.calls % 2 else 0.0, 1.0)
+
+    for stop in ({"delta": 1e-6}, {"tol": 1e-6}):
+        result = fit(x, Alternating(), init=GaussianDistribution(0.0, 1.0), max_its=6, out=None, **stop)
+        assert [r.gain < 0 for r in result.history[1:]] == [True, False, True, False, True]
+        assert (result.n_iter, result.converged) == (6, False)
+
+    assert stopping_tolerance(DEFAULT_DELTA, None) == DEFAULT_DELTA == 1e-9
+    assert stopping_tolerance(1e-4, None) == 1e-4 and stopping_tolerance(None, None) is None
+    assert stopping_tolerance(DEFAULT_DELTA, 1e-3) == stopping_tolerance(0.0, 1e-3) == 1e-3
+    assert stopping_tolerance(None, 0.0) == 0.0 and stopping_tolerance(1e-3, 1e-3) == 1e-3
+    with pytest.raises(ValueError, match=r"delta=1e-05 and tol=0.001 name one tolerance"):
+        fit(x, GaussianEstimator(), delta=1e-5, tol=1e-3, out=None)
+    with pytest.raises(ValueError, match="delta must be >= 0"):
+        optimize(x, GaussianEstimator(), delta=-1.0, out=None)
+    with pytest.raises(ValueError, match="out must be a text stream, None or ROOT_STDOUT; got 'log.txt'"):
+        fit(x, GaussianEstimator(), out="log.txt")
+
+
 def test_failed_iteration_keeps_the_last_good_model():
     x = np.random.default_rng(0).normal(size=200)
     start = GaussianDistribution(0.0, 1.0)

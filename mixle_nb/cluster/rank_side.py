@@ -235,15 +235,16 @@ def initial_model_on_rank(handle: str, estimator: str, model: str, init: str, se
 
 def choose_k_on_rank(handle: str, estimator: str, k_values: list, init: str, seed: int) -> dict:
     """Fit mixtures of K copies of the named mixture estimator's first component for each K,
-    scored by BIC and AIC on the handle: ``{k, bic, aic, models}`` (the same on every rank)."""
+    scored by BIC and AIC on the handle: ``{k, bic, aic, models, best_k}`` (the same on every
+    rank; ``best_k`` is :attr:`~mixle_nb.inference.KChoice.best_k`)."""
     from ..inference import choose_k
-    from ..stats import MixtureEstimator
+    from ..stats.mixture import is_mixture_estimator, mixture_of_copies
 
     est = lookup(estimator)
-    if not isinstance(est, MixtureEstimator):
-        raise TypeError(f"choosing K needs a MixtureEstimator; {estimator!r} is a {type(est).__name__}")
-    component = est.estimators[0]
-    found = choose_k(
-        lookup(handle), lambda k: MixtureEstimator([component] * k), k_values, init=init, rng=seed, out=None
-    )
-    return {"k": found.k, "bic": found.bic, "aic": found.aic, "models": [r.model for r in found.results]}
+    if not is_mixture_estimator(est):
+        raise TypeError(
+            f"choosing K needs a MixtureEstimator (ours or mixle's); {estimator!r} is a {type(est).__name__}"
+        )
+    found = choose_k(lookup(handle), lambda k: mixture_of_copies(est, k), k_values, init=init, rng=seed, out=None)
+    models = [r.model for r in found.results]
+    return {"k": found.k, "bic": found.bic, "aic": found.aic, "models": models, "best_k": found.best_k}

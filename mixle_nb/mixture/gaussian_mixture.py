@@ -8,21 +8,21 @@ from __future__ import annotations
 import functools
 import time
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, DensityMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.mixture import GaussianMixture as ScikitGaussianMixture
-from sklearn.mixture._gaussian_mixture import _check_means, _check_precisions, _check_weights
 from sklearn.utils import check_random_state
-from sklearn.utils._array_api import get_namespace
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import inference
 from ..stats import seq_encode, seq_log_density_sum
+from ..stats.estimation import is_handle
 from ..stats.kmeans import encoded_points
+from . import scikit_internals
+from .initial_parameters import checked_means, checked_precisions, checked_weights
 from .translation import (
     covariances_from_precisions,
     mixture_estimator,
@@ -31,6 +31,9 @@ from .translation import (
     precisions_cholesky,
     precisions_from_cholesky,
 )
+
+if TYPE_CHECKING:  # the protocol only: a handle is recognised by its method (is_handle)
+    from ..parallel.handle import EncodedDataHandle
 
 # scikit-learn's start names, as our starts (mixle_nb.inference.initial_model). Both k-means
 # names take our k-means‖ start (k-means++ seeding where the data live, one Lloyd pass, then a
@@ -49,11 +52,6 @@ FITTED = (
     "n_features_in_",
     "feature_names_in_",
 )
-
-
-def is_handle(data: Any) -> bool:
-    """An encoded-data handle, recognised by its ``pysp_*`` method (as the dispatch does)."""
-    return hasattr(data, "pysp_seq_log_density_sum")
 
 
 def is_reference(data: Any) -> bool:
@@ -77,7 +75,7 @@ def _handle_features(handle: Any) -> int:
     return int(dims[0])
 
 
-def _on_rank(handle: Any, estimator: GaussianMixture, method: str) -> Any:
+def _on_rank(handle: EncodedDataHandle, estimator: GaussianMixture, method: str) -> Any:
     """What a cluster reference runs on every rank: the same method on the rank's handle."""
     out = getattr(estimator, method)(handle)
     return out if method != "fit" else {name: value for name, value in vars(out).items() if name in FITTED}
@@ -113,7 +111,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     (or any of our Gaussian estimators).
     """
 
-    _parameter_constraints: dict = {**ScikitGaussianMixture._parameter_constraints, "device": [None, str, torch.device]}
+    _parameter_constraints: dict = {**scikit_internals.parameter_constraints(), "device": [None, str, torch.device]}
 
     def __init__(
         self,
@@ -157,8 +155,27 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     # -- fitting ----------------------------------------------------------------------------
 
     def fit(self, X, y=None):
-        """Estimate the parameters with EM from ``n_init`` starts; keep the best."""
-        self._validate_params()
+        """Estimate the parameters with EM from ``n_init`` starts; keep the best.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), handle or cluster reference
+            The observations (see the class docstring).
+        y : None
+            Ignored (scikit-learn's signature).
+
+        Returns
+        -------
+        GaussianMixture
+            ``self``, fitted.
+
+        Raises
+        ------
+        ValueError
+            On a bad parameter or ``X`` (scikit-learn's messages, from its parameter
+            constraints, ``validate_data`` and the ``*_init`` checks).
+        """
+        scikit_internals.validate_params(self)
         if is_reference(X):
             fitted = X.call_with_handle(_on_rank, self, "fit")
             for name in FITTED:
@@ -221,14 +238,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     def _initial_parameters(self, n_features: int) -> dict:
         """The given ``*_init`` values, checked with scikit-learn's own messages."""
         k, kind = self.n_components, self.covariance_type
-        xp, _ = get_namespace(np.zeros(1))  # scikit-learn's checks take its numpy namespace
         given = {}
         if self.weights_init is not None:
-            given["weights"] = _check_weights(self.weights_init, k, xp=xp)
+            given["weights"] = checked_weights(self.weights_init, k)
         if self.means_init is not None:
-            given["means"] = _check_means(self.means_init, k, n_features, xp=xp)
+            given["means"] = checked_means(self.means_init, k, n_features)
         if self.precisions_init is not None:
-            precisions = _check_precisions(self.precisions_init, kind, k, n_features, xp=xp)
+            precisions = checked_precisions(self.precisions_init, kind, k, n_features)
             given["covariances"] = covariances_from_precisions(kind, precisions)
         return given
 
@@ -255,14 +271,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 print(f"  Iteration {record.step}\t time lapse {now - clock[0]:.5f}s\t ll change {record.gain:.5f}")
                 clock[0] = now
 
-        # scikit-learn's one stopping rule: |change in the mean log-density| < tol (0: never)
+        # scikit-learn's stopping rule is ours: |change in the mean log-density| < tol (0: never)
         result = inference.fit(
             None,
             estimator,
             enc_data=enc,
             init=model,
             max_its=self.max_iter,
-            delta=None,
             tol=self.tol,
             out=None,
             on_step=report,

@@ -23,6 +23,7 @@ from scipy.linalg import solve_triangular
 from ..stats import (
     DiagonalGaussianDistribution,
     DiagonalGaussianEstimator,
+    Distribution,
     MixtureDistribution,
     MixtureEstimator,
     MultivariateGaussianDistribution,
@@ -31,7 +32,6 @@ from ..stats import (
     SphericalGaussianEstimator,
 )
 
-COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
 TIED_KEY = "tied covariance"
 
 
@@ -66,6 +66,7 @@ def model_from_parameters(covariance_type: str, weights, means, covariances) -> 
     covariances = np.asarray(covariances, dtype=np.float64)
     if covariance_type == "tied":
         covariances = np.broadcast_to(covariances, (k, d, d))
+    components: list[Distribution]
     if full_family(covariance_type, d):
         components = [MultivariateGaussianDistribution(m, c) for m, c in zip(means, covariances)]
     elif covariance_type == "spherical" and d > 1:
@@ -77,11 +78,30 @@ def model_from_parameters(covariance_type: str, weights, means, covariances) -> 
     return MixtureDistribution(components, weights / weights.sum())
 
 
-def parameters_from_model(covariance_type: str, model: MixtureDistribution):
-    """``(weights_, means_, covariances_)`` in scikit-learn's shapes for ``covariance_type``."""
-    means = np.stack([np.atleast_1d(c.mu) for c in model.components])
-    k, d = means.shape
-    full = np.stack([c.covar if hasattr(c, "covar") else np.diag(np.atleast_1d(c.sigma2)) for c in model.components])
+def parameters_from_model(covariance_type: str, model: Distribution) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(weights_, means_, covariances_)`` in scikit-learn's shapes for ``covariance_type``.
+
+    Parameters
+    ----------
+    covariance_type : {"full", "tied", "diag", "spherical"}
+        The shapes to report in.
+    model : MixtureDistribution
+        A mixture of our Gaussian families.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``weights_`` ``(K,)``, ``means_`` ``(K, D)`` and ``covariances_`` in the type's shape.
+
+    Raises
+    ------
+    TypeError
+        If ``model`` is not a mixture of Gaussians.
+    """
+    if not isinstance(model, MixtureDistribution):
+        raise TypeError(f"a Gaussian mixture's model must be a MixtureDistribution; got {type(model).__name__}")
+    means = np.stack([np.atleast_1d(_gaussian(c).mu) for c in model.components])
+    full = np.stack([_full_covariance(_gaussian(c)) for c in model.components])
     if covariance_type == "full":
         covariances = full
     elif covariance_type == "tied":
@@ -91,6 +111,19 @@ def parameters_from_model(covariance_type: str, model: MixtureDistribution):
     else:
         covariances = np.array([np.diag(f).mean() for f in full])
     return model.w.copy(), means, covariances
+
+
+def _gaussian(component: Distribution) -> DiagonalGaussianDistribution | MultivariateGaussianDistribution:
+    """A component of the Gaussian families scikit-learn's mixture has (spherical is diagonal)."""
+    if not isinstance(component, (DiagonalGaussianDistribution, MultivariateGaussianDistribution)):
+        raise TypeError(f"a Gaussian mixture's component must be a Gaussian; got {type(component).__name__}")
+    return component
+
+
+def _full_covariance(component: DiagonalGaussianDistribution | MultivariateGaussianDistribution) -> np.ndarray:
+    if isinstance(component, MultivariateGaussianDistribution):
+        return component.covar
+    return np.diag(np.atleast_1d(component.sigma2))
 
 
 def precisions_cholesky(covariance_type: str, covariances: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ value's sums, a log-density total) or asked for (``seq_log_density``, which retu
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import torch
@@ -22,14 +22,51 @@ from ..validation import device as checked_device
 CPU = torch.device("cpu")
 
 
-def as_generator(rng: Any) -> np.random.Generator:
-    """Accept a seed, a ``Generator`` or a legacy ``RandomState``; return a ``Generator``."""
-    if isinstance(rng, np.random.Generator):
+RandomSource = TypeVar("RandomSource", np.random.Generator, np.random.RandomState)
+
+
+@overload
+def random_source(rng: Any) -> np.random.Generator: ...
+
+
+@overload
+def random_source(rng: Any, kind: type[RandomSource]) -> RandomSource: ...
+
+
+def random_source(rng: Any, kind: type = np.random.Generator) -> Any:
+    """The one normaliser of random sources: ``rng`` as a numpy ``Generator`` (ours draw from
+    one) or, with ``kind=np.random.RandomState``, as the legacy ``RandomState`` mixle's
+    accumulators and per-rank seeds draw from (``randint``).
+
+    A source of the asked kind is returned as it is; one of the other kind seeds a new one
+    from a single draw (so a given source always gives the same stream); a seed or ``None``
+    starts a new one.
+
+    Parameters
+    ----------
+    rng : None, int, numpy.random.Generator or numpy.random.RandomState
+        The random source or seed.
+    kind : type, default numpy.random.Generator
+        ``numpy.random.Generator`` or ``numpy.random.RandomState``.
+
+    Returns
+    -------
+    numpy.random.Generator or numpy.random.RandomState
+        A source of ``kind``.
+
+    Raises
+    ------
+    TypeError
+        If ``rng`` is none of the above.
+    """
+    if isinstance(rng, kind):
         return rng
-    if isinstance(rng, np.random.RandomState):
+    if isinstance(rng, np.random.RandomState):  # a Generator asked for
         return np.random.default_rng(rng.randint(0, 2**31 - 1))
+    if isinstance(rng, np.random.Generator):  # a RandomState asked for
+        return np.random.RandomState(int(rng.integers(2**31 - 1)))
     if rng is None or isinstance(rng, (int, np.integer)):
-        return np.random.default_rng(rng)
+        return kind(rng) if kind is np.random.RandomState else np.random.default_rng(rng)
     raise TypeError(f"rng must be a seed, numpy Generator or RandomState; got {type(rng).__name__}")
 
 
@@ -97,6 +134,10 @@ class Distribution:
         return self.device_log_density(enc).cpu().numpy()
 
     def dist_to_encoder(self) -> Encoder:
+        raise NotImplementedError
+
+    def estimator(self, **kwargs: Any) -> Estimator:
+        """An estimator of this family (``kwargs``: the family's options, such as ``keys``)."""
         raise NotImplementedError
 
     def log_density(self, x: Any) -> float:
@@ -172,7 +213,7 @@ class Accumulator:
 
     def initialize(self, x: Any, weight: float, rng: Any) -> None:
         enc = self.acc_to_encoder().seq_encode([x])
-        self.seq_initialize(enc, np.array([float(weight)]), as_generator(rng))
+        self.seq_initialize(enc, np.array([float(weight)]), random_source(rng))
 
     def key_merge(self, stats: dict) -> None:
         """Add this accumulator's statistics into ``stats[keys]`` (first one in is the sum)."""
@@ -218,11 +259,3 @@ class ArrayAccumulator(Accumulator):
         else:
             self.stats += value
         return self
-
-
-def combine_rows(accumulators, stats: np.ndarray) -> np.ndarray:
-    """Combine row k of ``stats`` into accumulator k (a family's batched update over K
-    components); returns column 0 of ``stats``, each row's weight total."""
-    for acc, row in zip(accumulators, stats):
-        acc.combine(row)
-    return stats[:, 0]

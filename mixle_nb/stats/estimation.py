@@ -6,13 +6,16 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
 from . import foreign
-from .base import Accumulator, Distribution, Estimator, as_generator, total
+from .base import Accumulator, Distribution, Estimator, random_source, total
 from .frame import PointEncoding
+
+if TYPE_CHECKING:  # the protocol is the handles' layer; dispatch knows a handle by its method
+    from ..parallel.handle import EncodedDataHandle
 
 
 @dataclass
@@ -20,7 +23,7 @@ class Accumulated:
     """Statistics of some data for the next model, and the log-density of the current one."""
 
     count: float
-    accumulator: Accumulator
+    accumulator: AnyAccumulator
     log_density: float  # NaN when no model was given
 
 
@@ -54,11 +57,53 @@ class EMStep:
 
 
 EM_STEP_FIELDS = tuple(f.name for f in fields(EMStep))
+AnyAccumulator = Accumulator | foreign.ForeignAccumulator  # ours, or another package's wrapped
 
 
-def seq_encode(data: Any, model: Distribution = None, estimator: Estimator = None, device: Any = None) -> Any:
-    """Encode ``data`` once for repeated ``seq_*`` calls, with the model's or estimator's encoder,
-    on ``device`` (``None``: the CPU; see :func:`encode`)."""
+def is_handle(data: object) -> TypeGuard[EncodedDataHandle]:
+    """Whether ``data`` is an encoded-data handle rather than local data or an encoding.
+
+    The one test every driver uses: a handle is recognised by a ``pysp_*`` method of the
+    :class:`~mixle_nb.parallel.EncodedDataHandle` protocol, never by its type, so mixle's
+    handles and ours are both handles.
+
+    Parameters
+    ----------
+    data : object
+        Raw observations, a local encoding, or a handle.
+
+    Returns
+    -------
+    bool
+        True when ``data`` answers ``pysp_seq_log_density_sum`` (every handle does).
+    """
+    return hasattr(data, "pysp_seq_log_density_sum")
+
+
+def seq_encode(
+    data: Any, model: Distribution | None = None, estimator: Estimator | None = None, device: Any = None
+) -> Any:
+    """Encode ``data`` once for repeated ``seq_*`` calls.
+
+    Parameters
+    ----------
+    data : sequence
+        The observations.
+    model, estimator : optional
+        Whose encoder to use (``model``'s if given, else ``estimator``'s).
+    device : str or torch.device, optional
+        Where the encoding lives (``None``: the CPU; see :func:`encode`).
+
+    Returns
+    -------
+    object
+        The encoding (opaque: count its observations with :func:`encoded_count`).
+
+    Raises
+    ------
+    ValueError
+        If neither ``model`` nor ``estimator`` is given, or ``data`` is empty.
+    """
     if model is not None:
         encoder = model.dist_to_encoder()
     elif estimator is not None:
@@ -94,8 +139,22 @@ def encode(encoder: Any, data: Any, device: Any = None) -> Any:
     )
 
 
-def encoded_count(enc: Any, estimator: Estimator = None) -> int:
-    """Observations in one local encoding (see :func:`foreign.rows`); ``len`` without an estimator."""
+def encoded_count(enc: Any, estimator: Estimator | None = None) -> int:
+    """Observations in one local encoding.
+
+    Parameters
+    ----------
+    enc : object
+        A local encoding.
+    estimator : Estimator, optional
+        Whose encoder made it (its ``row_count`` counts mixle's; see :func:`foreign.rows`);
+        without it, ``len(enc)``.
+
+    Returns
+    -------
+    int
+        The observation count.
+    """
     if estimator is None:
         return len(enc)
     return foreign.rows(estimator.accumulator_factory().make().acc_to_encoder(), enc)
@@ -104,8 +163,8 @@ def encoded_count(enc: Any, estimator: Estimator = None) -> int:
 def accumulate(
     chunks: Sequence[Any],
     estimator: Estimator,
-    model: Distribution = None,
-    counts: Sequence[int] = None,
+    model: Distribution | None = None,
+    counts: Sequence[int] | None = None,
     with_log_density: bool = True,
 ) -> Accumulated:
     """E-step over encoded ``chunks`` into one accumulator; also sums the log-density of ``model``
@@ -137,24 +196,65 @@ def log_density_total(model: Distribution, enc: Any) -> float:
     return total(model.seq_log_density(enc))
 
 
-def tie_keys(acc: Accumulator) -> Accumulator:
-    """Merge then replace keyed statistics once, on fully combined statistics."""
+def tie_keys(acc: AnyAccumulator) -> AnyAccumulator:
+    """Merge then replace keyed statistics once, on fully combined statistics.
+
+    Parameters
+    ----------
+    acc : Accumulator or foreign.ForeignAccumulator
+        The folded accumulator (changed in place).
+
+    Returns
+    -------
+    Accumulator or foreign.ForeignAccumulator
+        ``acc``, its tied statistics merged.
+    """
     stats: dict = {}
     acc.key_merge(stats)
     acc.key_replace(stats)
     return acc
 
 
-def m_step(estimator: Estimator, count: float, acc: Accumulator) -> Distribution:
-    """Key-tie the folded statistics and estimate the new model."""
+def m_step(estimator: Estimator, count: float, acc: AnyAccumulator) -> Distribution:
+    """Key-tie the folded statistics and estimate the new model.
+
+    Parameters
+    ----------
+    estimator : Estimator
+        The family's estimator.
+    count : float
+        The observations the statistics cover.
+    acc : Accumulator or foreign.ForeignAccumulator
+        The folded statistics.
+
+    Returns
+    -------
+    Distribution
+        The new model.
+    """
     return estimator.estimate(count, tie_keys(acc).value())
 
 
 def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:
-    """One EM iteration on local data or a handle, reporting the objective of ``model``."""
+    """One EM iteration on local data or a handle, reporting the objective of ``model``.
+
+    Parameters
+    ----------
+    enc : encoding or EncodedDataHandle
+        Local encoded data or any handle (its ``pysp_em_step`` first, if it has one).
+    estimator : Estimator
+        The family's estimator.
+    model : Distribution
+        The model the step starts from.
+
+    Returns
+    -------
+    EMStep
+        The new model, with the log-density of the data under ``model`` and their count.
+    """
     if hasattr(enc, "pysp_em_step"):
         return enc.pysp_em_step(estimator, model)
-    if hasattr(enc, "pysp_seq_estimate"):  # a handle without the one-pass extension
+    if is_handle(enc):  # a handle without the one-pass extension
         count, total = enc.pysp_seq_log_density_sum(model)
         return EMStep(enc.pysp_seq_estimate(estimator, model), count, total)
     acc = accumulate([enc], estimator, model)
@@ -162,8 +262,23 @@ def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:
 
 
 def seq_estimate(enc: Any, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
-    """One EM step: E-step under ``prev_estimate``, then the M-step."""
-    if hasattr(enc, "pysp_seq_estimate"):
+    """One EM step: E-step under ``prev_estimate``, then the M-step.
+
+    Parameters
+    ----------
+    enc : encoding or EncodedDataHandle
+        Local encoded data or any handle.
+    estimator : Estimator
+        The family's estimator.
+    prev_estimate : Distribution
+        The model the step starts from.
+
+    Returns
+    -------
+    Distribution
+        The new model.
+    """
+    if is_handle(enc):
         return enc.pysp_seq_estimate(estimator, prev_estimate)
     return em_step(enc, estimator, prev_estimate).model
 
@@ -176,13 +291,36 @@ def initial_weights(n: int, rng: np.random.Generator, p: float) -> np.ndarray:
 
 
 def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distribution:
-    """Random initial model: a random subset of the data with random mixture responsibilities."""
-    if hasattr(enc, "pysp_seq_initialize"):
+    """Random initial model: a random subset of the data with random mixture responsibilities.
+
+    Parameters
+    ----------
+    enc : encoding or EncodedDataHandle
+        Local encoded data or any handle.
+    estimator : Estimator
+        The family's estimator (ours or mixle's).
+    rng : None, int, numpy.random.Generator or numpy.random.RandomState
+        The random source; mixle's accumulators get a ``RandomState`` (one passes through
+        unchanged, a ``Generator`` seeds one: :func:`~mixle_nb.stats.base.random_source`).
+    p : float
+        The probability that an observation takes part, in (0, 1].
+
+    Returns
+    -------
+    Distribution
+        The initial model.
+
+    Raises
+    ------
+    ValueError
+        If ``p`` is outside (0, 1].
+    """
+    if is_handle(enc):
         return enc.pysp_seq_initialize(estimator, rng, p)
-    if not isinstance(rng, np.random.RandomState):  # a RandomState passes through: mixle's accumulators
-        rng = as_generator(rng)  # draw with RandomState.randint, ours take either
+    if not isinstance(rng, np.random.RandomState):  # ours take either; a RandomState passes
+        rng = random_source(rng)  # through unchanged to mixle's (foreign.ForeignAccumulator)
     weights = initial_weights(encoded_count(enc, estimator), rng, p)
-    acc = estimator.accumulator_factory().make()
+    acc = foreign.accumulator(estimator)
     if isinstance(enc, PointEncoding) and len(enc) and hasattr(acc, "set_reference"):
         acc.set_reference(enc.points[:, 0].cpu().numpy())  # one process: centre on the data (see centred_moments)
     acc.seq_initialize(enc, weights, rng)
@@ -190,8 +328,21 @@ def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distri
 
 
 def seq_log_density_sum(enc: Any, model: Distribution) -> tuple[float, float]:
-    """``(count, total log-density)`` of the data under ``model``."""
-    if hasattr(enc, "pysp_seq_log_density_sum"):
+    """``(count, total log-density)`` of the data under ``model``.
+
+    Parameters
+    ----------
+    enc : encoding or EncodedDataHandle
+        Local encoded data or any handle (whose count and total are global).
+    model : Distribution
+        The model.
+
+    Returns
+    -------
+    tuple of float
+        The observation count and the summed log-density.
+    """
+    if is_handle(enc):
         return enc.pysp_seq_log_density_sum(model)
     summed = log_density_total(model, enc)
     return float(encoded_count(enc, model.estimator() if hasattr(model, "estimator") else None)), summed

@@ -4,24 +4,47 @@ Both speak the pysp protocol, with two differences the core must not have to kno
 accumulators take ``None`` for unit weights and responsibilities as tensors where they are,
 mixle's take float64 numpy arrays; our distributions draw from a shared numpy ``Generator``
 (``draw(rng, n)``), mixle's sample only through their own ``sampler(seed)``. :func:`accumulator`
-and :func:`draw` are where the core meets either; everything else (``value``, ``from_value``,
+and :func:`draw` are where the core meets either (and a ``ForeignAccumulator`` draws its
+random start from the ``RandomState`` mixle's take); everything else (``value``, ``from_value``,
 ``combine``, the keys, ``estimate``) is the same protocol.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 import torch
 
-from .base import Accumulator, Distribution, Estimator
+from .base import Accumulator, Distribution, Estimator, random_source
 
 
 def accumulator(estimator: Estimator) -> Accumulator | ForeignAccumulator:
     """A fresh accumulator of ``estimator``, with our calling convention."""
     made = estimator.accumulator_factory().make()
     return made if isinstance(made, Accumulator) else ForeignAccumulator(made)
+
+
+def mixle_class(name: str) -> type | None:
+    """mixle's ``mixle.stats.<name>``, or ``None`` when mixle is not imported.
+
+    An instance of one of mixle's classes exists only once mixle is imported, so this asks
+    ``sys.modules`` and never imports mixle (an optional dependency) itself.
+
+    Parameters
+    ----------
+    name : str
+        A class name exported by ``mixle.stats`` (``"MixtureEstimator"``).
+
+    Returns
+    -------
+    type or None
+        The class, or ``None`` when ``mixle.stats`` is not imported in this process.
+    """
+    module = sys.modules.get("mixle.stats")
+    found = getattr(module, name, None)
+    return found if isinstance(found, type) else None
 
 
 def draw(distribution: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -59,7 +82,9 @@ class ForeignAccumulator:
         return self.inner.seq_update(enc, self._numpy_weights(enc, weights), model)
 
     def seq_initialize(self, enc: Any, weights: Any | None, rng: Any):
-        self.inner.seq_initialize(enc, self._numpy_weights(enc, weights), rng)
+        """mixle's initialisers draw with ``RandomState.randint``: a ``Generator`` seeds one."""
+        legacy = random_source(rng, np.random.RandomState)
+        self.inner.seq_initialize(enc, self._numpy_weights(enc, weights), legacy)
 
     def _numpy_weights(self, enc: Any, weights: Any | None) -> np.ndarray:
         if weights is None:

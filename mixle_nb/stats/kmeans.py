@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from .base import CPU, Estimator, as_generator
+from .base import CPU, Estimator, random_source
 from .estimation import m_step
 from .frame import PointEncoding
 from .mixture import MixtureAccumulator, block_rows, blocks
@@ -344,7 +344,7 @@ def kmeans_init(
     if not chunks:  # even an empty shard has an (empty) chunk, which tells D
         raise ValueError(f"rank {exchange.rank} holds no encoded chunk; give every rank at least one")
     shard = _Shard(chunks)
-    seed, sizes, proposals = _open(shard, as_generator(rng), exchange)
+    seed, sizes, proposals = _open(shard, random_source(rng), exchange)
     if sizes.sum() == 0:
         raise ValueError("no observations to start from")
     if init == "random_from_data":

@@ -4,6 +4,7 @@ to its components as observation weights."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 import torch
@@ -299,3 +300,65 @@ class MixtureEstimator(Estimator):
         """The weights (``keys`` ties them) and each component's own count."""
         weights = 0 if count.tied("weights", self.keys) else len(model.components) - 1
         return weights + sum(count.of(e, c) for e, c in zip(self.estimators, model.components))
+
+
+class MixtureEstimating(Protocol):
+    """What the drivers use of a mixture's estimator, ours or mixle's: its components."""
+
+    @property
+    def estimators(self) -> Sequence[Any]: ...
+
+
+def is_mixture_estimator(estimator: object) -> TypeGuard[MixtureEstimating]:
+    """Whether ``estimator`` fits a mixture: ours or mixle's ``MixtureEstimator``.
+
+    The one capability check for a mixture, used by every driver that needs one (the
+    component-count check before EM, choosing K on the ranks). It asks for the type, not for
+    an ``estimators`` attribute, because product (composite) estimators have one too.
+
+    Parameters
+    ----------
+    estimator : object
+        Any estimator.
+
+    Returns
+    -------
+    bool
+        True for an instance of :class:`MixtureEstimator` or of mixle's
+        ``mixle.stats.MixtureEstimator`` (or a subclass of either).
+    """
+    mixle_mixture = foreign.mixle_class("MixtureEstimator")
+    return isinstance(estimator, MixtureEstimator) or (
+        mixle_mixture is not None and isinstance(estimator, mixle_mixture)
+    )
+
+
+def mixture_of_copies(estimator: object, k: int) -> Estimator:
+    """A mixture estimator of ``k`` copies of ``estimator``'s first component, of the same
+    class (ours stays ours, mixle's stays mixle's).
+
+    Parameters
+    ----------
+    estimator : MixtureEstimator or mixle.stats.MixtureEstimator
+        The mixture whose first component is copied.
+    k : int
+        The number of components.
+
+    Returns
+    -------
+    MixtureEstimator or mixle.stats.MixtureEstimator
+        ``type(estimator)([component] * k)``.
+
+    Raises
+    ------
+    TypeError
+        If ``estimator`` is not a mixture estimator (see :func:`is_mixture_estimator`).
+    """
+    mixture: object = estimator
+    if not is_mixture_estimator(mixture):
+        raise TypeError(
+            f"a mixture of K components needs a MixtureEstimator (ours or mixle's); got {type(estimator).__name__}"
+        )
+    same_class: type = type(mixture)
+    copies: Estimator = same_class([mixture.estimators[0]] * k)
+    return copies
