@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as w
-import numpy as np
 
 from .. import validation
 from ..cluster import rank_side
@@ -93,12 +92,11 @@ class ModelChoice(Panel):
                 f"choose K failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}", error=True
             )
             raise
-        found["best_k"] = found["k"][int(np.argmin(found["bic"]))]
         self.k_choice = found
         if self.k_image is None:
             self.k_image = plot_image()
             self.widget.children = (*self.widget.children, self.k_image)
-        self.k_image.value = choose_k_png(found["k"], found["bic"], found["aic"])
+        self.k_image.value = choose_k_png(found["k"], found["bic"], found["aic"], found["best_k"])
         self.request_redraw()
 
     def _selection_controls(self, init: str, seed: int):

@@ -120,14 +120,14 @@ class EMView:
         return changed
 
 
-def choose_k_png(k: Sequence[int], bic: Sequence[float], aic: Sequence[float]) -> bytes:
-    """BIC (and AIC) against K, the lowest BIC marked: drawn once, when the fits are done."""
+def choose_k_png(k: Sequence[int], bic: Sequence[float], aic: Sequence[float], best_k: int) -> bytes:
+    """BIC (and AIC) against K, the chosen K (the lowest BIC) marked: drawn once, when the fits are done."""
     fig = Figure(figsize=(5.0, 3.0), dpi=DPI)
     ax = fig.subplots()
     fig.subplots_adjust(left=0.2, right=0.97, bottom=0.17, top=0.88)
     ax.plot(k, bic, "o-", color="#2c3e50", label="BIC")
     ax.plot(k, aic, "s--", color="#7f8c8d", ms=4, label="AIC")
-    best = int(np.argmin(bic))
+    best = list(k).index(best_k)
     ax.plot([k[best]], [bic[best]], "o", ms=12, mfc="none", mec="#c0392b", mew=2, label=f"best K = {k[best]}")
     ax.set_title("choose K: information criteria (lower is better)", fontsize=10)
     ax.set_xlabel("K (components)", fontsize=9, labelpad=1)
