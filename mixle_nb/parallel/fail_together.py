@@ -3,7 +3,8 @@
 A rank that fails does not leave its peers waiting in the next collective. It still takes part
 in the exchange the operation already makes, carrying a status word instead of (or beside) its
 result; when any status says "failed", every rank joins one more exchange — only on that
-failure path — that shares each failed rank's message. The failed rank then re-raises its own
+failure path — that shares each failed rank's message
+(:meth:`~mixle_nb.parallel.exchange.RankExchange.settle`, the one failure path of both handles). The failed rank then re-raises its own
 error; every other rank raises :class:`PeerRankError`, naming the failed rank(s) and their
 messages, so a cluster can tell the root cause (the original error) from its consequences.
 
@@ -59,26 +60,9 @@ def failure_message(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
-def raise_together(local_error: BaseException | None, group: Any = None, world: int = 1, operation: str = "") -> None:
-    """The failure path, entered by every rank once any status word said "failed".
-
-    Gathers each rank's failure message (one object collective), then re-raises this rank's
-    own error if it had one, else raises :class:`PeerRankError`. Never returns."""
-    local = None if local_error is None else failure_message(local_error)
-    messages: list = [local] * world
-    if world > 1:
-        dist.all_gather_object(messages, local, group=group)
-    failures = {rank: text for rank, text in enumerate(messages) if text is not None}
-    if not failures:
-        raise RuntimeError(
-            f"{operation or 'an SPMD operation'}: a status word said a rank failed, but no rank sent a failure message"
-        )
-    raise_failures(failures, dist.get_rank(group) if world > 1 else 0, local_error, operation)
-
-
 def raise_failures(
     failures: Mapping[int, str], rank: int, local_error: BaseException | None = None, operation: str = ""
-) -> None:
+) -> NoReturn:
     """Raise, on ``rank``, the outcome every rank agreed on: its own error if it had one, a
     ``ValueError`` with its entry in ``failures`` if the ranks found it at fault (its input
     differs from the others'), else :class:`PeerRankError`. Never returns."""

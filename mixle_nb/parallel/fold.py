@@ -20,7 +20,7 @@ from ..stats.base import Estimator
 from ..stats.estimation import Accumulated
 from ..stats.values import FoldPlan, flatten_value, fold_plan, value_layout
 from ..validation import choice
-from .exchange import STATUS, Header, RankExchange, all_well, status
+from .exchange import STATUS, Header, RankExchange, StatusCheck
 from .fail_together import failure_message, fingerprint, odd_ones_out, raise_failures
 from .logical_shards import ShardLayout, fold_in_shard_order
 
@@ -169,17 +169,14 @@ class StatisticsFold:
                 error = exc
         if not fits:
             body[:] = 0.0
-        header = ALLREDUCE_HEADER.pack(
-            **status(error, model_print, self.world), replan=float(error is None and not fits)
+        check = StatusCheck(operation, model_print, "the model on this rank", SAME_MODEL)
+        self.last_floats = ALLREDUCE_HEADER.width + len(body)
+        summed, rows = self.exchange.checked_rows(
+            ALLREDUCE_HEADER, check, error, body, phase="fold", replan=float(error is None and not fits)
         )
-        rows = self.exchange.rows(np.concatenate([header, body]), phase="fold")
-        self.last_floats = len(header) + len(body)
-        summed = ALLREDUCE_HEADER.read(rows[:, : len(header)].sum(axis=0))
-        if not all_well(summed):
-            self.exchange.settle(operation, error, model_print, "the model on this rank", SAME_MODEL)
         if summed.replan > 0:
             return None
-        total = fold_in_shard_order(rows, layout, len(header), width)
+        total = fold_in_shard_order(rows, layout, ALLREDUCE_HEADER.width, width)
         into.from_value(plan.restore(total[2:]))
         return float(total[0]), float(total[1]), into
 

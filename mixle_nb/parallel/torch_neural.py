@@ -42,10 +42,10 @@ from ..neural.source import (
     gather_windows,
     window_view,
 )
-from .exchange import Header, RankExchange
-from .fail_together import PeerRankError, fail_by_severing, odd_ones_out, raise_failures, raise_together
-from .group import GROUP_TIMEOUT_S, join_group, require_every_rank
-from .handle import HandleLifetime
+from .exchange import STATUS, Header, StatusCheck
+from .fail_together import PeerRankError, fail_by_severing
+from .group import GROUP_TIMEOUT_S, require_every_rank
+from .group_handle import GroupHandle
 
 _PARALLEL_MODES = ("auto", "ddp", "fsdp", "none")
 _PRECISIONS = ("fp32", "bf16")
@@ -56,8 +56,7 @@ ELASTIC_TRAINING = (
     "..., checkpoint=DIR) on a DIR every rank can read"
 )
 SAME_TOKENS = "pass the same token ids, block and batch_size on every rank"
-CONSTRUCTION_HEADER = Header(failed=1, max_id=1, tokens=1, block=1, batch_size=1)
-LOG_DENSITY_HEADER = Header(failed=1, count=1, total=1)
+CONSTRUCTION_HEADER = Header(**STATUS, max_id=1)  # the status agrees on tokens, block, batch_size
 STEP_STATUS = Header(stop=1, failed=1)  # after the gradients in a DDP step's one all-reduce
 _OPTIMIZERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}  # mixle's estimator names none: AdamW
 
@@ -153,7 +152,7 @@ class _Training:
         self.targets = 0
 
 
-class StreamingTokenEncodedData(HandleLifetime):
+class StreamingTokenEncodedData(GroupHandle):
     """Per-rank streamed token shard; ``pysp_seq_estimate`` trains the module SPMD.
 
     **What is counted.** A *window* is ``block + 1`` consecutive tokens of a rank's shard;
@@ -237,10 +236,8 @@ class StreamingTokenEncodedData(HandleLifetime):
         checkpoint_every: int = 50,
         checkpoint_async: bool = True,
     ):
-        self._membership = join_group(group, init_process_group=init_process_group, backend=backend, timeout=timeout)
-        require_every_rank(self._membership, "building a StreamingTokenEncodedData")
-        self.rank, self.world = self._membership.rank, self._membership.world
-        self.exchange = RankExchange(self._membership)
+        self._join_group(group, init_process_group=init_process_group, backend=backend, timeout=timeout)
+        self._connect(0)
         failure, n_tokens, max_id = None, 0, -1
         try:  # everything that can fail on one rank only, before the construction exchange
             tokens = as_token_array(token_ids, check_values=False)
@@ -310,17 +307,16 @@ class StreamingTokenEncodedData(HandleLifetime):
         if missing:
             raise ValueError(f"the handle {' and '.join(missing)}; {ELASTIC_TRAINING}")
 
-    def rejoin(self) -> list:
-        """Go on after ranks died: every survivor calls it together, once the survivors formed a
-        new default group (a MixleCluster's elastic recovery does both). Takes this rank's new
-        rank and world and its slice of the token file for them; the next training call wraps
-        the module and builds the optimizer again and resumes from the newest complete
-        checkpoint (DCP reshards): module, optimizer, data position, RNG. The steps after it are
-        trained again, on the new slices. Returns ``[lo, hi)``, the tokens this rank now holds."""
+    def _check_rejoin(self) -> None:
         self.check_elastic()
-        self._membership = join_group(None)
-        self.rank, self.world = self._membership.rank, self._membership.world
-        self.exchange = RankExchange(self._membership)
+
+    def _read_again(self) -> list:
+        """Takes this rank's slice of the token file for the new rank and world; the next
+        training call wraps the module and builds the optimizer again and resumes from the newest
+        complete checkpoint (DCP reshards): module, optimizer, data position, RNG. The steps after
+        it are trained again, on the new slices. Returns ``[lo, hi)``, the tokens this rank now
+        holds."""
+        assert self.checkpoints is not None and self._source is not None  # check_elastic said so
         self.checkpoints.abandon()
         self._training, self._resumed = None, False
         if self.checkpoints.latest() is None:
@@ -329,10 +325,11 @@ class StreamingTokenEncodedData(HandleLifetime):
                 f"{self.checkpoints.every} steps): nothing to resume the survivors from; "
                 "call cluster.restart() and train again"
             )
-        tokens = open_token_file(*self._source)
+        path, dtype = self._source
+        tokens = open_token_file(path, dtype)
         if len(tokens) != self._n_tokens:
             raise RuntimeError(
-                f"{self._source[0]} holds {len(tokens)} tokens, not the {self._n_tokens} the "
+                f"{path} holds {len(tokens)} tokens, not the {self._n_tokens} the "
                 "handle was built on: did the file change?"
             )
         self._shard(tokens, self.block, self.batch_size, self.shard_by_rank, mapped=True)
@@ -380,21 +377,12 @@ class StreamingTokenEncodedData(HandleLifetime):
             if failure is not None:
                 raise failure
             return max_id
-        rows = self.exchange.rows(
-            CONSTRUCTION_HEADER.pack(
-                failed=float(failure is not None), max_id=max_id, tokens=n_tokens, block=block, batch_size=batch_size
-            )
+        shared = f"{n_tokens} tokens, block={block}, batch_size={batch_size}"
+        check = StatusCheck(
+            "building a StreamingTokenEncodedData", shared, "the token ids or arguments on this rank", SAME_TOKENS
         )
-        facts = [CONSTRUCTION_HEADER.read(row) for row in rows]
-        if any(f.failed for f in facts):
-            raise_together(failure, self._membership.group, self.world, "StreamingTokenEncodedData")
-        shared = {
-            r: f"{f.tokens:.0f} tokens, block={f.block:.0f}, batch_size={f.batch_size:.0f}" for r, f in enumerate(facts)
-        }
-        odd = odd_ones_out(shared, "the token ids or arguments on this rank", SAME_TOKENS)
-        if odd:
-            raise_failures(odd, self.rank, None, "building a StreamingTokenEncodedData")
-        return int(max(f.max_id for f in facts))
+        _, rows = self.exchange.checked_rows(CONSTRUCTION_HEADER, check, failure, max_id=max_id)
+        return int(max(CONSTRUCTION_HEADER.read(row).max_id for row in rows))
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -572,7 +560,7 @@ class StreamingTokenEncodedData(HandleLifetime):
             self._stand_in_for_exchange(tr)
         elif error is not None:  # the peers have finished the call; nobody waits for this rank
             raise error
-        raise_together(error, self._membership.group, self.world, f"training step {tr.step + 1}")
+        self.exchange.settle(StatusCheck(f"training step {tr.step + 1}"), error)
 
     def _train(self, tr: _Training, n_steps: int) -> None:
         autocast = torch.autocast(tr.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
@@ -677,36 +665,21 @@ class StreamingTokenEncodedData(HandleLifetime):
         device = self._device(estimator)
         return StreamingTransformerLeaf(module.to(device), device)
 
-    def pysp_seq_log_density_sum(self, model: Any) -> tuple[float, float]:
-        """``(windows, total next-token log-probability)`` over every shard, summed across ranks.
+    def _scores_are_summed(self) -> bool:
+        return self.shard_by_rank  # replicated tokens are scored whole on each rank: no exchange
 
-        Scores the reference's windows (a full ``block`` of context before every token after
-        the first ``block``) through ``model.seq_log_density``. A rank that fails still joins
-        the count exchange, with a failed word, so every rank raises together."""
-        if self.shard_by_rank:  # replicated tokens are scored whole on each rank: no exchange
-            require_every_rank(self._membership, "a log-density sum on a StreamingTokenEncodedData")
+    def _local_log_density(self, model: Any) -> tuple[float, float]:
+        """``(windows, total next-token log-probability)`` of this rank's tokens: the
+        reference's windows (a full ``block`` of context before every token after the first
+        ``block``), scored through ``model.seq_log_density``."""
         n_windows = len(self.tokens) - self.block
-        count, total, failure = 0.0, 0.0, None
-        try:
-            windows = window_view(self.tokens, self.block)
-            for lo in range(0, n_windows, self.batch_size):
-                starts = np.arange(lo, min(lo + self.batch_size, n_windows))
-                log_p = model.seq_log_density(gather_windows(windows, starts))
-                count, total = count + len(log_p), total + float(np.sum(log_p))
-        except Exception as error:  # noqa: BLE001 - carried to the peers, then re-raised
-            failure = error
-        if self.world > 1 and self.shard_by_rank:
-            summed = LOG_DENSITY_HEADER.read(
-                self.exchange.sum(LOG_DENSITY_HEADER.pack(failed=float(failure is not None), count=count, total=total))
-            )
-            if summed.failed:
-                raise_together(failure, self._membership.group, self.world, "log-density sum")
-            count, total = summed.count, summed.total
-        elif failure is not None:
-            raise failure
+        count, total = 0.0, 0.0
+        windows = window_view(self.tokens, self.block)
+        for lo in range(0, n_windows, self.batch_size):
+            starts = np.arange(lo, min(lo + self.batch_size, n_windows))
+            log_p = model.seq_log_density(gather_windows(windows, starts))
+            count, total = count + len(log_p), total + float(np.sum(log_p))
         return count, total
 
-    def close(self) -> None:
-        """Drop the training state; destroy the process group only if this handle created it."""
+    def _drop_resident(self) -> None:
         self._training = None
-        self._membership.release()

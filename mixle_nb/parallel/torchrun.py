@@ -48,11 +48,11 @@ from ..stats.estimation import (
 from ..stats.kmeans import kmeans_init
 from ..validation import choice, fraction, positive_int
 from ..validation import device as checked_device
-from .exchange import STATUS, Header, RankExchange, all_well, status
+from .exchange import STATUS, Header, StatusCheck
 from .fail_together import failure_message, fingerprint
-from .fold import FOLDS, SAME_MODEL, StatisticsFold
-from .group import GROUP_TIMEOUT_S, join_group, require_every_rank
-from .handle import HandleLifetime
+from .fold import FOLDS, StatisticsFold
+from .group import GROUP_TIMEOUT_S, require_every_rank
+from .group_handle import GroupHandle
 from .logical_shards import ShardLayout, rebalance
 from .shard_map import map_shard
 from .shards import (
@@ -80,8 +80,7 @@ NOT_ELASTIC = (
     "the ranks' memory (lost with a rank): save it (np.save) and build the handle with "
     "TorchRunEncodedData.from_npy(path, ..., elastic=True) or from_files(paths, ..., elastic=True)"
 )
-LOG_DENSITY_HEADER = Header(**STATUS, count=1, total=1)
-REJOIN_HEADER = Header(failed=1, count=1)
+REJOIN_HEADER = Header(**STATUS, count=1)
 
 
 @dataclass
@@ -118,7 +117,7 @@ def _choose_encoder(estimator, model, encoder):
     return estimator.accumulator_factory().make().acc_to_encoder()
 
 
-class TorchRunEncodedData(HandleLifetime):
+class TorchRunEncodedData(GroupHandle):
     """Encoded-data handle sharded across torch.distributed ranks.
 
     ``data``: any sequence of observations. With ``root_only=False`` every rank passes the same
@@ -157,6 +156,8 @@ class TorchRunEncodedData(HandleLifetime):
     or step it from the notebook with ``EMPanel(handle="h", estimator="est", init="kmeans++")``.
     Data each rank already holds its own part of (after ``%mixle_scatter``): :meth:`from_shards`.
     """
+
+    handle_name = "TorchRunEncodedData"
 
     def __init__(
         self,
@@ -444,9 +445,8 @@ class TorchRunEncodedData(HandleLifetime):
             shards = positive_int("shards", shards)
         if encoder is None and model is None and estimator is None:
             raise ValueError("TorchRunEncodedData needs encoder=, model= or estimator= to encode the data")
-        self._membership = join_group(group, init_process_group=init_process_group, backend=backend, timeout=timeout)
-        require_every_rank(self._membership, "building a TorchRunEncodedData")
-        self.group, self.rank, self.world = group, self._membership.rank, self._membership.world
+        self._join_group(group, init_process_group=init_process_group, backend=backend, timeout=timeout)
+        self.group = group
         self.device = self._membership.device  # where the encodings live; see _place
         self._encode_device = None
         if not 0 <= root < self.world:
@@ -458,7 +458,8 @@ class TorchRunEncodedData(HandleLifetime):
                 f"shards={shards} is fewer than the {self.world} ranks: every rank needs a "
                 f"shard; pass shards >= {self.world} (or None: one per rank)"
             )
-        self._connect(root, fold)
+        self._fold_choice = fold
+        self._connect(root)
         self.layout = ShardLayout.dealt(shards or self.world, self.world)
         self.shard_chunks: list = []  # (shard id, first chunk, end chunk) of each shard held, in shard order
         self.elastic = bool(elastic)
@@ -480,11 +481,13 @@ class TorchRunEncodedData(HandleLifetime):
         self._sample: Any = None  # one observation (none on an empty rank), to check a model against
         return sub_chunks
 
-    def _connect(self, root: int, fold: str) -> None:
+    def _connect(self, root: int = 0) -> None:
         """The exchange among the group's ranks (``root`` gathers and broadcasts) and the fold on it."""
-        self.root = root
-        self.exchange = RankExchange(self._membership, root, self._phase)
-        self.folding = StatisticsFold(self.exchange, fold)
+        super()._connect(root)
+        self.folding = StatisticsFold(self.exchange, self._fold_choice)
+
+    def _sent(self, phase: str | None) -> None:
+        self._phase(phase)
 
     @property
     def last_fold_floats(self) -> int | None:
@@ -538,20 +541,16 @@ class TorchRunEncodedData(HandleLifetime):
         except Exception as exc:
             error = exc
         self.local_count = int(sum(self._counts))
-        header = _count_header(self.world)
         held_none = np.zeros(self.world)
         held_none[self.rank] = float(self.local_count == 0)
-        summed = header.read(
-            self.exchange.sum(
-                header.pack(**status(error, signature, self.world), count=self.local_count, empty=held_none)
+        check = StatusCheck("building the handle", signature, f"{what} on this rank", fix)
+        try:
+            summed = self.exchange.checked_sum(
+                _count_header(self.world), check, error, count=self.local_count, empty=held_none
             )
-        )
-        if not all_well(summed):
-            self.chunks, self._counts = [], []
-            try:
-                self.exchange.settle("building the handle", error, signature, f"{what} on this rank", fix)
-            finally:
-                self._membership.release()  # as close() would: a group this handle made is destroyed
+        except BaseException:
+            self.close()  # a group this handle made is destroyed
+            raise
         self._count = int(summed.count)
         if self._count == 0:
             self.close()
@@ -717,23 +716,11 @@ class TorchRunEncodedData(HandleLifetime):
         count, _, acc = self.folding.shards(estimator, pieces, self.layout, error=error, operation="initialisation")
         return m_step(estimator, count, acc)
 
-    def pysp_seq_log_density_sum(self, estimate: Distribution) -> tuple[float, float]:
-        """Allreduced count and summed log density."""
-        require_every_rank(self._membership, "a log-density sum on a TorchRunEncodedData")
-        error, total, model_print = None, 0.0, None
-        try:
-            model_print = fingerprint(estimate)
-            total = sum(log_density_total(estimate, c) for c in self.chunks)
-        except Exception as exc:
-            error = self.explain_failure(exc, estimate)
-        summed = LOG_DENSITY_HEADER.read(
-            self.exchange.sum(
-                LOG_DENSITY_HEADER.pack(**status(error, model_print, self.world), count=self.local_count, total=total)
-            )
-        )
-        if not all_well(summed):
-            self.exchange.settle("log-density sum", error, model_print, "the model on this rank", SAME_MODEL)
-        return summed.count, summed.total
+    def _local_log_density(self, model: Distribution) -> tuple[float, float]:
+        return float(self.local_count), float(sum(log_density_total(model, c) for c in self.chunks))
+
+    def _model_text(self, model: Distribution) -> str:
+        return fingerprint(model)
 
     def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
         """Globally folded, key-tied batch sufficient statistics for streaming EM: ``(count,
@@ -760,17 +747,15 @@ class TorchRunEncodedData(HandleLifetime):
             require_every_rank(self._membership, "gathering the scores of a TorchRunEncodedData")
         return map_shard(self, function, gather)
 
-    def rejoin(self) -> list:
-        """Go on after ranks died: every survivor calls it together, once the survivors formed a
-        new default group (a MixleCluster's elastic recovery does both). Takes this rank's new
-        rank and world, and reads again from the files the shards no survivor holds, each to the
-        survivor holding fewest. The statistics kept from the last E-step stay, so the step
-        taken again computes only the shards read here. Returns the shards this rank read."""
+    def _check_rejoin(self) -> None:
         if not self.elastic:
             raise RuntimeError("rejoin() needs a handle built with elastic=True (from_npy or from_files)")
-        self._membership = join_group(None)
-        self.group, self.rank, self.world = None, self._membership.rank, self._membership.world
-        self._connect(0, self.folding.choice)
+
+    def _read_again(self) -> list:
+        """Reads again from the files the shards no survivor holds, each to the survivor holding
+        fewest. The statistics kept from the last E-step stay, so the step taken again computes
+        only the shards read here. Returns the shards this rank read."""
+        self.group = None
         mine = np.zeros(self.layout.count)
         mine[[shard for shard, _, _ in self.shard_chunks]] = 1.0
         rows = self.exchange.rows(mine, phase="rejoin")  # all pairs: a death here fails every survivor
@@ -782,11 +767,8 @@ class TorchRunEncodedData(HandleLifetime):
         except Exception as exc:  # carried in the count exchange below
             error = exc
         self.local_count = int(sum(self._counts))
-        summed = REJOIN_HEADER.read(
-            self.exchange.rows(REJOIN_HEADER.pack(failed=float(error is not None), count=self.local_count)).sum(axis=0)
-        )
-        if summed.failed:
-            self.exchange.settle("reading a lost rank's shards", error, None, "the shards on this rank", SAME_FILES)
+        check = StatusCheck("reading a lost rank's shards", None, "the shards on this rank", SAME_FILES)
+        summed, _ = self.exchange.checked_rows(REJOIN_HEADER, check, error, count=self.local_count)  # all pairs
         if int(summed.count) != self._count:
             raise RuntimeError(
                 f"the survivors hold {int(summed.count)} of the {self._count} observations after "
@@ -808,10 +790,8 @@ class TorchRunEncodedData(HandleLifetime):
             self._counts += counts
             self.chunk_origins += origins
 
-    def close(self) -> None:
-        """Release the resident shard; destroy the process group only if this handle made it."""
+    def _drop_resident(self) -> None:
         self.chunks, self._counts, self.shard_chunks, self.chunk_origins, self._kept = [], [], [], [], None
-        self._membership.release()
 
     def __len__(self) -> int:
         return self._count
