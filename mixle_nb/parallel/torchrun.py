@@ -26,7 +26,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,38 +48,16 @@ from ..stats.estimation import (
 from ..stats.kmeans import kmeans_init
 from ..validation import choice, fraction, positive_int
 from ..validation import device as checked_device
+from .data_sources import NOT_ELASTIC, SAME_FILES, DataSource, FileList, NpyFile, RootData, SameData, ScatteredShard
 from .exchange import STATUS, Header, StatusCheck
 from .fail_together import failure_message, fingerprint
 from .fold import FOLDS, StatisticsFold
 from .group import GROUP_TIMEOUT_S, require_every_rank
 from .group_handle import GroupHandle
-from .logical_shards import ShardLayout, rebalance
+from .logical_shards import rebalance
 from .shard_map import map_shard
-from .shards import (
-    NpyRows,
-    dealt_files,
-    describe,
-    describe_rows,
-    empty_like_rows,
-    file_parts,
-    load_npy,
-    rank_slice,
-    release_freed_memory,
-    split_parts,
-)
+from .shards import load_npy, release_freed_memory
 
-SAME_DATA = (
-    "pass the same full data on every rank (each keeps "
-    "data[rank::world] of it), or root_only=True with the data on the root. Did you %mixle_scatter "
-    "it? For data already split across ranks use TorchRunEncodedData.from_shards(shard, estimator=...)"
-)
-SAME_ROWS = "every rank's observations must have the same shape and dtype"
-SAME_FILES = "every rank must pass the same path (or list of paths); each rank reads its own part of it"
-NOT_ELASTIC = (
-    "elastic=True needs data the ranks can read again when a rank dies, and {what} lives only in "
-    "the ranks' memory (lost with a rank): save it (np.save) and build the handle with "
-    "TorchRunEncodedData.from_npy(path, ..., elastic=True) or from_files(paths, ..., elastic=True)"
-)
 REJOIN_HEADER = Header(**STATUS, count=1)
 
 
@@ -161,7 +139,7 @@ class TorchRunEncodedData(GroupHandle):
 
     def __init__(
         self,
-        data: Sequence | None,
+        data: Sequence | DataSource | None,
         estimator: Estimator | None = None,
         model: Distribution | None = None,
         encoder: Any = None,
@@ -174,127 +152,130 @@ class TorchRunEncodedData(GroupHandle):
         *,
         fold: str = "auto",
         device: Any = None,
+        shards: int | None = None,
         elastic: bool = False,
         timeout: float = GROUP_TIMEOUT_S,
     ):
-        if elastic:
-            raise ValueError(NOT_ELASTIC.format(what="data passed to the constructor"))
-        sub_chunks = self._join(
-            estimator, model, encoder, sub_chunks, group, root, init_process_group, backend, fold, timeout=timeout
-        )
-        error, shards, shard, signature = None, None, None, None
+        """Join the group, read and encode this rank's shards, and agree on the count.
+
+        Parameters
+        ----------
+        data : sequence or DataSource or None
+            The observations (see the class docstring), or a
+            :class:`~mixle_nb.parallel.data_sources.DataSource` (what :meth:`from_shards`,
+            :meth:`from_npy` and :meth:`from_files` pass).
+        estimator, model, encoder
+            What encodes the data: ``encoder``, else the model's, else the estimator's.
+        sub_chunks : int
+            Encoded parts per logical shard.
+        group : ProcessGroup, optional
+            The group to run in (default: the default group, created from the launcher's
+            variables if need be).
+        root : int
+            The group rank that folds statistics on the gather path.
+        root_only : bool
+            The data are on the root only, which scatters the shards.
+        init_process_group : bool
+            ``False`` with no group: one process, rank 0 of 1.
+        backend : str, optional
+            The backend of a group created here (default: nccl with CUDA, else gloo).
+        fold : {"auto", "allreduce", "gather"}
+            How statistics cross ranks.
+        device : str or torch.device, optional
+            Where the encodings live and the E-step runs.
+        shards : int, optional
+            Logical shards of data read from files (default: one per rank).
+        elastic : bool
+            Let the survivors read a dead rank's shards again (data read from files only).
+        timeout : float
+            Seconds a group created here waits for a missing rank.
+
+        Raises
+        ------
+        ValueError
+            Bad arguments, or data every rank could not read and encode alike (on every rank
+            together: the failed rank its own error, the others
+            :class:`~mixle_nb.parallel.fail_together.PeerRankError`).
+        RuntimeError
+            No group exists and the launcher's variables are missing.
+        """
+        source = self._source_of(data, root, root_only)
+        if elastic and source.held_in is not None:
+            raise ValueError(NOT_ELASTIC.format(what=source.held_in))
+        fold = choice("fold", fold, FOLDS)
+        sub_chunks = positive_int("sub_chunks", sub_chunks)
+        if encoder is None and model is None and estimator is None:
+            raise ValueError("TorchRunEncodedData needs encoder=, model= or estimator= to encode the data")
+        self._join_group(group, init_process_group=init_process_group, backend=backend, timeout=timeout)
+        try:
+            if not 0 <= root < self.world:
+                raise ValueError(f"root must be a rank in [0, {self.world}); got {root}")
+            self.layout = source.layout(self.world, shards)
+        except ValueError:
+            self._membership.release()
+            raise
+        self.group, self.source, self._sub_chunks, self._fold_choice = group, source, sub_chunks, fold
+        self.elastic, self.interleaved = bool(elastic), source.interleaved
+        self._connect(root)
+        self._reset_state()
+        error = None
         try:  # whatever fails here is carried to the peers in the count exchange
             encoder = self._place(_choose_encoder(estimator, model, encoder), device)
-            if root_only and self.rank == self.root:
-                if data is None:
-                    raise ValueError(
-                        f"root_only=True needs the data on the root (rank {self.root}), "
-                        "which got None: pass it there (other ranks may pass None)"
-                    )
-                shards = [rank_slice(data, r, self.world) for r in range(self.world)]
-            elif not root_only:
-                if data is None:
-                    raise ValueError(f"data is None on rank {self.rank}: {SAME_DATA}")
-                shard, signature = rank_slice(data, self.rank, self.world), describe(data)
+            source.open(self.rank, self.world, self.layout)
         except Exception as exc:
             error = exc
-        if root_only:
-            shard = self.exchange.scatter(shards)
-            signature = None if shard is None else describe_rows(shard)
-        parts = () if shard is None else split_parts(shard, sub_chunks)
-        self._encode(
-            encoder,
-            [(self.rank, parts)],
-            None,
-            signature,
-            error,
-            "the data",
-            None if shard is None else shard[:0],
-            locate=lambda _s, part, row, _: f"row {self.rank + self.world * row} of the data",
-            fix=SAME_ROWS if root_only else "rank {rank} holds other data: " + SAME_DATA,
-        )
+        source.share(self.exchange)
+        pieces = [(s, source.parts(s, sub_chunks)) for s in self.layout.held_by(self.rank)] if error is None else []
+        self._encode(encoder, pieces, error)
+        source.release()
+
+    @staticmethod
+    def _source_of(data: Any, root: int, root_only: bool) -> DataSource:
+        if isinstance(data, DataSource):
+            if root_only:
+                raise ValueError("root_only=True scatters data passed in memory; a DataSource reads its own")
+            return data
+        return RootData(data, root) if root_only else SameData(data)
 
     @classmethod
     def from_shards(
-        cls,
-        shard: Sequence,
-        estimator: Estimator | None = None,
-        model: Distribution | None = None,
-        encoder: Any = None,
-        sub_chunks: int = 1,
-        group: Any = None,
-        root: int = 0,
-        init_process_group: bool = True,
-        backend: str | None = None,
-        *,
-        interleaved: bool = True,
-        fold: str = "auto",
-        device: Any = None,
-        elastic: bool = False,
-        timeout: float = GROUP_TIMEOUT_S,
+        cls, shard: Sequence, estimator: Estimator | None = None, *, interleaved: bool = True, **options: Any
     ) -> TorchRunEncodedData:
         """A handle on data already split across ranks: each rank passes its own observations
         ``shard`` and keeps all of them (sizes may differ). This is the constructor for a
         sequence ``%mixle_scatter`` (or ``cluster.scatter``) dealt out, where rank ``r`` holds
         ``data[r::world]``; the constructor proper would keep ``shard[rank::world]`` of it.
 
-        ``interleaved=True`` (the scatter's layout): per-observation results gathered with
-        ``gather=True`` come back in the original order of the scattered sequence; ``False``:
-        the shards are consecutive blocks, gathered back as rank 0's rows, then rank 1's, ...
-        Ranks agree on the observations' shape and dtype; a rank with no observations of
-        vector data passes an empty array of their shape (``np.empty((0, D))``), which is what
-        a scatter of fewer rows than ranks gives it. Every other argument is as for the
-        constructor; ``elastic=True`` is refused (scattered data cannot be read again)."""
-        if elastic:
-            raise ValueError(NOT_ELASTIC.format(what="a shard passed from memory (scattered or pushed)"))
-        self = cls.__new__(cls)
-        sub_chunks = self._join(
-            estimator, model, encoder, sub_chunks, group, root, init_process_group, backend, fold, timeout=timeout
-        )
-        self.interleaved = bool(interleaved)
-        error, parts, signature, empty = None, (), None, None
-        try:
-            encoder = self._place(_choose_encoder(estimator, model, encoder), device)
-            if shard is None:
-                raise ValueError(
-                    f"from_shards got None on rank {self.rank}: pass this rank's observations "
-                    "(an empty sequence if it has none)"
-                )
-            shard = shard if isinstance(shard, np.ndarray) else rank_slice(shard, 0, 1)
-            parts, signature, empty = split_parts(shard, sub_chunks), describe_rows(shard), shard[:0]
-        except Exception as exc:
-            error = exc
-        self._encode(
-            encoder,
-            [(self.rank, parts)],
-            None,
-            signature,
-            error,
-            "the shard",
-            empty,
-            locate=lambda _s, part, row, _: f"row {row} of the shard passed on rank {self.rank}",
-            fix=SAME_ROWS,
-        )
-        return self
+        Parameters
+        ----------
+        shard : sequence
+            This rank's observations. Ranks agree on their shape and dtype; a rank with none
+            of vector data passes an empty array of their shape (``np.empty((0, D))``), which is
+            what a scatter of fewer rows than ranks gives it.
+        estimator : Estimator, optional
+            As for the constructor.
+        interleaved : bool
+            ``True`` (the scatter's layout): per-observation results gathered with
+            ``gather=True`` come back in the original order of the scattered sequence;
+            ``False``: the shards are consecutive blocks, gathered back as rank 0's rows, then
+            rank 1's, ...
+        **options
+            The constructor's other keywords; ``elastic=True`` is refused (scattered data
+            cannot be read again).
+
+        Returns
+        -------
+        TorchRunEncodedData
+
+        Raises
+        ------
+        ValueError
+            As the constructor."""
+        return cls(ScatteredShard(shard, interleaved), estimator, **options)
 
     @classmethod
     def from_npy(
-        cls,
-        path: Any,
-        estimator: Estimator | None = None,
-        model: Distribution | None = None,
-        encoder: Any = None,
-        sub_chunks: int = 1,
-        group: Any = None,
-        root: int = 0,
-        init_process_group: bool = True,
-        backend: str | None = None,
-        *,
-        fold: str = "auto",
-        device: Any = None,
-        shards: int | None = None,
-        elastic: bool = False,
-        timeout: float = GROUP_TIMEOUT_S,
+        cls, path: str | os.PathLike, estimator: Estimator | None = None, **options: Any
     ) -> TorchRunEncodedData:
         """Each rank reads its own rows of the ``.npy`` file at ``path`` (a path every rank can
         open): rows ``rank, rank + world, ...``, the same shard — and so the same model (bit for
@@ -308,164 +289,75 @@ class TorchRunEncodedData(GroupHandle):
         reads the whole file (from the page cache on one host). ``sub_chunks`` parts are read and
         encoded one after another: more parts, less raw data alive beside the encodings.
 
-        ``shards`` logical shards (default: one per rank; at least one per rank): shard ``s`` is
-        rows ``s, s + shards, ...``, held by rank ``s % world``, and the fold sums the shards'
-        statistics in shard order, so the model is bit-identical for any world size and whichever
-        rank holds which shard. ``elastic=True``: when a rank dies, the survivors read its shards
-        again from the file and the step goes on (see :meth:`rejoin`)."""
-        self = cls.__new__(cls)
-        sub_chunks = self._join(
-            estimator,
-            model,
-            encoder,
-            sub_chunks,
-            group,
-            root,
-            init_process_group,
-            backend,
-            fold,
-            shards,
-            elastic,
-            timeout,
-        )
-        count = self.layout.count
-        error, pieces, signature, empty = None, [], None, None
-        try:
-            encoder = self._place(_choose_encoder(estimator, model, encoder), device)
-            rows = NpyRows(path, self.layout.held_by(self.rank)[0], count)
-            signature, empty = rows.describe(), rows.empty()
-            self._shard_parts = lambda s: NpyRows(path, s, count).parts(sub_chunks)
-            pieces = [(s, self._shard_parts(s)) for s in self.layout.held_by(self.rank)]
-        except Exception as exc:
-            error = exc
-        self._encode(
-            encoder,
-            pieces,
-            None,
-            signature,
-            error,
-            "the file",
-            empty,
-            locate=lambda s, part, row, _: f"row {s + count * row} of {os.fspath(path)}",
-            fix=SAME_FILES,
-        )
-        return self
+        Parameters
+        ----------
+        path : str or os.PathLike
+            A C-ordered ``.npy`` array of observations, one per row.
+        estimator : Estimator, optional
+            As for the constructor.
+        **options
+            The constructor's other keywords. ``shards`` logical shards (default: one per rank;
+            at least one per rank): shard ``s`` is rows ``s, s + shards, ...``, held by rank
+            ``s % world``, and the fold sums the shards' statistics in shard order, so the model
+            is bit-identical for any world size and whichever rank holds which shard.
+            ``elastic=True``: when a rank dies, the survivors read its shards again from the file
+            and the step goes on (see :meth:`rejoin`).
+
+        Returns
+        -------
+        TorchRunEncodedData
+
+        Raises
+        ------
+        ValueError
+            As the constructor; a file a rank cannot read fails every rank together."""
+        return cls(NpyFile(path), estimator, **options)
 
     @classmethod
     def from_files(
         cls,
         paths: Sequence[Any],
         estimator: Estimator | None = None,
-        model: Distribution | None = None,
-        encoder: Any = None,
-        sub_chunks: int = 1,
-        group: Any = None,
-        root: int = 0,
-        init_process_group: bool = True,
-        backend: str | None = None,
         *,
         reader: Callable[[str], Any] = load_npy,
-        fold: str = "auto",
-        device: Any = None,
-        shards: int | None = None,
-        elastic: bool = False,
-        timeout: float = GROUP_TIMEOUT_S,
+        **options: Any,
     ) -> TorchRunEncodedData:
-        """Files dealt out to ranks: rank ``r`` reads ``paths[r::world]`` with ``reader`` (default: a
-        memory-mapped ``np.load``; any function from a path to a sequence of observations), one
+        """Files dealt out to ranks: rank ``r`` reads ``paths[r::world]`` with ``reader``, one
         file at a time, each file encoded in ``sub_chunks`` parts. Every rank passes the same
         list. The model equals the in-memory handle's on the concatenated data up to the order
         of floating-point sums, and per-observation results gathered with ``gather=True`` come
-        back in that order (file by file, as listed). ``shards`` and ``elastic`` as for
-        :meth:`from_npy`; shard ``s`` is the files ``paths[s::shards]``."""
-        self = cls.__new__(cls)
-        sub_chunks = self._join(
-            estimator,
-            model,
-            encoder,
-            sub_chunks,
-            group,
-            root,
-            init_process_group,
-            backend,
-            fold,
-            shards,
-            elastic,
-            timeout,
-        )
-        error, pieces, counts, sources, signature, empty = None, [], [], [], None, None
-        try:
-            encoder = self._place(_choose_encoder(estimator, model, encoder), device)
-            names = [os.fspath(p) for p in paths]
-            signature = f"the file list {names}"
-            count, held = self.layout.count, self.layout.held_by(self.rank)
-            self._shard_parts = lambda s: file_parts(dealt_files(names, s, count), reader, sub_chunks, counts, sources)
-            self.interleaved = False  # gathered file by file: a part's origin is (its file's index, first row)
-            self._origin = lambda s, part, _row: (s + count * sources[part][2], sources[part][1])
-            mine = [name for s in held for name in dealt_files(names, s, count)]
-            pieces = [(s, self._shard_parts(s)) for s in held]
-            if not mine and names:  # an empty rank: the first file's kind of row, so every step works
-                empty = empty_like_rows(reader(names[0]))
-        except Exception as exc:
-            error = exc
-        self._encode(
-            encoder,
-            pieces,
-            counts,
-            signature,
-            error,
-            "the file list",
-            empty,
-            locate=lambda _s, part, _, row: f"row {sources[part][1] + row} of {sources[part][0]}",
-            fix=SAME_FILES,
-        )
-        return self
+        back in that order (file by file, as listed).
+
+        Parameters
+        ----------
+        paths : sequence of path
+            The files, the same list on every rank.
+        estimator : Estimator, optional
+            As for the constructor.
+        reader : callable
+            From a path to a sequence of observations (default: a memory-mapped ``np.load``).
+        **options
+            The constructor's other keywords; ``shards`` and ``elastic`` as for
+            :meth:`from_npy`, shard ``s`` being the files ``paths[s::shards]``.
+
+        Returns
+        -------
+        TorchRunEncodedData
+
+        Raises
+        ------
+        ValueError
+            As the constructor."""
+        return cls(FileList(paths, reader), estimator, **options)
 
     # -- set-up ------------------------------------------------------------------------------
 
-    def _join(
-        self,
-        estimator,
-        model,
-        encoder,
-        sub_chunks,
-        group,
-        root,
-        init_process_group,
-        backend,
-        fold,
-        shards: int | None = None,
-        elastic: bool = False,
-        timeout: float = GROUP_TIMEOUT_S,
-    ) -> int:
-        """Argument checks every rank makes alike, then the group; returns ``sub_chunks``."""
-        fold = choice("fold", fold, FOLDS)
-        sub_chunks = positive_int("sub_chunks", sub_chunks)
-        if shards is not None:
-            shards = positive_int("shards", shards)
-        if encoder is None and model is None and estimator is None:
-            raise ValueError("TorchRunEncodedData needs encoder=, model= or estimator= to encode the data")
-        self._join_group(group, init_process_group=init_process_group, backend=backend, timeout=timeout)
-        self.group = group
+    def _reset_state(self) -> None:
+        """What a rank holds before it reads its shards."""
         self.device = self._membership.device  # where the encodings live; see _place
-        self._encode_device = None
-        if not 0 <= root < self.world:
-            self._membership.release()
-            raise ValueError(f"root must be a rank in [0, {self.world}); got {root}")
-        if shards is not None and shards < self.world:
-            self._membership.release()
-            raise ValueError(
-                f"shards={shards} is fewer than the {self.world} ranks: every rank needs a "
-                f"shard; pass shards >= {self.world} (or None: one per rank)"
-            )
-        self._fold_choice = fold
-        self._connect(root)
-        self.layout = ShardLayout.dealt(shards or self.world, self.world)
-        self.shard_chunks: list = []  # (shard id, first chunk, end chunk) of each shard held, in shard order
-        self.elastic = bool(elastic)
+        self._encode_device: Any = None
         self._encoder: Any = None
-        self._locate: Any = None
-        self._shard_parts: Callable[[int], Iterable] | None = None  # a shard's raw parts, read again
+        self.shard_chunks: list = []  # (shard id, first chunk, end chunk) of each shard held, in shard order
         self._kept: tuple | None = None  # elastic: the last E-step's statistics, per shard
         self.phase_hook: Callable[[str, int], None] | None = None  # (phase, step), for fault tests
         self.steps_taken = 0
@@ -473,13 +365,14 @@ class TorchRunEncodedData(GroupHandle):
         self.chunks: list = []
         self._counts: list = []
         self.last_timings: StepTimings | None = None
-        self.interleaved = True  # rank r holds observations r, r + world, ... (see from_shards)
-        # otherwise each chunk is a block of the data's order, beginning at a sortable origin:
-        # (shard, its first row in the shard) by default; None for an empty chunk
-        self._origin: Callable[[int, int, int], Any] = lambda shard, _part, row: (shard, row)
+        # each chunk's origin in the data's order, when not interleaved (None for an empty chunk)
         self.chunk_origins: list = []
         self._sample: Any = None  # one observation (none on an empty rank), to check a model against
-        return sub_chunks
+
+    @property
+    def rereadable(self) -> bool:
+        """Whether the ranks can read the data again after a rank died (built from files)."""
+        return self.source.rereadable
 
     def _connect(self, root: int = 0) -> None:
         """The exchange among the group's ranks (``root`` gathers and broadcasts) and the fold on it."""
@@ -507,43 +400,29 @@ class TorchRunEncodedData(GroupHandle):
         self._encode_device = chosen if ours else device  # encode() refuses a GPU for mixle's encoders
         return encoder
 
-    def _encode(
-        self,
-        encoder,
-        pieces: list,
-        counts: list | None,
-        signature: str | None,
-        error: BaseException | None,
-        what: str,
-        empty: Any = None,
-        locate: Callable[[int, int, int, int], str] = lambda _s, part, row, _: f"observation {row}",
-        fix: str = SAME_DATA,
-    ) -> None:
+    def _encode(self, encoder: Any, pieces: list, error: BaseException | None) -> None:
         """Encode each held shard's raw parts (``pieces``: (shard id, its parts); one part alive
-        at a time), then the count exchange: global count, status word and agreement on
-        ``signature``; every rank raises together on a failure. ``empty``: no observations of
-        the data's kind, encoded when the rank holds none. ``locate(shard, part, shard_row,
-        part_row)`` names a row (of part number ``part``) as the user knows it (a row of the
-        data passed, of a file), for the error on a non-finite value; ``fix`` what to do when
-        the ranks' ``signature`` differ."""
-        self._encoder, self._locate = encoder, locate
+        at a time), then the count exchange: global count, status word and agreement on the
+        source's ``signature``; every rank raises together on a failure. A rank that holds no
+        observations encodes the source's ``empty`` where the encoder takes it."""
+        source, self._encoder = self.source, encoder
         try:
             if error is None:
                 sizes = self._encode_pieces(pieces)
                 if self._sample is None:
-                    self._sample = empty
+                    self._sample = source.empty
                 if not self.chunks:  # an empty shard: keep its empty encoding where the encoder
-                    self._encode_empty(encoder, empty)  # takes one (it tells k-means‖ the dimension)
+                    self._encode_empty(encoder, source.empty)  # takes one (it tells k-means‖ the dimension)
                     sid, start, _ = self.shard_chunks[-1]
                     self.shard_chunks[-1] = (sid, start, len(self.chunks))
-                if counts is not None and sum(counts) != sizes:
+                if source.counts is not None and sum(source.counts) != sizes:
                     raise RuntimeError("internal: file parts miscounted")
         except Exception as exc:
             error = exc
         self.local_count = int(sum(self._counts))
         held_none = np.zeros(self.world)
         held_none[self.rank] = float(self.local_count == 0)
-        check = StatusCheck("building the handle", signature, f"{what} on this rank", fix)
+        check = StatusCheck("building the handle", source.signature, f"{source.what} on this rank", source.fix)
         try:
             summed = self.exchange.checked_sum(
                 _count_header(self.world), check, error, count=self.local_count, empty=held_none
@@ -581,11 +460,11 @@ class TorchRunEncodedData(GroupHandle):
                             exc,
                             part,
                             shard_rows - len(part),
-                            lambda shard_row, part_row, s=sid, n=number: self._locate(s, n, shard_row, part_row),
+                            lambda shard_row, part_row, s=sid, n=number: self.source.locate(s, n, shard_row, part_row),
                             self.rank,
                         ) from exc
                     self._counts.append(len(part))
-                    self.chunk_origins.append(self._origin(sid, number, shard_rows - len(part)))
+                    self.chunk_origins.append(self.source.origin(sid, number, shard_rows - len(part)))
                 number += 1
                 self._parts_read = number
                 del part
@@ -763,7 +642,7 @@ class TorchRunEncodedData(GroupHandle):
         error = None
         try:
             self._drop_shards(drop[self.rank])
-            self._encode_pieces([(s, self._shard_parts(s)) for s in adopt[self.rank]])
+            self._encode_pieces([(s, self.source.parts(s, self._sub_chunks)) for s in adopt[self.rank]])
         except Exception as exc:  # carried in the count exchange below
             error = exc
         self.local_count = int(sum(self._counts))
