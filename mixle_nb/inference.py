@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from .checkpoint import EMCheckpoint
-from .parallel.torchrun import torchrun_out
+from .parallel.em_handle import torchrun_out
 from .stats.base import Distribution, Estimator, as_generator
 from .stats.diagonal_gaussian import DiagonalGaussianEstimator
 from .stats.estimation import (

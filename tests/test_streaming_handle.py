@@ -22,7 +22,7 @@ from mixle_nb.neural import (
 )
 from mixle_nb.parallel import StreamingTokenEncodedData
 from mixle_nb.parallel.local_launch import run_local
-from mixle_nb.parallel.torch_neural import SAME_TOKENS
+from mixle_nb.parallel.token_handle import SAME_TOKENS
 
 torch.set_num_threads(1)
 

@@ -1,4 +1,4 @@
-"""torchrun SPMD backend for distributed estimation.
+"""The EM handle, TorchRunEncodedData: encoded shards resident on a process group's ranks.
 
 Each rank encodes its shard once and keeps it resident; every EM step accumulates sufficient
 statistics locally, folds them across ranks, key-ties them and runs the M-step, so every rank
