@@ -5,25 +5,21 @@ model. Every rank holds an identical module (built from the same seed, or pushed
 micro-batches from its own shard, and the gradient all-reduce inside backward (DDP) or the
 reduce-scatter (FSDP2) keeps the replicas identical step for step.
 
-Fail together: under DDP the step's status (stop requested, this rank failed) rides in the
-gradient all-reduce itself, so a rank that raises before or inside a step still takes part in
-that exchange with zeros and "failed", and every rank then raises at once (the failed rank its
-own error, the others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it).
-Construction and the log-density sum carry the same word in the one exchange each makes.
-Under FSDP2 the peers of a failed rank wait inside FSDP's own all-gathers and reduce-scatters,
-which it cannot stand in for: it leaves its message in the group's store and shuts its
-connections down, so they raise at once too, and the group must be formed again
-(:func:`~mixle_nb.parallel.fail_together.fail_by_severing`; nothing is added to a good step).
+Fail together: construction and the log-density sum carry the status word in the one exchange
+each makes (:class:`~mixle_nb.parallel.group_handle.GroupHandle`); how a training step fails on
+every rank at once (the failed rank its own error, the others
+:class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it) is the training mode's:
+:mod:`~mixle_nb.parallel.training_modes` (none, DDP, FSDP2: how each wraps the module, agrees to
+stop, fails and exports).
 """
 
 from __future__ import annotations
 
-import copy
 import inspect
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -43,9 +39,10 @@ from ..neural.source import (
     window_view,
 )
 from .exchange import STATUS, Header, StatusCheck
-from .fail_together import PeerRankError, fail_by_severing
+from .fail_together import PeerRankError
 from .group import GROUP_TIMEOUT_S, require_every_rank
 from .group_handle import GroupHandle
+from .training_modes import MODES, OneProcess
 
 _PARALLEL_MODES = ("auto", "ddp", "fsdp", "none")
 _PRECISIONS = ("fp32", "bf16")
@@ -57,7 +54,6 @@ ELASTIC_TRAINING = (
 )
 SAME_TOKENS = "pass the same token ids, block and batch_size on every rank"
 CONSTRUCTION_HEADER = Header(**STATUS, max_id=1)  # the status agrees on tokens, block, batch_size
-STEP_STATUS = Header(stop=1, failed=1)  # after the gradients in a DDP step's one all-reduce
 _OPTIMIZERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}  # mixle's estimator names none: AdamW
 
 
@@ -90,64 +86,13 @@ def _stop_requested(stop) -> bool:
     return bool(stop.is_set() if hasattr(stop, "is_set") else stop())
 
 
-class _StepStatus:
-    """What a DDP step's exchange carries besides the gradients: stop and failed words.
-
-    ``size`` and ``dtype`` describe the gradient part of the exchange, which is what a failed
-    rank sends as zeros to stand in for its gradients; ``group`` (``None``: the default group)
-    and ``world`` are the group it runs in and its size."""
-
-    def __init__(self, size: int, dtype: torch.dtype, group: Any, world: int):
-        self.size, self.dtype = size, dtype
-        self.group, self.world = group, world
-        self.stop = 0.0
-        self.agreed_stop = False
-        self.agreed_failed = False
-        self._pending: list = []
-
-    def words(self, device: torch.device, **fields: float) -> torch.Tensor:
-        """The :data:`STEP_STATUS` words after the gradients, in their dtype."""
-        return torch.as_tensor(STEP_STATUS.pack(**fields), dtype=self.dtype, device=device)
-
-
-def _allreduce_with_status(status: _StepStatus, bucket):
-    """DDP's mean all-reduce of every bucket as ONE all-reduce, with the status words appended.
-
-    Buckets before the last return futures completed by that one exchange, so a step makes
-    exactly one collective of a size known in advance — which is what lets a rank that failed
-    stand in for its part of it. The price is DDP's overlap of early buckets' all-reduce with
-    the rest of backward; a model under 1 MB of gradients is one bucket anyway. Unannotated on
-    purpose: DDP rejects a string annotation."""
-    status._pending.append((bucket.buffer(), torch.futures.Future()))
-    if not bucket.is_last():
-        return status._pending[-1][1]
-    pending, status._pending = status._pending, []
-    buffers = [buf for buf, _ in pending]
-    packed = torch.cat(
-        [b.reshape(-1).to(status.dtype) for b in buffers]
-        + [status.words(stop=status.stop, failed=0.0, device=buffers[0].device)]
-    )
-    packed[: -STEP_STATUS.width].div_(status.world)
-
-    def unpack(fut):
-        out = fut.value()[0]
-        words = STEP_STATUS.read(out[-STEP_STATUS.width :].cpu().numpy())
-        status.agreed_stop, status.agreed_failed = words.stop > 0, words.failed > 0
-        lo = 0
-        for buf, future in pending[:-1]:
-            future.set_result(out[lo : lo + buf.numel()].to(buf.dtype))
-            lo += buf.numel()
-        return out[lo : lo + buffers[-1].numel()].to(buffers[-1].dtype)
-
-    return dist.all_reduce(packed, group=status.group, async_op=True).get_future().then(unpack)
-
-
 class _Training:
-    """What persists between ``pysp_seq_estimate`` calls for one module."""
+    """What persists between ``pysp_seq_estimate`` calls for one module: the training mode
+    (which holds the module and its wrapper), the optimizer, the steps and targets taken."""
 
-    def __init__(self, module, wrapped, optimizer, mode, device, status, replica):
-        self.module, self.wrapped, self.optimizer = module, wrapped, optimizer
-        self.mode, self.device, self.status, self.replica = mode, device, status, replica
+    def __init__(self, mode: OneProcess, optimizer: torch.optim.Optimizer):
+        self.mode, self.optimizer = mode, optimizer
+        self.module, self.wrapped, self.device = mode.module, mode.wrapped, mode.device
         self.step = 0  # optimizer steps taken; also the cursor into the batch schedule
         self.targets = 0
 
@@ -465,51 +410,15 @@ class StreamingTokenEncodedData(GroupHandle):
         module.to(device)
         if hasattr(module, "activation_checkpointing"):
             module.activation_checkpointing = self.activation_checkpointing
-        trainable = [p for p in module.parameters() if p.requires_grad]
-        status = _StepStatus(sum(p.numel() for p in trainable), trainable[0].dtype, self._membership.group, self.world)
-        replica, wrapped = None, module
-        if mode == "ddp":
-            # init_sync=False: replicas are identical by construction, so no broadcast.
-            wrapped = nn.parallel.DistributedDataParallel(
-                module,
-                device_ids=[device.index] if device.type == "cuda" else None,
-                process_group=self._membership.group,
-                forward_sync_buffers=False,
-                init_sync=False,
-            )
-            wrapped.register_comm_hook(status, _allreduce_with_status)
-        elif mode == "fsdp":
-            replica = self._shard_fsdp(module)
+        strategy = MODES[mode](module, device, self._membership, self.exchange, precision=self.precision)
         optimizer = _OPTIMIZERS[getattr(estimator, "optimizer_kind", "adamw")](module.parameters(), lr=estimator.lr)
-        self._training = _Training(module, wrapped, optimizer, mode, device, status, replica)
+        self._training = _Training(strategy, optimizer)
         if self.checkpoints is not None and not self._resumed:
             self._resumed = True
             progress = self.checkpoints.load(module, optimizer)
             if progress is not None:
                 self._training.step, self._training.targets = progress["step"], progress["targets"]
         return self._training
-
-    def _shard_fsdp(self, module: nn.Module) -> nn.Module:
-        """Shard each block, then the root; return a meta-device twin to export full weights into."""
-        from torch.distributed.device_mesh import DeviceMesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        blocks = getattr(module, "blocks", None)
-        if blocks is None:
-            raise TypeError(f"parallel='fsdp' shards module.blocks one by one; {type(module).__name__} has no .blocks")
-        replica = copy.deepcopy(module).to("meta")
-        policy = (
-            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-            if self.precision == "bf16"
-            else MixedPrecisionPolicy()
-        )
-        # the handle's group, on the module's device type: fully_shard's default mesh is the
-        # default group's, on the accelerator whenever one exists, even for a CPU module
-        mesh = DeviceMesh.from_group(self._membership.group or dist.group.WORLD, next(module.parameters()).device.type)
-        for blk in blocks:
-            fully_shard(blk, mesh=mesh, mp_policy=policy)
-        fully_shard(module, mesh=mesh, mp_policy=policy)
-        return replica
 
     # -- training --------------------------------------------------------------------------
 
@@ -527,40 +436,11 @@ class StreamingTokenEncodedData(GroupHandle):
             logits = logits.float()  # the softmax in the loss needs fp32 range and precision
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
-    def _agreed_stop(self, tr: _Training, local: bool) -> bool:
-        if tr.mode == "none":
-            return local
-        if tr.mode == "ddp":
-            return tr.status.agreed_stop
-        if self.stop is None or tr.step % self.progress_every:
-            return False
-        return bool(self.exchange.sum([float(local)])[0] > 0)
-
-    def _stand_in_for_exchange(self, tr: _Training) -> None:
-        """A failed rank's part in the DDP step exchange its peers are in: zero gradients and
-        "failed". DDP's second forward re-buckets once with a broadcast; take part in it too."""
-        tr.wrapped.reducer._rebuild_buckets()  # no-op unless this is that forward's collective
-        words = torch.cat(
-            [
-                torch.zeros(tr.status.size, dtype=tr.status.dtype, device=tr.device),
-                tr.status.words(stop=tr.status.stop, failed=1.0, device=tr.device),
-            ]
-        )
-        dist.all_reduce(words, group=self._membership.group)
-
-    def _fail_step(self, tr: _Training, error: BaseException | None, exchange_pending: bool) -> None:
-        """Raise on every rank at once: drop the training state (DDP's reducer may be mid-step),
-        and under DDP meet the peers in the exchange they wait in, then in the message exchange."""
+    def _fail_step(self, tr: _Training, error: BaseException | None, exchange_pending: bool) -> NoReturn:
+        """Raise on every rank at once, as the training mode does; the training state is
+        dropped first (DDP's reducer may be mid-step)."""
         self._training = None
-        if tr.mode == "fsdp":
-            fail_by_severing(error, self.rank, self.world, f"training step {tr.step + 1}")
-        if tr.mode != "ddp":
-            raise error
-        if error is not None and exchange_pending:
-            self._stand_in_for_exchange(tr)
-        elif error is not None:  # the peers have finished the call; nobody waits for this rank
-            raise error
-        self.exchange.settle(StatusCheck(f"training step {tr.step + 1}"), error)
+        tr.mode.fail(error, exchange_pending, f"training step {tr.step + 1}")
 
     def _train(self, tr: _Training, n_steps: int) -> None:
         autocast = torch.autocast(tr.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
@@ -571,16 +451,16 @@ class StreamingTokenEncodedData(GroupHandle):
             exchanged = False
             try:
                 local_stop = local_stop or _stop_requested(self.stop)  # sticky until all agree
-                tr.status.stop = float(local_stop)
+                tr.mode.request_stop(local_stop)
                 loss = self._loss(tr, autocast)
                 tr.optimizer.zero_grad(set_to_none=True)
                 loss.backward()  # DDP: the step's one exchange, status words included
                 exchanged = True
-                if tr.status.agreed_failed:
+                if tr.mode.peer_failed:
                     self._fail_step(tr, None, exchange_pending=False)
                 tr.optimizer.step()
                 tr.step += 1
-                stopping = self._agreed_stop(tr, local_stop)
+                stopping = tr.mode.agreed_stop(local_stop, tr.step, self.stop is not None, self.progress_every)
                 n_targets = self.batch_size * self.block  # full batches only (drop_last)
                 tr.targets += n_targets
                 call_targets += n_targets
@@ -605,22 +485,10 @@ class StreamingTokenEncodedData(GroupHandle):
                 raise
             except Exception as error:  # noqa: BLE001 - carried to the peers, then re-raised
                 # After this step's exchange, peers wait only if another step follows.
-                last = exchanged and (i == n_steps - 1 or tr.status.agreed_stop)
+                last = exchanged and (i == n_steps - 1 or tr.mode.stop_in_exchange)
                 self._fail_step(tr, error, exchange_pending=not last)
             if stopping:
                 break
-
-    def _export(self, tr: _Training) -> nn.Module:
-        """The plain trained module; FSDP2's shards are gathered into the replica once per call."""
-        if tr.mode != "fsdp":
-            return tr.module
-        from torch.distributed.tensor import DTensor
-
-        full = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in tr.module.state_dict().items()}
-        if next(tr.replica.parameters()).is_meta:
-            tr.replica.to_empty(device=tr.device)
-        tr.replica.load_state_dict(full)
-        return tr.replica
 
     @property
     def steps_done(self) -> int:
@@ -650,12 +518,10 @@ class StreamingTokenEncodedData(GroupHandle):
         if self.checkpoints is not None:
             self.checkpoints.wait()
         try:
-            module = self._export(tr)
-        except Exception as error:  # noqa: BLE001 - FSDP2's gather of the weights is collective
-            if tr.mode != "fsdp":
-                raise
-            self._training = None
-            fail_by_severing(error, self.rank, self.world, "gathering the trained weights")
+            module = tr.mode.export()
+        except Exception:
+            self._training = None  # FSDP2's gather of the weights failed: the group is severed
+            raise
         return StreamingTransformerLeaf(module, tr.device)
 
     def pysp_seq_initialize(self, estimator: Any, rng: Any, p: float) -> Any:
