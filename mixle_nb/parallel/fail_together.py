@@ -24,9 +24,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-import torch.distributed as dist
-
 from .severing import sever_group
+from .torch_internals import default_store
 
 ANNOUNCE_WAIT_S = 2.0  # how long a rank whose collective broke looks for a peer's message
 _BROKEN = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|Timed out waiting", re.IGNORECASE)
@@ -85,7 +84,7 @@ def fail_by_severing(error: BaseException, rank: int, world: int, operation: str
     group timeout, and then name this rank all the same."""
     if world == 1:
         raise error
-    store = dist.distributed_c10d._get_default_store()  # the rendezvous store every rank shares
+    store = default_store()  # the rendezvous store every rank shares
     broken = bool(_BROKEN.search(str(error)))
     failures = _announced_failures(store, rank, world, ANNOUNCE_WAIT_S if broken else 0.0)
     if failures:

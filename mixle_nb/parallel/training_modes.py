@@ -27,6 +27,7 @@ from torch import nn
 from .exchange import Header, RankExchange, StatusCheck
 from .fail_together import fail_by_severing
 from .group import GroupMembership
+from .torch_internals import rebuild_ddp_buckets
 
 STEP_STATUS = Header(stop=1, failed=1)  # after the gradients in a DDP step's one all-reduce
 
@@ -134,7 +135,7 @@ class DataParallel(OneProcess):
     def _stand_in_for_exchange(self) -> None:
         """A failed rank's part in the DDP step exchange its peers are in: zero gradients and
         "failed". DDP's second forward re-buckets once with a broadcast; take part in it too."""
-        self.wrapped.reducer._rebuild_buckets()  # no-op unless this is that forward's collective
+        rebuild_ddp_buckets(self.wrapped)  # no-op unless this is that forward's collective
         words = torch.cat(
             [
                 torch.zeros(self.status.size, dtype=self.status.dtype, device=self.device),
