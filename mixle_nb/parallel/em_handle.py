@@ -21,6 +21,7 @@ holds the same data description, estimator and model. The exchanges are ``exchan
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import sys
@@ -28,7 +29,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import torch
@@ -81,17 +82,19 @@ class _Discard(io.TextIOBase):
         return len(text)
 
 
-def torchrun_out(root: int = 0):
+def torchrun_out(root: int = 0) -> TextIO | io.TextIOBase:
     """``sys.stdout`` on the root rank, a discarded buffer elsewhere."""
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", 0))
     return sys.stdout if rank == root else _Discard()
 
 
-def _choose_encoder(estimator, model, encoder):
+def _choose_encoder(estimator: Estimator | None, model: Distribution | None, encoder: Any) -> Any:
     if encoder is not None:
         return encoder
     if model is not None:
         return model.dist_to_encoder()
+    if estimator is None:
+        raise ValueError("TorchRunEncodedData needs encoder=, model= or estimator= to encode the data")
     return estimator.accumulator_factory().make().acc_to_encoder()
 
 
@@ -387,7 +390,7 @@ class TorchRunEncodedData(GroupHandle):
         """The float64s the last all-reduce fold sent; ``None``: it gathered."""
         return self.folding.last_floats
 
-    def _place(self, encoder, device: Any):
+    def _place(self, encoder: Any, device: Any) -> Any:
         """Check ``device`` on this rank and choose where ``encoder`` puts the encodings: there, or
         by default on the group's device (the CPU for an encoder without ``device=``). Runs
         inside the constructor's carried ``try``, so a device that one rank cannot use fails
@@ -460,7 +463,7 @@ class TorchRunEncodedData(GroupHandle):
                             exc,
                             part,
                             shard_rows - len(part),
-                            lambda shard_row, part_row, s=sid, n=number: self.source.locate(s, n, shard_row, part_row),
+                            functools.partial(self.source.locate, sid, number),
                             self.rank,
                         ) from exc
                     self._counts.append(len(part))
@@ -474,7 +477,7 @@ class TorchRunEncodedData(GroupHandle):
         self.shard_chunks.sort()
         return rows
 
-    def _encode_empty(self, encoder, empty) -> None:
+    def _encode_empty(self, encoder: Any, empty: Any) -> None:
         try:
             empty = encode(encoder, np.zeros(0) if empty is None else empty, self._encode_device)
         except Exception:  # mixle's encoders refuse empty data; the shard then holds no chunk
@@ -485,14 +488,16 @@ class TorchRunEncodedData(GroupHandle):
 
     # -- the handle protocol -----------------------------------------------------------------
 
-    def _phase(self, phase: str) -> None:
+    def _phase(self, phase: str | None) -> None:
         """Tell ``phase_hook`` (fault-injection tests) where step ``steps_taken + 1`` is: ``"e_step"``
         (before it), ``"e_step_shard"`` (between two shards' E-steps), ``"e_step_done"``,
         ``"fold"`` (this rank's part sent), ``"rejoin"``."""
         if self.phase_hook is not None and phase is not None:
             self.phase_hook(phase, self.steps_taken + 1)
 
-    def _shard_statistics(self, estimator: Estimator, model: Distribution, with_log_density: bool = True):
+    def _shard_statistics(
+        self, estimator: Estimator, model: Distribution, with_log_density: bool = True
+    ) -> tuple[list[Accumulated] | None, BaseException | None]:
         """(this rank's statistics, one :class:`Accumulated` per shard held, in shard order;
         ``None``) or (``None``, the error). An elastic handle keeps them with the estimator and
         model they were taken under and gives them again for the same pair, so a step taken
@@ -582,7 +587,7 @@ class TorchRunEncodedData(GroupHandle):
         if error is None and mine is not None:
             try:
                 for seed, (_, first, end) in zip(mine, self.shard_chunks):
-                    local_rng = np.random.RandomState(seed)
+                    local_rng: Any = np.random.RandomState(seed)  # mixle's accumulators take a RandomState
                     weight_rng = np.random.RandomState(local_rng.randint(2**31))
                     acc, included = estimator.accumulator_factory().make(), 0.0
                     for enc, n in zip(self.chunks[first:end], self._counts[first:end]):
@@ -619,7 +624,7 @@ class TorchRunEncodedData(GroupHandle):
         require_every_rank(self._membership, "a k-means start on a TorchRunEncodedData")
         return kmeans_init(self.chunks, estimator, rng, self.folding, init)
 
-    def pysp_shard_map(self, function, gather: bool = False) -> np.ndarray:
+    def pysp_shard_map(self, function: Callable[[Any], np.ndarray], gather: bool = False) -> np.ndarray:
         """``function(enc)`` over this rank's shard; ``gather=True``: every observation's, in
         the original order, on every rank (mixle_nb/parallel/shard_map.py)."""
         if gather:  # without it, each rank scores its own shard: no collective

@@ -21,8 +21,10 @@ import re
 import time
 import zlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
+
+import numpy as np
 
 from .severing import sever_group
 from .torch_internals import default_store
@@ -48,7 +50,7 @@ class PeerRankError(RuntimeError):
         text = "; ".join(f"rank {rank}: {message}" for rank, message in self.failures.items())
         super().__init__(f"{operation} failed on another rank: {text}" if operation else text)
 
-    def __reduce__(self):  # keep the fields through pickling (ipyparallel, run_local)
+    def __reduce__(self) -> tuple[type[PeerRankError], tuple[dict[int, str], str]]:  # keep the fields through pickling
         return type(self), (self.failures, self.operation)
 
 
@@ -130,7 +132,7 @@ def agreement_slots(text: str | None, world: int) -> list:
     return [1.0, h, h * h]
 
 
-def agreed(slots) -> bool:
+def agreed(slots: Sequence[float] | np.ndarray) -> bool:
     """Whether every rank that sent a text sent the same one, from the summed slots."""
     n, s, s2 = (float(v) for v in slots)
     return n * s2 == s * s

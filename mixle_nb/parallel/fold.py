@@ -81,9 +81,12 @@ class StatisticsFold:
     def path(self, estimator: Estimator, value: Any) -> AgreedFold:
         """The agreed fold for ``estimator`` (agreeing now if need be, from a statistics
         ``value`` of this rank's)."""
-        if self.agreed is None or self.agreed.estimator != self.estimator_print(estimator):
-            self._negotiate("folding statistics", estimator, value, None, self.estimator_print(estimator), None)
-        return self.agreed
+        agreed = self.agreed
+        if agreed is None or agreed.estimator != self.estimator_print(estimator):
+            agreed = self._negotiate(
+                "folding statistics", estimator, value, None, self.estimator_print(estimator), None
+            )
+        return agreed
 
     def shards(
         self,
@@ -109,23 +112,35 @@ class StatisticsFold:
             est_print = self.estimator_print(estimator)
             model_print = None if model is None else fingerprint(model)
             if error is None:
-                values = [piece.accumulator.value() for piece in pieces]
+                values = [piece.accumulator.value() for piece in pieces or ()]
                 into = estimator.accumulator_factory().make() if into is None else into
         except Exception as exc:
             error = error or exc
         while True:
-            if self.agreed is None:
-                self._negotiate(operation, estimator, values[0] if values else None, error, est_print, model_print)
-            if self.agreed.plan is None:
+            agreed = self.agreed
+            if agreed is None:
+                first = values[0] if values else None
+                agreed = self._negotiate(operation, estimator, first, error, est_print, model_print)
+            if agreed.plan is None:
                 return self._gather(operation, estimator, layout, pieces, values, into, error, est_print, model_print)
-            folded = self._allreduce(operation, layout, pieces, values, into, error, est_print, model_print)
+            folded = self._allreduce(
+                operation, agreed, agreed.plan, layout, pieces, values, into, error, est_print, model_print
+            )
             if folded is not None:
                 return folded
             self.agreed = None  # some rank's statistics no longer fit the plan: agree again
 
-    def _negotiate(self, operation, estimator, value, error, est_print, model_print) -> None:
+    def _negotiate(
+        self,
+        operation: str,
+        estimator: Estimator,
+        value: Any,
+        error: BaseException | None,
+        est_print: str | None,
+        model_print: str | None,
+    ) -> AgreedFold:
         """Agree, once per estimator, how its statistics cross ranks; also where every rank
-        compares estimator and model and learns of any failure. Sets ``self.agreed``."""
+        compares estimator and model and learns of any failure. Sets and returns ``self.agreed``."""
         plan = None
         if error is None and self.choice != "gather":
             try:
@@ -146,19 +161,32 @@ class StatisticsFold:
                 f"rank, which combine adds; got {len(set(map(repr, plans)))} layouts. "
                 "Use fold='gather' or 'auto'"
             )
+        assert est_print is not None  # else this rank failed, and every rank raised above
         self.agreed = AgreedFold(est_print, plans[0] if same else None)
+        return self.agreed
 
-    def _allreduce(self, operation, layout, pieces, values, into, error, est_print, model_print):
+    def _allreduce(
+        self,
+        operation: str,
+        agreed: AgreedFold,
+        plan: FoldPlan,
+        layout: ShardLayout,
+        pieces: list | None,
+        values: list | None,
+        into: Any,
+        error: BaseException | None,
+        est_print: str | None,
+        model_print: str | None,
+    ) -> tuple[float, float, Any] | None:
         """One message per rank: its status, then for each shard it holds, that shard's count,
         log-density and statistics; every rank adds the shards' parts in shard order. Returns
         ``None`` when a rank asked to agree a new plan."""
-        plan = self.agreed.plan
         width = 2 + plan.size
         body, fits = np.zeros(layout.slots * width), False
         if error is None:
             try:
-                fits = est_print == self.agreed.estimator
-                for slot, (piece, value) in enumerate(zip(pieces, values)):
+                fits = est_print == agreed.estimator
+                for slot, (piece, value) in enumerate(zip(pieces or (), values or ())):
                     flat = flatten_value(value)
                     fits = fits and value_layout(value) == plan.layout and plan.matches(flat)
                     if not fits:
@@ -180,14 +208,30 @@ class StatisticsFold:
         into.from_value(plan.restore(total[2:]))
         return float(total[0]), float(total[1]), into
 
-    def _gather(self, operation, estimator, layout, pieces, values, into, error, est_print, model_print):
+    def _gather(
+        self,
+        operation: str,
+        estimator: Estimator,
+        layout: ShardLayout,
+        pieces: list | None,
+        values: list | None,
+        into: Any,
+        error: BaseException | None,
+        est_print: str | None,
+        model_print: str | None,
+    ) -> tuple[float, float, Any]:
         """The reference path: statistics pickled to the root, combined there in shard order
         (mixle's ``combine``, so any value works), the sum broadcast; failures ride in both
         messages."""
         mine = (
             ("failed", failure_message(error))
             if error is not None
-            else ("ok", est_print, model_print, [(p.count, p.log_density, v) for p, v in zip(pieces, values)])
+            else (
+                "ok",
+                est_print,
+                model_print,
+                [(p.count, p.log_density, v) for p, v in zip(pieces or (), values or ())],
+            )
         )
         self.last_floats = None
         parts = self.exchange.gather_to_root(mine, phase="fold")
@@ -201,7 +245,7 @@ class StatisticsFold:
             self.agreed = None
         return float(count), float(log_density), into
 
-    def _combine_on_root(self, estimator, parts, layout: ShardLayout) -> tuple:
+    def _combine_on_root(self, estimator: Estimator, parts: list, layout: ShardLayout) -> tuple:
         failures = _failures([(p[1], None, None) if p[0] == "failed" else (None, p[1], p[2]) for p in parts])
         if failures:
             return ("failed", failures)
@@ -217,7 +261,7 @@ class StatisticsFold:
                     {owner: f"its statistics could not be combined with rank 0's: {failure_message(exc)}"},
                 )
             count, log_density = count + shard_count, log_density + shard_log_density
-        renegotiate = parts[0][1] != self.agreed.estimator
+        renegotiate = self.agreed is None or parts[0][1] != self.agreed.estimator
         return ("ok", count, log_density, total.value(), renegotiate)
 
 

@@ -80,7 +80,7 @@ def open_token_file(path: str | os.PathLike, dtype: Any = None) -> np.ndarray:
     return tokens
 
 
-def _stop_requested(stop) -> bool:
+def _stop_requested(stop: Any) -> bool:
     if stop is None:
         return False
     return bool(stop.is_set() if hasattr(stop, "is_set") else stop())
@@ -221,10 +221,11 @@ class StreamingTokenEncodedData(GroupHandle):
         )
         self._training: _Training | None = None
         self._resumed = False  # the checkpoint is loaded into the first module trained only
-        self._n_tokens, self._source = n_tokens, None  # (path, dtype) when built by from_file
+        self._n_tokens = n_tokens
+        self._source: tuple[str, Any] | None = None  # (path, dtype) when built by from_file
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, *, dtype: Any = None, **kwargs) -> StreamingTokenEncodedData:
+    def from_file(cls, path: str | os.PathLike, *, dtype: Any = None, **kwargs: Any) -> StreamingTokenEncodedData:
         """The handle over a token file that every rank maps, reading only its own shard.
 
         ``path`` is a ``.npy`` of ``uint16`` / ``uint32`` ids (dtype from its header) or raw
@@ -314,7 +315,9 @@ class StreamingTokenEncodedData(GroupHandle):
         self.tokens = shard.copy() if shards > 1 and not mapped else shard
         as_token_array(self.tokens)  # integer ids, none negative: checked on this rank's part
 
-    def _construction_exchange(self, failure, n_tokens: int, max_id: int, block: int, batch_size: int) -> int:
+    def _construction_exchange(
+        self, failure: BaseException | None, n_tokens: int, max_id: int, block: int, batch_size: int
+    ) -> int:
         """One exchange of every rank's status, largest token id and the arguments every rank
         must share; returns the largest id of all shards. Raises together if any rank failed
         or disagreed (naming the ranks whose arguments differ)."""
@@ -334,7 +337,7 @@ class StreamingTokenEncodedData(GroupHandle):
 
     # -- setup ---------------------------------------------------------------------------
 
-    def _device(self, estimator) -> torch.device:
+    def _device(self, estimator: Any) -> torch.device:
         device = torch.device(getattr(estimator, "device", "cpu"))
         if device.type == "cuda" and device.index is None:
             # The group's device: a cluster's engines set_device without LOCAL_RANK, and
@@ -343,7 +346,7 @@ class StreamingTokenEncodedData(GroupHandle):
             device = own if own.type == "cuda" else torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         return device
 
-    def _check_module(self, estimator) -> nn.Module:
+    def _check_module(self, estimator: Any) -> nn.Module:
         module = getattr(estimator, "module", None)
         if not isinstance(module, nn.Module):
             raise TypeError(
@@ -399,7 +402,7 @@ class StreamingTokenEncodedData(GroupHandle):
             )
         return self.parallel
 
-    def _training_for(self, estimator) -> _Training:
+    def _training_for(self, estimator: Any) -> _Training:
         module = self._check_module(estimator)
         if self._training is not None and self._training.module is module:
             for group in self._training.optimizer.param_groups:
@@ -409,7 +412,7 @@ class StreamingTokenEncodedData(GroupHandle):
         mode = self._resolve_mode(device)
         module.to(device)
         if hasattr(module, "activation_checkpointing"):
-            module.activation_checkpointing = self.activation_checkpointing
+            setattr(module, "activation_checkpointing", self.activation_checkpointing)  # noqa: B010 - not a Module attribute
         strategy = MODES[mode](module, device, self._membership, self.exchange, precision=self.precision)
         optimizer = _OPTIMIZERS[getattr(estimator, "optimizer_kind", "adamw")](module.parameters(), lr=estimator.lr)
         self._training = _Training(strategy, optimizer)
@@ -427,7 +430,7 @@ class StreamingTokenEncodedData(GroupHandle):
         inputs, targets = gather_sequences(self._windows, starts)
         return torch.from_numpy(inputs), torch.from_numpy(targets)
 
-    def _loss(self, tr: _Training, autocast) -> torch.Tensor:
+    def _loss(self, tr: _Training, autocast: torch.autocast) -> torch.Tensor:
         """Mean next-token loss over every position of this step's windows."""
         inputs, targets = (t.to(tr.device, non_blocking=True) for t in self._batch(tr.step))
         with autocast:
