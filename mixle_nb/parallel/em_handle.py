@@ -83,7 +83,18 @@ class _Discard(io.TextIOBase):
 
 
 def torchrun_out(root: int = 0) -> TextIO | io.TextIOBase:
-    """``sys.stdout`` on the root rank, a discarded buffer elsewhere."""
+    """``sys.stdout`` on the root rank, a discarded buffer elsewhere.
+
+    Parameters
+    ----------
+    root : int
+        The rank that prints (the default group's, or ``RANK`` before a group exists).
+
+    Returns
+    -------
+    file-like
+        ``sys.stdout`` or a text stream that drops what is written.
+    """
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", 0))
     return sys.stdout if rank == root else _Discard()
 
@@ -541,9 +552,29 @@ class TorchRunEncodedData(GroupHandle):
 
     def pysp_em_step(self, estimator: Estimator, prev_estimate: Distribution, with_log_density: bool = True) -> EMStep:
         """One distributed EM step and the all-reduced log-density of ``prev_estimate``:
-        one pass over the shard, one collective. ``with_log_density=False`` skips a separate
-        log-density pass for families whose update does not yield it (the log-density is then
-        NaN unless the update gave it)."""
+        one pass over the shard, one collective.
+
+        Parameters
+        ----------
+        estimator : Estimator
+            The same estimator on every rank.
+        prev_estimate : Distribution
+            The model the E-step runs under, the same on every rank.
+        with_log_density : bool
+            ``False`` skips a separate log-density pass for families whose update does not
+            yield it (the log-density is then NaN unless the update gave it).
+
+        Returns
+        -------
+        EMStep
+            The new model (identical on every rank), the global count and the log-density.
+
+        Raises
+        ------
+        Exception
+            On every rank together when any rank failed: the failed rank its own error, the
+            others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it; a
+            ``ValueError`` on a rank whose estimator or model differs from the others'."""
         require_every_rank(self._membership, "an EM step on a TorchRunEncodedData")
         self._phase("e_step")
         t0 = time.perf_counter()
@@ -561,7 +592,26 @@ class TorchRunEncodedData(GroupHandle):
         return EMStep(model, count, log_density)
 
     def pysp_seq_estimate(self, estimator: Estimator, prev_estimate: Distribution) -> Distribution:
-        """One distributed EM step; every rank returns the identical model."""
+        """One distributed EM step; every rank returns the identical model.
+
+        Parameters
+        ----------
+        estimator : Estimator
+            The same estimator on every rank.
+        prev_estimate : Distribution
+            The model the E-step runs under.
+
+        Returns
+        -------
+        Distribution
+            The new model.
+
+        Raises
+        ------
+        Exception
+            On every rank together when any rank failed: the failed rank its own error, the
+            others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it; a
+            ``ValueError`` on a rank whose estimator or model differs from the others'."""
         return self.pysp_em_step(estimator, prev_estimate, with_log_density=False).model
 
     def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
@@ -572,7 +622,28 @@ class TorchRunEncodedData(GroupHandle):
         ``Generator`` or a seed) and scatters them; each shard's observations take part with
         probability ``p`` and its accumulators get a ``RandomState``. The result is reproducible
         for a seed and shard count, but differs from a one-process ``seq_initialize`` with the
-        same seed (each shard draws its own subset)."""
+        same seed (each shard draws its own subset).
+
+        Parameters
+        ----------
+        estimator : Estimator
+            The same estimator on every rank.
+        rng : numpy.random.RandomState or numpy.random.Generator or int
+            Used on the root only.
+        p : float
+            The fraction of observations that take part, in ``(0, 1]``.
+
+        Returns
+        -------
+        Distribution
+            The initial model, identical on every rank.
+
+        Raises
+        ------
+        Exception
+            On every rank together when any rank failed: the failed rank its own error, the
+            others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it; a
+            ``ValueError`` on a rank whose estimator or model differs from the others'."""
         require_every_rank(self._membership, "initialising from a TorchRunEncodedData")
         error, seeds = None, None
         try:
@@ -609,7 +680,25 @@ class TorchRunEncodedData(GroupHandle):
     def pysp_stream_accumulate(self, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
         """Globally folded, key-tied batch sufficient statistics for streaming EM: ``(count,
         value)`` as mixle's handle returns them (mixle's streaming driver rebuilds the
-        accumulator with ``from_value``)."""
+        accumulator with ``from_value``).
+
+        Parameters
+        ----------
+        estimator : Estimator
+            The same estimator on every rank.
+        model : Distribution
+            The model the statistics are taken under, the same on every rank.
+
+        Returns
+        -------
+        tuple of (float, object)
+            The global count and the folded statistics value, identical on every rank.
+
+        Raises
+        ------
+        Exception
+            On every rank together when any rank failed: the failed rank its own error, the
+            others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it."""
         require_every_rank(self._membership, "stream accumulate on a TorchRunEncodedData")
         pieces, error = self._shard_statistics(estimator, model, with_log_density=False)
         count, _, acc = self.folding.shards(
@@ -620,13 +709,51 @@ class TorchRunEncodedData(GroupHandle):
     def pysp_kmeans_init(self, estimator: Estimator, rng: Any, init: str = "kmeans++") -> Distribution:
         """A mixture start from k-means‖ (``"kmeans++"``) or random observations
         (``"random_from_data"``) run on the shards where they live; identical on every rank
-        and reproducible for a seed and world size (mixle_nb/stats/kmeans.py)."""
+        and reproducible for a seed and world size (mixle_nb/stats/kmeans.py).
+
+        Parameters
+        ----------
+        estimator : Estimator
+            A mixture estimator, the same on every rank.
+        rng : numpy.random.RandomState or numpy.random.Generator or int
+            The seed source.
+        init : {"kmeans++", "random_from_data"}
+            How the centres are chosen.
+
+        Returns
+        -------
+        Distribution
+            The starting mixture, identical on every rank.
+
+        Raises
+        ------
+        Exception
+            On every rank together when any rank failed: the failed rank its own error, the
+            others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it."""
         require_every_rank(self._membership, "a k-means start on a TorchRunEncodedData")
         return kmeans_init(self.chunks, estimator, rng, self.folding, init)
 
     def pysp_shard_map(self, function: Callable[[Any], np.ndarray], gather: bool = False) -> np.ndarray:
         """``function(enc)`` over this rank's shard; ``gather=True``: every observation's, in
-        the original order, on every rank (mixle_nb/parallel/shard_map.py)."""
+        the original order, on every rank (mixle_nb/parallel/shard_map.py).
+
+        Parameters
+        ----------
+        function : callable
+            From an encoded chunk to one row per observation.
+        gather : bool
+            Gather every rank's rows (collective) rather than this rank's only.
+
+        Returns
+        -------
+        numpy.ndarray
+            The rows, in the original order when gathered.
+
+        Raises
+        ------
+        Exception
+            On every rank together when any rank failed: the failed rank its own error, the
+            others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it."""
         if gather:  # without it, each rank scores its own shard: no collective
             require_every_rank(self._membership, "gathering the scores of a TorchRunEncodedData")
         return map_shard(self, function, gather)

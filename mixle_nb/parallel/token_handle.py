@@ -234,6 +234,25 @@ class StreamingTokenEncodedData(GroupHandle):
         slice are ever read, and the caller (a notebook) never holds the data. The other
         keywords are those of the constructor; training is identical to passing the same ids
         as an array.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The token file, the same on every rank.
+        dtype : str, optional
+            The ids' dtype of a raw file (a ``.npy`` says its own).
+        **kwargs
+            The constructor's keywords.
+
+        Returns
+        -------
+        StreamingTokenEncodedData
+
+        Raises
+        ------
+        ValueError
+            A missing or needless ``dtype``, a file that is not one stream of ids, or what the
+            constructor refuses (on every rank together).
         """
         handle = cls(open_token_file(path, dtype), **kwargs)
         handle._source = (os.fspath(path), dtype)
@@ -241,7 +260,13 @@ class StreamingTokenEncodedData(GroupHandle):
 
     def check_elastic(self) -> None:
         """Raise unless the survivors of a lost rank can go on (:meth:`rejoin`): the handle reads
-        a token file again, and has checkpoints to resume from."""
+        a token file again, and has checkpoints to resume from.
+
+        Raises
+        ------
+        ValueError
+            Saying what the handle lacks and how to build one that can go on.
+        """
         missing = [
             what
             for what, ok in (
@@ -510,8 +535,26 @@ class StreamingTokenEncodedData(GroupHandle):
     def pysp_seq_estimate(self, estimator: Any, prev_estimate: Any) -> Any:
         """Train this rank's shard for ``epochs`` epochs (or ``max_steps``), continuing any
         earlier call with the same estimator (same module: optimizer state and data cursor
-        kept). Returns a leaf on the live module; ``prev_estimate`` is not needed because the
-        module carries the state."""
+        kept).
+
+        Parameters
+        ----------
+        estimator : StreamingTransformerLeafEstimator
+            Carries the module (the same on every rank) and the learning rate.
+        prev_estimate : object
+            Unused: the module carries the state.
+
+        Returns
+        -------
+        StreamingTransformerLeaf
+            A leaf on the live (for FSDP2: gathered) module.
+
+        Raises
+        ------
+        Exception
+            On every rank together when any rank failed: the failed rank its own error, the
+            others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it; after a failed FSDP2 step
+            the group must be formed again."""
         require_every_rank(self._membership, "training on a StreamingTokenEncodedData")
         tr = self._training_for(estimator)
         n_steps = self.total_steps
@@ -528,8 +571,24 @@ class StreamingTokenEncodedData(GroupHandle):
         return StreamingTransformerLeaf(module, tr.device)
 
     def pysp_seq_initialize(self, estimator: Any, rng: Any, p: float) -> Any:
-        """The estimator's module as an untrained leaf (``rng`` and ``p`` are unused: the
-        module's own seeded initialisation is what keeps ranks identical)."""
+        """The estimator's module as an untrained leaf.
+
+        Parameters
+        ----------
+        estimator : StreamingTransformerLeafEstimator
+            Carries the module.
+        rng, p
+            Unused: the module's own seeded initialisation is what keeps ranks identical.
+
+        Returns
+        -------
+        StreamingTransformerLeaf
+
+        Raises
+        ------
+        TypeError, ValueError
+            A module the handle cannot train (see :meth:`pysp_seq_estimate`).
+        """
         module = self._check_module(estimator)
         device = self._device(estimator)
         return StreamingTransformerLeaf(module.to(device), device)
