@@ -274,17 +274,17 @@ class TorchRunEncodedData(GroupHandle):
             ``False``: the shards are consecutive blocks, gathered back as rank 0's rows, then
             rank 1's, ...
         **options
-            The constructor's other keywords; ``elastic=True`` is refused (scattered data
-            cannot be read again).
+            The constructor's other keywords.
 
         Returns
         -------
         TorchRunEncodedData
+            The handle over every rank's shard.
 
         Raises
         ------
         ValueError
-            As the constructor."""
+            As the constructor, and for ``elastic=True``: scattered data cannot be read again."""
         return cls(ScatteredShard(shard, interleaved), estimator, **options)
 
     @classmethod
@@ -320,6 +320,7 @@ class TorchRunEncodedData(GroupHandle):
         Returns
         -------
         TorchRunEncodedData
+            The handle over the file's rows.
 
         Raises
         ------
@@ -357,11 +358,12 @@ class TorchRunEncodedData(GroupHandle):
         Returns
         -------
         TorchRunEncodedData
+            The handle over the files.
 
         Raises
         ------
         ValueError
-            As the constructor."""
+            As the constructor; a file or ``reader`` that fails on one rank fails every rank."""
         return cls(FileList(paths, reader), estimator, **options)
 
     # -- set-up ------------------------------------------------------------------------------
@@ -609,9 +611,7 @@ class TorchRunEncodedData(GroupHandle):
         Raises
         ------
         Exception
-            On every rank together when any rank failed: the failed rank its own error, the
-            others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it; a
-            ``ValueError`` on a rank whose estimator or model differs from the others'."""
+            Together on every rank, as :meth:`pysp_em_step` says."""
         return self.pysp_em_step(estimator, prev_estimate, with_log_density=False).model
 
     def pysp_seq_initialize(self, estimator: Estimator, rng: Any, p: float) -> Distribution:
@@ -641,9 +641,7 @@ class TorchRunEncodedData(GroupHandle):
         Raises
         ------
         Exception
-            On every rank together when any rank failed: the failed rank its own error, the
-            others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it; a
-            ``ValueError`` on a rank whose estimator or model differs from the others'."""
+            Together on every rank, as :meth:`pysp_em_step` says."""
         require_every_rank(self._membership, "initialising from a TorchRunEncodedData")
         error, seeds = None, None
         try:
@@ -697,8 +695,7 @@ class TorchRunEncodedData(GroupHandle):
         Raises
         ------
         Exception
-            On every rank together when any rank failed: the failed rank its own error, the
-            others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it."""
+            Together on every rank, as :meth:`pysp_em_step` says."""
         require_every_rank(self._membership, "stream accumulate on a TorchRunEncodedData")
         pieces, error = self._shard_statistics(estimator, model, with_log_density=False)
         count, _, acc = self.folding.shards(
@@ -728,8 +725,7 @@ class TorchRunEncodedData(GroupHandle):
         Raises
         ------
         Exception
-            On every rank together when any rank failed: the failed rank its own error, the
-            others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it."""
+            Together on every rank, as :meth:`pysp_em_step` says."""
         require_every_rank(self._membership, "a k-means start on a TorchRunEncodedData")
         return kmeans_init(self.chunks, estimator, rng, self.folding, init)
 
@@ -752,8 +748,7 @@ class TorchRunEncodedData(GroupHandle):
         Raises
         ------
         Exception
-            On every rank together when any rank failed: the failed rank its own error, the
-            others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it."""
+            Together on every rank, as :meth:`pysp_em_step` says."""
         if gather:  # without it, each rank scores its own shard: no collective
             require_every_rank(self._membership, "gathering the scores of a TorchRunEncodedData")
         return map_shard(self, function, gather)

@@ -43,6 +43,22 @@ class AgreedFold:
         return "gather" if self.plan is None else "allreduce"
 
 
+@dataclass
+class _Round:
+    """One fold's inputs on this rank: the operation (named in errors), the shard layout, this
+    rank's statistics (one :class:`Accumulated` per shard it holds, and their values), the
+    accumulator to fold into, this rank's error, and its estimator's and model's fingerprints."""
+
+    operation: str
+    layout: ShardLayout
+    pieces: list
+    values: list
+    into: Any
+    error: BaseException | None
+    est_print: str | None
+    model_print: str | None
+
+
 class StatisticsFold:
     """Folds statistics over the ranks of ``exchange``, by the path ``fold`` (``"auto"``,
     ``"gather"``, ``"allreduce"``). Also the :class:`~mixle_nb.stats.kmeans.Exchange` that
@@ -116,16 +132,15 @@ class StatisticsFold:
                 into = estimator.accumulator_factory().make() if into is None else into
         except Exception as exc:
             error = error or exc
+        mine = _Round(operation, layout, list(pieces or ()), values or [], into, error, est_print, model_print)
         while True:
             agreed = self.agreed
             if agreed is None:
                 first = values[0] if values else None
                 agreed = self._negotiate(operation, estimator, first, error, est_print, model_print)
             if agreed.plan is None:
-                return self._gather(operation, estimator, layout, pieces, values, into, error, est_print, model_print)
-            folded = self._allreduce(
-                operation, agreed, agreed.plan, layout, pieces, values, into, error, est_print, model_print
-            )
+                return self._gather(estimator, mine)
+            folded = self._allreduce(agreed, agreed.plan, mine)
             if folded is not None:
                 return folded
             self.agreed = None  # some rank's statistics no longer fit the plan: agree again
@@ -165,28 +180,16 @@ class StatisticsFold:
         self.agreed = AgreedFold(est_print, plans[0] if same else None)
         return self.agreed
 
-    def _allreduce(
-        self,
-        operation: str,
-        agreed: AgreedFold,
-        plan: FoldPlan,
-        layout: ShardLayout,
-        pieces: list | None,
-        values: list | None,
-        into: Any,
-        error: BaseException | None,
-        est_print: str | None,
-        model_print: str | None,
-    ) -> tuple[float, float, Any] | None:
+    def _allreduce(self, agreed: AgreedFold, plan: FoldPlan, mine: _Round) -> tuple[float, float, Any] | None:
         """One message per rank: its status, then for each shard it holds, that shard's count,
         log-density and statistics; every rank adds the shards' parts in shard order. Returns
         ``None`` when a rank asked to agree a new plan."""
-        width = 2 + plan.size
+        layout, error, width = mine.layout, mine.error, 2 + plan.size
         body, fits = np.zeros(layout.slots * width), False
         if error is None:
             try:
-                fits = est_print == agreed.estimator
-                for slot, (piece, value) in enumerate(zip(pieces or (), values or ())):
+                fits = mine.est_print == agreed.estimator
+                for slot, (piece, value) in enumerate(zip(mine.pieces, mine.values)):
                     flat = flatten_value(value)
                     fits = fits and value_layout(value) == plan.layout and plan.matches(flat)
                     if not fits:
@@ -197,7 +200,7 @@ class StatisticsFold:
                 error = exc
         if not fits:
             body[:] = 0.0
-        check = StatusCheck(operation, model_print, "the model on this rank", SAME_MODEL)
+        check = StatusCheck(mine.operation, mine.model_print, "the model on this rank", SAME_MODEL)
         self.last_floats = ALLREDUCE_HEADER.width + len(body)
         summed, rows = self.exchange.checked_rows(
             ALLREDUCE_HEADER, check, error, body, phase="fold", replan=float(error is None and not fits)
@@ -205,45 +208,35 @@ class StatisticsFold:
         if summed.replan > 0:
             return None
         total = fold_in_shard_order(rows, layout, ALLREDUCE_HEADER.width, width)
-        into.from_value(plan.restore(total[2:]))
-        return float(total[0]), float(total[1]), into
+        mine.into.from_value(plan.restore(total[2:]))
+        return float(total[0]), float(total[1]), mine.into
 
-    def _gather(
-        self,
-        operation: str,
-        estimator: Estimator,
-        layout: ShardLayout,
-        pieces: list | None,
-        values: list | None,
-        into: Any,
-        error: BaseException | None,
-        est_print: str | None,
-        model_print: str | None,
-    ) -> tuple[float, float, Any]:
+    def _gather(self, estimator: Estimator, mine: _Round) -> tuple[float, float, Any]:
         """The reference path: statistics pickled to the root, combined there in shard order
         (mixle's ``combine``, so any value works), the sum broadcast; failures ride in both
         messages."""
-        mine = (
+        error = mine.error
+        sent = (
             ("failed", failure_message(error))
             if error is not None
             else (
                 "ok",
-                est_print,
-                model_print,
-                [(p.count, p.log_density, v) for p, v in zip(pieces or (), values or ())],
+                mine.est_print,
+                mine.model_print,
+                [(p.count, p.log_density, v) for p, v in zip(mine.pieces, mine.values)],
             )
         )
         self.last_floats = None
-        parts = self.exchange.gather_to_root(mine, phase="fold")
-        message = self._combine_on_root(estimator, parts, layout) if parts is not None else None
+        parts = self.exchange.gather_to_root(sent, phase="fold")
+        message = self._combine_on_root(estimator, parts, mine.layout) if parts is not None else None
         message = self.exchange.broadcast(message)
         if message[0] == "failed":
-            raise_failures(message[1], self.rank, error, operation)
+            raise_failures(message[1], self.rank, error, mine.operation)
         _, count, log_density, value, renegotiate = message
-        into.from_value(value)
+        mine.into.from_value(value)
         if renegotiate:
             self.agreed = None
-        return float(count), float(log_density), into
+        return float(count), float(log_density), mine.into
 
     def _combine_on_root(self, estimator: Estimator, parts: list, layout: ShardLayout) -> tuple:
         failures = _failures([(p[1], None, None) if p[0] == "failed" else (None, p[1], p[2]) for p in parts])
