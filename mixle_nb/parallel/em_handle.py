@@ -21,7 +21,6 @@ holds the same data description, estimator and model. The exchanges are ``exchan
 
 from __future__ import annotations
 
-import functools
 import io
 import os
 import sys
@@ -40,7 +39,6 @@ from ..stats.estimation import (
     Accumulated,
     EMStep,
     accumulate,
-    encode,
     log_density_total,
     m_step,
     takes_device,
@@ -51,13 +49,14 @@ from ..validation import choice, fraction, positive_int
 from ..validation import device as checked_device
 from .data_sources import NOT_ELASTIC, SAME_FILES, DataSource, FileList, NpyFile, RootData, SameData, ScatteredShard
 from .exchange import STATUS, Header, StatusCheck
-from .fail_together import failure_message, fingerprint
+from .fail_together import fingerprint
 from .fold import FOLDS, StatisticsFold
 from .group import GROUP_TIMEOUT_S, require_every_rank
 from .group_handle import GroupHandle
 from .logical_shards import rebalance
+from .resident_shards import ResidentShards
 from .shard_map import map_shard
-from .shards import load_npy, release_freed_memory
+from .shards import load_npy
 
 REJOIN_HEADER = Header(**STATUS, count=1)
 
@@ -371,19 +370,26 @@ class TorchRunEncodedData(GroupHandle):
     def _reset_state(self) -> None:
         """What a rank holds before it reads its shards."""
         self.device = self._membership.device  # where the encodings live; see _place
-        self._encode_device: Any = None
-        self._encoder: Any = None
-        self.shard_chunks: list = []  # (shard id, first chunk, end chunk) of each shard held, in shard order
+        self.resident = ResidentShards(self.source, self.rank)
         self._kept: tuple | None = None  # elastic: the last E-step's statistics, per shard
         self.phase_hook: Callable[[str, int], None] | None = None  # (phase, step), for fault tests
         self.steps_taken = 0
-        self._parts_read = 0
-        self.chunks: list = []
-        self._counts: list = []
         self.last_timings: StepTimings | None = None
-        # each chunk's origin in the data's order, when not interleaved (None for an empty chunk)
-        self.chunk_origins: list = []
-        self._sample: Any = None  # one observation (none on an empty rank), to check a model against
+
+    @property
+    def chunks(self) -> list:
+        """This rank's encoded chunks, shard after shard."""
+        return self.resident.chunks
+
+    @property
+    def shard_chunks(self) -> list[tuple[int, int, int]]:
+        """``(shard id, first chunk, end chunk)`` of each shard this rank holds, in shard order."""
+        return self.resident.shard_chunks
+
+    @property
+    def chunk_origins(self) -> list:
+        """Where each chunk sits in the data's order (``None``: an empty chunk)."""
+        return self.resident.origins
 
     @property
     def rereadable(self) -> bool:
@@ -413,7 +419,7 @@ class TorchRunEncodedData(GroupHandle):
         if chosen is None:
             chosen = self._membership.device if ours else torch.device("cpu")
         self.device = chosen
-        self._encode_device = chosen if ours else device  # encode() refuses a GPU for mixle's encoders
+        self.resident.device = chosen if ours else device  # encode() refuses a GPU for mixle's encoders
         return encoder
 
     def _encode(self, encoder: Any, pieces: list, error: BaseException | None) -> None:
@@ -421,21 +427,17 @@ class TorchRunEncodedData(GroupHandle):
         at a time), then the count exchange: global count, status word and agreement on the
         source's ``signature``; every rank raises together on a failure. A rank that holds no
         observations encodes the source's ``empty`` where the encoder takes it."""
-        source, self._encoder = self.source, encoder
+        source, resident = self.source, self.resident
+        resident.encoder = encoder
         try:
             if error is None:
-                sizes = self._encode_pieces(pieces)
-                if self._sample is None:
-                    self._sample = source.empty
-                if not self.chunks:  # an empty shard: keep its empty encoding where the encoder
-                    self._encode_empty(encoder, source.empty)  # takes one (it tells k-means‖ the dimension)
-                    sid, start, _ = self.shard_chunks[-1]
-                    self.shard_chunks[-1] = (sid, start, len(self.chunks))
+                sizes = resident.read(pieces)
+                resident.keep_empty(source.empty)
                 if source.counts is not None and sum(source.counts) != sizes:
                     raise RuntimeError("internal: file parts miscounted")
         except Exception as exc:
             error = exc
-        self.local_count = int(sum(self._counts))
+        self.local_count = resident.count
         held_none = np.zeros(self.world)
         held_none[self.rank] = float(self.local_count == 0)
         check = StatusCheck("building the handle", source.signature, f"{source.what} on this rank", source.fix)
@@ -458,46 +460,6 @@ class TorchRunEncodedData(GroupHandle):
                 "single-process EM's; start fewer ranks, or give every rank data",
                 stacklevel=3,
             )
-
-    def _encode_pieces(self, pieces: list) -> int:
-        """Encode ``pieces`` ((shard id, raw parts)) after the chunks held; returns the rows read."""
-        rows, number = 0, self._parts_read  # parts are numbered as produced (from_files' sources)
-        for sid, parts in pieces:
-            first, shard_rows = len(self.chunks), 0
-            for part in parts:
-                shard_rows += len(part)
-                if self._sample is None and len(part):
-                    self._sample = _copy(part[:1])
-                if len(part):  # an empty part has nothing to encode (some encoders refuse it)
-                    try:
-                        self.chunks.append(encode(self._encoder, part, self._encode_device))
-                    except Exception as exc:
-                        raise _located(
-                            exc,
-                            part,
-                            shard_rows - len(part),
-                            functools.partial(self.source.locate, sid, number),
-                            self.rank,
-                        ) from exc
-                    self._counts.append(len(part))
-                    self.chunk_origins.append(self.source.origin(sid, number, shard_rows - len(part)))
-                number += 1
-                self._parts_read = number
-                del part
-                release_freed_memory()
-            self.shard_chunks.append((sid, first, len(self.chunks)))
-            rows += shard_rows
-        self.shard_chunks.sort()
-        return rows
-
-    def _encode_empty(self, encoder: Any, empty: Any) -> None:
-        try:
-            empty = encode(encoder, np.zeros(0) if empty is None else empty, self._encode_device)
-        except Exception:  # mixle's encoders refuse empty data; the shard then holds no chunk
-            return
-        self.chunks.append(empty)
-        self._counts.append(0)
-        self.chunk_origins.append(None)
 
     # -- the handle protocol -----------------------------------------------------------------
 
@@ -528,7 +490,7 @@ class TorchRunEncodedData(GroupHandle):
                     self._phase("e_step_shard")
                 if shard not in kept:
                     kept[shard] = accumulate(
-                        self.chunks[first:end], estimator, model, self._counts[first:end], with_log_density
+                        self.chunks[first:end], estimator, model, self.resident.counts[first:end], with_log_density
                     )
                 pieces.append(kept[shard])
             if key is not None:
@@ -541,10 +503,11 @@ class TorchRunEncodedData(GroupHandle):
         """``error`` of a step (or a score) under ``model``, or, when ``model`` does not fit the
         data (a model of another dimension), the error its own encoder gives for an observation
         of this shard, which names the mismatch. Only on the failure path: a step pays nothing."""
-        if model is None or self._sample is None or not hasattr(model, "dist_to_encoder"):
+        sample = self.resident.sample
+        if model is None or sample is None or not hasattr(model, "dist_to_encoder"):
             return error
         try:
-            model.dist_to_encoder().seq_encode(self._sample)
+            model.dist_to_encoder().seq_encode(sample)
         except Exception as mismatch:
             return ValueError(
                 f"the model does not fit the data on rank {self.rank}: {mismatch}. Pass a "
@@ -659,7 +622,7 @@ class TorchRunEncodedData(GroupHandle):
                     local_rng: Any = np.random.RandomState(seed)  # mixle's accumulators take a RandomState
                     weight_rng = np.random.RandomState(local_rng.randint(2**31))
                     acc, included = estimator.accumulator_factory().make(), 0.0
-                    for enc, n in zip(self.chunks[first:end], self._counts[first:end]):
+                    for enc, n in zip(self.chunks[first:end], self.resident.counts[first:end]):
                         weights = (weight_rng.rand(n) <= p).astype(np.float64)
                         acc.seq_initialize(enc, weights, local_rng)
                         included += float(weights.sum())
@@ -768,11 +731,12 @@ class TorchRunEncodedData(GroupHandle):
         layout, drop, adopt = rebalance([np.flatnonzero(row).tolist() for row in rows], self.layout.count)
         error = None
         try:
-            self._drop_shards(drop[self.rank])
-            self._encode_pieces([(s, self.source.parts(s, self._sub_chunks)) for s in adopt[self.rank]])
+            self.resident.rank = self.rank
+            self.resident.drop(drop[self.rank])
+            self.resident.read([(s, self.source.parts(s, self._sub_chunks)) for s in adopt[self.rank]])
         except Exception as exc:  # carried in the count exchange below
             error = exc
-        self.local_count = int(sum(self._counts))
+        self.local_count = self.resident.count
         check = StatusCheck("reading a lost rank's shards", None, "the shards on this rank", SAME_FILES)
         summed, _ = self.exchange.checked_rows(REJOIN_HEADER, check, error, count=self.local_count)  # all pairs
         if int(summed.count) != self._count:
@@ -783,49 +747,12 @@ class TorchRunEncodedData(GroupHandle):
         self.layout = layout
         return adopt[self.rank]
 
-    def _drop_shards(self, shards: Sequence[int]) -> None:
-        kept = [
-            (s, self.chunks[a:b], self._counts[a:b], self.chunk_origins[a:b])
-            for s, a, b in self.shard_chunks
-            if s not in shards
-        ]
-        self.chunks, self._counts, self.shard_chunks, self.chunk_origins = [], [], [], []
-        for shard, chunks, counts, origins in kept:
-            self.shard_chunks.append((shard, len(self.chunks), len(self.chunks) + len(chunks)))
-            self.chunks += chunks
-            self._counts += counts
-            self.chunk_origins += origins
-
     def _drop_resident(self) -> None:
-        self.chunks, self._counts, self.shard_chunks, self.chunk_origins, self._kept = [], [], [], [], None
+        self.resident.clear()
+        self._kept = None
 
     def __len__(self) -> int:
         return self._count
-
-
-def _copy(rows: Any) -> Any:
-    """``rows`` as a copy that holds no reference to the part they came from (a memory map)."""
-    return np.array(rows) if isinstance(rows, np.ndarray) else list(rows)
-
-
-def _located(
-    error: BaseException, part: Any, start: int, locate: Callable[[int, int], str], rank: int
-) -> BaseException:
-    """``error`` (an encoder's), or, when ``part`` (shard rows from ``start``) holds a NaN or an
-    infinity, an error naming the first such row as the user knows it (``locate(shard_row,
-    part_row)``): the encoder's own message counts within the part."""
-    try:
-        values = np.asarray(part, dtype=np.float64)
-        bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
-    except (TypeError, ValueError):  # not numbers: the encoder's error stands
-        return error
-    if not len(bad):
-        return error
-    row = int(bad[0])
-    return ValueError(
-        f"{locate(start + row, row)} is NaN or infinite: drop or impute it first (rank {rank}'s "
-        f"encoder, counting within its part: {failure_message(error)})"
-    )
 
 
 def _seed_source(rng: Any) -> np.random.RandomState:
