@@ -96,13 +96,14 @@ class GroupHandle(HandleLifetime):
 
     # -- the log-density sum -------------------------------------------------------------------
 
-    def pysp_seq_log_density_sum(self, model: Any) -> tuple[float, float]:
-        """The count and the summed log-density of the data under ``model``, over every rank.
+    def pysp_seq_log_density_sum(self, estimate: Any) -> tuple[float, float]:
+        """The count and the summed log-density of the data under ``estimate``, over every rank.
 
         Parameters
         ----------
-        model : Distribution
-            The same model on every rank (checked in the same exchange).
+        estimate : Distribution
+            The model, the same on every rank (checked in the same exchange); named as in
+            mixle's handle.
 
         Returns
         -------
@@ -120,10 +121,10 @@ class GroupHandle(HandleLifetime):
             require_every_rank(self._membership, f"a log-density sum on a {self.handle_name}")
         error, text, count, total = None, None, 0.0, 0.0
         try:
-            text = self._model_text(model)
-            count, total = self._local_log_density(model)
+            text = self._model_text(estimate)
+            count, total = self._local_log_density(estimate)
         except Exception as exc:  # carried in the sum, so no peer waits for this rank
-            error = self.explain_failure(exc, model)
+            error = self.explain_failure(exc, estimate)
         if not summed_over_ranks:
             if error is not None:
                 raise error
