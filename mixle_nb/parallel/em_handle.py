@@ -16,7 +16,9 @@ every rank raise at once — the failed rank its own error, the others
 :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it — instead of leaving peers
 waiting in a collective until the group timeout. The same exchange checks that every rank
 holds the same data description, estimator and model. The exchanges are ``exchange.py``'s
-(:class:`~mixle_nb.parallel.exchange.RankExchange`), the statistics' fold is ``fold.py``'s.
+(:class:`~mixle_nb.parallel.exchange.RankExchange`), the statistics' fold is ``fold.py``'s, what
+both handles share is ``group_handle.py``'s; where the observations come from is a
+``data_sources.py`` source, and the chunks a rank holds are ``resident_shards.py``'s.
 """
 
 from __future__ import annotations
