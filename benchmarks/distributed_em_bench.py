@@ -95,7 +95,7 @@ def _fold_rank(rank, world, n, steps, path):
         out[name] = (step, (time.perf_counter() - t0) / steps)
     # today's fold (before logical shards): the rank's one accumulator, one exchange, rank order
     handle = handles["in memory, 1 shard/rank"]
-    acc = accumulate(handle.chunks, estimator, start, handle._counts).accumulator
+    acc = accumulate(handle.chunks, estimator, start, handle.resident.counts).accumulator
     plan, value = handle.folding.agreed.plan, acc.value()
     dist.barrier()
     t0 = time.perf_counter()

@@ -94,7 +94,7 @@ def em_steps(handle, estimator, model, steps: int = EM_STEPS):
 def build_elastic_handle(name: str, path: str, shards=None, sub_chunks: int = 2):
     """Bind ``name`` on this rank to an elastic 2-Gaussian-mixture handle on the ``.npy`` file."""
     from mixle_nb.cluster.rank_side import rank_namespace
-    from mixle_nb.parallel.torchrun import TorchRunEncodedData
+    from mixle_nb.parallel.em_handle import TorchRunEncodedData
 
     est = _elastic_estimator()
     rank_namespace()[name] = TorchRunEncodedData.from_npy(path, est, shards=shards, sub_chunks=sub_chunks, elastic=True)
@@ -149,7 +149,7 @@ def elastic_reference(path: str, start, steps: int, shards: int, sub_chunks: int
     """Every step's parameters (bytes) of EM from the 2-component ``start`` in one process on
     the ``.npy`` file ``path`` with the estimator, shards and parts of
     :func:`build_elastic_handle`: what an elastic run must equal."""
-    from mixle_nb.parallel.torchrun import TorchRunEncodedData
+    from mixle_nb.parallel.em_handle import TorchRunEncodedData
     from mixle_nb.stats import em_step
 
     est = _elastic_estimator()
@@ -166,7 +166,7 @@ def elastic_reference(path: str, start, steps: int, shards: int, sub_chunks: int
 def build_in_memory_handle(name: str):
     """Bind ``name`` on this rank to a handle on data in memory (every rank the same 40 values)."""
     from mixle_nb.cluster.rank_side import rank_namespace
-    from mixle_nb.parallel.torchrun import TorchRunEncodedData
+    from mixle_nb.parallel.em_handle import TorchRunEncodedData
     from mixle_nb.stats import GaussianEstimator, MixtureEstimator
 
     est = MixtureEstimator([GaussianEstimator()] * 2)

@@ -6,8 +6,8 @@ and 1, whichever rank holds which shard, is checked on a real cluster in test_el
 import numpy as np
 import pytest
 
+from mixle_nb.parallel.em_handle import TorchRunEncodedData
 from mixle_nb.parallel.logical_shards import ShardLayout, rebalance
-from mixle_nb.parallel.torchrun import TorchRunEncodedData
 from mixle_nb.stats import GaussianEstimator, MixtureDistribution, MixtureEstimator
 from mixle_nb.stats.gaussian import GaussianDistribution
 

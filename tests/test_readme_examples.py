@@ -14,6 +14,7 @@ rendezvous folder may be left behind. (A graceful kernel shutdown with a cluster
 tested here: whether the cluster's stop fits in the kernel manager's 5 s grace depends on the
 machine's load.)
 """
+
 from __future__ import annotations
 
 import re

@@ -22,7 +22,8 @@ from mixle_nb.neural import (
 )
 from mixle_nb.parallel import StreamingTokenEncodedData
 from mixle_nb.parallel.local_launch import run_local
-from mixle_nb.parallel.torch_neural import SAME_TOKENS
+from mixle_nb.parallel.token_handle import SAME_TOKENS
+from mixle_nb.parallel.torch_internals import default_group_timeout
 
 torch.set_num_threads(1)
 
@@ -709,8 +710,7 @@ def test_a_group_the_handle_creates_carries_its_timeout(monkeypatch):
     _launcher_variables(monkeypatch, 1)
     h = handle(init_process_group=True, timeout=45)
     try:
-        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
-        assert backend.options._timeout == timedelta(seconds=45)
+        assert default_group_timeout() == timedelta(seconds=45)
     finally:
         h.close()
     assert not dist.is_initialized()

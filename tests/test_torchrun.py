@@ -400,11 +400,11 @@ def test_a_group_the_handle_creates_carries_its_timeout(monkeypatch):
     300 s, not torch's 30 minutes): the value gloo reports."""
     from datetime import timedelta
 
-    import torch
     import torch.distributed as dist
 
     from mixle_nb.parallel import TorchRunEncodedData
     from mixle_nb.parallel.local_launch import free_port
+    from mixle_nb.parallel.torch_internals import default_group_timeout
 
     assert not dist.is_initialized()
     for name, value in (
@@ -418,8 +418,7 @@ def test_a_group_the_handle_creates_carries_its_timeout(monkeypatch):
         options = {} if timeout is None else {"timeout": timeout}
         h = TorchRunEncodedData(np.zeros(3), estimator=GaussianEstimator(), **options)
         try:
-            backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
-            assert backend.options._timeout == timedelta(seconds=timeout or 300)
+            assert default_group_timeout() == timedelta(seconds=timeout or 300)
         finally:
             h.close()
         assert not dist.is_initialized()

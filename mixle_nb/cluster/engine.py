@@ -169,7 +169,8 @@ def group_state() -> tuple[bool, int]:
     import torch.distributed as dist
 
     from ..parallel.severing import group_severed
+    from ..parallel.torch_internals import collectives_started
 
     if not dist.is_initialized() or group_severed():
         return False, -1
-    return True, dist.distributed_c10d._get_default_group()._get_sequence_number_for_group()
+    return True, collectives_started()

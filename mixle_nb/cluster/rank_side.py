@@ -107,8 +107,8 @@ def check_elastic_on_rank(handle: str, training: bool = False) -> None:
         return
     if getattr(h, "elastic", False) and hasattr(h, "rejoin"):
         return
-    if hasattr(h, "rejoin") and getattr(h, "_shard_parts", None) is None:
-        from ..parallel.torchrun import NOT_ELASTIC
+    if hasattr(h, "rejoin") and not getattr(h, "rereadable", False):
+        from ..parallel.data_sources import NOT_ELASTIC
 
         raise ValueError(f"{handle!r}: " + NOT_ELASTIC.format(what="its data (passed from memory)"))
     if hasattr(h, "rejoin"):

@@ -1,10 +1,10 @@
 """Distributed encoded-data handles, usable on ipyparallel engines or under plain torchrun."""
 
+from .em_handle import StepTimings, TorchRunEncodedData, torchrun_out
 from .fail_together import PeerRankError
 from .group import GroupMembership, join_group
 from .handle import EncodedDataHandle
-from .torch_neural import StreamingTokenEncodedData
-from .torchrun import StepTimings, TorchRunEncodedData, torchrun_out
+from .token_handle import StreamingTokenEncodedData
 
 __all__ = [
     "EncodedDataHandle",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, NoReturn
 
@@ -72,7 +73,20 @@ def all_well(summed: SimpleNamespace) -> bool:
     return summed.failed == 0 and agreed(summed.agreement)
 
 
-def finish(work) -> None:
+@dataclass(frozen=True)
+class StatusCheck:
+    """What an operation's status exchange checks, and what every rank is told when it fails:
+    ``operation`` names it in errors; ``mine`` is this rank's text that every rank must share
+    (``None``: nothing to compare), ``what`` says what that text describes, ``fix`` what to do
+    when a rank's differs (``{rank}`` becomes the rank at fault)."""
+
+    operation: str
+    mine: str | None = None
+    what: str = ""
+    fix: str = ""
+
+
+def finish(work: Any) -> None:
     """Wait for an async collective: poll for up to ``POLL_S``, yielding the core, then block.
     Waking a thread blocked in gloo costs about a millisecond on a busy machine, more than a
     small exchange itself; the poll is bounded so a long wait for a slower rank burns no CPU."""
@@ -172,12 +186,49 @@ class RankExchange:
         )
         return received[0]
 
-    def settle(self, operation: str, error: BaseException | None, mine: str | None, what: str, fix: str) -> NoReturn:
-        """The failure path, once a status word or an agreement check failed: every rank sends
-        its error and its text ``mine`` (``what`` it describes), and all raise the same outcome,
-        the odd ones out told ``fix``. Never returns."""
-        entries = self.gather((None if error is None else failure_message(error), mine))
+    def checked_sum(
+        self, header: Header, check: StatusCheck, error: BaseException | None, **fields: Any
+    ) -> SimpleNamespace:
+        """Sum ``header``'s fields over the ranks, with this rank's status (``error``, and the
+        text ``check.mine`` every rank must share) in the same vector: the one exchange an
+        operation makes, carrying its fail-together word. Returns the summed fields when every
+        rank is well and agrees; otherwise every rank raises together (:meth:`settle`)."""
+        summed = header.read(self.sum(header.pack(**status(error, check.mine, self.world), **fields)))
+        if not all_well(summed):
+            self.settle(check, error)
+        return summed
+
+    def checked_rows(
+        self,
+        header: Header,
+        check: StatusCheck,
+        error: BaseException | None,
+        body: Any = (),
+        phase: str | None = None,
+        **fields: Any,
+    ) -> tuple[SimpleNamespace, np.ndarray]:
+        """:meth:`rows` of ``header``'s fields followed by ``body``, with this rank's status in
+        the header: returns (the header summed over the ranks, every rank's row) when every rank
+        is well and agrees; otherwise every rank raises together (:meth:`settle`)."""
+        head = header.pack(**status(error, check.mine, self.world), **fields)
+        rows = self.rows(np.concatenate([head, np.asarray(body, dtype=np.float64)]), phase=phase)
+        summed = header.read(rows[:, : header.width].sum(axis=0))
+        if not all_well(summed):
+            self.settle(check, error)
+        return summed, rows
+
+    def settle(self, check: StatusCheck, error: BaseException | None) -> NoReturn:
+        """The failure path, entered by every rank once a status word or an agreement check
+        failed (and only then: it is the one collective a good step never makes): every rank
+        sends its error and its text ``check.mine``, and all raise the same outcome — a failed
+        rank its own error, the odd ones out a ``ValueError`` told ``check.fix``, the others
+        :class:`~mixle_nb.parallel.fail_together.PeerRankError`. Never returns."""
+        entries = self.gather((None if error is None else failure_message(error), check.mine))
         failures = {r: message for r, (message, _) in enumerate(entries) if message is not None}
         if not failures:
-            failures = odd_ones_out({r: text for r, (_, text) in enumerate(entries)}, what, fix)
-        raise_failures(failures, self.rank, error, operation)
+            failures = odd_ones_out({r: text for r, (_, text) in enumerate(entries)}, check.what, check.fix)
+        if not failures:
+            raise RuntimeError(
+                f"{check.operation}: a status word said a rank failed, but no rank sent a failure message"
+            )
+        raise_failures(failures, self.rank, error, check.operation)

@@ -3,7 +3,8 @@
 A rank that fails does not leave its peers waiting in the next collective. It still takes part
 in the exchange the operation already makes, carrying a status word instead of (or beside) its
 result; when any status says "failed", every rank joins one more exchange — only on that
-failure path — that shares each failed rank's message. The failed rank then re-raises its own
+failure path — that shares each failed rank's message
+(:meth:`~mixle_nb.parallel.exchange.RankExchange.settle`, the one failure path of both handles). The failed rank then re-raises its own
 error; every other rank raises :class:`PeerRankError`, naming the failed rank(s) and their
 messages, so a cluster can tell the root cause (the original error) from its consequences.
 
@@ -20,12 +21,13 @@ import re
 import time
 import zlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-import torch.distributed as dist
+import numpy as np
 
 from .severing import sever_group
+from .torch_internals import default_store
 
 ANNOUNCE_WAIT_S = 2.0  # how long a rank whose collective broke looks for a peer's message
 _BROKEN = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|Timed out waiting", re.IGNORECASE)
@@ -48,7 +50,7 @@ class PeerRankError(RuntimeError):
         text = "; ".join(f"rank {rank}: {message}" for rank, message in self.failures.items())
         super().__init__(f"{operation} failed on another rank: {text}" if operation else text)
 
-    def __reduce__(self):  # keep the fields through pickling (ipyparallel, run_local)
+    def __reduce__(self) -> tuple[type[PeerRankError], tuple[dict[int, str], str]]:  # keep the fields through pickling
         return type(self), (self.failures, self.operation)
 
 
@@ -59,26 +61,9 @@ def failure_message(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
-def raise_together(local_error: BaseException | None, group: Any = None, world: int = 1, operation: str = "") -> None:
-    """The failure path, entered by every rank once any status word said "failed".
-
-    Gathers each rank's failure message (one object collective), then re-raises this rank's
-    own error if it had one, else raises :class:`PeerRankError`. Never returns."""
-    local = None if local_error is None else failure_message(local_error)
-    messages: list = [local] * world
-    if world > 1:
-        dist.all_gather_object(messages, local, group=group)
-    failures = {rank: text for rank, text in enumerate(messages) if text is not None}
-    if not failures:
-        raise RuntimeError(
-            f"{operation or 'an SPMD operation'}: a status word said a rank failed, but no rank sent a failure message"
-        )
-    raise_failures(failures, dist.get_rank(group) if world > 1 else 0, local_error, operation)
-
-
 def raise_failures(
     failures: Mapping[int, str], rank: int, local_error: BaseException | None = None, operation: str = ""
-) -> None:
+) -> NoReturn:
     """Raise, on ``rank``, the outcome every rank agreed on: its own error if it had one, a
     ``ValueError`` with its entry in ``failures`` if the ranks found it at fault (its input
     differs from the others'), else :class:`PeerRankError`. Never returns."""
@@ -101,7 +86,7 @@ def fail_by_severing(error: BaseException, rank: int, world: int, operation: str
     group timeout, and then name this rank all the same."""
     if world == 1:
         raise error
-    store = dist.distributed_c10d._get_default_store()  # the rendezvous store every rank shares
+    store = default_store()  # the rendezvous store every rank shares
     broken = bool(_BROKEN.search(str(error)))
     failures = _announced_failures(store, rank, world, ANNOUNCE_WAIT_S if broken else 0.0)
     if failures:
@@ -147,7 +132,7 @@ def agreement_slots(text: str | None, world: int) -> list:
     return [1.0, h, h * h]
 
 
-def agreed(slots) -> bool:
+def agreed(slots: Sequence[float] | np.ndarray) -> bool:
     """Whether every rank that sent a text sent the same one, from the summed slots."""
     n, s, s2 = (float(v) for v in slots)
     return n * s2 == s * s

@@ -20,7 +20,7 @@ from ..stats.base import Estimator
 from ..stats.estimation import Accumulated
 from ..stats.values import FoldPlan, flatten_value, fold_plan, value_layout
 from ..validation import choice
-from .exchange import STATUS, Header, RankExchange, all_well, status
+from .exchange import STATUS, Header, RankExchange, StatusCheck
 from .fail_together import failure_message, fingerprint, odd_ones_out, raise_failures
 from .logical_shards import ShardLayout, fold_in_shard_order
 
@@ -41,6 +41,22 @@ class AgreedFold:
     @property
     def path(self) -> str:
         return "gather" if self.plan is None else "allreduce"
+
+
+@dataclass
+class _Round:
+    """One fold's inputs on this rank: the operation (named in errors), the shard layout, this
+    rank's statistics (one :class:`Accumulated` per shard it holds, and their values), the
+    accumulator to fold into, this rank's error, and its estimator's and model's fingerprints."""
+
+    operation: str
+    layout: ShardLayout
+    pieces: list
+    values: list
+    into: Any
+    error: BaseException | None
+    est_print: str | None
+    model_print: str | None
 
 
 class StatisticsFold:
@@ -81,9 +97,12 @@ class StatisticsFold:
     def path(self, estimator: Estimator, value: Any) -> AgreedFold:
         """The agreed fold for ``estimator`` (agreeing now if need be, from a statistics
         ``value`` of this rank's)."""
-        if self.agreed is None or self.agreed.estimator != self.estimator_print(estimator):
-            self._negotiate("folding statistics", estimator, value, None, self.estimator_print(estimator), None)
-        return self.agreed
+        agreed = self.agreed
+        if agreed is None or agreed.estimator != self.estimator_print(estimator):
+            agreed = self._negotiate(
+                "folding statistics", estimator, value, None, self.estimator_print(estimator), None
+            )
+        return agreed
 
     def shards(
         self,
@@ -109,23 +128,34 @@ class StatisticsFold:
             est_print = self.estimator_print(estimator)
             model_print = None if model is None else fingerprint(model)
             if error is None:
-                values = [piece.accumulator.value() for piece in pieces]
+                values = [piece.accumulator.value() for piece in pieces or ()]
                 into = estimator.accumulator_factory().make() if into is None else into
         except Exception as exc:
             error = error or exc
+        mine = _Round(operation, layout, list(pieces or ()), values or [], into, error, est_print, model_print)
         while True:
-            if self.agreed is None:
-                self._negotiate(operation, estimator, values[0] if values else None, error, est_print, model_print)
-            if self.agreed.plan is None:
-                return self._gather(operation, estimator, layout, pieces, values, into, error, est_print, model_print)
-            folded = self._allreduce(operation, layout, pieces, values, into, error, est_print, model_print)
+            agreed = self.agreed
+            if agreed is None:
+                first = values[0] if values else None
+                agreed = self._negotiate(operation, estimator, first, error, est_print, model_print)
+            if agreed.plan is None:
+                return self._gather(estimator, mine)
+            folded = self._allreduce(agreed, agreed.plan, mine)
             if folded is not None:
                 return folded
             self.agreed = None  # some rank's statistics no longer fit the plan: agree again
 
-    def _negotiate(self, operation, estimator, value, error, est_print, model_print) -> None:
+    def _negotiate(
+        self,
+        operation: str,
+        estimator: Estimator,
+        value: Any,
+        error: BaseException | None,
+        est_print: str | None,
+        model_print: str | None,
+    ) -> AgreedFold:
         """Agree, once per estimator, how its statistics cross ranks; also where every rank
-        compares estimator and model and learns of any failure. Sets ``self.agreed``."""
+        compares estimator and model and learns of any failure. Sets and returns ``self.agreed``."""
         plan = None
         if error is None and self.choice != "gather":
             try:
@@ -146,19 +176,20 @@ class StatisticsFold:
                 f"rank, which combine adds; got {len(set(map(repr, plans)))} layouts. "
                 "Use fold='gather' or 'auto'"
             )
+        assert est_print is not None  # else this rank failed, and every rank raised above
         self.agreed = AgreedFold(est_print, plans[0] if same else None)
+        return self.agreed
 
-    def _allreduce(self, operation, layout, pieces, values, into, error, est_print, model_print):
+    def _allreduce(self, agreed: AgreedFold, plan: FoldPlan, mine: _Round) -> tuple[float, float, Any] | None:
         """One message per rank: its status, then for each shard it holds, that shard's count,
         log-density and statistics; every rank adds the shards' parts in shard order. Returns
         ``None`` when a rank asked to agree a new plan."""
-        plan = self.agreed.plan
-        width = 2 + plan.size
+        layout, error, width = mine.layout, mine.error, 2 + plan.size
         body, fits = np.zeros(layout.slots * width), False
         if error is None:
             try:
-                fits = est_print == self.agreed.estimator
-                for slot, (piece, value) in enumerate(zip(pieces, values)):
+                fits = mine.est_print == agreed.estimator
+                for slot, (piece, value) in enumerate(zip(mine.pieces, mine.values)):
                     flat = flatten_value(value)
                     fits = fits and value_layout(value) == plan.layout and plan.matches(flat)
                     if not fits:
@@ -169,42 +200,45 @@ class StatisticsFold:
                 error = exc
         if not fits:
             body[:] = 0.0
-        header = ALLREDUCE_HEADER.pack(
-            **status(error, model_print, self.world), replan=float(error is None and not fits)
+        check = StatusCheck(mine.operation, mine.model_print, "the model on this rank", SAME_MODEL)
+        self.last_floats = ALLREDUCE_HEADER.width + len(body)
+        summed, rows = self.exchange.checked_rows(
+            ALLREDUCE_HEADER, check, error, body, phase="fold", replan=float(error is None and not fits)
         )
-        rows = self.exchange.rows(np.concatenate([header, body]), phase="fold")
-        self.last_floats = len(header) + len(body)
-        summed = ALLREDUCE_HEADER.read(rows[:, : len(header)].sum(axis=0))
-        if not all_well(summed):
-            self.exchange.settle(operation, error, model_print, "the model on this rank", SAME_MODEL)
         if summed.replan > 0:
             return None
-        total = fold_in_shard_order(rows, layout, len(header), width)
-        into.from_value(plan.restore(total[2:]))
-        return float(total[0]), float(total[1]), into
+        total = fold_in_shard_order(rows, layout, ALLREDUCE_HEADER.width, width)
+        mine.into.from_value(plan.restore(total[2:]))
+        return float(total[0]), float(total[1]), mine.into
 
-    def _gather(self, operation, estimator, layout, pieces, values, into, error, est_print, model_print):
+    def _gather(self, estimator: Estimator, mine: _Round) -> tuple[float, float, Any]:
         """The reference path: statistics pickled to the root, combined there in shard order
         (mixle's ``combine``, so any value works), the sum broadcast; failures ride in both
         messages."""
-        mine = (
+        error = mine.error
+        sent = (
             ("failed", failure_message(error))
             if error is not None
-            else ("ok", est_print, model_print, [(p.count, p.log_density, v) for p, v in zip(pieces, values)])
+            else (
+                "ok",
+                mine.est_print,
+                mine.model_print,
+                [(p.count, p.log_density, v) for p, v in zip(mine.pieces, mine.values)],
+            )
         )
         self.last_floats = None
-        parts = self.exchange.gather_to_root(mine, phase="fold")
-        message = self._combine_on_root(estimator, parts, layout) if parts is not None else None
+        parts = self.exchange.gather_to_root(sent, phase="fold")
+        message = self._combine_on_root(estimator, parts, mine.layout) if parts is not None else None
         message = self.exchange.broadcast(message)
         if message[0] == "failed":
-            raise_failures(message[1], self.rank, error, operation)
+            raise_failures(message[1], self.rank, error, mine.operation)
         _, count, log_density, value, renegotiate = message
-        into.from_value(value)
+        mine.into.from_value(value)
         if renegotiate:
             self.agreed = None
-        return float(count), float(log_density), into
+        return float(count), float(log_density), mine.into
 
-    def _combine_on_root(self, estimator, parts, layout: ShardLayout) -> tuple:
+    def _combine_on_root(self, estimator: Estimator, parts: list, layout: ShardLayout) -> tuple:
         failures = _failures([(p[1], None, None) if p[0] == "failed" else (None, p[1], p[2]) for p in parts])
         if failures:
             return ("failed", failures)
@@ -220,7 +254,7 @@ class StatisticsFold:
                     {owner: f"its statistics could not be combined with rank 0's: {failure_message(exc)}"},
                 )
             count, log_density = count + shard_count, log_density + shard_log_density
-        renegotiate = parts[0][1] != self.agreed.estimator
+        renegotiate = self.agreed is None or parts[0][1] != self.agreed.estimator
         return ("ok", count, log_density, total.value(), renegotiate)
 
 

@@ -86,7 +86,7 @@ def join_group(
     seconds for its rendezvous and collectives (an adopted group keeps its own).
 
     ``init_process_group=False`` with no group asks for a one-process run (rank 0 of 1)."""
-    timeout = timedelta(seconds=validation.positive_real("timeout", timeout))
+    wait = timedelta(seconds=validation.positive_real("timeout", timeout))
     if group is not None or (dist.is_available() and dist.is_initialized()):
         chosen = dist.get_backend(group)
         return GroupMembership(
@@ -108,7 +108,7 @@ def join_group(
     device = _device_for(backend)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     init_default_group(
-        backend, store=_next_launcher_store(rank, world, timeout), rank=rank, world_size=world, timeout=timeout
+        backend, store=_next_launcher_store(rank, world, wait), rank=rank, world_size=world, timeout=wait
     )
     return GroupMembership(dist.get_rank(), dist.get_world_size(), None, device, owned=True)
 

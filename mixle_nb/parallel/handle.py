@@ -10,7 +10,9 @@ are simply absent from a handle that lacks them: ``hasattr`` tells the truth.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+_Handle = TypeVar("_Handle", bound="HandleLifetime")
 
 
 @runtime_checkable
@@ -57,8 +59,12 @@ class EncodedDataHandle(Protocol):
 class HandleLifetime:
     """Mixin giving a handle its context manager: ``with handle: ...`` closes it on exit."""
 
-    def __enter__(self):
+    def close(self) -> None:
+        """Release what this handle owns."""
+        raise NotImplementedError
+
+    def __enter__(self: _Handle) -> _Handle:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

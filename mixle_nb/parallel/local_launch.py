@@ -12,6 +12,8 @@ import socket
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
+from typing import Any
 
 PORTS = range(20000, 32768)  # below Linux's ephemeral range, so no outgoing connection holds one
 
@@ -32,7 +34,9 @@ def free_port() -> int:
     raise RuntimeError(f"no free loopback port in {PORTS.start}-{PORTS.stop - 1}")
 
 
-def _child(fn, rank: int, world: int, port: int, out_path: str, kwargs: dict, stacks_at: float) -> None:
+def _child(
+    fn: Callable[..., Any], rank: int, world: int, port: int, out_path: str, kwargs: dict, stacks_at: float
+) -> None:
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(world),
@@ -54,7 +58,7 @@ def _child(fn, rank: int, world: int, port: int, out_path: str, kwargs: dict, st
         pickle.dump(result, f)
 
 
-def run_local(fn, world: int, timeout: float = 180.0, **kwargs) -> list:
+def run_local(fn: Callable[..., Any], world: int, timeout: float = 180.0, **kwargs: Any) -> list:
     """``fn(rank, world, **kwargs)`` on ``world`` spawned processes; returns the per-rank results.
 
     ``fn`` must be importable (defined at module level). The launcher variables are set as

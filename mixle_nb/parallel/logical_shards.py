@@ -79,9 +79,10 @@ def rebalance(held: Sequence[Sequence[int]], count: int) -> tuple[ShardLayout, l
 def fold_in_shard_order(rows: np.ndarray, layout: ShardLayout, offset: int, width: int) -> np.ndarray:
     """The sum of every shard's vector, shard 0 first: ``rows[r]`` is rank ``r``'s message, its
     ``j``-th shard's vector at ``offset + j·width``."""
-    total = None
+    total = np.zeros(width) if not layout.owners else None
     for s, owner in enumerate(layout.owners):
         start = offset + layout.slot_of(s) * width
         piece = rows[owner, start : start + width]
         total = piece.copy() if total is None else total + piece
+    assert total is not None
     return total

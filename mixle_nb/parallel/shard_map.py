@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .fail_together import raise_together
+from .exchange import StatusCheck
 
 
 def interleave(parts: list) -> np.ndarray:
@@ -52,6 +52,6 @@ def map_shard(handle: Any, function: Callable[[Any], np.ndarray], gather: bool =
         local, error = None, exc
     parts = handle.exchange.gather(None if error is not None else local)
     if error is not None or any(p is None for p in parts):
-        raise_together(error, handle.group, handle.world, "scoring the shards")
+        handle.exchange.settle(StatusCheck("scoring the shards"), error)
     rows = [rows for _, rows in sorted((pair for held in parts for pair in held), key=lambda pair: pair[0])]
     return interleave(rows) if interleaved else np.concatenate(rows)

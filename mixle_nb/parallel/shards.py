@@ -17,7 +17,7 @@ import numpy as np
 READ_BLOCK_BYTES = 32 << 20  # one read from a file; bounds a rank's memory beside its shard
 
 
-def _libc_trim():
+def _libc_trim() -> Callable[[int], int] | None:
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
     except (OSError, AttributeError):  # not glibc: nothing to trim
@@ -145,7 +145,7 @@ class NpyRows:
                 stop = min(b, start + per_block)
                 first = self.rank + self.world * start  # file row of shard row `start`
                 rows = (stop - start - 1) * self.world + 1
-                view = memoryview(buffer)[: rows * self.row_bytes]
+                view = buffer.data[: rows * self.row_bytes]
                 f.seek(self.offset + first * self.row_bytes)
                 if f.readinto(view) != len(view):
                     raise ValueError(f"{self.path}: file ends before row {first + rows}; is it truncated?")

@@ -5,25 +5,21 @@ model. Every rank holds an identical module (built from the same seed, or pushed
 micro-batches from its own shard, and the gradient all-reduce inside backward (DDP) or the
 reduce-scatter (FSDP2) keeps the replicas identical step for step.
 
-Fail together: under DDP the step's status (stop requested, this rank failed) rides in the
-gradient all-reduce itself, so a rank that raises before or inside a step still takes part in
-that exchange with zeros and "failed", and every rank then raises at once (the failed rank its
-own error, the others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it).
-Construction and the log-density sum carry the same word in the one exchange each makes.
-Under FSDP2 the peers of a failed rank wait inside FSDP's own all-gathers and reduce-scatters,
-which it cannot stand in for: it leaves its message in the group's store and shuts its
-connections down, so they raise at once too, and the group must be formed again
-(:func:`~mixle_nb.parallel.fail_together.fail_by_severing`; nothing is added to a good step).
+Fail together: construction and the log-density sum carry the status word in the one exchange
+each makes (:class:`~mixle_nb.parallel.group_handle.GroupHandle`); how a training step fails on
+every rank at once (the failed rank its own error, the others
+:class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it) is the training mode's:
+:mod:`~mixle_nb.parallel.training_modes` (none, DDP, FSDP2: how each wraps the module, agrees to
+stop, fails and exports).
 """
 
 from __future__ import annotations
 
-import copy
 import inspect
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -42,10 +38,11 @@ from ..neural.source import (
     gather_windows,
     window_view,
 )
-from .exchange import Header, RankExchange
-from .fail_together import PeerRankError, fail_by_severing, odd_ones_out, raise_failures, raise_together
-from .group import GROUP_TIMEOUT_S, join_group, require_every_rank
-from .handle import HandleLifetime
+from .exchange import STATUS, Header, StatusCheck
+from .fail_together import PeerRankError
+from .group import GROUP_TIMEOUT_S, require_every_rank
+from .group_handle import GroupHandle
+from .training_modes import MODES, OneProcess
 
 _PARALLEL_MODES = ("auto", "ddp", "fsdp", "none")
 _PRECISIONS = ("fp32", "bf16")
@@ -56,9 +53,7 @@ ELASTIC_TRAINING = (
     "..., checkpoint=DIR) on a DIR every rank can read"
 )
 SAME_TOKENS = "pass the same token ids, block and batch_size on every rank"
-CONSTRUCTION_HEADER = Header(failed=1, max_id=1, tokens=1, block=1, batch_size=1)
-LOG_DENSITY_HEADER = Header(failed=1, count=1, total=1)
-STEP_STATUS = Header(stop=1, failed=1)  # after the gradients in a DDP step's one all-reduce
+CONSTRUCTION_HEADER = Header(**STATUS, max_id=1)  # the status agrees on tokens, block, batch_size
 _OPTIMIZERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}  # mixle's estimator names none: AdamW
 
 
@@ -85,75 +80,24 @@ def open_token_file(path: str | os.PathLike, dtype: Any = None) -> np.ndarray:
     return tokens
 
 
-def _stop_requested(stop) -> bool:
+def _stop_requested(stop: Any) -> bool:
     if stop is None:
         return False
     return bool(stop.is_set() if hasattr(stop, "is_set") else stop())
 
 
-class _StepStatus:
-    """What a DDP step's exchange carries besides the gradients: stop and failed words.
-
-    ``size`` and ``dtype`` describe the gradient part of the exchange, which is what a failed
-    rank sends as zeros to stand in for its gradients; ``group`` (``None``: the default group)
-    and ``world`` are the group it runs in and its size."""
-
-    def __init__(self, size: int, dtype: torch.dtype, group: Any, world: int):
-        self.size, self.dtype = size, dtype
-        self.group, self.world = group, world
-        self.stop = 0.0
-        self.agreed_stop = False
-        self.agreed_failed = False
-        self._pending: list = []
-
-    def words(self, device: torch.device, **fields: float) -> torch.Tensor:
-        """The :data:`STEP_STATUS` words after the gradients, in their dtype."""
-        return torch.as_tensor(STEP_STATUS.pack(**fields), dtype=self.dtype, device=device)
-
-
-def _allreduce_with_status(status: _StepStatus, bucket):
-    """DDP's mean all-reduce of every bucket as ONE all-reduce, with the status words appended.
-
-    Buckets before the last return futures completed by that one exchange, so a step makes
-    exactly one collective of a size known in advance — which is what lets a rank that failed
-    stand in for its part of it. The price is DDP's overlap of early buckets' all-reduce with
-    the rest of backward; a model under 1 MB of gradients is one bucket anyway. Unannotated on
-    purpose: DDP rejects a string annotation."""
-    status._pending.append((bucket.buffer(), torch.futures.Future()))
-    if not bucket.is_last():
-        return status._pending[-1][1]
-    pending, status._pending = status._pending, []
-    buffers = [buf for buf, _ in pending]
-    packed = torch.cat(
-        [b.reshape(-1).to(status.dtype) for b in buffers]
-        + [status.words(stop=status.stop, failed=0.0, device=buffers[0].device)]
-    )
-    packed[: -STEP_STATUS.width].div_(status.world)
-
-    def unpack(fut):
-        out = fut.value()[0]
-        words = STEP_STATUS.read(out[-STEP_STATUS.width :].cpu().numpy())
-        status.agreed_stop, status.agreed_failed = words.stop > 0, words.failed > 0
-        lo = 0
-        for buf, future in pending[:-1]:
-            future.set_result(out[lo : lo + buf.numel()].to(buf.dtype))
-            lo += buf.numel()
-        return out[lo : lo + buffers[-1].numel()].to(buffers[-1].dtype)
-
-    return dist.all_reduce(packed, group=status.group, async_op=True).get_future().then(unpack)
-
-
 class _Training:
-    """What persists between ``pysp_seq_estimate`` calls for one module."""
+    """What persists between ``pysp_seq_estimate`` calls for one module: the training mode
+    (which holds the module and its wrapper), the optimizer, the steps and targets taken."""
 
-    def __init__(self, module, wrapped, optimizer, mode, device, status, replica):
-        self.module, self.wrapped, self.optimizer = module, wrapped, optimizer
-        self.mode, self.device, self.status, self.replica = mode, device, status, replica
+    def __init__(self, mode: OneProcess, optimizer: torch.optim.Optimizer):
+        self.mode, self.optimizer = mode, optimizer
+        self.module, self.wrapped, self.device = mode.module, mode.wrapped, mode.device
         self.step = 0  # optimizer steps taken; also the cursor into the batch schedule
         self.targets = 0
 
 
-class StreamingTokenEncodedData(HandleLifetime):
+class StreamingTokenEncodedData(GroupHandle):
     """Per-rank streamed token shard; ``pysp_seq_estimate`` trains the module SPMD.
 
     **What is counted.** A *window* is ``block + 1`` consecutive tokens of a rank's shard;
@@ -237,10 +181,8 @@ class StreamingTokenEncodedData(HandleLifetime):
         checkpoint_every: int = 50,
         checkpoint_async: bool = True,
     ):
-        self._membership = join_group(group, init_process_group=init_process_group, backend=backend, timeout=timeout)
-        require_every_rank(self._membership, "building a StreamingTokenEncodedData")
-        self.rank, self.world = self._membership.rank, self._membership.world
-        self.exchange = RankExchange(self._membership)
+        self._join_group(group, init_process_group=init_process_group, backend=backend, timeout=timeout)
+        self._connect(0)
         failure, n_tokens, max_id = None, 0, -1
         try:  # everything that can fail on one rank only, before the construction exchange
             tokens = as_token_array(token_ids, check_values=False)
@@ -279,10 +221,11 @@ class StreamingTokenEncodedData(HandleLifetime):
         )
         self._training: _Training | None = None
         self._resumed = False  # the checkpoint is loaded into the first module trained only
-        self._n_tokens, self._source = n_tokens, None  # (path, dtype) when built by from_file
+        self._n_tokens = n_tokens
+        self._source: tuple[str, Any] | None = None  # (path, dtype) when built by from_file
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, *, dtype: Any = None, **kwargs) -> StreamingTokenEncodedData:
+    def from_file(cls, path: str | os.PathLike, *, dtype: Any = None, **kwargs: Any) -> StreamingTokenEncodedData:
         """The handle over a token file that every rank maps, reading only its own shard.
 
         ``path`` is a ``.npy`` of ``uint16`` / ``uint32`` ids (dtype from its header) or raw
@@ -291,6 +234,25 @@ class StreamingTokenEncodedData(HandleLifetime):
         slice are ever read, and the caller (a notebook) never holds the data. The other
         keywords are those of the constructor; training is identical to passing the same ids
         as an array.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The token file, the same on every rank.
+        dtype : str, optional
+            The ids' dtype of a raw file (a ``.npy`` says its own).
+        **kwargs
+            The constructor's keywords.
+
+        Returns
+        -------
+        StreamingTokenEncodedData
+
+        Raises
+        ------
+        ValueError
+            A missing or needless ``dtype``, a file that is not one stream of ids, or what the
+            constructor refuses (on every rank together).
         """
         handle = cls(open_token_file(path, dtype), **kwargs)
         handle._source = (os.fspath(path), dtype)
@@ -298,7 +260,13 @@ class StreamingTokenEncodedData(HandleLifetime):
 
     def check_elastic(self) -> None:
         """Raise unless the survivors of a lost rank can go on (:meth:`rejoin`): the handle reads
-        a token file again, and has checkpoints to resume from."""
+        a token file again, and has checkpoints to resume from.
+
+        Raises
+        ------
+        ValueError
+            Saying what the handle lacks and how to build one that can go on.
+        """
         missing = [
             what
             for what, ok in (
@@ -310,17 +278,16 @@ class StreamingTokenEncodedData(HandleLifetime):
         if missing:
             raise ValueError(f"the handle {' and '.join(missing)}; {ELASTIC_TRAINING}")
 
-    def rejoin(self) -> list:
-        """Go on after ranks died: every survivor calls it together, once the survivors formed a
-        new default group (a MixleCluster's elastic recovery does both). Takes this rank's new
-        rank and world and its slice of the token file for them; the next training call wraps
-        the module and builds the optimizer again and resumes from the newest complete
-        checkpoint (DCP reshards): module, optimizer, data position, RNG. The steps after it are
-        trained again, on the new slices. Returns ``[lo, hi)``, the tokens this rank now holds."""
+    def _check_rejoin(self) -> None:
         self.check_elastic()
-        self._membership = join_group(None)
-        self.rank, self.world = self._membership.rank, self._membership.world
-        self.exchange = RankExchange(self._membership)
+
+    def _read_again(self) -> list:
+        """Takes this rank's slice of the token file for the new rank and world; the next
+        training call wraps the module and builds the optimizer again and resumes from the newest
+        complete checkpoint (DCP reshards): module, optimizer, data position, RNG. The steps after
+        it are trained again, on the new slices. Returns ``[lo, hi)``, the tokens this rank now
+        holds."""
+        assert self.checkpoints is not None and self._source is not None  # check_elastic said so
         self.checkpoints.abandon()
         self._training, self._resumed = None, False
         if self.checkpoints.latest() is None:
@@ -329,10 +296,11 @@ class StreamingTokenEncodedData(HandleLifetime):
                 f"{self.checkpoints.every} steps): nothing to resume the survivors from; "
                 "call cluster.restart() and train again"
             )
-        tokens = open_token_file(*self._source)
+        path, dtype = self._source
+        tokens = open_token_file(path, dtype)
         if len(tokens) != self._n_tokens:
             raise RuntimeError(
-                f"{self._source[0]} holds {len(tokens)} tokens, not the {self._n_tokens} the "
+                f"{path} holds {len(tokens)} tokens, not the {self._n_tokens} the "
                 "handle was built on: did the file change?"
             )
         self._shard(tokens, self.block, self.batch_size, self.shard_by_rank, mapped=True)
@@ -372,7 +340,9 @@ class StreamingTokenEncodedData(HandleLifetime):
         self.tokens = shard.copy() if shards > 1 and not mapped else shard
         as_token_array(self.tokens)  # integer ids, none negative: checked on this rank's part
 
-    def _construction_exchange(self, failure, n_tokens: int, max_id: int, block: int, batch_size: int) -> int:
+    def _construction_exchange(
+        self, failure: BaseException | None, n_tokens: int, max_id: int, block: int, batch_size: int
+    ) -> int:
         """One exchange of every rank's status, largest token id and the arguments every rank
         must share; returns the largest id of all shards. Raises together if any rank failed
         or disagreed (naming the ranks whose arguments differ)."""
@@ -380,28 +350,19 @@ class StreamingTokenEncodedData(HandleLifetime):
             if failure is not None:
                 raise failure
             return max_id
-        rows = self.exchange.rows(
-            CONSTRUCTION_HEADER.pack(
-                failed=float(failure is not None), max_id=max_id, tokens=n_tokens, block=block, batch_size=batch_size
-            )
+        shared = f"{n_tokens} tokens, block={block}, batch_size={batch_size}"
+        check = StatusCheck(
+            "building a StreamingTokenEncodedData", shared, "the token ids or arguments on this rank", SAME_TOKENS
         )
-        facts = [CONSTRUCTION_HEADER.read(row) for row in rows]
-        if any(f.failed for f in facts):
-            raise_together(failure, self._membership.group, self.world, "StreamingTokenEncodedData")
-        shared = {
-            r: f"{f.tokens:.0f} tokens, block={f.block:.0f}, batch_size={f.batch_size:.0f}" for r, f in enumerate(facts)
-        }
-        odd = odd_ones_out(shared, "the token ids or arguments on this rank", SAME_TOKENS)
-        if odd:
-            raise_failures(odd, self.rank, None, "building a StreamingTokenEncodedData")
-        return int(max(f.max_id for f in facts))
+        _, rows = self.exchange.checked_rows(CONSTRUCTION_HEADER, check, failure, max_id=max_id)
+        return int(max(CONSTRUCTION_HEADER.read(row).max_id for row in rows))
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     # -- setup ---------------------------------------------------------------------------
 
-    def _device(self, estimator) -> torch.device:
+    def _device(self, estimator: Any) -> torch.device:
         device = torch.device(getattr(estimator, "device", "cpu"))
         if device.type == "cuda" and device.index is None:
             # The group's device: a cluster's engines set_device without LOCAL_RANK, and
@@ -410,7 +371,7 @@ class StreamingTokenEncodedData(HandleLifetime):
             device = own if own.type == "cuda" else torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         return device
 
-    def _check_module(self, estimator) -> nn.Module:
+    def _check_module(self, estimator: Any) -> nn.Module:
         module = getattr(estimator, "module", None)
         if not isinstance(module, nn.Module):
             raise TypeError(
@@ -466,7 +427,7 @@ class StreamingTokenEncodedData(HandleLifetime):
             )
         return self.parallel
 
-    def _training_for(self, estimator) -> _Training:
+    def _training_for(self, estimator: Any) -> _Training:
         module = self._check_module(estimator)
         if self._training is not None and self._training.module is module:
             for group in self._training.optimizer.param_groups:
@@ -476,52 +437,16 @@ class StreamingTokenEncodedData(HandleLifetime):
         mode = self._resolve_mode(device)
         module.to(device)
         if hasattr(module, "activation_checkpointing"):
-            module.activation_checkpointing = self.activation_checkpointing
-        trainable = [p for p in module.parameters() if p.requires_grad]
-        status = _StepStatus(sum(p.numel() for p in trainable), trainable[0].dtype, self._membership.group, self.world)
-        replica, wrapped = None, module
-        if mode == "ddp":
-            # init_sync=False: replicas are identical by construction, so no broadcast.
-            wrapped = nn.parallel.DistributedDataParallel(
-                module,
-                device_ids=[device.index] if device.type == "cuda" else None,
-                process_group=self._membership.group,
-                forward_sync_buffers=False,
-                init_sync=False,
-            )
-            wrapped.register_comm_hook(status, _allreduce_with_status)
-        elif mode == "fsdp":
-            replica = self._shard_fsdp(module)
+            setattr(module, "activation_checkpointing", self.activation_checkpointing)  # noqa: B010 - not a Module attribute
+        strategy = MODES[mode](module, device, self._membership, self.exchange, precision=self.precision)
         optimizer = _OPTIMIZERS[getattr(estimator, "optimizer_kind", "adamw")](module.parameters(), lr=estimator.lr)
-        self._training = _Training(module, wrapped, optimizer, mode, device, status, replica)
+        self._training = _Training(strategy, optimizer)
         if self.checkpoints is not None and not self._resumed:
             self._resumed = True
             progress = self.checkpoints.load(module, optimizer)
             if progress is not None:
                 self._training.step, self._training.targets = progress["step"], progress["targets"]
         return self._training
-
-    def _shard_fsdp(self, module: nn.Module) -> nn.Module:
-        """Shard each block, then the root; return a meta-device twin to export full weights into."""
-        from torch.distributed.device_mesh import DeviceMesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        blocks = getattr(module, "blocks", None)
-        if blocks is None:
-            raise TypeError(f"parallel='fsdp' shards module.blocks one by one; {type(module).__name__} has no .blocks")
-        replica = copy.deepcopy(module).to("meta")
-        policy = (
-            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-            if self.precision == "bf16"
-            else MixedPrecisionPolicy()
-        )
-        # the handle's group, on the module's device type: fully_shard's default mesh is the
-        # default group's, on the accelerator whenever one exists, even for a CPU module
-        mesh = DeviceMesh.from_group(self._membership.group or dist.group.WORLD, next(module.parameters()).device.type)
-        for blk in blocks:
-            fully_shard(blk, mesh=mesh, mp_policy=policy)
-        fully_shard(module, mesh=mesh, mp_policy=policy)
-        return replica
 
     # -- training --------------------------------------------------------------------------
 
@@ -530,7 +455,7 @@ class StreamingTokenEncodedData(HandleLifetime):
         inputs, targets = gather_sequences(self._windows, starts)
         return torch.from_numpy(inputs), torch.from_numpy(targets)
 
-    def _loss(self, tr: _Training, autocast) -> torch.Tensor:
+    def _loss(self, tr: _Training, autocast: torch.autocast) -> torch.Tensor:
         """Mean next-token loss over every position of this step's windows."""
         inputs, targets = (t.to(tr.device, non_blocking=True) for t in self._batch(tr.step))
         with autocast:
@@ -539,40 +464,11 @@ class StreamingTokenEncodedData(HandleLifetime):
             logits = logits.float()  # the softmax in the loss needs fp32 range and precision
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
-    def _agreed_stop(self, tr: _Training, local: bool) -> bool:
-        if tr.mode == "none":
-            return local
-        if tr.mode == "ddp":
-            return tr.status.agreed_stop
-        if self.stop is None or tr.step % self.progress_every:
-            return False
-        return bool(self.exchange.sum([float(local)])[0] > 0)
-
-    def _stand_in_for_exchange(self, tr: _Training) -> None:
-        """A failed rank's part in the DDP step exchange its peers are in: zero gradients and
-        "failed". DDP's second forward re-buckets once with a broadcast; take part in it too."""
-        tr.wrapped.reducer._rebuild_buckets()  # no-op unless this is that forward's collective
-        words = torch.cat(
-            [
-                torch.zeros(tr.status.size, dtype=tr.status.dtype, device=tr.device),
-                tr.status.words(stop=tr.status.stop, failed=1.0, device=tr.device),
-            ]
-        )
-        dist.all_reduce(words, group=self._membership.group)
-
-    def _fail_step(self, tr: _Training, error: BaseException | None, exchange_pending: bool) -> None:
-        """Raise on every rank at once: drop the training state (DDP's reducer may be mid-step),
-        and under DDP meet the peers in the exchange they wait in, then in the message exchange."""
+    def _fail_step(self, tr: _Training, error: BaseException | None, exchange_pending: bool) -> NoReturn:
+        """Raise on every rank at once, as the training mode does; the training state is
+        dropped first (DDP's reducer may be mid-step)."""
         self._training = None
-        if tr.mode == "fsdp":
-            fail_by_severing(error, self.rank, self.world, f"training step {tr.step + 1}")
-        if tr.mode != "ddp":
-            raise error
-        if error is not None and exchange_pending:
-            self._stand_in_for_exchange(tr)
-        elif error is not None:  # the peers have finished the call; nobody waits for this rank
-            raise error
-        raise_together(error, self._membership.group, self.world, f"training step {tr.step + 1}")
+        tr.mode.fail(error, exchange_pending, f"training step {tr.step + 1}")
 
     def _train(self, tr: _Training, n_steps: int) -> None:
         autocast = torch.autocast(tr.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
@@ -583,16 +479,16 @@ class StreamingTokenEncodedData(HandleLifetime):
             exchanged = False
             try:
                 local_stop = local_stop or _stop_requested(self.stop)  # sticky until all agree
-                tr.status.stop = float(local_stop)
+                tr.mode.request_stop(local_stop)
                 loss = self._loss(tr, autocast)
                 tr.optimizer.zero_grad(set_to_none=True)
                 loss.backward()  # DDP: the step's one exchange, status words included
                 exchanged = True
-                if tr.status.agreed_failed:
+                if tr.mode.peer_failed:
                     self._fail_step(tr, None, exchange_pending=False)
                 tr.optimizer.step()
                 tr.step += 1
-                stopping = self._agreed_stop(tr, local_stop)
+                stopping = tr.mode.agreed_stop(local_stop, tr.step, self.stop is not None, self.progress_every)
                 n_targets = self.batch_size * self.block  # full batches only (drop_last)
                 tr.targets += n_targets
                 call_targets += n_targets
@@ -617,22 +513,10 @@ class StreamingTokenEncodedData(HandleLifetime):
                 raise
             except Exception as error:  # noqa: BLE001 - carried to the peers, then re-raised
                 # After this step's exchange, peers wait only if another step follows.
-                last = exchanged and (i == n_steps - 1 or tr.status.agreed_stop)
+                last = exchanged and (i == n_steps - 1 or tr.mode.stop_in_exchange)
                 self._fail_step(tr, error, exchange_pending=not last)
             if stopping:
                 break
-
-    def _export(self, tr: _Training) -> nn.Module:
-        """The plain trained module; FSDP2's shards are gathered into the replica once per call."""
-        if tr.mode != "fsdp":
-            return tr.module
-        from torch.distributed.tensor import DTensor
-
-        full = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in tr.module.state_dict().items()}
-        if next(tr.replica.parameters()).is_meta:
-            tr.replica.to_empty(device=tr.device)
-        tr.replica.load_state_dict(full)
-        return tr.replica
 
     @property
     def steps_done(self) -> int:
@@ -651,8 +535,26 @@ class StreamingTokenEncodedData(HandleLifetime):
     def pysp_seq_estimate(self, estimator: Any, prev_estimate: Any) -> Any:
         """Train this rank's shard for ``epochs`` epochs (or ``max_steps``), continuing any
         earlier call with the same estimator (same module: optimizer state and data cursor
-        kept). Returns a leaf on the live module; ``prev_estimate`` is not needed because the
-        module carries the state."""
+        kept).
+
+        Parameters
+        ----------
+        estimator : StreamingTransformerLeafEstimator
+            Carries the module (the same on every rank) and the learning rate.
+        prev_estimate : object
+            Unused: the module carries the state.
+
+        Returns
+        -------
+        StreamingTransformerLeaf
+            A leaf on the live (for FSDP2: gathered) module.
+
+        Raises
+        ------
+        Exception
+            On every rank together when any rank failed: the failed rank its own error, the
+            others :class:`~mixle_nb.parallel.fail_together.PeerRankError` naming it; after a failed FSDP2 step
+            the group must be formed again."""
         require_every_rank(self._membership, "training on a StreamingTokenEncodedData")
         tr = self._training_for(estimator)
         n_steps = self.total_steps
@@ -662,51 +564,50 @@ class StreamingTokenEncodedData(HandleLifetime):
         if self.checkpoints is not None:
             self.checkpoints.wait()
         try:
-            module = self._export(tr)
-        except Exception as error:  # noqa: BLE001 - FSDP2's gather of the weights is collective
-            if tr.mode != "fsdp":
-                raise
-            self._training = None
-            fail_by_severing(error, self.rank, self.world, "gathering the trained weights")
+            module = tr.mode.export()
+        except Exception:
+            self._training = None  # FSDP2's gather of the weights failed: the group is severed
+            raise
         return StreamingTransformerLeaf(module, tr.device)
 
     def pysp_seq_initialize(self, estimator: Any, rng: Any, p: float) -> Any:
-        """The estimator's module as an untrained leaf (``rng`` and ``p`` are unused: the
-        module's own seeded initialisation is what keeps ranks identical)."""
+        """The estimator's module as an untrained leaf.
+
+        Parameters
+        ----------
+        estimator : StreamingTransformerLeafEstimator
+            Carries the module.
+        rng, p
+            Unused: the module's own seeded initialisation is what keeps ranks identical.
+
+        Returns
+        -------
+        StreamingTransformerLeaf
+
+        Raises
+        ------
+        TypeError, ValueError
+            A module the handle cannot train (see :meth:`pysp_seq_estimate`).
+        """
         module = self._check_module(estimator)
         device = self._device(estimator)
         return StreamingTransformerLeaf(module.to(device), device)
 
-    def pysp_seq_log_density_sum(self, model: Any) -> tuple[float, float]:
-        """``(windows, total next-token log-probability)`` over every shard, summed across ranks.
+    def _scores_are_summed(self) -> bool:
+        return self.shard_by_rank  # replicated tokens are scored whole on each rank: no exchange
 
-        Scores the reference's windows (a full ``block`` of context before every token after
-        the first ``block``) through ``model.seq_log_density``. A rank that fails still joins
-        the count exchange, with a failed word, so every rank raises together."""
-        if self.shard_by_rank:  # replicated tokens are scored whole on each rank: no exchange
-            require_every_rank(self._membership, "a log-density sum on a StreamingTokenEncodedData")
+    def _local_log_density(self, model: Any) -> tuple[float, float]:
+        """``(windows, total next-token log-probability)`` of this rank's tokens: the
+        reference's windows (a full ``block`` of context before every token after the first
+        ``block``), scored through ``model.seq_log_density``."""
         n_windows = len(self.tokens) - self.block
-        count, total, failure = 0.0, 0.0, None
-        try:
-            windows = window_view(self.tokens, self.block)
-            for lo in range(0, n_windows, self.batch_size):
-                starts = np.arange(lo, min(lo + self.batch_size, n_windows))
-                log_p = model.seq_log_density(gather_windows(windows, starts))
-                count, total = count + len(log_p), total + float(np.sum(log_p))
-        except Exception as error:  # noqa: BLE001 - carried to the peers, then re-raised
-            failure = error
-        if self.world > 1 and self.shard_by_rank:
-            summed = LOG_DENSITY_HEADER.read(
-                self.exchange.sum(LOG_DENSITY_HEADER.pack(failed=float(failure is not None), count=count, total=total))
-            )
-            if summed.failed:
-                raise_together(failure, self._membership.group, self.world, "log-density sum")
-            count, total = summed.count, summed.total
-        elif failure is not None:
-            raise failure
+        count, total = 0.0, 0.0
+        windows = window_view(self.tokens, self.block)
+        for lo in range(0, n_windows, self.batch_size):
+            starts = np.arange(lo, min(lo + self.batch_size, n_windows))
+            log_p = model.seq_log_density(gather_windows(windows, starts))
+            count, total = count + len(log_p), total + float(np.sum(log_p))
         return count, total
 
-    def close(self) -> None:
-        """Drop the training state; destroy the process group only if this handle created it."""
+    def _drop_resident(self) -> None:
         self._training = None
-        self._membership.release()
