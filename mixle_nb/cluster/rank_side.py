@@ -134,8 +134,7 @@ def data_sample_on_rank(handle: str, n: int) -> np.ndarray | None:
     """Up to ``n`` raw observations from this rank's encoded shard, for drawing; ``None`` if
     the encoding does not keep them."""
     chunks = getattr(lookup(handle), "chunks", None) or []
-    xs = [_observations(c) for c in chunks]
-    xs = [x for x in xs if x is not None]
+    xs: list[np.ndarray] = [x for x in (_observations(c) for c in chunks) if x is not None]
     if not xs:
         return None
     x = np.concatenate(xs)

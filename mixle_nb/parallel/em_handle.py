@@ -30,7 +30,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import numpy as np
 import torch
@@ -83,7 +83,7 @@ class _Discard(io.TextIOBase):
         return len(text)
 
 
-def torchrun_out(root: int = 0) -> TextIO | io.TextIOBase:
+def torchrun_out(root: int = 0) -> TextIO:
     """``sys.stdout`` on the root rank, a discarded buffer elsewhere.
 
     Parameters
@@ -93,11 +93,11 @@ def torchrun_out(root: int = 0) -> TextIO | io.TextIOBase:
 
     Returns
     -------
-    file-like
-        ``sys.stdout`` or a text stream that drops what is written.
+    TextIO
+        ``sys.stdout``, or a text stream that drops what is written.
     """
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", 0))
-    return sys.stdout if rank == root else _Discard()
+    return sys.stdout if rank == root else cast(TextIO, _Discard())  # a TextIOBase: writes, flushes
 
 
 def _choose_encoder(estimator: Estimator | None, model: Distribution | None, encoder: Any) -> Any:
