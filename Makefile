@@ -67,8 +67,10 @@ check: venv
 	$(PY) -m mypy
 	OMP_NUM_THREADS=1 MIXLE_STRICT=1 $(PY) -m pytest -q -p no:cacheprovider -m "$(FAST)"
 
+# Coverage of mixle_nb's lines in every process the tests start (engines, kernels, ranks: see
+# [tool.coverage.run] in pyproject.toml), combined; below [tool.coverage.report] fail_under, it fails.
 test: venv browser multihost slurm mpi
-	OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q
+	OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q --cov --cov-report=term-missing
 
 demo: venv
 	$(PY) -m mixle_nb.demo
