@@ -9,6 +9,7 @@ is ignored, as Python ignores one.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -137,6 +138,13 @@ def missing_name_hint(cluster: MixleCluster, name: str, rank: int) -> str:
 class MixleMagics(Magics):
     """The mixle magics; each delegates to a function you can call without IPython."""
 
+    @property
+    def user_ns(self) -> dict[str, Any]:
+        """The notebook's namespace (``%load_ext`` registers the magics with its shell)."""
+        if self.shell is None:
+            raise UsageError("the mixle magics need an IPython shell: %load_ext mixle_nb in a notebook")
+        return self.shell.user_ns
+
     @line_magic
     @magic_arguments()
     @argument(
@@ -202,7 +210,7 @@ class MixleMagics(Magics):
                 raise UsageError(str(exc)) from None
             cluster.start(progress=lambda message: print(message, flush=True))
             cluster.view.activate()  # ipyparallel's own %px targets these engines too
-            self.shell.user_ns[args.name] = cluster
+            self.user_ns[args.name] = cluster
             display(cluster.status())
         elif args.action == "stop":
             running_cluster().stop()
@@ -218,7 +226,7 @@ class MixleMagics(Magics):
             except LookupError as exc:
                 raise UsageError(str(exc)) from None
             cluster.view.activate()
-            self.shell.user_ns[args.name] = cluster
+            self.user_ns[args.name] = cluster
             display(cluster.status())
         elif args.action == "list":
             records = MixleCluster.list_detached()
@@ -233,9 +241,9 @@ class MixleMagics(Magics):
             display(running_cluster().status())
 
     def _user_value(self, name: str):
-        if name not in self.shell.user_ns:
+        if name not in self.user_ns:
             raise UsageError(f"{name!r} is not defined in this notebook; define it before pushing it")
-        return self.shell.user_ns[name]
+        return self.user_ns[name]
 
     @line_magic
     @magic_arguments()

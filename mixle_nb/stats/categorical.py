@@ -6,12 +6,16 @@ them lives on the encoding's device, where log-densities are gathered and counts
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .base import Accumulator, Distribution, Encoder, Estimator, device_tensor, resolve_device
 from .sampler import Sampler
+
+if TYPE_CHECKING:
+    from .parameters import ParameterCount
 
 
 @dataclass(frozen=True)
@@ -124,5 +128,5 @@ class CategoricalEstimator(Estimator):
         probs = counts / total if total > 0 else np.full(len(counts), 1.0 / len(counts))
         return CategoricalDistribution(dict(zip(value.keys(), probs.tolist())))
 
-    def free_parameters(self, model: CategoricalDistribution, count) -> int:
+    def free_parameters(self, model: CategoricalDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         return 0 if count.tied("all", self.keys) else len(model.pmap) - 1

@@ -25,6 +25,7 @@ variance is 0 to within rounding (collapsed onto one point) when ``reg_covar`` i
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -55,7 +56,7 @@ def _dim(size: int, full: bool) -> int:
     return math.isqrt(size) - 1 if full else (size - 1) // 3
 
 
-def _split(stats: np.ndarray, full: bool):
+def _split(stats: np.ndarray, full: bool) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """Views ``n, n·c, S1, S2`` of a value (S2 (D, D) when ``full``)."""
     d = _dim(len(stats), full)
     s2 = stats[1 + 2 * d :]
@@ -110,8 +111,11 @@ class CentredMoments(Accumulator):
 
     def from_value(self, value) -> CentredMoments:
         self.stats = np.array(value, dtype=np.float64)
-        n, nc, _, _ = _split(self.stats, self.full) if self.stats.size else (0.0, None, None, None)
-        self.reference = nc / n if n > 0 else None
+        self.reference = None
+        if self.stats.size:
+            n, nc, _, _ = _split(self.stats, self.full)
+            if n > 0:
+                self.reference = nc / n
         return self
 
     def combine(self, value) -> CentredMoments:
@@ -125,7 +129,7 @@ class CentredMoments(Accumulator):
         if self.stats.size == 0 or self.stats[0] == 0:
             return self.from_value(value + (self.stats if self.stats.size else 0.0))
         reference = nc / n
-        if np.array_equal(reference, self.reference):
+        if self.reference is not None and np.array_equal(reference, self.reference):
             self.stats += value
         else:
             self.add_sums(reference, np.concatenate([[n], s1, s2.reshape(-1)]))
@@ -165,11 +169,14 @@ class CentredMoments(Accumulator):
         one's weight total."""
         full = accumulators[0].full
         if any(acc.full != full for acc in accumulators):  # diagonal and full components in one mixture
-            if references is None:
-                references = (
-                    block.references if block is not None else [acc._reference_for(None, enc) for acc in accumulators]
-                )
-            for acc, reference, w in zip(accumulators, references, resp):
+            own: np.ndarray | Sequence[np.ndarray]
+            if references is not None:
+                own = references
+            elif block is not None:
+                own = block.references
+            else:
+                own = [acc._reference_for(None, enc) for acc in accumulators]
+            for acc, reference, w in zip(accumulators, own, resp):
                 acc.add_sums(reference, weighted_sums(enc, w, reference[None], acc.full)[0])
             return resp.sum(dim=1).cpu().numpy()
         if block is None:
@@ -209,7 +216,7 @@ class BlockSums:
 
     def hand_over(self) -> np.ndarray:
         """Add the sums to the accumulators; returns each one's weight total."""
-        if self.total is None:
+        if self.total is None or self.block is None:
             return np.zeros(len(self.accumulators))
         rows = self.block.rows(self.total, self.full)
         for acc, reference, row in zip(self.accumulators, self.block.references, rows):

@@ -7,12 +7,17 @@ depend on where the data sit or on their units.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .base import Distribution, Encoder, Estimator, check_finite, resolve_device
 from .centred_moments import CentredMoments, check_reg_covar, diagonal_estimate
 from .frame import DiagonalKernel, PointEncoding, point_encoding
 from .sampler import Sampler
+
+if TYPE_CHECKING:
+    from .parameters import ParameterCount
 
 
 def check_vectors(data, dim: int | None, name: str) -> np.ndarray:
@@ -63,7 +68,7 @@ class DiagonalGaussianDistribution(Distribution):
     def dist_to_encoder(self) -> Encoder:
         return DiagonalGaussianEncoder(len(self.mu))
 
-    def estimator(self, **kwargs) -> DiagonalGaussianEstimator:
+    def estimator(self, **kwargs) -> Estimator:  # the spherical subclass has its own estimator family
         return DiagonalGaussianEstimator(dim=len(self.mu), **kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -91,7 +96,7 @@ class DiagonalGaussianEstimator(Estimator):
             raise ValueError("DiagonalGaussianEstimator saw no data and has no dim; pass dim=D")
         return DiagonalGaussianDistribution(*diagonal_estimate(value, self.reg_covar))
 
-    def free_parameters(self, model: DiagonalGaussianDistribution, count) -> int:
+    def free_parameters(self, model: DiagonalGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         """Also the 1-D :class:`GaussianEstimator`'s (its ``mu`` a number)."""
         if count.tied("all", self.keys):
             return 0

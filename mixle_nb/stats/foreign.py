@@ -10,7 +10,7 @@ and :func:`draw` are where the core meets either; everything else (``value``, ``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -24,10 +24,23 @@ def accumulator(estimator: Estimator) -> Accumulator | ForeignAccumulator:
     return made if isinstance(made, Accumulator) else ForeignAccumulator(made)
 
 
-def draw(distribution: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
+@runtime_checkable
+class Drawing(Protocol):
+    """A model that draws from a shared numpy ``Generator`` (ours)."""
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray: ...
+
+
+class Sampling(Protocol):
+    """A model that samples only through its own seeded sampler (mixle's)."""
+
+    def sampler(self, seed: int) -> Any: ...
+
+
+def draw(distribution: Drawing | Sampling, rng: np.random.Generator, n: int) -> np.ndarray:
     """``n`` observations of ``distribution`` from ``rng``: ours draw from it; another package's
     sample from a sampler seeded from it."""
-    if hasattr(distribution, "draw"):
+    if isinstance(distribution, Drawing):
         return distribution.draw(rng, n)
     sample = distribution.sampler(int(rng.integers(2**31 - 1))).sample(n)
     if isinstance(sample, np.ndarray):
@@ -36,6 +49,15 @@ def draw(distribution: Distribution, rng: np.random.Generator, n: int) -> np.nda
     for i, observation in enumerate(sample):
         out[i] = observation
     return out
+
+
+def estimator(distribution: Distribution) -> Estimator:
+    """The estimator of a fitted model of any pysp package: every family names its own
+    (``estimator()``, which :class:`Distribution` itself does not declare)."""
+    make = getattr(distribution, "estimator", None)
+    if make is None:
+        raise TypeError(f"{type(distribution).__name__} has no estimator(): not a pysp-family model")
+    return make()
 
 
 def rows(encoder: Any, enc: Any) -> int:

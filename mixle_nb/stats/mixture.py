@@ -4,6 +4,7 @@ to its components as observation weights."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -12,6 +13,9 @@ from . import foreign
 from .base import Accumulator, Distribution, Encoder, Estimator, device_tensor, encoding_device, merge_into, resident
 from .centred_moments import DegenerateComponentError
 from .sampler import Sampler
+
+if TYPE_CHECKING:
+    from .parameters import ParameterCount
 
 # Components x dimensions x rows per E-step block on the CPU (4 MB of (K, D, rows) Gaussian
 # differences, or of a shared frame's features and (K, rows) log-joint): the E-step reads the
@@ -154,7 +158,7 @@ class MixtureDistribution(Distribution):
         return self.components[0].dist_to_encoder()
 
     def estimator(self, **kwargs) -> MixtureEstimator:
-        return MixtureEstimator([c.estimator() for c in self.components], **kwargs)
+        return MixtureEstimator([foreign.estimator(c) for c in self.components], **kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         z = rng.choice(len(self.w), size=n, p=self.w)
@@ -233,10 +237,10 @@ class MixtureAccumulator(Accumulator):
     def seq_initialize(self, enc, weights, rng: np.random.Generator) -> None:
         # A sparse Dirichlet makes each observation mostly one component's, so components start apart.
         k = len(self.accumulators)
-        resp = rng.dirichlet(np.full(k, 1.0 / (k * k)), size=len(enc))
+        drawn = rng.dirichlet(np.full(k, 1.0 / (k * k)), size=len(enc))
         if weights is not None:
-            resp *= np.asarray(weights, dtype=np.float64)[:, None]
-        resp = torch.from_numpy(np.ascontiguousarray(resp.T)).to(encoding_device(enc))
+            drawn *= np.asarray(weights, dtype=np.float64)[:, None]
+        resp = torch.from_numpy(np.ascontiguousarray(drawn.T)).to(encoding_device(enc))
         self._update_components(enc, resp, initialize_rng=rng)
 
     def value(self):
@@ -295,7 +299,7 @@ class MixtureEstimator(Estimator):
         w = weights / total if total > 0 else np.full(len(weights), 1.0 / len(weights))
         return MixtureDistribution(components, w)
 
-    def free_parameters(self, model: MixtureDistribution, count) -> int:
+    def free_parameters(self, model: MixtureDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         """The weights (``keys`` ties them) and each component's own count."""
         weights = 0 if count.tied("weights", self.keys) else len(model.components) - 1
         return weights + sum(count.of(e, c) for e, c in zip(self.estimators, model.components))

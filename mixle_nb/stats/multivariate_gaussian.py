@@ -9,6 +9,8 @@ fits do not depend on where the data sit or on their units.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .base import Distribution, Encoder, Estimator, resolve_device
@@ -16,6 +18,9 @@ from .centred_moments import CentredMoments, check_reg_covar, full_estimate
 from .diagonal_gaussian import check_vectors
 from .frame import LOG_2PI, FullKernel, PointEncoding, point_encoding
 from .sampler import Sampler
+
+if TYPE_CHECKING:
+    from .parameters import ParameterCount
 
 
 class MultivariateGaussianEncoder(Encoder):
@@ -106,7 +111,7 @@ class MultivariateGaussianEstimator(Estimator):
             raise ValueError("MultivariateGaussianEstimator saw no data and has no dim; pass dim=D")
         return MultivariateGaussianDistribution(*full_estimate(value, self.reg_covar))
 
-    def free_parameters(self, model: MultivariateGaussianDistribution, count) -> int:
+    def free_parameters(self, model: MultivariateGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         if count.tied("all", self.keys):
             return 0
         dim = len(model.mu)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -18,6 +19,9 @@ from .base import (
     resolve_device,
 )
 from .sampler import Sampler
+
+if TYPE_CHECKING:
+    from .parameters import ParameterCount
 
 
 @dataclass(frozen=True)
@@ -107,5 +111,5 @@ class PoissonEstimator(Estimator):
         n, total = value
         return PoissonDistribution(max(total / n, self.min_lam) if n > 0 else 1.0)
 
-    def free_parameters(self, model: PoissonDistribution, count) -> int:
+    def free_parameters(self, model: Distribution, count: ParameterCount) -> int:
         return 0 if count.tied("all", self.keys) else 1

@@ -7,12 +7,16 @@ per-coordinate variances are averaged, as scikit-learn's ``covariance_type="sphe
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .base import Estimator
 from .centred_moments import CentredMoments, check_reg_covar, diagonal_estimate
 from .diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEncoder
+
+if TYPE_CHECKING:
+    from .parameters import ParameterCount
 
 
 class SphericalGaussianDistribution(DiagonalGaussianDistribution):
@@ -52,7 +56,7 @@ class SphericalGaussianEstimator(Estimator):
             raise ValueError("SphericalGaussianEstimator saw no data and has no dim; pass dim=D")
         return SphericalGaussianDistribution(*diagonal_estimate(value, self.reg_covar, spherical=True))
 
-    def free_parameters(self, model: SphericalGaussianDistribution, count) -> int:
+    def free_parameters(self, model: SphericalGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         if count.tied("all", self.keys):
             return 0
         return len(model.mu) + (0 if count.tied("variance", self.variance_key) else 1)
