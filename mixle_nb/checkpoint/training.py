@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import warnings
+from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import timedelta
@@ -36,7 +37,7 @@ KEEP = 2  # complete checkpoints kept; older ones are removed once a newer one i
 
 
 @contextmanager
-def _one_process_quietly():
+def _one_process_quietly() -> Iterator[None]:
     """DCP warns that it assumes one process whenever there is no group, even when told so."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")

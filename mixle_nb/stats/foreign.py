@@ -77,10 +77,10 @@ class ForeignAccumulator:
         self.inner = inner
         self._encoder = None
 
-    def seq_update(self, enc: Any, weights: Any | None, model: Any):
+    def seq_update(self, enc: Any, weights: Any | None, model: Any) -> Any:
         return self.inner.seq_update(enc, self._numpy_weights(enc, weights), model)
 
-    def seq_initialize(self, enc: Any, weights: Any | None, rng: Any):
+    def seq_initialize(self, enc: Any, weights: Any | None, rng: Any) -> None:
         self.inner.seq_initialize(enc, self._numpy_weights(enc, weights), rng)
 
     def _numpy_weights(self, enc: Any, weights: Any | None) -> np.ndarray:

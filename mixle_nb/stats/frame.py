@@ -39,10 +39,12 @@ and the sums stay on the device until the E-step's last block.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from .base import CPU, device_tensor, float_tensor
 
@@ -131,7 +133,7 @@ def frame_features(points: torch.Tensor, point: torch.Tensor | None, full: bool)
     return features
 
 
-def moved(n, s1: np.ndarray, s2: np.ndarray, delta: np.ndarray, full: bool):
+def moved(n: ArrayLike, s1: np.ndarray, s2: np.ndarray, delta: np.ndarray, full: bool) -> tuple[np.ndarray, np.ndarray]:
     """``S1, S2`` about ``c - delta`` from those about ``c``: ``x - (c - δ) = (x - c) + δ``;
     leading axes (components) broadcast, S2 (..., D, D) when ``full``."""
     n = np.asarray(n)[..., None]
@@ -236,7 +238,7 @@ class _Parameters:
         return found
 
 
-def _shared_point(mu: np.ndarray, whitened_offsets) -> np.ndarray | None:
+def _shared_point(mu: np.ndarray, whitened_offsets: Callable[[np.ndarray], np.ndarray]) -> np.ndarray | None:
     """The mean of the means ``c``, when ``whitened_offsets(c)`` ((K, D): each ``μ_k - c`` in
     its component's whitened units) stays within ``SHARED_FRAME_REACH``; else ``None``."""
     c = mu.mean(axis=0)
@@ -357,7 +359,9 @@ class FullKernel:
         return self.joint(enc)[0]
 
 
-def weighted_sums(enc: PointEncoding, weights, references: np.ndarray, full: bool) -> np.ndarray:
+def weighted_sums(
+    enc: PointEncoding, weights: np.ndarray | torch.Tensor | None, references: np.ndarray, full: bool
+) -> np.ndarray:
     """:meth:`CentredBlock.sums` of all of ``enc`` about ``references`` (K, D) for weights ``None``
     (every observation weighs 1), (N,) (each reference alike) or (K, N)."""
     if weights is None:

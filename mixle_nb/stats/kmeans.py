@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from .base import CPU, Estimator, as_generator
+from .base import CPU, Distribution, Estimator, as_generator
 from .estimation import m_step
 from .frame import PointEncoding
 from .mixture import MixtureAccumulator, block_rows, blocks
@@ -153,7 +153,7 @@ def _slots(exchange: Exchange, local: np.ndarray) -> np.ndarray:
     return exchange.sum(rows.ravel()).reshape(exchange.world, len(local))
 
 
-def _open(shard: _Shard, rng: np.random.Generator, exchange: Exchange):
+def _open(shard: _Shard, rng: np.random.Generator, exchange: Exchange) -> tuple[int, np.ndarray, np.ndarray]:
     """One sum: the root's seed (every later shared choice draws from it), every rank's shard
     size, and one observation each rank proposes for the first centre."""
     draw = int(rng.integers(0, 2**52))  # exact in float64
@@ -318,7 +318,7 @@ def lloyd(shard: _Shard, centres: np.ndarray, exchange: Exchange, iterations: in
 
 def model_from_centres(
     chunks: Sequence[Any], shard: _Shard, estimator: Estimator, centres: np.ndarray, exchange: Exchange
-):
+) -> Distribution:
     """The mixture estimated from hard labels: each observation wholly in its nearest centre's
     component. One pass and one fold; the same model on every rank."""
     acc = estimator.accumulator_factory().make()
@@ -345,7 +345,7 @@ def kmeans_init(
     init: str = "kmeans++",
     *,
     lloyd_iterations: int = 1,
-):
+) -> Distribution:
     """A mixture start from centres: ``"kmeans++"`` (k-means‖ then ``lloyd_iterations`` Lloyd
     iterations over all the data) or ``"random_from_data"`` (``K`` observations drawn
     uniformly); then the hard-assignment M-step, whose means are one more Lloyd iteration's
