@@ -1,4 +1,4 @@
-"""The fast tier's guard (tests/conftest.py): under a ``-m`` that deselects the process markers,
+"""The fast tier's guard (tests/fast_tier.py): under a ``-m`` that deselects the process markers,
 starting a cluster, ranks, a kernel or a Python process raises and names the marker to add;
 helper tools still run. Starts nothing itself: every start here is refused."""
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PROCESS_MARKERS, _deselected_markers, _Guard, _starter_kind
+from fast_tier import PROCESS_MARKERS, Guard, deselected_markers, starter_kind
 
 from mixle_nb.parallel.local_launch import run_local
 
@@ -27,7 +27,7 @@ def _rank(rank: int, world: int) -> int:
 
 @pytest.fixture
 def guard():
-    guard = _Guard(PROCESS_MARKERS)
+    guard = Guard(PROCESS_MARKERS)
     guard.test = "tests/example.py::test_x"
     guard.install()
     yield guard
@@ -35,17 +35,17 @@ def guard():
 
 
 def test_the_fast_tier_expression_guards_every_process_marker_and_a_full_run_none():
-    assert _deselected_markers(_Config(FAST)) == PROCESS_MARKERS
-    assert _deselected_markers(_Config("not cluster")) == ("cluster",)
-    assert _deselected_markers(_Config("")) == ()
+    assert deselected_markers(_Config(FAST)) == PROCESS_MARKERS
+    assert deselected_markers(_Config("not cluster")) == ("cluster",)
+    assert deselected_markers(_Config("")) == ()
 
 
 def test_python_and_launchers_are_starters_and_helper_tools_are_not():
-    assert _starter_kind([sys.executable, "-c", "pass"]) is not None
-    assert _starter_kind(["torchrun", "--nproc_per_node", "2", "fit.py"]) == "ranks"
-    assert _starter_kind(["/usr/bin/chromium", "--headless"]) == "browser"
-    assert _starter_kind(["git", "status"]) is None
-    assert _starter_kind("ldconfig -p") is None
+    assert starter_kind([sys.executable, "-c", "pass"]) is not None
+    assert starter_kind(["torchrun", "--nproc_per_node", "2", "fit.py"]) == "ranks"
+    assert starter_kind(["/usr/bin/chromium", "--headless"]) == "browser"
+    assert starter_kind(["git", "status"]) is None
+    assert starter_kind("ldconfig -p") is None
 
 
 def test_a_cluster_started_without_its_marker_fails_naming_it(guard):
@@ -80,7 +80,7 @@ def test_helper_tools_still_run(guard):
 
 def test_uninstall_puts_back_what_was_there():
     before = subprocess.Popen.__init__
-    guard = _Guard(PROCESS_MARKERS)
+    guard = Guard(PROCESS_MARKERS)
     guard.install()
     assert subprocess.Popen.__init__ is not before
     guard.uninstall()
