@@ -2,6 +2,8 @@
 starting a cluster, ranks, a kernel or a Python process raises and names the marker to add;
 helper tools still run. Starts nothing itself: every start here is refused."""
 
+import pathlib
+import re
 import subprocess
 import sys
 
@@ -85,3 +87,13 @@ def test_uninstall_puts_back_what_was_there():
     assert subprocess.Popen.__init__ is not before
     guard.uninstall()
     assert subprocess.Popen.__init__ is before
+
+
+def test_make_check_deselects_exactly_the_guarded_markers_and_pyproject_registers_them():
+    root = pathlib.Path(__file__).resolve().parent.parent
+    fast = re.search(r"^FAST := (.+)$", (root / "Makefile").read_text(), re.M)
+    assert fast is not None, "the Makefile's FAST expression (make check's -m) is gone"
+    assert deselected_markers(_Config(fast.group(1).strip())) == PROCESS_MARKERS
+    markers = re.search(r"^markers = \[(.*?)^\]", (root / "pyproject.toml").read_text(), re.M | re.S)
+    assert markers is not None, "pyproject.toml registers no pytest markers"
+    assert set(PROCESS_MARKERS) <= set(re.findall(r'^\s*"(\w+):', markers.group(1), re.M))
