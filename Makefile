@@ -1,5 +1,7 @@
-# Two entry points on a fresh machine: `make demo` (the main job) and `make test` (the suite).
-# Both build .venv idempotently: the CPU torch pin first, so the project's torch>= is already met.
+# Entry points on a fresh machine: `make demo` (the main job), `make check` (the fast tier: lint,
+# format, types and every test that starts no process, under 2 minutes) and `make test` (the
+# whole suite, with coverage). All build .venv idempotently: the CPU torch pin first, so the
+# project's torch>= is already met.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -21,14 +23,18 @@ SLURMD ?= /usr/sbin/slurmd
 # The MPI launcher test (tests/multihost/test_mpi.py) starts engines through Open MPI's mpiexec.
 MPIEXEC ?= /usr/bin/mpiexec
 
-.PHONY: venv browser multihost slurm mpi test demo lab
+# The tests that start processes carry one of these markers (tests/conftest.py); the fast tier
+# deselects them, and under that selection starting such a process fails the test.
+FAST := not (cluster or kernel or ranks or browser or multihost or mpi or slurm)
+
+.PHONY: venv browser multihost slurm mpi check test demo lab
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,browser,demo,mixle]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,browser,demo,mixle,dev]'
 	rm -f $(VENV)/.installed-*; touch $@
 
 browser: $(CHROMIUM)
@@ -55,8 +61,16 @@ $(MPIEXEC):
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openmpi-bin
 
+check: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+	OMP_NUM_THREADS=1 MIXLE_STRICT=1 $(PY) -m pytest -q -p no:cacheprovider -m "$(FAST)"
+
+# Coverage of mixle_nb's lines in every process the tests start (engines, kernels, ranks: see
+# [tool.coverage.run] in pyproject.toml), combined; below [tool.coverage.report] fail_under, it fails.
 test: venv browser multihost slurm mpi
-	OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q
+	OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q --cov --cov-report=term-missing
 
 demo: venv
 	$(PY) -m mixle_nb.demo

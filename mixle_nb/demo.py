@@ -64,7 +64,7 @@ def write_reports(nb: nbformat.NotebookNode, name: str, out: Path) -> tuple[Path
     return executed, report
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", default=list(DEFAULT), help="notebooks in notebooks/")
     parser.add_argument("--out", type=Path, default=Path("out"), help="folder for the reports")

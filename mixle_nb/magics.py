@@ -8,7 +8,10 @@ is ignored, as Python ignores one.
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -18,6 +21,9 @@ from IPython.display import display
 from . import cluster as cluster_module
 from .cluster import BACKENDS, ClusterState, MixleCluster, RankDiedError, RankError
 from .cluster.slurm import OPTIONS as SLURM_OPTIONS
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 STREAM_POLL_S = 0.1
 OUTPUT_GRACE_S = 2.0  # a rank's last printed lines may arrive just after its answer
@@ -53,7 +59,14 @@ def parse_targets(text: str | None) -> list[int] | None:
     return ranks
 
 
-def run_cell(cluster: MixleCluster, code: str, targets=None, all_ranks: bool = False, out=None, err=None) -> None:
+def run_cell(
+    cluster: MixleCluster,
+    code: str,
+    targets: int | list[int] | None = None,
+    all_ranks: bool = False,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> None:
     """Execute ``code`` on the ranks, streaming output while it runs: rank 0's (or the first
     target's) by default, every rank's labelled ``[rank r]`` with ``all_ranks``; what they
     write to stderr (warnings) goes to ``err``. Errors come back as :class:`RankError` naming
@@ -105,7 +118,14 @@ def without_comment(line: str) -> str:
     return line
 
 
-def parse(magic, line: str):
+def activate(cluster: MixleCluster) -> None:
+    """Make ipyparallel's own ``%px`` target this (started) cluster's engines too."""
+    if cluster.view is None:
+        raise UsageError("the mixle cluster has no engines to target: start it first")
+    cluster.view.activate()
+
+
+def parse(magic: Callable[..., Any], line: str) -> argparse.Namespace | None:
     """Parsed arguments, or ``None`` after printing the magic's usage for ``-h``/``--help``."""
     line = without_comment(line)
     if line.split()[:1] in (["-h"], ["--help"]):
@@ -137,6 +157,13 @@ def missing_name_hint(cluster: MixleCluster, name: str, rank: int) -> str:
 class MixleMagics(Magics):
     """The mixle magics; each delegates to a function you can call without IPython."""
 
+    @property
+    def user_ns(self) -> dict[str, Any]:
+        """The notebook's namespace (``%load_ext`` registers the magics with its shell)."""
+        if self.shell is None:
+            raise UsageError("the mixle magics need an IPython shell: %load_ext mixle_nb in a notebook")
+        return self.shell.user_ns
+
     @line_magic
     @magic_arguments()
     @argument(
@@ -162,7 +189,7 @@ class MixleMagics(Magics):
         help="slurm: another sbatch option, e.g. --extra-sbatch=--qos=debug (repeatable)",
     )
     @argument("--pending-timeout", type=float, help="slurm: seconds start waits for the job to run")
-    def mixle_cluster(self, line):
+    def mixle_cluster(self, line: str) -> None:
         """Start, stop, restart or show the mixle cluster.
 
         ``restart`` starts fresh engines (names defined on the ranks are gone: push and build
@@ -201,8 +228,8 @@ class MixleMagics(Magics):
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
             cluster.start(progress=lambda message: print(message, flush=True))
-            cluster.view.activate()  # ipyparallel's own %px targets these engines too
-            self.shell.user_ns[args.name] = cluster
+            activate(cluster)
+            self.user_ns[args.name] = cluster
             display(cluster.status())
         elif args.action == "stop":
             running_cluster().stop()
@@ -210,15 +237,15 @@ class MixleMagics(Magics):
         elif args.action == "restart":
             cluster = running_cluster()
             cluster.restart(progress=lambda message: print(message, flush=True))
-            cluster.view.activate()
+            activate(cluster)
             display(cluster.status())
         elif args.action == "attach":
             try:
                 cluster = MixleCluster.attach(args.id)
             except LookupError as exc:
                 raise UsageError(str(exc)) from None
-            cluster.view.activate()
-            self.shell.user_ns[args.name] = cluster
+            activate(cluster)
+            self.user_ns[args.name] = cluster
             display(cluster.status())
         elif args.action == "list":
             records = MixleCluster.list_detached()
@@ -232,15 +259,15 @@ class MixleMagics(Magics):
         else:
             display(running_cluster().status())
 
-    def _user_value(self, name: str):
-        if name not in self.shell.user_ns:
+    def _user_value(self, name: str) -> Any:
+        if name not in self.user_ns:
             raise UsageError(f"{name!r} is not defined in this notebook; define it before pushing it")
-        return self.shell.user_ns[name]
+        return self.user_ns[name]
 
     @line_magic
     @magic_arguments()
     @argument("names", nargs="+", help="notebook variables to push")
-    def mixle_push(self, line):
+    def mixle_push(self, line: str) -> None:
         """Push notebook variables to every rank under the same names.
 
         Example::
@@ -256,7 +283,7 @@ class MixleMagics(Magics):
     @line_magic
     @magic_arguments()
     @argument("name", help="a notebook sequence; rank r gets name[r::n] under the same name")
-    def mixle_scatter(self, line):
+    def mixle_scatter(self, line: str) -> None:
         """Shard a sequence by rank: rank r gets ``name[r::n]``, n the number of ranks.
 
         Build an EM handle on scattered data with ``TorchRunEncodedData.from_shards``, which
@@ -284,7 +311,7 @@ class MixleMagics(Magics):
     @argument("name", help="variable on the ranks")
     @argument("--all", action="store_true", help="return a list with every rank's value")
     @argument("--rank", type=int, default=0, help="rank to pull from (default 0)")
-    def mixle_pull(self, line):
+    def mixle_pull(self, line: str) -> Any:
         """Pull a variable from rank 0 (or ``--rank R``, or ``--all`` ranks).
 
         Example::
@@ -312,7 +339,7 @@ class MixleMagics(Magics):
     @magic_arguments()
     @argument("--all", action="store_true", help="show every rank's output, labelled by rank")
     @argument("--targets", help="ranks to run on, e.g. 0,2 or 1-3 (default: all)")
-    def mixle(self, line, cell):
+    def mixle(self, line: str, cell: str) -> None:
         """Run the cell on every rank; only rank 0's output streams back (``--all``: every
         rank's, labelled; ``--targets``: the first target's). Errors name the rank.
 
@@ -337,5 +364,5 @@ class MixleMagics(Magics):
             raise UsageError(str(exc)) from None
 
 
-def load_ipython_extension(ipython) -> None:
+def load_ipython_extension(ipython: InteractiveShell) -> None:
     ipython.register_magics(MixleMagics)

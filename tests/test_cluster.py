@@ -14,9 +14,6 @@ from rank_functions import allreduce_sum, late_allreduce
 
 from mixle_nb.cluster import MAX_ENGINES, MixleCluster, RankDiedError, RankError, current
 
-pytestmark = pytest.mark.cluster
-
-
 # ---- functions run on the ranks (module level: engines import them from this file's module)
 
 
@@ -178,6 +175,7 @@ def test_the_documented_launcher_calls_build_the_arguments_ipyparallel_gets(tmp_
     assert arguments["config"].MPIEngineSetLauncher.mpi_args == ["--hostfile", "hosts"]
 
 
+@pytest.mark.cluster
 def test_targets_follow_the_same_rules(cluster2):
     assert cluster2.run(rank_and_world, targets=np.int64(1)) == [(1, 2)]
     assert cluster2.run(rank_and_world, targets=[np.int64(0)]) == [(0, 2)]
@@ -194,6 +192,7 @@ def test_max_engines_is_stated():
 # ---- the shared 2-engine cluster
 
 
+@pytest.mark.cluster
 def test_ranks_are_engine_ids_and_allreduce_sums(cluster2):
     for engine_id in cluster2.client.ids:
         assert cluster2.client[engine_id].apply_sync(rank_and_world) == (engine_id, 2)
@@ -202,6 +201,7 @@ def test_ranks_are_engine_ids_and_allreduce_sums(cluster2):
     assert cluster2.run(allreduce_sum, value=1, targets=None) == [2.0, 2.0]
 
 
+@pytest.mark.cluster
 def test_push_pull_scatter_run(cluster2):
     cluster2.push(alpha=5, beta=[1, 2])
     assert cluster2.pull("alpha", rank="all") == [5, 5]
@@ -212,6 +212,7 @@ def test_push_pull_scatter_run(cluster2):
     assert cluster2.run(rank_and_world, targets=[1]) == [(1, 2)]
 
 
+@pytest.mark.cluster
 def test_exception_names_the_rank_and_carries_the_traceback(cluster2):
     with pytest.raises(RankError) as info:
         cluster2.run(fail_on, 1)
@@ -222,6 +223,7 @@ def test_exception_names_the_rank_and_carries_the_traceback(cluster2):
     assert cluster2.run(fail_on, 5) == ["ok", "ok"]  # still usable
 
 
+@pytest.mark.cluster
 def test_run_async_publishes_data_and_is_awaitable(cluster2):
     call = cluster2.run_async(publish_then_wait, 1.0)
     deadline = time.monotonic() + 10
@@ -243,6 +245,7 @@ async def _await(call):
     return await call
 
 
+@pytest.mark.cluster
 def test_status_rows(cluster2):
     rows = cluster2.status()
     assert [(r.engine_id, r.rank) for r in rows] == [(0, 0), (1, 1)]
@@ -251,6 +254,7 @@ def test_status_rows(cluster2):
     assert "<table>" in rows._repr_html_() and "in_group" in str(rows)
 
 
+@pytest.mark.cluster
 def test_nothing_listens_off_loopback(cluster2):
     found = listening_addresses(cluster2.pids)
     assert {pid for pid, _ in found} & {r.pid for r in cluster2.status()}  # gloo listens too
@@ -268,6 +272,7 @@ def allreduce_forever():
         dist.all_reduce(t)
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("work", ["allreduce_forever", "late_allreduce", "sleep"])
 def test_keyboard_interrupt_stops_a_long_call(cluster2, work):
     calls = {
@@ -300,6 +305,7 @@ def test_keyboard_interrupt_stops_a_long_call(cluster2, work):
 # ---- short-lived clusters for destructive tests
 
 
+@pytest.mark.cluster
 def test_four_engines_kill_restart_and_stop_leaves_nothing():
     with MixleCluster(4, timeout=5.0) as cluster:
         assert current() is cluster
@@ -328,6 +334,7 @@ def test_four_engines_kill_restart_and_stop_leaves_nothing():
     assert alive(second_pids) == []
 
 
+@pytest.mark.cluster
 def test_failed_start_leaves_nothing():
     cluster = MixleCluster(2, timeout=5.0)
     seen = {}

@@ -10,6 +10,8 @@ from kernels import alive, kernel, kill, new_tag, run, wait_gone
 
 from mixle_nb.stats import GaussianDistribution, MixtureDistribution, em_step, seq_encode
 
+pytestmark = [pytest.mark.kernel, pytest.mark.cluster]
+
 SURVIVES_S = 3.0  # longer than the lifeline takes to end a cluster that is not detached
 
 START = """

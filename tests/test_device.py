@@ -234,6 +234,7 @@ def rank_results(tmp_path_factory):
     return run_local(_ranks_on_device, 2, npy=npy)
 
 
+@pytest.mark.ranks
 def test_handle_on_an_explicit_device_matches_the_default_on_every_rank(rank_results):
     for r in rank_results:
         for name in ("cpu", "torch_device"):
@@ -245,6 +246,7 @@ def test_handle_on_an_explicit_device_matches_the_default_on_every_rank(rank_res
         assert np.array_equal(r["cpu"][0], rank_results[0]["cpu"][0])  # the model is identical on every rank
 
 
+@pytest.mark.ranks
 def test_handle_on_an_explicit_device_matches_scikit_learn(rank_results):
     x, start, _, start_means = _sklearn_problem("diag", 8)
     k = len(start.components)
@@ -265,6 +267,7 @@ def test_handle_on_an_explicit_device_matches_scikit_learn(rank_results):
     np.testing.assert_allclose(rank_results[0]["cpu"][0], expected, rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.ranks
 def test_an_unusable_device_fails_every_rank_together_before_reading(rank_results):
     fix = r"CUDA is not available in this process.*pass device='cpu' or None|this process sees \d+ CUDA device"
     for rank, r in enumerate(rank_results):  # every rank refused: each raises its own error, naming itself

@@ -19,6 +19,8 @@ from mixle_nb.stats import MixtureDistribution
 from mixle_nb.stats.gaussian import GaussianDistribution
 from mixle_nb.widgets import EMPanel
 
+pytestmark = pytest.mark.cluster
+
 STEPS, SHARDS = 7, 6
 START = MixtureDistribution([GaussianDistribution(-1.0, 4.0), GaussianDistribution(1.0, 4.0)], [0.5, 0.5])
 # (engine, phase, EM step): engine 4 dies in the recovery from engine 5's death

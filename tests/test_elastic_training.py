@@ -13,6 +13,8 @@ from mixle_nb.cluster import MixleCluster, rank_side
 from mixle_nb.neural import StreamingTransformerLeafEstimator, build_causal_lm
 from mixle_nb.parallel import StreamingTokenEncodedData
 
+pytestmark = pytest.mark.cluster
+
 VOCAB, BLOCK, BATCH, LR, SEED, EVERY, EPOCHS, DIES_AT = 11, 16, 8, 1e-2, 7, 10, 4, 25
 # a cycle through the vocabulary with 10% of the tokens shifted (as in test_training_checkpoint):
 # the loss falls far below log(VOCAB) once learned, so a resumed model is told from a fresh one

@@ -115,6 +115,7 @@ print(json.dumps(len(panel.history)))
 """
 
 
+@pytest.mark.kernel
 def test_a_kernel_killed_during_run_n_resumes_its_panel_from_the_checkpoint(tmp_path):
     """The panel runs locally in a real kernel, which is killed by force mid-run; the restarted
     kernel's panel, built with the same checkpoint, has the steps saved and runs on."""

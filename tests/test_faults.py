@@ -22,8 +22,6 @@ from mixle_nb.cluster import RankDiedError, RankError
 from mixle_nb.magics import run_cell
 from mixle_nb.stats import DiagonalGaussianDistribution, GaussianDistribution, MixtureDistribution
 
-pytestmark = pytest.mark.cluster
-
 BOUND_S = 8.0  # the target is 2 s; a hang lasts the group timeout (20 s here) or forever
 INTERRUPT_BOUND_S = 4.0  # from an interrupt to every rank stopped and the group formed again
 
@@ -154,6 +152,7 @@ def push_problem(cluster, n=4000, k=2):
 # ---- bad input on the cluster: a clear error naming the rank, before any hang
 
 
+@pytest.mark.cluster
 def test_nan_on_one_rank_names_that_rank(cluster):
     x, _ = push_problem(cluster)
     x[3] = np.nan  # data[rank::2]: only rank 1 sees index 3
@@ -166,6 +165,7 @@ def test_nan_on_one_rank_names_that_rank(cluster):
     assert_running_and_usable(cluster, pids)
 
 
+@pytest.mark.cluster
 def test_wrong_dimensionality_on_one_rank(cluster):
     model = mixture(2, d=2)
     cluster.push(est=model.estimator(), x=np.zeros((40, 2)))
@@ -178,6 +178,7 @@ def test_wrong_dimensionality_on_one_rank(cluster):
     assert_running_and_usable(cluster, pids)
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("root_only", [False, True])
 def test_fewer_observations_than_ranks(cluster, root_only):
     """Not an error, as in mixle's handle (interchangeability): the empty rank contributes zero
@@ -199,6 +200,7 @@ def test_fewer_observations_than_ranks(cluster, root_only):
         assert "ranks [1] of 2 hold no observations" in err.getvalue()
 
 
+@pytest.mark.cluster
 def test_root_only_without_data_on_the_root(cluster):
     cluster.push(x=None, est=mixture().estimator())
     cluster.push(x=np.zeros(10), targets=[1])
@@ -210,6 +212,7 @@ def test_root_only_without_data_on_the_root(cluster):
     assert_running_and_usable(cluster, pids)
 
 
+@pytest.mark.cluster
 def test_different_estimator_on_one_rank(cluster):
     push_problem(cluster)
     cluster.push(est=mixture(3).estimator(), model=mixture(3), targets=[1])
@@ -230,6 +233,7 @@ def assert_names_the_targets(err, rank, operation):
     assert f"this call runs on ranks [{rank}] of [0, 1]" in err.evalue and "--targets" in err.evalue, err
 
 
+@pytest.mark.cluster
 def test_handle_built_on_some_ranks_only(cluster):
     """No rank waits for the group timeout: the call's ranks travel with it, and the handle
     refuses before its first collective."""
@@ -246,6 +250,7 @@ def test_handle_built_on_some_ranks_only(cluster):
     assert_running_and_usable(cluster, pids)
 
 
+@pytest.mark.cluster
 def test_em_step_on_some_ranks_only(cluster):
     push_problem(cluster)
     cluster.run(build_handle)
@@ -260,6 +265,7 @@ def test_em_step_on_some_ranks_only(cluster):
 # ---- a rank fails inside a step
 
 
+@pytest.mark.cluster
 def test_exception_in_one_ranks_e_step_fails_every_rank_promptly(cluster):
     push_problem(cluster)
     cluster.run(build_handle)
@@ -273,6 +279,7 @@ def test_exception_in_one_ranks_e_step_fails_every_rank_promptly(cluster):
     assert_running_and_usable(cluster, pids)
 
 
+@pytest.mark.cluster
 def test_exception_in_one_ranks_fsdp2_step_fails_every_rank_promptly(cluster):
     pids = engine_pids(cluster)
     err, seconds = time_error(cluster.run, train_fsdp2, 3)
@@ -314,6 +321,7 @@ def kill_during(cluster, fn, *args, after=1.0, victim=1):
     return time_error(call.result)
 
 
+@pytest.mark.cluster
 def test_kill_9_during_an_em_step(cluster):
     push_problem(cluster, n=200_000, k=4)
     cluster.run(build_handle)
@@ -327,6 +335,7 @@ def test_kill_9_during_an_em_step(cluster):
     assert cluster.run(allreduce_sum, 1) == [2.0, 2.0]
 
 
+@pytest.mark.cluster
 def test_kill_9_during_a_collective(cluster):
     err, seconds = kill_during(cluster, late_allreduce, 1, 60)  # rank 0 waits in all_reduce
     assert isinstance(err, RankDiedError) and err.ranks == [1], err
@@ -339,6 +348,7 @@ def test_kill_9_during_a_collective(cluster):
 # ---- Ctrl-C during each blocking call: every rank stops, same engines, next call works
 
 
+@pytest.mark.cluster
 def test_ctrl_c_during_run_inside_a_collective(cluster, sigint_raises):
     pids = engine_pids(cluster)
     interrupt_after(1.0)
@@ -348,6 +358,7 @@ def test_ctrl_c_during_run_inside_a_collective(cluster, sigint_raises):
     assert_running_and_usable(cluster, pids)
 
 
+@pytest.mark.cluster
 def test_ctrl_c_during_em_steps(cluster, sigint_raises):
     push_problem(cluster, n=100_000, k=4)
     cluster.run(build_handle)
@@ -363,6 +374,7 @@ def test_ctrl_c_during_em_steps(cluster, sigint_raises):
     assert len(set(cluster.run(em_steps, 2))) == 1
 
 
+@pytest.mark.cluster
 def test_a_collective_left_in_flight_does_not_hold_up_forming_the_group_again(cluster):
     """The race behind a Ctrl-C that once took the group timeout: re-forming the group waited
     for rank 0's orphaned fold until gloo timed it out, because rank 1's connections outlived
@@ -376,6 +388,7 @@ def test_a_collective_left_in_flight_does_not_hold_up_forming_the_group_again(cl
     assert time.monotonic() - t0 < INTERRUPT_BOUND_S
 
 
+@pytest.mark.cluster
 def test_cancelling_a_call_stops_the_call_queued_behind_it_on_every_rank(cluster):
     """The race behind a CI run whose Ctrl-C broke the cluster: the EM panel keeps a call queued
     behind the running one, and the interrupt landed on rank 1 after the running call's last
@@ -396,6 +409,7 @@ def test_cancelling_a_call_stops_the_call_queued_behind_it_on_every_rank(cluster
     assert_running_and_usable(cluster, pids)
 
 
+@pytest.mark.cluster
 def test_ctrl_c_during_a_mixle_cell(cluster, sigint_raises):
     pids = engine_pids(cluster)
     code = "import torch, torch.distributed as dist\nt = torch.ones(100_000)\nwhile True:\n    dist.all_reduce(t)\n"
@@ -406,6 +420,7 @@ def test_ctrl_c_during_a_mixle_cell(cluster, sigint_raises):
     assert_running_and_usable(cluster, pids)
 
 
+@pytest.mark.cluster
 def test_a_rank_that_cannot_be_stopped_is_reported_and_restart_recovers(cluster, sigint_raises):
     # a rank whose SIGINT is ignored stands for one stuck in C code that never returns
     interrupt_after(1.0)

@@ -164,6 +164,7 @@ def both_ranks_say(results, key, *phrases):
             assert phrase in message, f"rank {rank}, {key}: {phrase!r} not in {message!r}"
 
 
+@pytest.mark.ranks
 def test_1_ranks_passing_different_data_are_told_about_from_shards(rank_results):
     both_ranks_say(
         rank_results, "halves", "rank 1", "differs from rank 0's", "%mixle_scatter", "TorchRunEncodedData.from_shards"
@@ -171,6 +172,7 @@ def test_1_ranks_passing_different_data_are_told_about_from_shards(rank_results)
     both_ranks_say(rank_results, "odd_halves", "rank 1", "%mixle_scatter", "from_shards")
 
 
+@pytest.mark.ranks
 def test_1_from_shards_keeps_each_rank_whole_and_equals_the_full_data_handle(rank_results):
     x = blobs()
     for result in rank_results:
@@ -180,17 +182,20 @@ def test_1_from_shards_keeps_each_rank_whole_and_equals_the_full_data_handle(ran
         np.testing.assert_array_equal(shard_labels, full_labels)  # the scattered sequence's order
 
 
+@pytest.mark.ranks
 def test_2_from_files_gathers_back_file_by_file(rank_results):
     for result in rank_results:
         dealt, full = value(result, "files_order")
         np.testing.assert_allclose(dealt, full, rtol=1e-10)
 
 
+@pytest.mark.ranks
 def test_3_fit_takes_a_handle_like_every_driver(rank_results):
     for result in rank_results:
         np.testing.assert_array_equal(value(result, "fit_handle"), result["fit_enc_data"])
 
 
+@pytest.mark.ranks
 def test_4_a_nan_is_reported_at_the_users_row_and_file(rank_results, tmp_path):
     both_ranks_say(rank_results, "nan_npy", "row 7 of ", "nan.npy", "NaN or infinite", "rank 1", "drop or impute it")
     both_ranks_say(rank_results, "nan_memory", "row 7 of the data", "rank 1")
@@ -198,12 +203,14 @@ def test_4_a_nan_is_reported_at_the_users_row_and_file(rank_results, tmp_path):
     assert "clean.npy" not in rank_results[0]["nan_files"][1]
 
 
+@pytest.mark.ranks
 def test_5_a_model_of_another_dimension_names_the_mismatch_on_every_rank(rank_results):
     for key in ("wrong_dim_step", "wrong_dim_bic", "wrong_dim_predict"):
         both_ranks_say(rank_results, key, "dimension 3 but the data has 2 columns", "model of the data's dimension")
         assert "on rank 0" in rank_results[0][key][1] and "on rank 1" in rank_results[1][key][1]
 
 
+@pytest.mark.ranks
 def test_8_more_components_than_observations_is_refused(rank_results):
     both_ranks_say(
         rank_results, "k_over_n", "10 components needs at least 10 observations", "hold 5", "at most 5 components"
@@ -212,6 +219,7 @@ def test_8_more_components_than_observations_is_refused(rank_results):
         fit(np.arange(5.0), MixtureEstimator([GaussianEstimator() for _ in range(10)]), out=None)
 
 
+@pytest.mark.ranks
 def test_9_fit_and_choose_k_print_on_the_root_only_and_name_each_k(rank_results):
     root, other = rank_results[0]["printed"], rank_results[1]["printed"]
     assert other == ""
@@ -381,6 +389,7 @@ def single_process(family: str, source: str, random_start) -> dict:
     return expected
 
 
+@pytest.mark.ranks
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_2_an_empty_rank_is_harmless_in_every_operation_and_family(rank_results, family, source):
@@ -423,6 +432,7 @@ def shell(cluster2):
     cluster_module.set_current(previous)
 
 
+@pytest.mark.cluster
 def test_1_7_scatter_then_build_on_the_cluster(shell, cluster2, capsys):
     x = blobs()
     shell.user_ns.update(fh_x=x, fh_est=mixture_2d())
@@ -458,6 +468,7 @@ def _define_on_rank_one():
         ns["fh_only_one"] = 41
 
 
+@pytest.mark.cluster
 def test_9_pull_names_the_ranks_that_have_it(shell, cluster2):
     cluster2.run(_define_on_rank_one)
     with pytest.raises(UsageError) as info:
@@ -470,6 +481,7 @@ def test_9_pull_names_the_ranks_that_have_it(shell, cluster2):
         shell.run_line_magic("mixle_pull", "fh_never")
 
 
+@pytest.mark.cluster
 def test_5_9_panel_on_the_cluster_wrong_model_and_a_handle_gone(shell, cluster2):
     cluster2.push(fh_est=mixture_2d(), fh_x=blobs())
     cluster2.run(_build_on_scattered, "fh_x", False)  # the same full data on every rank: a good handle

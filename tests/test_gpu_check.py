@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.ranks
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUMBER = r"([0-9.]+(?:e[+-]?\d+)?)"
 

@@ -77,6 +77,7 @@ def sklearn_log_likelihoods():
     return found
 
 
+@pytest.mark.ranks
 def test_kmeans_start_reaches_sklearn_fit_in_nine_of_ten_seeds(rank_results, sklearn_log_likelihoods):
     world, results = rank_results
     for ds, reference, found in zip(datasets(), sklearn_log_likelihoods, results[0]["log_densities"]):
@@ -84,6 +85,7 @@ def test_kmeans_start_reaches_sklearn_fit_in_nine_of_ten_seeds(rank_results, skl
         assert reached >= 9, f"{ds.name} at {world} ranks: {reached}/10 seeds reached {reference} (got {found})"
 
 
+@pytest.mark.ranks
 def test_start_is_identical_on_every_rank_and_reproducible(rank_results):
     world, results = rank_results
     for index in range(len(results[0]["starts"])):
@@ -95,6 +97,7 @@ def test_start_is_identical_on_every_rank_and_reproducible(rank_results):
         assert other["log_densities"] == results[0]["log_densities"]
 
 
+@pytest.mark.ranks
 def test_scores_and_criteria_on_a_handle_match_local_data_in_original_order(rank_results):
     world, results = rank_results
     ds = next(d for d in datasets() if d.dim == 3)

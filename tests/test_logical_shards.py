@@ -49,6 +49,7 @@ def test_elastic_needs_data_that_can_be_read_again():
         TorchRunEncodedData.from_shards(np.zeros(4), est, init_process_group=False, elastic=True)
 
 
+@pytest.mark.cluster
 def test_an_elastic_panel_needs_an_elastic_handle(cluster2):
     import rank_functions
 

@@ -10,8 +10,6 @@ from IPython.testing.globalipapp import start_ipython
 
 from mixle_nb import cluster as cluster_module
 
-pytestmark = pytest.mark.cluster
-
 
 @pytest.fixture(scope="module")
 def shell():
@@ -49,6 +47,7 @@ def test_misuse_before_a_cluster_exists(shell):
     assert "invalid choice" in usage_error(shell, "mixle_cluster", "start 2 --backend mpi")
 
 
+@pytest.mark.cluster
 def test_start_push_scatter_cell_pull_status_stop(shell, capsys):
     shell.run_line_magic("mixle_cluster", "start 2 --timeout 20")
     started = capsys.readouterr().out
@@ -108,6 +107,7 @@ def test_help_is_available(shell, capsys):
     assert "--targets" in capsys.readouterr().out
 
 
+@pytest.mark.cluster
 def test_kill_9_during_a_cell_then_restart(shell, capsys):
     import os
     import signal

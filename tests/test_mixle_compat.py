@@ -216,6 +216,7 @@ def total_log_density(data, model) -> float:
     return seq_log_density_sum(seq_encode(data, model=model), model)[1]
 
 
+@pytest.mark.ranks
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_five_steps_match_mixle_single_process(world_results, name):
     from mixle.stats import seq_encode, seq_log_density_sum
@@ -238,6 +239,7 @@ def test_five_steps_match_mixle_single_process(world_results, name):
         assert ours["kept"] == ((0, 2.0),)  # the state count, kept by combine rather than added
 
 
+@pytest.mark.ranks
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_mixle_dispatch_drives_our_handle(world_results, name):
     world, results = world_results
@@ -258,6 +260,7 @@ def test_mixle_dispatch_drives_our_handle(world_results, name):
     assert total_log_density(data, streamed) == pytest.approx(total_log_density(data, one_step), rel=1e-10)
 
 
+@pytest.mark.ranks
 def test_root_only_and_sub_chunks_with_ragged_sequences(world_results):
     world, results = world_results
     data, start = hidden_markov()
@@ -269,6 +272,7 @@ def test_root_only_and_sub_chunks_with_ragged_sequences(world_results):
         assert total_log_density(data, model) == pytest.approx(ref_total, rel=1e-10)
 
 
+@pytest.mark.ranks
 @pytest.mark.parametrize("root_only", [False, True])
 def test_fewer_sequences_than_ranks(world_results, root_only):
     world, results = world_results

@@ -156,6 +156,7 @@ def describe(procs: list[psutil.Process]) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize(
     "name", [pytest.param(n, marks=pytest.mark.cluster) if n in STARTS_A_CLUSTER else n for n in NAMES]
 )

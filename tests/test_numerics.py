@@ -132,6 +132,7 @@ HANDLE_PROBLEMS = [
 ]
 
 
+@pytest.mark.ranks
 def test_two_rank_handle_is_exact_on_offset_data():
     results = run_local(_rank_fits, 2, timeout=300)
     for key in HANDLE_PROBLEMS:

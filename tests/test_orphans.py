@@ -11,7 +11,10 @@ import json
 import os
 import time
 
+import pytest
 from kernels import kernel, kill, new_tag, run, tagged, wait_gone
+
+pytestmark = [pytest.mark.kernel, pytest.mark.cluster]
 
 ORPHAN_BOUND_S = 10.0  # the stated bound (README "When something fails")
 

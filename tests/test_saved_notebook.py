@@ -13,11 +13,14 @@ import re
 import struct
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 from nbconvert import HTMLExporter
 
 from mixle_nb.widgets.em_view import FIGSIZE
 from mixle_nb.widgets.live_figure import DPI
+
+pytestmark = pytest.mark.kernel
 
 STEPS = 25
 EXPECTED_SIZE = (int(FIGSIZE[0] * DPI), int(FIGSIZE[1] * DPI))  # the panel's figure in pixels

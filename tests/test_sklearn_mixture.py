@@ -161,6 +161,7 @@ def assert_handle_fit(case: dict, covariance_type: str, d: int) -> None:
         assert case[method] == pytest.approx(getattr(reference, method)(x), rel=1e-10), method
 
 
+@pytest.mark.ranks
 @pytest.mark.parametrize("world", [2, 4])
 def test_a_handle_fit_on_every_rank_equals_scikit_learns(world):
     ranks = run_local(rank_fits, world)

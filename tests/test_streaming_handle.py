@@ -254,6 +254,7 @@ def _union_reference(n_steps, checkpoints, optimizer=torch.optim.AdamW):
     return states, rank_losses
 
 
+@pytest.mark.ranks
 def test_ddp_replicas_identical_and_match_union_reference_across_two_calls(ranks):
     _assert_replicas_identical(ranks, "ddp_1")
     _assert_replicas_identical(ranks, "ddp_2")
@@ -262,6 +263,7 @@ def test_ddp_replicas_identical_and_match_union_reference_across_two_calls(ranks
     _assert_close_states(ranks[0]["ddp_2"], ref[24], atol=1e-5)
 
 
+@pytest.mark.ranks
 def test_plain_sgd_under_ddp_and_fsdp2_is_the_union_reference_to_rounding(ranks):
     """AdamW is invariant to a constant gradient factor, so its parity cannot see a wrong
     world-size divisor; plain SGD in float64 can (a sum instead of a mean doubles every step)."""
@@ -273,6 +275,7 @@ def test_plain_sgd_under_ddp_and_fsdp2_is_the_union_reference_to_rounding(ranks)
         _assert_close_states(ranks[0][key], ref[12], atol=1e-12)
 
 
+@pytest.mark.ranks
 def test_second_call_keeps_optimizer_state(ranks):
     # A fresh AdamW for the second call (the reference handle's behaviour) lands elsewhere.
     ref, _ = _union_reference(12, {12})
@@ -289,6 +292,7 @@ def test_second_call_keeps_optimizer_state(ranks):
     assert gap > 1e-3
 
 
+@pytest.mark.ranks
 def test_progress_reports_local_loss_every_k_steps_and_at_the_end(ranks):
     _, rank_losses = _union_reference(24, set())
     for r in range(2):
@@ -301,11 +305,13 @@ def test_progress_reports_local_loss_every_k_steps_and_at_the_end(ranks):
         np.testing.assert_allclose([e["loss"] for e in log], expected, atol=1e-5)
 
 
+@pytest.mark.ranks
 def test_activation_checkpointing_trains_the_same_model(ranks):
     _assert_close_states(ranks[0]["ckpt"], ranks[0]["ddp_1"], atol=1e-5)
     _assert_replicas_identical(ranks, "ckpt")
 
 
+@pytest.mark.ranks
 def test_stop_seen_by_one_rank_stops_both_after_the_same_step(ranks):
     assert ranks[0]["ddp_stop_step"] == ranks[1]["ddp_stop_step"] == 3
     _assert_replicas_identical(ranks, "ddp_stop")
@@ -313,6 +319,7 @@ def test_stop_seen_by_one_rank_stops_both_after_the_same_step(ranks):
     _assert_close_states(ranks[0]["ddp_stop"], ref[3], atol=1e-5)
 
 
+@pytest.mark.ranks
 def test_bf16_autocast_on_cpu_keeps_replicas_identical_and_learns(ranks):
     _assert_replicas_identical(ranks, "bf16")
     fp32 = {k: v.float() for k, v in ranks[0]["ddp_1"].items()}
@@ -321,6 +328,7 @@ def test_bf16_autocast_on_cpu_keeps_replicas_identical_and_learns(ranks):
     assert losses[-1] < losses[0]
 
 
+@pytest.mark.ranks
 def test_mode_and_shard_errors_on_two_ranks(ranks):
     for r in range(2):
         assert "would train 2 different models" in ranks[r]["error_parallel"]
@@ -328,12 +336,14 @@ def test_mode_and_shard_errors_on_two_ranks(ranks):
         assert ranks[r]["group_alive_after_close"]  # close() leaves a group it did not create
 
 
+@pytest.mark.ranks
 def test_markov_stream_loss_reaches_entropy_rate(ranks):
     nll, entropy_rate = ranks[0]["markov"]
     assert ranks[1]["markov"] == ranks[0]["markov"]
     assert entropy_rate < nll < 1.10 * entropy_rate
 
 
+@pytest.mark.ranks
 def test_fsdp2_on_cpu_matches_ddp(ranks):
     if "fsdp_error" in ranks[0]:
         unavailable(f"FSDP2 fully_shard failed on CPU/gloo in torch {torch.__version__}:\n{ranks[0]['fsdp_error']}")
@@ -533,6 +543,7 @@ FAULTS = ["construct", "stop", "forward_2", "forward_4", "progress", "log_densit
         ("log_density", "this rank's leaf cannot score"),
     ],
 )
+@pytest.mark.ranks
 def test_a_fault_on_one_rank_raises_on_every_rank_promptly(extras, fault, message):
     own, peer = extras[1][fault], extras[0][fault]
     assert own is not None and message in own[1]  # the failed rank raises its own error
@@ -542,6 +553,7 @@ def test_a_fault_on_one_rank_raises_on_every_rank_promptly(extras, fault, messag
     assert max(own[3], peer[3]) - injected < 5
 
 
+@pytest.mark.ranks
 def test_ranks_that_disagree_on_an_argument_are_named_on_every_rank(extras):
     """Rank 1 passes another block: it is told how its arguments differ from rank 0's and what
     to do; rank 0 raises PeerRankError naming rank 1 (before, both only said "ranks disagree")."""
@@ -611,6 +623,7 @@ def fsdp_faults(tmp_path_factory):
         ("last_step", "progress sink is full"),
     ],
 )
+@pytest.mark.ranks
 def test_an_fsdp2_fault_on_one_rank_raises_on_every_rank_promptly(fsdp_faults, fault, message):
     assert "fsdp_error" not in fsdp_faults[0] and "fsdp_error" not in fsdp_faults[1], fsdp_faults
     own, peer = fsdp_faults[1][fault], fsdp_faults[0][fault]
@@ -621,17 +634,20 @@ def test_an_fsdp2_fault_on_one_rank_raises_on_every_rank_promptly(fsdp_faults, f
     assert fsdp_faults[1][f"{fault}_severed"]  # the failed rank marked its group to be formed again
 
 
+@pytest.mark.ranks
 def test_fsdp2_trains_in_a_new_group_after_its_faults(fsdp_faults):
     assert not fsdp_faults[0]["after_severed"] and not fsdp_faults[1]["after_severed"]
     for k, v in fsdp_faults[0]["after"].items():
         assert torch.equal(v, fsdp_faults[1]["after"][k]), k
 
 
+@pytest.mark.ranks
 def test_training_resumes_on_the_same_handle_after_a_failed_step(extras):
     for k, v in extras[0]["retry"].items():
         assert torch.equal(v, extras[1]["retry"][k]), k
 
 
+@pytest.mark.ranks
 def test_from_file_trains_exactly_as_the_in_memory_array(extras, ranks):
     for r in range(2):
         assert extras[r]["npy_mapped"] and extras[r]["bin_mapped"]  # each rank maps only its part
@@ -651,6 +667,7 @@ def test_from_file_rejects_a_missing_or_needless_dtype(tmp_path):
         )
 
 
+@pytest.mark.ranks
 def test_mixle_streaming_transformer_trains_through_our_handle(extras):
     if "mixle_error" in extras[0]:
         unavailable(f"mixle is not installed: {extras[0]['mixle_error']}")
@@ -674,6 +691,7 @@ def test_mixle_streaming_transformer_trains_through_our_handle(extras):
             _assert_close_states(extras[0][f"mixle_{step // 12}"], state(model), atol=1e-5)
 
 
+@pytest.mark.ranks
 def test_a_handle_on_a_one_rank_subgroup_trains_in_that_group_only(extras):
     """Rank 1 alone in its group: DDP's exchange (divided by the group's size, 1), FSDP2's mesh
     and the checkpoints' saves are that group's, so plain SGD in float64 is one process's run to

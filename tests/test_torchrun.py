@@ -124,6 +124,7 @@ def assert_matches(result, reference, rtol=1e-10):
     np.testing.assert_allclose(result[1], reference[1], rtol=rtol)
 
 
+@pytest.mark.ranks
 def test_em_steps_match_single_process_and_agree_across_ranks(world_results):
     world, results = world_results
     x, start = gaussian_problem()
@@ -136,6 +137,7 @@ def test_em_steps_match_single_process_and_agree_across_ranks(world_results):
     assert sum(r["root_only_shard"] for r in results) == len(x)
 
 
+@pytest.mark.ranks
 def test_key_tied_and_categorical_mixtures(world_results):
     world, results = world_results
     xt, tstart, testimator = tied_problem()
@@ -149,6 +151,7 @@ def test_key_tied_and_categorical_mixtures(world_results):
     assert results[0]["labels_fold"] == "gather"  # dict statistics cannot be flattened
 
 
+@pytest.mark.ranks
 def test_more_ranks_than_points(world_results):
     world, results = world_results
     x, start = gaussian_problem()
@@ -157,6 +160,7 @@ def test_more_ranks_than_points(world_results):
     assert_matches(results[0]["tiny"], single_process(x[:3], start, start.estimator(), steps=2))
 
 
+@pytest.mark.ranks
 def test_density_sum_stream_accumulate_and_initialize(world_results):
     world, results = world_results
     x, start = gaussian_problem()
@@ -173,6 +177,7 @@ def test_density_sum_stream_accumulate_and_initialize(world_results):
     assert timings.shard == len(range(0, len(x), world)) and timings.e_step_s > 0
 
 
+@pytest.mark.ranks
 def test_close_destroys_only_its_own_group(world_results):
     _, results = world_results
     assert all(r["destroyed_own_group"] and r["kept_existing_group"] for r in results)
@@ -192,6 +197,7 @@ def _handles_in_a_row(rank, world, rounds):
     return sums
 
 
+@pytest.mark.ranks
 def test_handles_in_a_row_rendezvous_whoever_leaves_first():
     """torch's env:// rendezvous opens a new store per group on the same port: the rank that left
     first joined the old store and both waited forever (here, and once in CI)."""
@@ -210,6 +216,7 @@ def _initial_model(rank, world):
         return params(h.pysp_seq_initialize(start.estimator(), 4, 0.5))
 
 
+@pytest.mark.ranks
 def test_initialize_is_reproducible_for_a_seed_and_world():
     first, second = run_local(_initial_model, 2), run_local(_initial_model, 2)
     assert np.array_equal(first[0], second[0]) and np.array_equal(first[0], first[1])
@@ -240,6 +247,7 @@ def _hang_on_rank_zero(rank, world):
     return rank
 
 
+@pytest.mark.ranks
 def test_run_local_reports_every_failed_or_killed_rank():
     with pytest.raises(RuntimeError, match=r"(?s)rank 1 failed:.*ValueError: shard 1 is corrupt"):
         run_local(_fail_on_rank_one, 2)
@@ -318,6 +326,7 @@ PROMPT_S = 5.0  # loose: "about a second", far below any group timeout
         ("stream", 1, r"."),
     ],
 )
+@pytest.mark.ranks
 def test_a_failing_rank_makes_every_rank_raise_promptly(bad_input_results, case, failing, pattern):
     import re
 
@@ -330,6 +339,7 @@ def test_a_failing_rank_makes_every_rank_raise_promptly(bad_input_results, case,
     assert own_s < PROMPT_S and peer_s < PROMPT_S
 
 
+@pytest.mark.ranks
 def test_the_group_stays_in_step_after_failures(bad_input_results):
     x, start = gaussian_problem()
     reference = single_process(x, start, start.estimator(), steps=1)
@@ -371,6 +381,7 @@ def _from_disk(rank, world, npy, wide_npy, files):
     return out
 
 
+@pytest.mark.ranks
 def test_each_rank_reads_its_own_part_from_disk(tmp_path):
     x, start = gaussian_problem()
     xt, tstart, testimator = tied_problem()

@@ -67,6 +67,7 @@ def checkpoint_dirs(root):
     return {name: os.path.exists(os.path.join(root, name, ".metadata")) for name in sorted(os.listdir(root))}
 
 
+@pytest.mark.cluster
 def test_a_rank_killed_mid_save_resumes_from_the_checkpoint_before_bit_for_bit(cluster2, tmp_path):
     root = str(tmp_path / "run")
     whole = cluster2.run(train, None, STEPS)  # no checkpoints at all; each rank's own losses
@@ -91,6 +92,7 @@ def test_a_rank_killed_mid_save_resumes_from_the_checkpoint_before_bit_for_bit(c
     assert np.mean([loss for _, loss in alone]) < 0.5 * np.mean([loss for _, loss in fresh])
 
 
+@pytest.mark.cluster
 def test_an_fsdp2_checkpoint_of_two_ranks_resumes_on_one_process(cluster2, tmp_path):
     """Under FSDP2 each rank saves only its shards; DCP gathers them into a whole module here."""
     root = str(tmp_path / "fsdp")
@@ -116,6 +118,7 @@ def build_panel_handle(root):
     )
 
 
+@pytest.mark.cluster
 def test_a_train_panel_attached_to_a_checkpointing_handle_redraws_the_lost_steps_as_they_were(cluster2, tmp_path):
     import shutil
 

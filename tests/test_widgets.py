@@ -18,8 +18,6 @@ from mixle_nb.inference import optimize
 from mixle_nb.stats import GaussianDistribution, MixtureDistribution, seq_encode
 from mixle_nb.widgets import EMPanel, TrainPanel
 
-pytestmark = pytest.mark.cluster
-
 
 def em_problem(n=20_000):
     rng = np.random.default_rng(0)
@@ -68,6 +66,7 @@ def reference_log_densities(steps: int) -> list:
     return [r.log_density for r in records]
 
 
+@pytest.mark.cluster
 def test_em_panel_on_a_cluster_draws_rank_0s_data(em_cluster):
     """The model picture's histogram: evenly spaced observations of rank 0's shard (the
     Gaussians' point encoding keeps them; an older encoding's ``x`` was looked for and missed)."""
@@ -79,6 +78,7 @@ def test_em_panel_on_a_cluster_draws_rank_0s_data(em_cluster):
     assert np.isin(sample, shard).all() and (sample[0], sample[-1]) == (shard[0], shard[-1])
 
 
+@pytest.mark.cluster
 def test_em_panel_matches_single_process_and_never_decreases(em_cluster):
     panel = fresh_panel(em_cluster)
     panel.step()
@@ -90,6 +90,7 @@ def test_em_panel_matches_single_process_and_never_decreases(em_cluster):
     assert panel.image.value[:4] == b"\x89PNG"
 
 
+@pytest.mark.cluster
 def test_back_then_step_reproduces_the_same_next_model(em_cluster):
     panel = fresh_panel(em_cluster)
     panel.run(4)
@@ -103,6 +104,7 @@ def test_back_then_step_reproduces_the_same_next_model(em_cluster):
     assert panel.history == [] and repr(em_cluster.pull("start")) == repr(panel.start_model)
 
 
+@pytest.mark.cluster
 def test_pause_stops_a_run_within_one_step(em_cluster):
     panel = fresh_panel(em_cluster, batch_seconds=0)  # one step a call
     panel.run(10_000, block=False)
@@ -114,6 +116,7 @@ def test_pause_stops_a_run_within_one_step(em_cluster):
     assert len(panel.history) <= seen + 1
 
 
+@pytest.mark.cluster
 def test_a_run_sends_batches_of_steps_sized_to_the_call_time(em_cluster):
     panel = fresh_panel(em_cluster, batch_seconds=0.15)
     panel.run(60)
@@ -128,6 +131,7 @@ def test_a_run_sends_batches_of_steps_sized_to_the_call_time(em_cluster):
     assert one_a_call.step_calls == 5
 
 
+@pytest.mark.cluster
 def test_pause_stops_a_batched_run_after_the_calls_already_sent(em_cluster):
     panel = fresh_panel(em_cluster, batch_seconds=0.15)
     panel.run(100_000, block=False)
@@ -181,6 +185,7 @@ def failing_panel(cluster, fail_at: int) -> EMPanel:
     return panel
 
 
+@pytest.mark.cluster
 def test_a_call_failing_mid_batch_keeps_the_steps_it_completed(em_cluster):
     panel = failing_panel(em_cluster, fail_at=9)
     panel.run(20)  # a call of steps 3-6, then one of 7-22 failing in its third step
@@ -193,6 +198,7 @@ def test_a_call_failing_mid_batch_keeps_the_steps_it_completed(em_cluster):
     np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(10), rtol=1e-10)
 
 
+@pytest.mark.cluster
 def test_the_call_queued_behind_a_failed_one_runs_no_step(em_cluster):
     panel = failing_panel(em_cluster, fail_at=5)
     panel.run(20)  # a call of steps 3-6 failing in its third step, with 7-22 queued behind it
@@ -204,6 +210,7 @@ def test_the_call_queued_behind_a_failed_one_runs_no_step(em_cluster):
     np.testing.assert_allclose([r.log_density for r in panel.history], reference_log_densities(7), rtol=1e-10)
 
 
+@pytest.mark.cluster
 def test_failed_step_keeps_history_and_the_last_good_model(em_cluster):
     panel = fresh_panel(em_cluster)
     panel.run(2)
@@ -243,6 +250,7 @@ def _make_token_handle(epochs: int = 1):
     return ns["th"].total_steps
 
 
+@pytest.mark.cluster
 def test_train_panel_records_progress_per_rank_and_loss_falls(cluster2):
     from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm, stdlib_text
 
@@ -270,6 +278,7 @@ def test_train_panel_records_progress_per_rank_and_loss_falls(cluster2):
     assert panel.sample_text.startswith("The ") and len(panel.sample_text) == 44
 
 
+@pytest.mark.kernel
 def test_panel_notebook_stores_widget_state_and_stays_small(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [
@@ -297,6 +306,7 @@ def test_panel_notebook_stores_widget_state_and_stays_small(tmp_path):
     assert "iVBORw0KGgo" in json.dumps(images[0])  # the PNG itself, base64-encoded
 
 
+@pytest.mark.cluster
 def test_cluster_panel_shows_one_row_per_rank(cluster2):
     from mixle_nb.widgets import ClusterPanel
 
@@ -782,6 +792,7 @@ def test_local_train_panel_stop_ends_training_after_the_current_step_and_train_g
 # ---------------------------------------------------------------- interrupts and dead ranks
 
 
+@pytest.mark.cluster
 def test_ctrl_c_during_a_blocking_cluster_run_stops_worker_and_ranks(em_cluster):
     pids = sorted(row.pid for row in em_cluster.status())
     panel = fresh_panel(em_cluster)
@@ -806,6 +817,7 @@ def _push_long_training(cluster):
     return tokenizer, text, module
 
 
+@pytest.mark.cluster
 def test_ctrl_c_during_blocking_training_stops_worker_and_ranks(cluster2):
     import os
     import signal
@@ -851,6 +863,7 @@ def cluster_to_kill(cluster2):
         _rebuild_em_handle(cluster2)
 
 
+@pytest.mark.cluster
 def test_kill_9_during_a_run_shows_rank_died_then_attach_continues(em_cluster, cluster_to_kill):
     import os
     import signal
@@ -890,6 +903,7 @@ def _module_state(estimator: str) -> dict:
     return {k: v.detach().cpu().numpy() for k, v in lookup(estimator).module.state_dict().items()}
 
 
+@pytest.mark.cluster
 def test_kill_9_during_training_keeps_the_curves_and_attach_continues_from_the_kept_weights(cluster_to_kill):
     cluster = cluster_to_kill
     import os
@@ -988,6 +1002,7 @@ def _make_four_cluster_handle():
     ns["h4"] = TorchRunEncodedData(ns["x4"], estimator=ns["est4"])
 
 
+@pytest.mark.cluster
 def test_cluster_init_and_choose_k(cluster2):
     from mixle_nb.inference import choose_k
 
@@ -1016,6 +1031,7 @@ def _make_mixle_handle():
     ns["hm"] = TorchRunEncodedData(ns["xm"], estimator=ns["estm"])
 
 
+@pytest.mark.cluster
 def test_em_panel_steps_a_mixle_model_on_the_cluster_and_shows_mixle_errors_like_ours(cluster2):
     mixle_stats = import_or_unavailable("mixle.stats")
 

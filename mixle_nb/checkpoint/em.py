@@ -12,6 +12,8 @@ import os
 import pickle
 from typing import Any
 
+import numpy as np
+
 from .. import validation
 from .atomic import write_atomically
 
@@ -78,7 +80,7 @@ class EMCheckpoint:
 
     # ---- fit()
 
-    def resume_fit(self, n_init: int, init: str, rng) -> dict | None:
+    def resume_fit(self, n_init: int, init: str, rng: np.random.Generator) -> dict | None:
         """The saved state of a fit with these ``n_init`` and ``init``, its generator state put
         back into ``rng``; None when there is none. ``start`` is the start to run next, ``run``
         that start's ``(model, previous log-density, history)`` if it had begun, ``best`` and
@@ -95,7 +97,16 @@ class EMCheckpoint:
         rng.bit_generator.state = state["rng"]
         return state
 
-    def save_fit(self, n_init: int, init: str, rng, start: int, best, finals: list, run: tuple | None = None) -> None:
+    def save_fit(
+        self,
+        n_init: int,
+        init: str,
+        rng: np.random.Generator,
+        start: int,
+        best: object,
+        finals: list,
+        run: tuple | None = None,
+    ) -> None:
         """Save a fit at ``start`` (``run``: that start's model, previous log-density, history)."""
         self.save(
             "fit",

@@ -21,6 +21,8 @@ import os
 import re
 import shutil
 import warnings
+from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -35,7 +37,7 @@ KEEP = 2  # complete checkpoints kept; older ones are removed once a newer one i
 
 
 @contextmanager
-def _one_process_quietly():
+def _one_process_quietly() -> Iterator[None]:
     """DCP warns that it assumes one process whenever there is no group, even when told so."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
@@ -63,8 +65,9 @@ class TrainingCheckpoints:
         self.asynchronous = bool(asynchronous)
         self.group = group  # the training's; async saves get a gloo group of its ranks with timeout_s (None: torch's)
         self.timeout = None if timeout_s is None else timedelta(seconds=timeout_s)
-        self._pending = None  # the Future of the save in flight
-        self._group = None  # (the default group it was made in, the gloo group async saves use)
+        self._pending: Future[Any] | None = None  # the save in flight
+        # (the default group it was made in, the gloo group async saves use)
+        self._group: tuple[dist.ProcessGroup, dist.ProcessGroup] | None = None
 
     def __repr__(self) -> str:
         return f"TrainingCheckpoints({self.root!r}, every={self.every}, asynchronous={self.asynchronous})"
@@ -116,7 +119,10 @@ class TrainingCheckpoints:
                         ranks, backend="gloo", timeout=self.timeout, use_local_synchronization=ranks is not None
                     ),
                 )
-            self._pending = dcp.async_save(state, checkpoint_id=path, process_group=self._group[1])
+            pending = dcp.async_save(state, checkpoint_id=path, process_group=self._group[1])
+            if not isinstance(pending, Future):  # a staged save's response comes only with an async_stager
+                raise TypeError(f"dcp.async_save returned {type(pending).__name__}, not a Future")
+            self._pending = pending
         else:
             with _one_process_quietly():
                 dcp.save(state, checkpoint_id=path, process_group=self.group, no_dist=not dist.is_initialized())

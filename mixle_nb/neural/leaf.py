@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
+from numpy.typing import ArrayLike
 from torch import nn
 
 from ..validation import choice
@@ -23,7 +24,7 @@ class StreamingTransformerLeaf:
         self.module = module
         self.device = torch.device(device)
 
-    def _logits(self, contexts) -> torch.Tensor:
+    def _logits(self, contexts: ArrayLike) -> torch.Tensor:
         ctx = torch.as_tensor(np.asarray(contexts), dtype=torch.long)
         if ctx.ndim != 2:
             raise ValueError(f"contexts must be (batch, t) token ids, got shape {tuple(ctx.shape)}")
@@ -35,18 +36,18 @@ class StreamingTransformerLeaf:
         finally:
             self.module.train(was_training)
 
-    def seq_log_density(self, enc) -> np.ndarray:
+    def seq_log_density(self, enc: tuple[ArrayLike, ArrayLike]) -> np.ndarray:
         """``log p(next | context)`` for each ``(contexts (b, t), next_tokens (b,))`` pair."""
         contexts, next_tokens = enc
         log_p = F.log_softmax(self._logits(contexts), dim=-1)
         nxt = torch.as_tensor(np.asarray(next_tokens), dtype=torch.long)
         return log_p.gather(1, nxt[:, None])[:, 0].numpy().astype(np.float64)
 
-    def predict(self, contexts) -> np.ndarray:
+    def predict(self, contexts: ArrayLike) -> np.ndarray:
         """Most likely next token id for each context."""
         return self._logits(contexts).argmax(dim=-1).numpy()
 
-    def generate(self, prompt_ids, n: int, temperature: float = 1.0, seed: int = 0) -> np.ndarray:
+    def generate(self, prompt_ids: ArrayLike, n: int, temperature: float = 1.0, seed: int = 0) -> np.ndarray:
         """``prompt_ids`` followed by ``n`` sampled ids (``temperature=0`` is greedy)."""
         ids = [int(i) for i in np.asarray(prompt_ids).ravel()]
         if not ids:

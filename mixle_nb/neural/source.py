@@ -22,12 +22,13 @@ from collections.abc import Iterator
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
+from numpy.typing import ArrayLike
 
 _SCRAMBLE_ROUNDS = 4
 _CHUNK_WINDOWS = 16_384
 
 
-def as_token_array(token_ids, *, check_values: bool = True) -> np.ndarray:
+def as_token_array(token_ids: ArrayLike, *, check_values: bool = True) -> np.ndarray:
     """Validate ``token_ids`` as a 1-D array of non-negative integers (no copy if already one).
 
     ``check_values=False`` checks only shape and dtype, reading no ids (for a memory map whose
@@ -50,7 +51,7 @@ def permuted_indices(positions: np.ndarray, n: int, keys: np.ndarray) -> np.ndar
     bits = max(1, (n - 1).bit_length())
     mask, shift = np.uint64((1 << bits) - 1), np.uint64(max(1, bits // 2))
 
-    def scramble(x):
+    def scramble(x: np.ndarray) -> np.ndarray:
         # Each step is a bijection of [0, 2**bits): add a key, xor-shift right, multiply by an
         # odd number (all mod 2**bits). Rounds of them spread every input bit over the output.
         for key in keys:
@@ -118,7 +119,7 @@ def batches_per_epoch(n_tokens: int, block: int, batch_size: int, drop_last: boo
 
 
 def stream_token_source(
-    token_ids,
+    token_ids: ArrayLike,
     block: int,
     batch_size: int,
     *,
@@ -177,7 +178,7 @@ def gather_sequences(windows: np.ndarray, starts: np.ndarray) -> tuple[np.ndarra
 
 
 def stream_sequence_source(
-    token_ids,
+    token_ids: ArrayLike,
     block: int,
     batch_size: int,
     *,

@@ -6,6 +6,7 @@ import importlib
 import inspect
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 # Modules whose docstrings are long English prose; read locally, so demos need no download.
 _CORPUS_MODULES = (
@@ -59,7 +60,7 @@ class CharTokenizer:
         dtype = np.uint8 if self.vocab_size <= 256 else np.int32
         return np.asarray(ids, dtype=dtype)
 
-    def decode(self, ids) -> str:
+    def decode(self, ids: ArrayLike) -> str:
         return "".join(self.alphabet[int(i)] for i in np.asarray(ids).ravel())
 
 

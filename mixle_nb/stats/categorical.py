@@ -6,12 +6,17 @@ them lives on the encoding's device, where log-densities are gathered and counts
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from .base import Accumulator, Distribution, Encoder, Estimator, device_tensor, resolve_device
 from .sampler import Sampler
+
+if TYPE_CHECKING:
+    from .parameters import ParameterCount
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class LabelEncoding:
 
 
 class CategoricalEncoder(Encoder):
-    def seq_encode(self, data, device=None) -> LabelEncoding:
+    def seq_encode(self, data: ArrayLike, device: torch.device | str | None = None) -> LabelEncoding:
         values = np.asarray(data)
         if values.ndim != 1:
             raise ValueError(f"Categorical expects a 1-D sequence of labels; got shape {values.shape}")
@@ -68,14 +73,14 @@ class CategoricalDistribution(Distribution):
     def dist_to_encoder(self) -> Encoder:
         return CategoricalEncoder()
 
-    def estimator(self, **kwargs) -> CategoricalEstimator:
+    def estimator(self, **kwargs: Any) -> CategoricalEstimator:
         return CategoricalEstimator(**kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         labels = np.array(list(self.pmap.keys()))
         return labels[rng.choice(len(labels), size=n, p=np.array(list(self.pmap.values())))]
 
-    def sampler(self, seed=None) -> Sampler:
+    def sampler(self, seed: int | np.random.SeedSequence | None = None) -> Sampler:
         return Sampler(self.draw, seed)
 
 
@@ -86,7 +91,9 @@ class CategoricalAccumulator(Accumulator):
         self.counts: dict = {}
         self.keys = keys
 
-    def seq_update(self, enc: LabelEncoding, weights, model):
+    def seq_update(
+        self, enc: LabelEncoding, weights: np.ndarray | torch.Tensor | None, model: CategoricalDistribution | None
+    ) -> None:
         w = None if weights is None else device_tensor(weights, enc.device)
         sums = torch.bincount(enc.index, weights=w, minlength=len(enc.labels))
         self.combine(dict(zip(enc.labels.tolist(), sums.cpu().double().tolist())))
@@ -116,7 +123,7 @@ class CategoricalEstimator(Estimator):
     def make_accumulator(self) -> CategoricalAccumulator:
         return CategoricalAccumulator(self.keys)
 
-    def estimate(self, nobs, value: dict) -> CategoricalDistribution:
+    def estimate(self, nobs: float | None, value: dict) -> CategoricalDistribution:
         if not value:
             raise ValueError("CategoricalEstimator saw no labels; fit it on at least one observation")
         counts = np.array(list(value.values()), dtype=np.float64) + self.pseudo_count
@@ -124,5 +131,5 @@ class CategoricalEstimator(Estimator):
         probs = counts / total if total > 0 else np.full(len(counts), 1.0 / len(counts))
         return CategoricalDistribution(dict(zip(value.keys(), probs.tolist())))
 
-    def free_parameters(self, model: CategoricalDistribution, count) -> int:
+    def free_parameters(self, model: CategoricalDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         return 0 if count.tied("all", self.keys) else len(model.pmap) - 1

@@ -25,9 +25,12 @@ variance is 0 to within rounding (collapsed onto one point) when ``reg_covar`` i
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from .base import Accumulator, Encoder, merge_into
 from .frame import CentredBlock, PointEncoding, SharedFrameBlock, centred, moved, weighted_sums
@@ -43,7 +46,7 @@ class DegenerateComponentError(ValueError):
     """The M-step cannot estimate a component: it has no weight, or it collapsed."""
 
 
-def check_reg_covar(reg_covar) -> float:
+def check_reg_covar(reg_covar: float) -> float:
     """``reg_covar`` as a float: finite and >= 0."""
     value = float(reg_covar)
     if not (math.isfinite(value) and value >= 0.0):
@@ -55,7 +58,7 @@ def _dim(size: int, full: bool) -> int:
     return math.isqrt(size) - 1 if full else (size - 1) // 3
 
 
-def _split(stats: np.ndarray, full: bool):
+def _split(stats: np.ndarray, full: bool) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """Views ``n, n·c, S1, S2`` of a value (S2 (D, D) when ``full``)."""
     d = _dim(len(stats), full)
     s2 = stats[1 + 2 * d :]
@@ -77,12 +80,12 @@ class CentredMoments(Accumulator):
         self.stats = np.zeros(0 if dim is None else 1 + 2 * dim + (dim * dim if full else dim))
         self.reference: np.ndarray | None = None
 
-    def set_reference(self, point) -> None:
+    def set_reference(self, point: ArrayLike) -> None:
         """Centre the sums to come at ``point`` (a start with no model; before any update)."""
         if self.stats.size == 0 or self.stats[0] == 0:
             self.reference = np.array(point, dtype=np.float64).reshape(-1)
 
-    def _reference_for(self, model, enc: PointEncoding) -> np.ndarray:
+    def _reference_for(self, model: Any, enc: PointEncoding) -> np.ndarray:
         """The model's mean; without a model, this accumulator's reference, else the origin."""
         if model is not None:
             return np.atleast_1d(np.asarray(model.mu, dtype=np.float64))
@@ -108,13 +111,16 @@ class CentredMoments(Accumulator):
     def value(self) -> np.ndarray:
         return self.stats.copy()
 
-    def from_value(self, value) -> CentredMoments:
+    def from_value(self, value: ArrayLike) -> CentredMoments:
         self.stats = np.array(value, dtype=np.float64)
-        n, nc, _, _ = _split(self.stats, self.full) if self.stats.size else (0.0, None, None, None)
-        self.reference = nc / n if n > 0 else None
+        self.reference = None
+        if self.stats.size:
+            n, nc, _, _ = _split(self.stats, self.full)
+            if n > 0:
+                self.reference = nc / n
         return self
 
-    def combine(self, value) -> CentredMoments:
+    def combine(self, value: ArrayLike) -> CentredMoments:
         """Add another value; one about another reference is first moved to this one's."""
         value = np.asarray(value, dtype=np.float64)
         if value.size == 0:
@@ -125,7 +131,7 @@ class CentredMoments(Accumulator):
         if self.stats.size == 0 or self.stats[0] == 0:
             return self.from_value(value + (self.stats if self.stats.size else 0.0))
         reference = nc / n
-        if np.array_equal(reference, self.reference):
+        if self.reference is not None and np.array_equal(reference, self.reference):
             self.stats += value
         else:
             self.add_sums(reference, np.concatenate([[n], s1, s2.reshape(-1)]))
@@ -148,15 +154,15 @@ class CentredMoments(Accumulator):
                     n * pooled[1:].reshape(s2.shape) / pooled[0] + (np.outer(s1, s1) if self.full else s1 * s1) / n
                 )
 
-    def seq_update(self, enc: PointEncoding, weights, model):
+    def seq_update(self, enc: PointEncoding, weights: np.ndarray | torch.Tensor | None, model: Any) -> None:
         reference = self._reference_for(model, enc)
         self.add_sums(reference, weighted_sums(enc, weights, reference[None], self.full)[0])
 
     @staticmethod
     def stacked_seq_update(
-        accumulators,
+        accumulators: Sequence[CentredMoments],
         enc: PointEncoding,
-        resp,
+        resp: torch.Tensor,
         block: CentredBlock | SharedFrameBlock | None = None,
         references: np.ndarray | None = None,
     ) -> np.ndarray:
@@ -165,11 +171,14 @@ class CentredMoments(Accumulator):
         one's weight total."""
         full = accumulators[0].full
         if any(acc.full != full for acc in accumulators):  # diagonal and full components in one mixture
-            if references is None:
-                references = (
-                    block.references if block is not None else [acc._reference_for(None, enc) for acc in accumulators]
-                )
-            for acc, reference, w in zip(accumulators, references, resp):
+            own: np.ndarray | Sequence[np.ndarray]
+            if references is not None:
+                own = references
+            elif block is not None:
+                own = block.references
+            else:
+                own = [acc._reference_for(None, enc) for acc in accumulators]
+            for acc, reference, w in zip(accumulators, own, resp):
                 acc.add_sums(reference, weighted_sums(enc, w, reference[None], acc.full)[0])
             return resp.sum(dim=1).cpu().numpy()
         if block is None:
@@ -182,7 +191,7 @@ class CentredMoments(Accumulator):
         return sums[:, 0]
 
     @staticmethod
-    def stacked_block_sums(accumulators) -> BlockSums | None:
+    def stacked_block_sums(accumulators: Sequence[CentredMoments]) -> BlockSums | None:
         """An E-step's :class:`BlockSums` for these accumulators; ``None`` when diagonal and
         full ones are mixed (each then takes its own sums, block by block)."""
         full = accumulators[0].full
@@ -197,7 +206,7 @@ class BlockSums:
     added up on the device block by block (the blocks of one model on one encoding: the same
     references and layout), and handed to the accumulators once, after the last block."""
 
-    def __init__(self, accumulators):
+    def __init__(self, accumulators: Sequence[CentredMoments]):
         self.accumulators, self.full = accumulators, accumulators[0].full
         self.total: torch.Tensor | None = None
         self.block: CentredBlock | SharedFrameBlock | None = None
@@ -209,7 +218,7 @@ class BlockSums:
 
     def hand_over(self) -> np.ndarray:
         """Add the sums to the accumulators; returns each one's weight total."""
-        if self.total is None:
+        if self.total is None or self.block is None:
             return np.zeros(len(self.accumulators))
         rows = self.block.rows(self.total, self.full)
         for acc, reference, row in zip(self.accumulators, self.block.references, rows):
@@ -217,7 +226,7 @@ class BlockSums:
         return rows[:, 0]
 
 
-def _centred_parts(value: np.ndarray, full: bool):
+def _centred_parts(value: np.ndarray, full: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``n``, the mean and the mean squared difference (``S2/n``) from a value; raises when
     the component has no weight."""
     n, nc, s1, s2 = _split(np.asarray(value, dtype=np.float64), full)
@@ -233,7 +242,19 @@ def _centred_parts(value: np.ndarray, full: bool):
     return mean, shift, s2 / n
 
 
-def diagonal_estimate(value: np.ndarray, reg_covar: float, spherical: bool = False):
+@overload
+def diagonal_estimate(
+    value: np.ndarray, reg_covar: float, spherical: Literal[False] = False
+) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@overload
+def diagonal_estimate(value: np.ndarray, reg_covar: float, spherical: Literal[True]) -> tuple[np.ndarray, float]: ...
+
+
+def diagonal_estimate(
+    value: np.ndarray, reg_covar: float, spherical: bool = False
+) -> tuple[np.ndarray, np.ndarray | float]:
     """Means and variances (D,) from a diagonal value, ``reg_covar`` added; ``spherical``: the
     variance is the coordinates' mean (a float)."""
     mean, shift, second = _centred_parts(value, False)
@@ -251,7 +272,7 @@ def diagonal_estimate(value: np.ndarray, reg_covar: float, spherical: bool = Fal
     return mean, variance
 
 
-def full_estimate(value: np.ndarray, reg_covar: float):
+def full_estimate(value: np.ndarray, reg_covar: float) -> tuple[np.ndarray, np.ndarray]:
     """Mean (D,) and covariance (D, D) from a full value, ``reg_covar`` added to the diagonal."""
     mean, shift, second = _centred_parts(value, True)
     covar = second - np.outer(shift, shift)

@@ -7,15 +7,23 @@ depend on where the data sit or on their units.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+import torch
+from numpy.typing import ArrayLike
 
 from .base import Distribution, Encoder, Estimator, check_finite, resolve_device
 from .centred_moments import CentredMoments, check_reg_covar, diagonal_estimate
 from .frame import DiagonalKernel, PointEncoding, point_encoding
 from .sampler import Sampler
 
+if TYPE_CHECKING:
+    from .parameters import ParameterCount
 
-def check_vectors(data, dim: int | None, name: str) -> np.ndarray:
+
+def check_vectors(data: ArrayLike, dim: int | None, name: str) -> np.ndarray:
     x = np.asarray(data, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(
@@ -31,14 +39,14 @@ class DiagonalGaussianEncoder(Encoder):
     def __init__(self, dim: int | None = None):
         self.dim = dim
 
-    def seq_encode(self, data, device=None) -> PointEncoding:
+    def seq_encode(self, data: ArrayLike, device: torch.device | str | None = None) -> PointEncoding:
         return point_encoding(check_vectors(data, self.dim, "DiagonalGaussian"), resolve_device(device))
 
 
 class DiagonalGaussianDistribution(Distribution):
     """Independent Gaussians per coordinate: means ``mu`` (D,), variances ``sigma2`` (D,)."""
 
-    def __init__(self, mu, sigma2):
+    def __init__(self, mu: ArrayLike, sigma2: ArrayLike):
         self.mu = np.atleast_1d(np.asarray(mu, dtype=np.float64))
         self.sigma2 = np.atleast_1d(np.asarray(sigma2, dtype=np.float64))
         if self.mu.shape != self.sigma2.shape or self.mu.ndim != 1:
@@ -50,26 +58,28 @@ class DiagonalGaussianDistribution(Distribution):
         return f"DiagonalGaussianDistribution(mu={self.mu.tolist()}, sigma2={self.sigma2.tolist()})"
 
     @staticmethod
-    def stacked_kernel(dists, log_weights=None) -> DiagonalKernel:
+    def stacked_kernel(
+        dists: Sequence[DiagonalGaussianDistribution], log_weights: np.ndarray | None = None
+    ) -> DiagonalKernel:
         """``enc -> (K, N)`` log-densities of ``dists`` (+ ``log_weights``), parameters prepared
         here once per model (:class:`.frame.DiagonalKernel`)."""
         mu = np.stack([np.atleast_1d(d.mu) for d in dists])
         sigma2 = np.stack([np.atleast_1d(d.sigma2) for d in dists])
         return DiagonalKernel(mu, sigma2, log_weights)
 
-    def device_log_density(self, enc: PointEncoding):
+    def device_log_density(self, enc: PointEncoding) -> torch.Tensor:
         return self.stacked_kernel([self])(enc)[0]
 
     def dist_to_encoder(self) -> Encoder:
         return DiagonalGaussianEncoder(len(self.mu))
 
-    def estimator(self, **kwargs) -> DiagonalGaussianEstimator:
+    def estimator(self, **kwargs: Any) -> Estimator:  # the spherical subclass has its own estimator family
         return DiagonalGaussianEstimator(dim=len(self.mu), **kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.mu + np.sqrt(self.sigma2) * rng.standard_normal((n, len(self.mu)))
 
-    def sampler(self, seed=None) -> Sampler:
+    def sampler(self, seed: int | np.random.SeedSequence | None = None) -> Sampler:
         return Sampler(self.draw, seed)
 
 
@@ -86,12 +96,12 @@ class DiagonalGaussianEstimator(Estimator):
     def make_accumulator(self) -> CentredMoments:
         return CentredMoments(self.dim, self.keys, DiagonalGaussianEncoder(self.dim), self.variance_key)
 
-    def estimate(self, nobs, value: np.ndarray) -> DiagonalGaussianDistribution:
+    def estimate(self, nobs: float | None, value: np.ndarray) -> DiagonalGaussianDistribution:
         if np.size(value) == 0:
             raise ValueError("DiagonalGaussianEstimator saw no data and has no dim; pass dim=D")
         return DiagonalGaussianDistribution(*diagonal_estimate(value, self.reg_covar))
 
-    def free_parameters(self, model: DiagonalGaussianDistribution, count) -> int:
+    def free_parameters(self, model: DiagonalGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         """Also the 1-D :class:`GaussianEstimator`'s (its ``mu`` a number)."""
         if count.tied("all", self.keys):
             return 0

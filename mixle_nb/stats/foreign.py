@@ -12,7 +12,7 @@ random start from the ``RandomState`` mixle's take); everything else (``value``,
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -47,10 +47,23 @@ def mixle_class(name: str) -> type | None:
     return found if isinstance(found, type) else None
 
 
-def draw(distribution: Distribution, rng: np.random.Generator, n: int) -> np.ndarray:
+@runtime_checkable
+class Drawing(Protocol):
+    """A model that draws from a shared numpy ``Generator`` (ours)."""
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray: ...
+
+
+class Sampling(Protocol):
+    """A model that samples only through its own seeded sampler (mixle's)."""
+
+    def sampler(self, seed: int) -> Any: ...
+
+
+def draw(distribution: Drawing | Sampling, rng: np.random.Generator, n: int) -> np.ndarray:
     """``n`` observations of ``distribution`` from ``rng``: ours draw from it; another package's
     sample from a sampler seeded from it."""
-    if hasattr(distribution, "draw"):
+    if isinstance(distribution, Drawing):
         return distribution.draw(rng, n)
     sample = distribution.sampler(int(rng.integers(2**31 - 1))).sample(n)
     if isinstance(sample, np.ndarray):
@@ -59,6 +72,15 @@ def draw(distribution: Distribution, rng: np.random.Generator, n: int) -> np.nda
     for i, observation in enumerate(sample):
         out[i] = observation
     return out
+
+
+def estimator(distribution: Distribution) -> Estimator:
+    """The estimator of a fitted model of any pysp package: every family names its own
+    (``estimator()``, which :class:`Distribution` itself does not declare)."""
+    make = getattr(distribution, "estimator", None)
+    if make is None:
+        raise TypeError(f"{type(distribution).__name__} has no estimator(): not a pysp-family model")
+    return make()
 
 
 def rows(encoder: Any, enc: Any) -> int:
@@ -78,10 +100,10 @@ class ForeignAccumulator:
         self.inner = inner
         self._encoder = None
 
-    def seq_update(self, enc: Any, weights: Any | None, model: Any):
+    def seq_update(self, enc: Any, weights: Any | None, model: Any) -> Any:
         return self.inner.seq_update(enc, self._numpy_weights(enc, weights), model)
 
-    def seq_initialize(self, enc: Any, weights: Any | None, rng: Any):
+    def seq_initialize(self, enc: Any, weights: Any | None, rng: Any) -> None:
         """mixle's initialisers draw with ``RandomState.randint``: a ``Generator`` seeds one."""
         legacy = random_source(rng, np.random.RandomState)
         self.inner.seq_initialize(enc, self._numpy_weights(enc, weights), legacy)

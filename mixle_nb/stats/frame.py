@@ -39,10 +39,12 @@ and the sums stay on the device until the E-step's last block.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from .base import CPU, device_tensor, float_tensor
 
@@ -131,7 +133,7 @@ def frame_features(points: torch.Tensor, point: torch.Tensor | None, full: bool)
     return features
 
 
-def moved(n, s1: np.ndarray, s2: np.ndarray, delta: np.ndarray, full: bool):
+def moved(n: ArrayLike, s1: np.ndarray, s2: np.ndarray, delta: np.ndarray, full: bool) -> tuple[np.ndarray, np.ndarray]:
     """``S1, S2`` about ``c - delta`` from those about ``c``: ``x - (c - δ) = (x - c) + δ``;
     leading axes (components) broadcast, S2 (..., D, D) when ``full``."""
     n = np.asarray(n)[..., None]
@@ -145,6 +147,12 @@ def moved(n, s1: np.ndarray, s2: np.ndarray, delta: np.ndarray, full: bool):
 class _Block:
     """An E-step block's M-step sums: :meth:`device_sums` add up over blocks on the device,
     :meth:`rows` turns their total into the accumulators' ``[Σw, S1, S2]`` about ``references``."""
+
+    def device_sums(self, weights: torch.Tensor, full: bool) -> torch.Tensor:
+        raise NotImplementedError
+
+    def rows(self, total: torch.Tensor, full: bool) -> np.ndarray:
+        raise NotImplementedError
 
     def sums(self, weights: torch.Tensor, full: bool) -> np.ndarray:
         return self.rows(self.device_sums(weights, full), full)
@@ -230,7 +238,7 @@ class _Parameters:
         return found
 
 
-def _shared_point(mu: np.ndarray, whitened_offsets) -> np.ndarray | None:
+def _shared_point(mu: np.ndarray, whitened_offsets: Callable[[np.ndarray], np.ndarray]) -> np.ndarray | None:
     """The mean of the means ``c``, when ``whitened_offsets(c)`` ((K, D): each ``μ_k - c`` in
     its component's whitened units) stays within ``SHARED_FRAME_REACH``; else ``None``."""
     c = mu.mean(axis=0)
@@ -278,13 +286,13 @@ class DiagonalKernel:
         if self._c is not None:
             block = shared_frame(enc, self._c, len(self.references), False, p["c"])
             return torch.mm(p["coefficients"], block.features), block
-        block = centred(enc, self.references, p["mu"])
-        d = block.d
+        differences = centred(enc, self.references, p["mu"])
+        d = differences.d
         if d.shape[1] == 1:  # 1-D: c + (-1/(2σ²))·d·d, one fused pass after the scaling
             lp = torch.addcmul(p["const"][:, None], d[:, 0], d[:, 0] * p["neg_half_precision"])
         else:
             lp = torch.bmm(p["neg_half_precision"][:, None, :], d * d)[:, 0].add_(p["const"][:, None])
-        return lp, block
+        return lp, differences
 
     def __call__(self, enc: PointEncoding) -> torch.Tensor:
         return self.joint(enc)[0]
@@ -321,38 +329,39 @@ class FullKernel:
         const = self._const - 0.5 * np.sum(pm * m, axis=1)
         return dict(coefficients=np.concatenate([const[:, None], pm, quadratic], axis=1))
 
-    def _stored_frame(self, enc: PointEncoding) -> dict | None:
-        """The expansion about ``enc``'s origin, on its device, when it stores its features and
-        every mean is within reach of that origin."""
-        if enc.features is None:
-            return None
-        key = enc.origin.tobytes()
+    def _stored_frame(self, origin: np.ndarray, device: torch.device) -> dict | None:
+        """The expansion about an encoding's ``origin`` (one that stores its features), on its
+        ``device``, when every mean is within reach of that origin."""
+        key = origin.tobytes()
         if key not in self._about_origin:
-            reach = np.sqrt(np.max(np.sum(self._whitened_offsets(enc.origin) ** 2, axis=1)))
-            self._about_origin[key] = _Parameters(**self._expanded(enc.origin)) if reach <= SHARED_FRAME_REACH else None
+            reach = np.sqrt(np.max(np.sum(self._whitened_offsets(origin) ** 2, axis=1)))
+            self._about_origin[key] = _Parameters(**self._expanded(origin)) if reach <= SHARED_FRAME_REACH else None
         found = self._about_origin[key]
-        return None if found is None else found.on(enc.device)
+        return None if found is None else found.on(device)
 
     def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, CentredBlock | SharedFrameBlock]:
         p = self._params.on(enc.device)
         if self._c is not None:
-            stored = self._stored_frame(enc)
-            if stored is not None:
+            features, origin = enc.features, enc.origin
+            stored = None if features is None or origin is None else self._stored_frame(origin, enc.device)
+            if stored is not None and features is not None and origin is not None:
                 references = np.broadcast_to(self._c, self.references.shape)
-                block = SharedFrameBlock(references, enc.features, True, enc.origin)
-                return torch.mm(stored["coefficients"], enc.features), block
+                block = SharedFrameBlock(references, features, True, origin)
+                return torch.mm(stored["coefficients"], features), block
             block = shared_frame(enc, self._c, len(self.references), True, p["c"])
             return torch.mm(p["coefficients"], block.features), block
-        block = centred(enc, self.references, p["mu"])
-        z = torch.bmm(p["whiten"], block.d)
+        differences = centred(enc, self.references, p["mu"])
+        z = torch.bmm(p["whiten"], differences.d)
         lp = z.square_().sum(dim=1).mul_(-0.5).add_(p["const"][:, None])
-        return lp, block
+        return lp, differences
 
     def __call__(self, enc: PointEncoding) -> torch.Tensor:
         return self.joint(enc)[0]
 
 
-def weighted_sums(enc: PointEncoding, weights, references: np.ndarray, full: bool) -> np.ndarray:
+def weighted_sums(
+    enc: PointEncoding, weights: np.ndarray | torch.Tensor | None, references: np.ndarray, full: bool
+) -> np.ndarray:
     """:meth:`CentredBlock.sums` of all of ``enc`` about ``references`` (K, D) for weights ``None``
     (every observation weighs 1), (N,) (each reference alike) or (K, N)."""
     if weights is None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import torch
+from numpy.typing import ArrayLike
 
 from .base import Encoder, check_finite, resolve_device
 from .centred_moments import CentredMoments, diagonal_estimate
@@ -13,7 +16,7 @@ from .frame import PointEncoding, point_encoding
 
 
 class GaussianEncoder(Encoder):
-    def seq_encode(self, data, device=None) -> PointEncoding:
+    def seq_encode(self, data: ArrayLike, device: torch.device | str | None = None) -> PointEncoding:
         x = np.asarray(data, dtype=np.float64)
         if x.ndim == 2 and x.shape[1] == 1:
             x = x[:, 0]
@@ -29,7 +32,8 @@ class GaussianDistribution(DiagonalGaussianDistribution):
     """Univariate normal with mean ``mu`` and variance ``sigma2``."""
 
     def __init__(self, mu: float, sigma2: float):  # scalar checks: an M-step builds K of these
-        self.mu, self.sigma2 = float(mu), float(sigma2)
+        # the 1-D family keeps numbers where its parent keeps (D,) arrays (its own draw, repr, estimate)
+        self.mu, self.sigma2 = float(mu), float(sigma2)  # type: ignore[assignment]
         if not (math.isfinite(self.mu) and math.isfinite(self.sigma2) and self.sigma2 > 0):
             raise ValueError(f"mu must be finite and sigma2 finite and > 0; got mu={mu!r}, sigma2={sigma2!r}")
 
@@ -39,7 +43,7 @@ class GaussianDistribution(DiagonalGaussianDistribution):
     def dist_to_encoder(self) -> Encoder:
         return GaussianEncoder()
 
-    def estimator(self, **kwargs) -> GaussianEstimator:
+    def estimator(self, **kwargs: Any) -> GaussianEstimator:
         return GaussianEstimator(**kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -57,6 +61,6 @@ class GaussianEstimator(DiagonalGaussianEstimator):
     def make_accumulator(self) -> CentredMoments:
         return CentredMoments(1, self.keys, GaussianEncoder(), self.variance_key)
 
-    def estimate(self, nobs, value: np.ndarray) -> GaussianDistribution:
+    def estimate(self, nobs: float | None, value: np.ndarray) -> GaussianDistribution:
         mu, sigma2 = diagonal_estimate(value, self.reg_covar)
         return GaussianDistribution(mu[0], sigma2[0])

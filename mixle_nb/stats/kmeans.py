@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from .base import CPU, Estimator, random_source
+from .base import CPU, Distribution, Estimator, random_source
 from .estimation import m_step
 from .frame import PointEncoding
 from .mixture import MixtureAccumulator, block_rows, blocks
@@ -88,15 +88,23 @@ class _Shard:
         self.sizes = [x.shape[1] for x in self.points]
         self.dim = self.points[0].shape[0] if self.points else 0
         self.device = self.points[0].device if self.points else CPU
-        self.origin, self.norms = None, None
+        self.origin: np.ndarray | None = None
+        self.norms: list[torch.Tensor] | None = None
 
     def set_origin(self, origin: np.ndarray) -> None:
         self.origin = np.asarray(origin, dtype=np.float64)
         self.norms = [squared_norms(x, self.origin) for x in self.points]
 
+    def frame(self) -> tuple[np.ndarray, list[torch.Tensor]]:
+        """The shared origin and each chunk's squared norms about it (set by :meth:`set_origin`)."""
+        if self.origin is None or self.norms is None:
+            raise RuntimeError("_Shard.set_origin() first: distances are taken about the shared origin")
+        return self.origin, self.norms
+
     def nearest(self, centres: np.ndarray) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per chunk, each point's squared distance to its nearest centre and that centre's index."""
-        return [_nearest(x, norm, centres, self.origin) for x, norm in zip(self.points, self.norms)]
+        origin, norms = self.frame()
+        return [_nearest(x, norm, centres, origin) for x, norm in zip(self.points, norms)]
 
 
 def squared_norms(x: torch.Tensor, origin: np.ndarray) -> torch.Tensor:
@@ -145,7 +153,7 @@ def _slots(exchange: Exchange, local: np.ndarray) -> np.ndarray:
     return exchange.sum(rows.ravel()).reshape(exchange.world, len(local))
 
 
-def _open(shard: _Shard, rng: np.random.Generator, exchange: Exchange):
+def _open(shard: _Shard, rng: np.random.Generator, exchange: Exchange) -> tuple[int, np.ndarray, np.ndarray]:
     """One sum: the root's seed (every later shared choice draws from it), every rank's shard
     size, and one observation each rank proposes for the first centre."""
     draw = int(rng.integers(0, 2**52))  # exact in float64
@@ -233,8 +241,9 @@ def kmeans_parallel_centres(
         new = offers[offers[:, 0] * cost < ell, 1:]
         if len(new) == 0:
             continue
-        for i, (x, norm) in enumerate(zip(shard.points, shard.norms)):
-            d2_new, index_new = _nearest(x, norm, new, shard.origin)
+        origin, norms = shard.frame()
+        for i, (x, norm) in enumerate(zip(shard.points, norms)):
+            d2_new, index_new = _nearest(x, norm, new, origin)
             d2, index = nearest[i]
             closer = d2_new < d2
             nearest[i] = (torch.where(closer, d2_new, d2), torch.where(closer, index_new + len(candidates), index))
@@ -259,8 +268,8 @@ def reduce_candidates(
         return points[np.arange(k) % m].copy()
     sq = lambda a, b: ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)  # noqa: E731
     trials = 2 + int(math.log(k))
-    centres = [points[rng.choice(m, p=weights / weights.sum())]]
-    d2 = sq(points, centres[0][None])[:, 0]
+    chosen = [points[rng.choice(m, p=weights / weights.sum())]]
+    d2 = sq(points, chosen[0][None])[:, 0]
     for _ in range(1, k):
         mass = weights * d2
         if mass.sum() <= 0:
@@ -268,9 +277,9 @@ def reduce_candidates(
         tried = rng.choice(m, size=trials, p=mass / mass.sum())
         options = np.minimum(d2[None, :], sq(points[tried], points))
         best = int(np.argmin((options * weights).sum(axis=1)))
-        centres.append(points[tried[best]])
+        chosen.append(points[tried[best]])
         d2 = options[best]
-    centres = np.array(centres)
+    centres = np.array(chosen)
     if len(centres) < k:
         centres = centres[np.arange(k) % len(centres)]
     for _ in range(lloyd_iterations):
@@ -309,15 +318,18 @@ def lloyd(shard: _Shard, centres: np.ndarray, exchange: Exchange, iterations: in
 
 def model_from_centres(
     chunks: Sequence[Any], shard: _Shard, estimator: Estimator, centres: np.ndarray, exchange: Exchange
-):
+) -> Distribution:
     """The mixture estimated from hard labels: each observation wholly in its nearest centre's
     component. One pass and one fold; the same model on every rank."""
     acc = estimator.accumulator_factory().make()
     k = len(centres)
     count = 0.0
-    for enc, norms in zip(chunks, shard.norms):
+    if not isinstance(acc, MixtureAccumulator):
+        raise TypeError(f"a k-means start needs our mixture estimator; got {type(estimator).__name__}")
+    origin, chunk_norms = shard.frame()
+    for enc, norms in zip(chunks, chunk_norms):
         for start, stop, block in blocks(enc, k):
-            _, index = _nearest(encoded_points(block), norms[start:stop], centres, shard.origin)
+            _, index = _nearest(encoded_points(block), norms[start:stop], centres, origin)
             resp = torch.zeros(k, stop - start, dtype=torch.float64, device=index.device)
             resp[index, torch.arange(stop - start, device=index.device)] = 1.0
             acc.seq_update_responsibilities(block, resp, references=centres)  # the same on every rank
@@ -333,7 +345,7 @@ def kmeans_init(
     init: str = "kmeans++",
     *,
     lloyd_iterations: int = 1,
-):
+) -> Distribution:
     """A mixture start from centres: ``"kmeans++"`` (k-means‖ then ``lloyd_iterations`` Lloyd
     iterations over all the data) or ``"random_from_data"`` (``K`` observations drawn
     uniformly); then the hard-assignment M-step, whose means are one more Lloyd iteration's

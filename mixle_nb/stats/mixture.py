@@ -3,16 +3,21 @@ to its components as observation weights."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol, TypeGuard
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from . import foreign
 from .base import Accumulator, Distribution, Encoder, Estimator, device_tensor, encoding_device, merge_into, resident
 from .centred_moments import DegenerateComponentError
+from .frame import CentredBlock, SharedFrameBlock
 from .sampler import Sampler
+
+if TYPE_CHECKING:
+    from .parameters import ParameterCount
 
 # Components x dimensions x rows per E-step block on the CPU (4 MB of (K, D, rows) Gaussian
 # differences, or of a shared frame's features and (K, rows) log-joint): the E-step reads the
@@ -38,7 +43,7 @@ def block_rows(device: torch.device, width: int, cpu_elements: int = BLOCK_ELEME
     return max(512, elements // max(width, 1))
 
 
-def blocks(enc, k: int):
+def blocks(enc: Any, k: int) -> Iterator[tuple[int, int, Any]]:
     """``(start, stop, rows)`` blocks of an encoding (at least one, maybe empty); the whole
     encoding if it cannot be sliced. Slicing lets an encoding build per-block data once."""
     n = len(enc)
@@ -61,13 +66,15 @@ def blocks(enc, k: int):
         yield start, stop, enc.rows(start, stop)
 
 
-def _stacked_kernel(objects: Sequence, name: str):
+def _stacked_kernel(objects: Sequence[object], name: str) -> Callable[..., Any] | None:
     """The family's batched kernel when every object is of one class that provides it."""
     kinds = {type(o) for o in objects}
     return getattr(kinds.pop(), name, None) if len(kinds) == 1 else None
 
 
-def posterior(log_joint: torch.Tensor, weights, peak: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+def posterior(
+    log_joint: torch.Tensor, weights: np.ndarray | torch.Tensor | None, peak: torch.Tensor, total: torch.Tensor
+) -> torch.Tensor:
     """Turn ``(K, N)`` log p(x, z=k) into weighted responsibilities, in place.
 
     Component-major, so the reductions over K are elementwise passes over contiguous rows.
@@ -89,7 +96,7 @@ def log_density(peak: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
     return total.log().add_(peak)
 
 
-def component_log_density(component: Distribution, enc) -> torch.Tensor:
+def component_log_density(component: Distribution, enc: Any) -> torch.Tensor:
     """A component's ``(N,)`` log-densities on the encoding's device; a component of another
     package (mixle's, whose encodings are on the CPU) through its ``seq_log_density``."""
     if hasattr(component, "device_log_density"):
@@ -100,7 +107,7 @@ def component_log_density(component: Distribution, enc) -> torch.Tensor:
 class MixtureDistribution(Distribution):
     """``components`` (any family, one shared encoding) with weights ``w`` summing to 1."""
 
-    def __init__(self, components: Sequence[Distribution], w):
+    def __init__(self, components: Sequence[Distribution], w: ArrayLike):
         self.components = list(components)
         if not self.components:
             raise ValueError("a mixture needs at least one component")
@@ -114,7 +121,7 @@ class MixtureDistribution(Distribution):
             )
         with np.errstate(divide="ignore"):
             self._log_w = np.log(self.w)
-        self._kernel = None
+        self._kernel: Callable[[Any], torch.Tensor] | None = None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_kernel": None}  # rebuilt on first use after unpickling
@@ -122,31 +129,31 @@ class MixtureDistribution(Distribution):
     def __repr__(self) -> str:
         return f"MixtureDistribution({self.components!r}, w={self.w.tolist()})"
 
-    def log_joint(self, enc) -> torch.Tensor:
+    def log_joint(self, enc: Any) -> torch.Tensor:
         """``(K, N)`` log w_k + log p_k(x): one batched kernel when the family has one."""
         return self._batched()(enc)
 
-    def log_joint_terms(self, enc):
+    def log_joint_terms(self, enc: Any) -> tuple[torch.Tensor, CentredBlock | SharedFrameBlock | None]:
         """:meth:`log_joint` and what the family's kernel computed on the way that its
         accumulators' M-step sums reuse (the Gaussians' centred differences), else ``None``."""
         kernel = self._batched()
         joint = getattr(kernel, "joint", None)
         return joint(enc) if joint is not None else (kernel(enc), None)
 
-    def _batched(self):
+    def _batched(self) -> Callable[[Any], torch.Tensor]:
         if self._kernel is None:
             stacked = _stacked_kernel(self.components, "stacked_kernel")
             self._kernel = stacked(self.components, self._log_w) if stacked else self._per_component
         return self._kernel
 
-    def _per_component(self, enc) -> torch.Tensor:
+    def _per_component(self, enc: Any) -> torch.Tensor:
         lp = torch.stack([component_log_density(c, enc) for c in self.components])
         return lp.add_(torch.from_numpy(self._log_w).to(lp.device)[:, None])
 
-    def device_log_density(self, enc) -> torch.Tensor:
+    def device_log_density(self, enc: Any) -> torch.Tensor:
         return torch.logsumexp(self.log_joint(enc), dim=0)
 
-    def seq_posterior(self, enc) -> np.ndarray:
+    def seq_posterior(self, enc: Any) -> np.ndarray:
         """``(N, K)`` component responsibilities."""
         peak, total = torch.empty(2, len(enc), dtype=torch.float64, device=encoding_device(enc))
         return posterior(self.log_joint(enc), None, peak, total).T.cpu().numpy()
@@ -154,8 +161,8 @@ class MixtureDistribution(Distribution):
     def dist_to_encoder(self) -> Encoder:
         return self.components[0].dist_to_encoder()
 
-    def estimator(self, **kwargs) -> MixtureEstimator:
-        return MixtureEstimator([c.estimator() for c in self.components], **kwargs)
+    def estimator(self, **kwargs: Any) -> MixtureEstimator:
+        return MixtureEstimator([foreign.estimator(c) for c in self.components], **kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         z = rng.choice(len(self.w), size=n, p=self.w)
@@ -165,7 +172,7 @@ class MixtureDistribution(Distribution):
         out[np.argsort(z, kind="stable")] = drawn
         return out
 
-    def sampler(self, seed=None) -> Sampler:
+    def sampler(self, seed: int | np.random.SeedSequence | None = None) -> Sampler:
         return Sampler(self.draw, seed)
 
 
@@ -178,7 +185,13 @@ class MixtureAccumulator(Accumulator):
         self.keys = keys
 
     def _update_components(
-        self, enc, resp: torch.Tensor, models=None, initialize_rng=None, block=None, references=None
+        self,
+        enc: Any,
+        resp: torch.Tensor,
+        models: Sequence[Any] | None = None,
+        initialize_rng: np.random.Generator | None = None,
+        block: CentredBlock | SharedFrameBlock | None = None,
+        references: np.ndarray | None = None,
     ) -> None:
         """Responsibilities ``(K, N)`` become component weights: an update under ``models``, or a
         random initialisation when ``initialize_rng`` is given. Our accumulators take the rows
@@ -195,11 +208,15 @@ class MixtureAccumulator(Accumulator):
         if initialize_rng is not None:
             for acc, weights in zip(self.accumulators, resp.cpu().numpy()):
                 acc.seq_initialize(enc, weights, initialize_rng)
-        else:
+        elif models is not None:
             for acc, weights, model in zip(self.accumulators, resp, models):
                 acc.seq_update(enc, weights, model)
+        else:
+            raise TypeError("_update_components needs the models to update under, or initialize_rng")
 
-    def seq_update(self, enc, weights, model: MixtureDistribution):
+    def seq_update(
+        self, enc: Any, weights: np.ndarray | torch.Tensor | None, model: MixtureDistribution
+    ) -> np.ndarray | torch.Tensor:
         """The E-step; returns the per-observation log-density of ``model`` (see ``resident``).
         A family that can (the Gaussians) adds its M-step sums up on the device over the
         blocks and takes them once, after the last."""
@@ -218,38 +235,38 @@ class MixtureAccumulator(Accumulator):
             self.counts += sums.hand_over()
         return resident(log_density(peak, total))
 
-    def seq_update_responsibilities(self, enc, resp: torch.Tensor, references=None) -> None:
+    def seq_update_responsibilities(self, enc: Any, resp: torch.Tensor, references: np.ndarray | None = None) -> None:
         """Add ``enc`` with given ``(K, N)`` responsibilities (hard labels, say) and no E-step.
         ``references`` (K, D): points near each component's data, the same on every rank (k-means
         centres), for the Gaussian families to centre their sums on; else they use their own
         (:meth:`set_reference`) or the origin."""
         self._update_components(enc, resp, models=[None] * len(self.accumulators), references=references)
 
-    def set_reference(self, point) -> None:
+    def set_reference(self, point: ArrayLike) -> None:
         """Have the components centre the sums to come at ``point`` where they can."""
         for acc in self.accumulators:
             if hasattr(acc, "set_reference"):
                 acc.set_reference(point)
 
-    def seq_initialize(self, enc, weights, rng: np.random.Generator) -> None:
+    def seq_initialize(self, enc: Any, weights: np.ndarray | torch.Tensor | None, rng: np.random.Generator) -> None:
         # A sparse Dirichlet makes each observation mostly one component's, so components start apart.
         k = len(self.accumulators)
-        resp = rng.dirichlet(np.full(k, 1.0 / (k * k)), size=len(enc))
+        drawn = rng.dirichlet(np.full(k, 1.0 / (k * k)), size=len(enc))
         if weights is not None:
-            resp *= np.asarray(weights, dtype=np.float64)[:, None]
-        resp = torch.from_numpy(np.ascontiguousarray(resp.T)).to(encoding_device(enc))
+            drawn *= np.asarray(weights, dtype=np.float64)[:, None]
+        resp = torch.from_numpy(np.ascontiguousarray(drawn.T)).to(encoding_device(enc))
         self._update_components(enc, resp, initialize_rng=rng)
 
-    def value(self):
+    def value(self) -> tuple[np.ndarray, list[Any]]:
         return self.counts.copy(), [acc.value() for acc in self.accumulators]
 
-    def from_value(self, value) -> MixtureAccumulator:
+    def from_value(self, value: tuple) -> MixtureAccumulator:
         self.counts = np.array(value[0], dtype=np.float64)
         for acc, v in zip(self.accumulators, value[1]):
             acc.from_value(v)
         return self
 
-    def combine(self, value) -> MixtureAccumulator:
+    def combine(self, value: tuple) -> MixtureAccumulator:
         self.counts += value[0]
         for acc, v in zip(self.accumulators, value[1]):
             acc.combine(v)
@@ -283,7 +300,7 @@ class MixtureEstimator(Estimator):
     def make_accumulator(self) -> MixtureAccumulator:
         return MixtureAccumulator([foreign.accumulator(e) for e in self.estimators], self.keys)
 
-    def estimate(self, nobs, value) -> MixtureDistribution:
+    def estimate(self, nobs: float | None, value: tuple) -> MixtureDistribution:
         counts, component_values = value
         components = []
         for k, (e, c, v) in enumerate(zip(self.estimators, counts, component_values)):
@@ -296,7 +313,7 @@ class MixtureEstimator(Estimator):
         w = weights / total if total > 0 else np.full(len(weights), 1.0 / len(weights))
         return MixtureDistribution(components, w)
 
-    def free_parameters(self, model: MixtureDistribution, count) -> int:
+    def free_parameters(self, model: MixtureDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         """The weights (``keys`` ties them) and each component's own count."""
         weights = 0 if count.tied("weights", self.keys) else len(model.components) - 1
         return weights + sum(count.of(e, c) for e, c in zip(self.estimators, model.components))

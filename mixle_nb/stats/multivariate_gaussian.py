@@ -9,7 +9,12 @@ fits do not depend on where the data sit or on their units.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+import torch
+from numpy.typing import ArrayLike
 
 from .base import Distribution, Encoder, Estimator, resolve_device
 from .centred_moments import CentredMoments, check_reg_covar, full_estimate
@@ -17,12 +22,15 @@ from .diagonal_gaussian import check_vectors
 from .frame import LOG_2PI, FullKernel, PointEncoding, point_encoding
 from .sampler import Sampler
 
+if TYPE_CHECKING:
+    from .parameters import ParameterCount
+
 
 class MultivariateGaussianEncoder(Encoder):
     def __init__(self, dim: int | None = None):
         self.dim = dim
 
-    def seq_encode(self, data, device=None) -> PointEncoding:
+    def seq_encode(self, data: ArrayLike, device: torch.device | str | None = None) -> PointEncoding:
         return point_encoding(
             check_vectors(data, self.dim, "MultivariateGaussian"), resolve_device(device), products=True
         )
@@ -31,7 +39,7 @@ class MultivariateGaussianEncoder(Encoder):
 class MultivariateGaussianDistribution(Distribution):
     """Mean ``mu`` (D,) and symmetric positive-definite covariance ``covar`` (D, D)."""
 
-    def __init__(self, mu, covar):
+    def __init__(self, mu: ArrayLike, covar: ArrayLike):
         self.mu = np.asarray(mu, dtype=np.float64).reshape(-1)
         self.covar = np.asarray(covar, dtype=np.float64)
         d = len(self.mu)
@@ -53,7 +61,9 @@ class MultivariateGaussianDistribution(Distribution):
         return f"MultivariateGaussianDistribution(mu={self.mu.tolist()}, covar={self.covar.tolist()})"
 
     @staticmethod
-    def stacked_kernel(dists, log_weights=None) -> FullKernel:
+    def stacked_kernel(
+        dists: Sequence[MultivariateGaussianDistribution], log_weights: np.ndarray | None = None
+    ) -> FullKernel:
         """``enc -> (K, N)`` log-densities (+ ``log_weights``), parameters prepared here once
         per model (:class:`.frame.FullKernel`)."""
         return FullKernel(
@@ -63,19 +73,19 @@ class MultivariateGaussianDistribution(Distribution):
             log_weights,
         )
 
-    def device_log_density(self, enc: PointEncoding):
+    def device_log_density(self, enc: PointEncoding) -> torch.Tensor:
         return self.stacked_kernel([self])(enc)[0]
 
     def dist_to_encoder(self) -> Encoder:
         return MultivariateGaussianEncoder(len(self.mu))
 
-    def estimator(self, **kwargs) -> MultivariateGaussianEstimator:
+    def estimator(self, **kwargs: Any) -> MultivariateGaussianEstimator:
         return MultivariateGaussianEstimator(dim=len(self.mu), **kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.multivariate_normal(self.mu, self.covar, size=n, method="cholesky")
 
-    def sampler(self, seed=None) -> Sampler:
+    def sampler(self, seed: int | np.random.SeedSequence | None = None) -> Sampler:
         return Sampler(self.draw, seed)
 
 
@@ -101,12 +111,12 @@ class MultivariateGaussianEstimator(Estimator):
             self.dim, self.keys, MultivariateGaussianEncoder(self.dim), self.covariance_key, full=True
         )
 
-    def estimate(self, nobs, value: np.ndarray) -> MultivariateGaussianDistribution:
+    def estimate(self, nobs: float | None, value: np.ndarray) -> MultivariateGaussianDistribution:
         if np.size(value) == 0:
             raise ValueError("MultivariateGaussianEstimator saw no data and has no dim; pass dim=D")
         return MultivariateGaussianDistribution(*full_estimate(value, self.reg_covar))
 
-    def free_parameters(self, model: MultivariateGaussianDistribution, count) -> int:
+    def free_parameters(self, model: MultivariateGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         if count.tied("all", self.keys):
             return 0
         dim = len(model.mu)

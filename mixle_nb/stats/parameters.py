@@ -21,7 +21,7 @@ class ParameterCount:
     """One count over a model's tree: each family says its own (``Estimator.free_parameters``),
     asking :meth:`tied` whether a statistic was counted already."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._seen: set = set()
 
     def of(self, estimator: Estimator, model: Distribution) -> int:
@@ -32,7 +32,7 @@ class ParameterCount:
             )
         return count(model, self)
 
-    def tied(self, kind: str, key) -> bool:
+    def tied(self, kind: str, key: str | None) -> bool:
         """Whether the statistic ``kind`` under ``key`` was counted already (from now on, it is);
         never for ``key=None``."""
         if key is None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from .base import (
     ArrayAccumulator,
@@ -18,6 +20,9 @@ from .base import (
     resolve_device,
 )
 from .sampler import Sampler
+
+if TYPE_CHECKING:
+    from .parameters import ParameterCount
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class CountEncoding:
 
 
 class PoissonEncoder(Encoder):
-    def seq_encode(self, data, device=None) -> CountEncoding:
+    def seq_encode(self, data: ArrayLike, device: torch.device | str | None = None) -> CountEncoding:
         x = check_finite(np.asarray(data, dtype=np.float64), "Poisson")
         if x.ndim != 1:
             raise ValueError(f"Poisson expects a 1-D sequence of counts; got shape {x.shape}")
@@ -67,13 +72,13 @@ class PoissonDistribution(Distribution):
     def dist_to_encoder(self) -> Encoder:
         return PoissonEncoder()
 
-    def estimator(self, **kwargs) -> PoissonEstimator:
+    def estimator(self, **kwargs: Any) -> PoissonEstimator:
         return PoissonEstimator(**kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.poisson(self.lam, size=n)
 
-    def sampler(self, seed=None) -> Sampler:
+    def sampler(self, seed: int | np.random.SeedSequence | None = None) -> Sampler:
         return Sampler(self.draw, seed)
 
 
@@ -83,7 +88,9 @@ class PoissonAccumulator(ArrayAccumulator):
     def __init__(self, keys: str | None):
         super().__init__(2, keys)
 
-    def seq_update(self, enc: CountEncoding, weights, model):
+    def seq_update(
+        self, enc: CountEncoding, weights: np.ndarray | torch.Tensor | None, model: PoissonDistribution | None
+    ) -> None:
         if weights is None:
             self.stats += (len(enc), float(enc.x.sum()))
         else:
@@ -103,9 +110,9 @@ class PoissonEstimator(Estimator):
     def make_accumulator(self) -> PoissonAccumulator:
         return PoissonAccumulator(self.keys)
 
-    def estimate(self, nobs, value: np.ndarray) -> PoissonDistribution:
+    def estimate(self, nobs: float | None, value: np.ndarray) -> PoissonDistribution:
         n, total = value
         return PoissonDistribution(max(total / n, self.min_lam) if n > 0 else 1.0)
 
-    def free_parameters(self, model: PoissonDistribution, count) -> int:
+    def free_parameters(self, model: Distribution, count: ParameterCount) -> int:
         return 0 if count.tied("all", self.keys) else 1

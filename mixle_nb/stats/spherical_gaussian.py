@@ -7,18 +7,23 @@ per-coordinate variances are averaged, as scikit-learn's ``covariance_type="sphe
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .base import Estimator
 from .centred_moments import CentredMoments, check_reg_covar, diagonal_estimate
 from .diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEncoder
 
+if TYPE_CHECKING:
+    from .parameters import ParameterCount
+
 
 class SphericalGaussianDistribution(DiagonalGaussianDistribution):
     """Mean ``mu`` (D,) and one variance ``variance`` for every coordinate."""
 
-    def __init__(self, mu, variance: float):
+    def __init__(self, mu: ArrayLike, variance: float):
         mu = np.atleast_1d(np.asarray(mu, dtype=np.float64))
         variance = float(variance)
         if not (math.isfinite(variance) and variance > 0):
@@ -29,7 +34,7 @@ class SphericalGaussianDistribution(DiagonalGaussianDistribution):
     def __repr__(self) -> str:
         return f"SphericalGaussianDistribution(mu={self.mu.tolist()}, variance={self.variance!r})"
 
-    def estimator(self, **kwargs) -> SphericalGaussianEstimator:
+    def estimator(self, **kwargs: Any) -> SphericalGaussianEstimator:
         return SphericalGaussianEstimator(dim=len(self.mu), **kwargs)
 
 
@@ -47,12 +52,12 @@ class SphericalGaussianEstimator(Estimator):
     def make_accumulator(self) -> CentredMoments:
         return CentredMoments(self.dim, self.keys, DiagonalGaussianEncoder(self.dim), self.variance_key)
 
-    def estimate(self, nobs, value: np.ndarray) -> SphericalGaussianDistribution:
+    def estimate(self, nobs: float | None, value: np.ndarray) -> SphericalGaussianDistribution:
         if np.size(value) == 0:
             raise ValueError("SphericalGaussianEstimator saw no data and has no dim; pass dim=D")
         return SphericalGaussianDistribution(*diagonal_estimate(value, self.reg_covar, spherical=True))
 
-    def free_parameters(self, model: SphericalGaussianDistribution, count) -> int:
+    def free_parameters(self, model: SphericalGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         if count.tied("all", self.keys):
             return 0
         return len(model.mu) + (0 if count.tied("variance", self.variance_key) else 1)

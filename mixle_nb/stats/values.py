@@ -56,7 +56,7 @@ def unflatten_value(flat: np.ndarray, layout: Any) -> Any:
     return value
 
 
-def _take(flat: np.ndarray, start: int, layout: Any):
+def _take(flat: np.ndarray, start: int, layout: Any) -> tuple[Any, int]:
     kind = layout[0]
     if kind == "array":
         size = math.prod(layout[1])

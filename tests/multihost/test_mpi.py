@@ -12,8 +12,6 @@ from test_multihost import rank_fit, single_process_fit
 
 from mixle_nb.cluster import MixleCluster
 
-pytestmark = pytest.mark.mpi
-
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -21,6 +19,8 @@ def mpi_rank():
     return int(os.environ["OMPI_COMM_WORLD_RANK"]), os.getppid()
 
 
+@pytest.mark.mpi
+@pytest.mark.cluster
 def test_engines_through_mpiexec_take_their_mpi_rank(monkeypatch):
     if shutil.which("mpiexec") is None:
         unavailable("the MPI launcher test needs Open MPI's mpiexec (apt-get install openmpi-bin; `make test` does)")
