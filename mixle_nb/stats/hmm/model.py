@@ -106,9 +106,8 @@ class HiddenMarkovDistribution(Distribution):
         return self._kernel
 
     def log_b(self, batch) -> tuple[torch.Tensor, Any]:
-        """A batch's (rows, K) emission log-likelihoods and the kernel's reusable terms."""
-        lp, terms = self.emission_kernel()(batch.emissions)
-        return lp.T.contiguous(), terms
+        """A batch's (K, rows) emission log-likelihoods and the kernel's reusable terms."""
+        return self.emission_kernel()(batch.emissions)
 
     def device_log_density(self, enc: SequenceEncoding) -> torch.Tensor:
         """Each sequence's log-likelihood (forward pass only), in the shard's order."""
@@ -130,9 +129,9 @@ class HiddenMarkovDistribution(Distribution):
             startprob, transmat = self.parameters_on(enc.device)
             result = forward_backward(batch, self.log_b(batch)[0], startprob, transmat, self.implementation)
             gamma = result.gamma
-            gamma = gamma / gamma.sum(dim=1, keepdim=True)
+            gamma = gamma / gamma.sum(dim=0, keepdim=True)
             ll[batch.order] = result.log_likelihood.cpu().numpy()
-            post[batch.source] = gamma.cpu().numpy()
+            post[batch.source] = gamma.T.cpu().numpy()
         return ll, post
 
     def seq_viterbi(self, enc: SequenceEncoding) -> tuple[np.ndarray, np.ndarray]:
@@ -199,7 +198,7 @@ class HiddenMarkovAccumulator(Accumulator):
             log_b, terms = model.log_b(batch)
             w = None if w_all is None else w_all[order]
             result = forward_backward(batch, log_b, startprob, transmat, model.implementation, w)
-            resp = result.gamma.T.contiguous()
+            resp = result.gamma
             add_emission_statistics(self.accumulators, batch.emissions, resp, model.emissions, terms)
             self.occupancy += resp.sum(dim=1).cpu().numpy()
             self.start += result.start.cpu().numpy()
@@ -220,7 +219,7 @@ class HiddenMarkovAccumulator(Accumulator):
             self.transitions += torch.mm(gamma[batch.previous_rows()].T, after).cpu().numpy()
             gamma = gamma * row_w[:, None]
             self.start += gamma[:n0].sum(dim=0).cpu().numpy()
-            resp = gamma.T.contiguous()
+            resp = gamma.T.contiguous()  # (K, rows), as the E-step's posteriors
             self.occupancy += resp.sum(dim=1).cpu().numpy()
             for acc, row in zip(self.accumulators, resp.cpu().numpy()):
                 acc.seq_initialize(batch.emissions, row, rng)
