@@ -133,6 +133,32 @@ class BaseHMM(BaseEstimator):
     def _estimator(self, model: HiddenMarkovDistribution) -> HmmlearnEstimator:
         return HmmlearnEstimator(self._emission_estimators(), model, self.params, self._emission_update(), self)
 
+    def family_estimator(self) -> HmmlearnEstimator:
+        """The estimator of this model's HMM family, for building a handle of sequences.
+
+        Returns
+        -------
+        HmmlearnEstimator
+            Its accumulators encode what :meth:`fit` reads (a list of sequences, each an
+            (n_samples, n_features) array; for ``CategoricalHMM`` a 1-D array of symbols).
+
+        Raises
+        ------
+        ValueError
+            Parameters that are not set or not stochastic.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.hmm import PoissonHMM
+        >>> m = PoissonHMM(1, init_params="")
+        >>> m.startprob_, m.transmat_, m.lambdas_ = np.array([1.0]), np.array([[1.0]]), np.array([[2.0]])
+        >>> type(m.family_estimator()).__name__
+        'HmmlearnEstimator'
+        """
+        self._check()
+        return self._estimator(self._model())
+
     def _encode(self, X: np.ndarray, lengths: np.ndarray):
         return self._model().dist_to_encoder().encode_concatenated(self._prepare(X), lengths)
 
