@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("sklearn")
 
 from mixle_nb.hmm import CategoricalHMM, GaussianHMM, PoissonHMM  # noqa: E402
-from mixle_nb.stats.hmm import HiddenMarkovDistribution  # noqa: E402
 from mixle_nb.stats import GaussianDistribution  # noqa: E402
+from mixle_nb.stats.hmm import HiddenMarkovDistribution  # noqa: E402
 
 
 def gaussian():
@@ -45,9 +45,7 @@ def test_a_zero_length(monkeypatch):
     no_work(monkeypatch)
     with pytest.raises(
         ValueError,
-        match=re.escape(
-            "lengths array [4 0 6] has length 0 at sequence 1: every sequence needs at least one sample"
-        ),
+        match=re.escape("lengths array [4 0 6] has length 0 at sequence 1: every sequence needs at least one sample"),
     ):
         gaussian().fit(np.zeros((10, 1)), [4, 0, 6])
 

@@ -218,6 +218,8 @@ class BaseHMM(BaseEstimator):
         return not hasattr(self, name)
 
     def _init(self, X, lengths) -> None:
+        if X is not None:
+            self._check_and_set_n_features(X)
         init = 1.0 / self.n_components
         random_state = check_random_state(self.random_state)
         if self._needs_init("s", "startprob_"):

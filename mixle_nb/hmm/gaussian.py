@@ -85,7 +85,25 @@ def state_distributions(covariance_type: str, means: np.ndarray, covars: np.ndar
     if covariance_type == "diag":
         return [DiagonalGaussianDistribution(means[i], covars[i]) for i in range(k)]
     full = np.broadcast_to(covars, (k, d, d)) if covariance_type == "tied" else covars
-    return [MultivariateGaussianDistribution(means[i], 0.5 * (full[i] + full[i].T)) for i in range(k)]
+    return [MultivariateGaussianDistribution(means[i], positive_definite(full[i])) for i in range(k)]
+
+
+# hmmlearn's ``log_multivariate_normal_density``: a covariance whose Cholesky factorisation
+# fails (a state stuck on too few observations) is used with this added to its diagonal
+MIN_COVAR = 1e-7
+
+
+def positive_definite(covar: np.ndarray) -> np.ndarray:
+    """``covar`` symmetrised; with hmmlearn's ``MIN_COVAR`` on the diagonal when it is not
+    positive definite, and hmmlearn's error when even that fails."""
+    covar = 0.5 * (covar + covar.T)
+    for attempt in (covar, covar + MIN_COVAR * np.eye(len(covar))):
+        try:
+            np.linalg.cholesky(attempt)
+            return attempt
+        except np.linalg.LinAlgError:
+            continue
+    raise ValueError("'covars' must be symmetric, positive-definite")
 
 
 class GaussianHMM(BaseHMM):

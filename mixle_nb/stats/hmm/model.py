@@ -266,7 +266,8 @@ class HiddenMarkovAccumulator(Accumulator):
 def normalized_rows(counts: np.ndarray) -> np.ndarray:
     """Rows divided by their sums; a row summing to 0 stays 0 (hmmlearn's ``normalize``)."""
     sums = counts.sum(axis=-1, keepdims=True)
-    return counts / np.where(sums == 0, 1.0, sums)
+    with np.errstate(under="ignore"):
+        return counts / np.where(sums == 0, 1.0, sums)
 
 
 class HiddenMarkovEstimator(Estimator):
