@@ -173,6 +173,9 @@ class BaseHMM(BaseEstimator):
         return X, lengths
 
     _dtype: Any = "numeric"
+    startprob_: np.ndarray
+    transmat_: np.ndarray
+    n_features: Any
 
     def _check_and_set_n_features(self, X: np.ndarray) -> None:
         _, n_features = X.shape

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,8 +45,8 @@ class ColumnsEncoder(Encoder):
 class ColumnsDistribution(Distribution):
     """Column ``j`` of each row drawn from ``components[j]``, independently."""
 
-    def __init__(self, components: Sequence[Distribution]):
-        self.components = list(components)
+    def __init__(self, components: Sequence[Any]):
+        self.components: list[Any] = list(components)
         if not self.components:
             raise ValueError("ColumnsDistribution needs at least one column")
 
@@ -121,5 +122,6 @@ class ColumnsEstimator(Estimator):
     def estimate(self, nobs, value) -> ColumnsDistribution:
         return ColumnsDistribution([e.estimate(nobs, v) for e, v in zip(self.estimators, value)])
 
-    def free_parameters(self, model: ColumnsDistribution, count) -> int:
+    def free_parameters(self, model: Distribution, count) -> int:
+        assert isinstance(model, ColumnsDistribution)
         return sum(count.of(e, c) for e, c in zip(self.estimators, model.components))

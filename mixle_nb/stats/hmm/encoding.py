@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..base import resolve_device
+from ..base import Encoder, resolve_device
 from ..estimation import encode
 
 # Observations x states of one batch's lattices (forward, backward, emission terms: a few
@@ -128,7 +128,7 @@ def locate_non_finite(x: np.ndarray, lengths: np.ndarray) -> str | None:
     return f"sequence {seq}, position {row - (ends[seq] - lengths[seq])}"
 
 
-class HiddenMarkovEncoder:
+class HiddenMarkovEncoder(Encoder):
     """Encodes sequences for an HMM whose states emit from ``emission_encoder``'s family.
 
     ``states`` sizes the batches (:data:`BATCH_ELEMENTS`).

@@ -54,13 +54,13 @@ class HiddenMarkovDistribution(Distribution):
 
     def __init__(
         self,
-        emissions: Sequence[Distribution],
+        emissions: Sequence[Any],
         startprob,
         transmat,
         implementation: str = "log",
         length: int | None = None,
     ):
-        self.emissions = list(emissions)
+        self.emissions: list[Any] = list(emissions)
         k = len(self.emissions)
         if k == 0:
             raise ValueError("a hidden Markov model needs at least one state")
@@ -128,8 +128,8 @@ class HiddenMarkovDistribution(Distribution):
         for batch in enc.batches:
             startprob, transmat = self.parameters_on(enc.device)
             result = forward_backward(batch, self.log_b(batch)[0], startprob, transmat, self.implementation)
-            gamma = result.gamma
-            gamma = gamma / gamma.sum(dim=0, keepdim=True)
+            assert result.gamma is not None
+            gamma = result.gamma / result.gamma.sum(dim=0, keepdim=True)
             ll[batch.order] = result.log_likelihood.cpu().numpy()
             post[batch.source] = gamma.T.cpu().numpy()
         return ll, post
@@ -170,10 +170,14 @@ class HiddenMarkovDistribution(Distribution):
             sample[states == k] = values
         return sample, states
 
-    def draw(self, rng: np.random.Generator, n: int) -> list:
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` sequences of ``length`` observations, as an object array of arrays."""
         if self.length is None:
             raise ValueError("sampling whole sequences needs their length: HiddenMarkovDistribution(..., length=T)")
-        return [self.sample_sequence(rng, self.length)[0] for _ in range(n)]
+        out = np.empty(n, dtype=object)
+        for i in range(n):
+            out[i] = self.sample_sequence(rng, self.length)[0]
+        return out
 
     def sampler(self, seed=None) -> Sampler:
         return Sampler(self.draw, seed)
@@ -198,11 +202,12 @@ class HiddenMarkovAccumulator(Accumulator):
             log_b, terms = model.log_b(batch)
             w = None if w_all is None else w_all[order]
             result = forward_backward(batch, log_b, startprob, transmat, model.implementation, w)
-            resp = result.gamma
+            resp, start, transitions = result.gamma, result.start, result.transitions
+            assert resp is not None and start is not None and transitions is not None
             add_emission_statistics(self.accumulators, batch.emissions, resp, model.emissions, terms)
             self.occupancy += resp.sum(dim=1).cpu().numpy()
-            self.start += result.start.cpu().numpy()
-            self.transitions += result.transitions.cpu().numpy()
+            self.start += start.cpu().numpy()
+            self.transitions += transitions.cpu().numpy()
             out[order] = result.log_likelihood
         return resident(out)
 
@@ -330,8 +335,9 @@ class HiddenMarkovEstimator(Estimator):
             self.estimate_emissions(occupancy, values), startprob, transmat, self.implementation
         )
 
-    def free_parameters(self, model: HiddenMarkovDistribution, count) -> int:
+    def free_parameters(self, model: Distribution, count) -> int:
         """``K - 1`` start and ``K(K - 1)`` transition probabilities, and each state's emission."""
+        assert isinstance(model, HiddenMarkovDistribution)
         k = model.n_states
         chain = 0 if count.tied("chain", self.keys) else (k - 1) + k * (k - 1)
         return chain + sum(count.of(e, m) for e, m in zip(self.estimators, model.emissions))
