@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from .encoding import PackedBatch
+from .forward_backward import collection_paused
 
 LOWEST = torch.finfo(torch.float64).min
 
@@ -15,6 +16,11 @@ def viterbi(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each sequence's most likely state path, from emission log-likelihoods ``log_b`` (K,
     rows): its log-probability (B,) in batch order and the state of every packed row (rows,)."""
+    with collection_paused():
+        return _viterbi(batch, log_b, startprob, transmat)
+
+
+def _viterbi(batch, log_b, startprob, transmat):
     device = log_b.device
     with torch.no_grad():
         log_start, log_trans = torch.log(startprob), torch.log(transmat)

@@ -29,6 +29,7 @@ BATCH_ELEMENTS = 1 << 23
 class PackedBatch:
     """Sequences ``order`` (indices into the shard, longest first) of ``lengths``, packed time-major.
 
+    ``segments`` are the runs of steps with equal ``sizes`` (first column, steps, size);
     ``source`` is each packed row's position in the shard's concatenated observations;
     ``offsets[t]`` is the first row of time step ``t`` and ``sizes[t]`` the number of sequences
     still running there (non-increasing); ``seq_of_row`` (on the device) names each row's
@@ -44,6 +45,7 @@ class PackedBatch:
     rows: int
     previous: torch.Tensor | None
     source: np.ndarray
+    segments: tuple
 
     @property
     def batch(self) -> int:
@@ -92,6 +94,19 @@ def packed_index(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, n
     t = np.repeat(np.arange(steps), sizes)
     seq = np.arange(len(t)) - np.repeat(offsets, sizes)
     return starts[seq] + t, seq, offsets, sizes
+
+
+def equal_size_runs(offsets: np.ndarray, sizes: np.ndarray) -> tuple:
+    """``(first column, steps, running sequences)`` of each run of time steps with equal sizes."""
+    runs, t = [], 0
+    sizes_list = sizes.tolist()
+    while t < len(sizes_list):
+        end = t
+        while end < len(sizes_list) and sizes_list[end] == sizes_list[t]:
+            end += 1
+        runs.append((int(offsets[t]), end - t, sizes_list[t]))
+        t = end
+    return tuple(runs)
 
 
 def previous_index(sizes: np.ndarray, device: torch.device) -> torch.Tensor | None:
@@ -182,6 +197,7 @@ class HiddenMarkovEncoder(Encoder):
                     rows=len(rows),
                     previous=previous_index(sizes, device),
                     source=rows,
+                    segments=equal_size_runs(offsets, sizes),
                 )
             )
         return SequenceEncoding(tuple(batches), len(lengths), int(lengths.sum()), device)

@@ -19,13 +19,21 @@ Two implementations, as hmmlearn's:
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .encoding import PackedBatch
 
 IMPLEMENTATIONS = ("log", "scaling")
+# The scaled forward pass divides by the column sums every this many steps (and derives every
+# step's scaling factor afterwards); should a column sum fall below SAFE_SUM between two
+# divisions, the batch is run again dividing at every step.
+NORMALIZE_EVERY = 4
+SAFE_SUM = 1e-200
 LOWEST = torch.finfo(torch.float64).min
 
 
@@ -55,11 +63,12 @@ def forward_backward(
     ``weights`` (B,) weigh each sequence's statistics (``None``: 1 each); ``posteriors=False``
     runs the forward pass alone (the log-likelihood).
     """
-    if implementation == "scaling":
-        return _scaled(batch, log_b, startprob, transmat, weights, posteriors)
-    if implementation == "log":
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}; got {implementation!r}")
+    with collection_paused():
+        if implementation == "scaling":
+            return _scaled(batch, log_b, startprob, transmat, weights, posteriors)
         return _logarithmic(batch, log_b, startprob, transmat, weights, posteriors)
-    raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}; got {implementation!r}")
 
 
 def step_views(batch: PackedBatch, tensor: torch.Tensor) -> list[torch.Tensor]:
@@ -67,18 +76,23 @@ def step_views(batch: PackedBatch, tensor: torch.Tensor) -> list[torch.Tensor]:
     steps with equal ``n_t`` form one ``(R, steps, n)`` view, unbound along time (a slice per
     step costs several times more, and the loop's other work per step is a few microseconds)."""
     views: list[torch.Tensor] = []
-    sizes, offsets = batch.sizes, batch.offsets
-    t = 0
-    while t < len(sizes):
-        n = int(sizes[t])
-        end = t
-        while end < len(sizes) and sizes[end] == n:
-            end += 1
-        start = int(offsets[t])
-        block = tensor[:, start : start + (end - t) * n]
-        views.extend(block.unflatten(1, (end - t, n)).unbind(1))
-        t = end
+    for start, steps, n in batch.segments:
+        views.extend(tensor[:, start : start + steps * n].unflatten(1, (steps, n)).unbind(1))
     return views
+
+
+@contextmanager
+def collection_paused():
+    """Python's cyclic garbage collector off while a pass makes its thousands of small tensor
+    views: none of them is in a cycle, and a collection every few hundred allocations walks
+    every tracked object of the process (measured: a third of a scaled E-step's time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _statistics(batch, gamma, forward_prev, after, weights, transmat):
@@ -93,33 +107,62 @@ def _statistics(batch, gamma, forward_prev, after, weights, transmat):
     return gamma[:, :n0].sum(dim=1), torch.mm(forward_prev, after.T).mul_(transmat)
 
 
-def _scaled(batch, log_b, startprob, transmat, weights, posteriors) -> BatchPosteriors:
+def exp_(values: torch.Tensor) -> torch.Tensor:
+    """``values.exp_()``; on the CPU through NumPy, whose vectorised float64 exp is about twice
+    torch's (measured: 1.0 ms against 2.0 ms for 1.2e6 values, one thread)."""
+    if values.device.type == "cpu" and values.is_contiguous():
+        array = values.numpy()
+        np.exp(array, out=array)
+        return values
+    return values.exp_()
+
+
+def _scaled(batch, log_b, startprob, transmat, weights, posteriors, every=NORMALIZE_EVERY) -> BatchPosteriors:
     k, n0 = log_b.shape[0], int(batch.sizes[0])
     device = log_b.device
     sizes = batch.sizes.tolist()
     peak = log_b.amax(dim=0, keepdim=True).clamp_(min=LOWEST)
-    b = torch.sub(log_b, peak).exp_()
-    # rows 0..K-1: alpha'_t = c_t * alpha_hat_t; row K at step t >= 1: c_{t-1} = Σ alpha'_{t-1},
-    # made by the step's product itself (transmat's transpose with a row of ones below it), so
-    # a step is one product, one multiplication by b_t and one division
+    b = exp_(torch.sub(log_b, peak))
+    # rows 0..K-1: the forward variables alpha'', column t a multiple of alpha_hat_t; row K at
+    # step t >= 1: S_{t-1} = Σ alpha''_{t-1}, made by the step's product itself (transmat's
+    # transpose with a row of ones below it). A step is one product and one multiplication by
+    # b_t; every ``every``-th step also divides by S_{t-1}, which is all that keeps the values
+    # from underflowing (each step shrinks the column sum by c_t, rarely below 1e-3). The
+    # scaling factors c_t come after the loop, in bulk, from the column sums.
     z = torch.empty(k + 1, batch.rows, dtype=torch.float64, device=device)
     augmented = torch.cat([transmat.T, torch.ones(1, k, dtype=torch.float64, device=device)])
     alpha = z[:k]
     torch.mul(b[:, :n0], startprob[:, None], out=alpha[:, :n0])
-    z_t, alpha_t, c_t, b_t = (step_views(batch, x) for x in (z, alpha, z[k:], b))
+    z_t, alpha_t, sums_t, b_t = (step_views(batch, x) for x in (z, alpha, z[k:], b))
     for t in range(1, len(sizes)):
         n = sizes[t]
         prev = alpha_t[t - 1] if sizes[t - 1] == n else alpha_t[t - 1][:, :n]
         torch.mm(augmented, prev, out=z_t[t])
-        alpha_t[t].mul_(b_t[t]).div_(c_t[t])
-    c = torch.mm(torch.ones(1, k, dtype=torch.float64, device=device), alpha)
+        alpha_t[t].mul_(b_t[t])
+        if t % every == 0:
+            alpha_t[t].div_(sums_t[t])
+    # S_t: the next step's product made it (row K) for every column but each sequence's last
+    sums = torch.empty(1, batch.rows, dtype=torch.float64, device=device)
+    sums[:, batch.previous_rows()] = z[k:, n0:]
+    last_rows = torch.from_numpy(batch.last_rows()).to(device)
+    sums[:, last_rows] = alpha[:, last_rows].sum(dim=0)
+    if every > 1 and not bool(sums.min() > SAFE_SUM):  # a chain near-impossible for many steps
+        return _scaled(batch, log_b, startprob, transmat, weights, posteriors, every=1)
+    # c_t = S_t / S_{t-1}, or S_t where step t divided by S_{t-1}
+    divisor = z[k:].clone()
+    divisor[:, :n0] = 1.0
+    divided = np.repeat(np.arange(len(sizes)) % every == 0, sizes)
+    divided[:n0] = False
+    divisor[:, torch.from_numpy(divided).to(device)] = 1.0
+    c = sums.div(divisor)
     log_c = torch.log(c).add_(peak)[0]
     log_likelihood = torch.zeros(batch.batch, dtype=torch.float64, device=device).index_add_(0, batch.seq_of_row, log_c)
     if not posteriors:
         return BatchPosteriors(log_likelihood)
-    alpha.div_(c)
+    alpha.div_(sums)
     bc = b.div_(c)  # b_t / c_t: what the backward step and the transitions read
-    beta = torch.ones(k, batch.rows, dtype=torch.float64, device=device)
+    beta = torch.empty(k, batch.rows, dtype=torch.float64, device=device)
+    beta[:, last_rows] = 1.0  # every other column is written by the backward product
     u = torch.empty_like(beta)  # u_t = b_t * beta_hat_t / c_t
     beta_t, u_t, bc_t = (step_views(batch, x) for x in (beta, u, bc))
     last = len(sizes) - 1
