@@ -408,8 +408,8 @@ class BaseHMM(BaseEstimator):
         >>> m = CategoricalHMM(2, init_params="")
         >>> m.startprob_, m.transmat_ = np.array([0.5, 0.5]), np.array([[0.9, 0.1], [0.1, 0.9]])
         >>> m.emissionprob_ = np.array([[0.9, 0.1], [0.2, 0.8]])
-        >>> m.decode(np.array([[0], [0], [1]]))[1].tolist()
-        [0, 0, 1]
+        >>> m.decode(np.array([[0], [1], [1], [1]]))[1].tolist()
+        [1, 1, 1, 1]
         """
         check_is_fitted(self, "startprob_")
         self._check()
@@ -582,8 +582,8 @@ class BaseHMM(BaseEstimator):
         >>> round(m.aic(np.array([[2]])), 4)
         4.6137
         """
-        n_params = sum(self._get_n_fit_scalars_per_param().values())
-        return -2 * self.score(X, lengths=lengths) + 2 * n_params
+        log_prob = self.score(X, lengths=lengths)  # first: it sets n_features
+        return -2 * log_prob + 2 * sum(self._get_n_fit_scalars_per_param().values())
 
     def bic(self, X, lengths=None):
         """Bayesian information criterion, ``-2 log L + p log n`` (n: the samples).
@@ -608,11 +608,11 @@ class BaseHMM(BaseEstimator):
         >>> from mixle_nb.hmm import PoissonHMM
         >>> m = PoissonHMM(1, init_params="")
         >>> m.startprob_, m.transmat_, m.lambdas_ = np.array([1.0]), np.array([[1.0]]), np.array([[2.0]])
-        >>> round(m.bic(np.array([[2], [3]])), 4)
-        6.6606
+        >>> round(float(m.bic(np.array([[2], [3]]))), 4)
+        6.7315
         """
-        n_params = sum(self._get_n_fit_scalars_per_param().values())
-        return -2 * self.score(X, lengths=lengths) + n_params * np.log(len(X))
+        log_prob = self.score(X, lengths=lengths)
+        return -2 * log_prob + sum(self._get_n_fit_scalars_per_param().values()) * np.log(len(X))
 
     # -- for subclasses --------------------------------------------------------------------
     def _emissions(self) -> list:

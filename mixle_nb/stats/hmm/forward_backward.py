@@ -20,6 +20,8 @@ Two implementations, as hmmlearn's:
 from __future__ import annotations
 
 import gc
+import math
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -34,14 +36,18 @@ IMPLEMENTATIONS = ("log", "scaling")
 # divisions, the batch is run again dividing at every step.
 NORMALIZE_EVERY = 4
 SAFE_SUM = 1e-200
+# Columns x states of the time steps whose emission terms the scaled pass makes at once (1 MB
+# of float64 a buffer): they stay in the cache while the steps read them.
+CHUNK_ELEMENTS = 1 << 17
 LOWEST = torch.finfo(torch.float64).min
 
 
 @dataclass
 class BatchPosteriors:
     """One batch's results: per sequence ``log_likelihood`` (B,) in batch order; when asked for,
-    ``gamma`` (K, rows) state posteriors (times the sequence weights), ``start`` (K,) and
-    ``transitions`` (K, K) their expected counts (weighted)."""
+    ``gamma`` (K, rows) state posteriors (times the sequence weights; the scaled pass's is a
+    reused buffer, valid until this thread's next pass: see :func:`workspace`), ``start``
+    (K,) and ``transitions`` (K, K) their expected counts (weighted)."""
 
     log_likelihood: torch.Tensor
     gamma: torch.Tensor | None = None
@@ -117,32 +123,90 @@ def exp_(values: torch.Tensor) -> torch.Tensor:
     return values.exp_()
 
 
+_WORKSPACE: dict = {}
+
+
+def workspace(name: str, shape: tuple, device: torch.device) -> torch.Tensor:
+    """A float64 buffer of ``shape`` kept for the next pass of this thread (grown as needed).
+
+    Why: a large batch's lattices are tens of MB, and memory that large comes fresh from the
+    operating system at each allocation, each page zeroed on first touch inside the time loop
+    (measured: most of a 1,000 x 1,000 scaled pass). What a pass returns in such a buffer
+    (``BatchPosteriors.gamma``) is valid until the thread's next pass; :func:`release_workspace`
+    frees them all."""
+    key = (name, str(device), threading.get_ident())
+    size = math.prod(shape)
+    found = _WORKSPACE.get(key)
+    if found is None or found.numel() < size:
+        found = _WORKSPACE[key] = torch.empty(size, dtype=torch.float64, device=device)
+    return found[:size].view(shape)
+
+
+def release_workspace() -> None:
+    """Free the buffers :func:`workspace` keeps."""
+    _WORKSPACE.clear()
+
+
+def time_chunks(batch: PackedBatch, states: int, elements: int) -> list[tuple[int, int, int, int]]:
+    """``(first step, end step, first column, end column)`` of consecutive time steps whose
+    columns x ``states`` stay within ``elements`` (at least one step each)."""
+    offsets, sizes = batch.offsets.tolist(), batch.sizes.tolist()
+    chunks, t0 = [], 0
+    while t0 < len(sizes):
+        t1, width = t0, 0
+        while t1 < len(sizes) and (t1 == t0 or (width + sizes[t1]) * states <= elements):
+            width += sizes[t1]
+            t1 += 1
+        chunks.append((t0, t1, offsets[t0], offsets[t0] + width))
+        t0 = t1
+    return chunks
+
+
 def _scaled(batch, log_b, startprob, transmat, weights, posteriors, every=NORMALIZE_EVERY) -> BatchPosteriors:
-    k, n0 = log_b.shape[0], int(batch.sizes[0])
+    """The scaled pass, a chunk of time steps at a time: each chunk's emission probabilities
+    (and, going back, its ``b_t / c_t``, ``u_t``, posteriors and transitions) are made just
+    before its steps read them and stay in the cache, so that a large batch streams its
+    lattices through memory a few times, not once per elementwise pass."""
+    k, n0, rows = log_b.shape[0], int(batch.sizes[0]), batch.rows
     device = log_b.device
-    sizes = batch.sizes.tolist()
-    peak = log_b.amax(dim=0, keepdim=True).clamp_(min=LOWEST)
-    b = exp_(torch.sub(log_b, peak))
-    # rows 0..K-1: the forward variables alpha'', column t a multiple of alpha_hat_t; row K at
-    # step t >= 1: S_{t-1} = Σ alpha''_{t-1}, made by the step's product itself (transmat's
+    sizes, offsets = batch.sizes.tolist(), batch.offsets.tolist()
+    steps = len(sizes)
+    chunks = time_chunks(batch, k, CHUNK_ELEMENTS)
+    widest = max(c1 - c0 for _, _, c0, c1 in chunks)
+    scratch = workspace("scratch", (k * widest,), device)
+    peak = workspace("peak", (1, rows), device)
+
+    def emission_chunk(c0: int, c1: int) -> torch.Tensor:
+        """``b = exp(log_b - peak)`` (K, c1 - c0) of a chunk's columns, contiguous, in scratch."""
+        b = scratch[: k * (c1 - c0)].view(k, c1 - c0)
+        torch.sub(log_b[:, c0:c1], peak[:, c0:c1], out=b)
+        return exp_(b)
+
+    # forward. Rows 0..K-1 of z: alpha'', column t a multiple of alpha_hat_t; row K at step
+    # t >= 1: S_{t-1} = Σ alpha''_{t-1}, made by the step's product itself (transmat's
     # transpose with a row of ones below it). A step is one product and one multiplication by
     # b_t; every ``every``-th step also divides by S_{t-1}, which is all that keeps the values
     # from underflowing (each step shrinks the column sum by c_t, rarely below 1e-3). The
     # scaling factors c_t come after the loop, in bulk, from the column sums.
-    z = torch.empty(k + 1, batch.rows, dtype=torch.float64, device=device)
+    torch.amax(log_b, dim=0, keepdim=True, out=peak)
+    peak.clamp_(min=LOWEST)
+    z = workspace("forward", (k + 1, rows), device)
     augmented = torch.cat([transmat.T, torch.ones(1, k, dtype=torch.float64, device=device)])
     alpha = z[:k]
-    torch.mul(b[:, :n0], startprob[:, None], out=alpha[:, :n0])
-    z_t, alpha_t, sums_t, b_t = (step_views(batch, x) for x in (z, alpha, z[k:], b))
-    for t in range(1, len(sizes)):
-        n = sizes[t]
-        prev = alpha_t[t - 1] if sizes[t - 1] == n else alpha_t[t - 1][:, :n]
-        torch.mm(augmented, prev, out=z_t[t])
-        alpha_t[t].mul_(b_t[t])
-        if t % every == 0:
-            alpha_t[t].div_(sums_t[t])
+    z_t, alpha_t, sums_t = (step_views(batch, x) for x in (z, alpha, z[k:]))
+    for t0, t1, c0, c1 in chunks:
+        b = emission_chunk(c0, c1)
+        if t0 == 0:
+            torch.mul(b[:, :n0], startprob[:, None], out=alpha[:, :n0])
+        for t in range(max(t0, 1), t1):
+            n, o = sizes[t], offsets[t] - c0
+            prev = alpha_t[t - 1] if sizes[t - 1] == n else alpha_t[t - 1][:, :n]
+            torch.mm(augmented, prev, out=z_t[t])
+            alpha_t[t].mul_(b[:, o : o + n])
+            if t % every == 0:
+                alpha_t[t].div_(sums_t[t])
     # S_t: the next step's product made it (row K) for every column but each sequence's last
-    sums = torch.empty(1, batch.rows, dtype=torch.float64, device=device)
+    sums = workspace("sums", (1, rows), device)
     sums[:, batch.previous_rows()] = z[k:, n0:]
     last_rows = torch.from_numpy(batch.last_rows()).to(device)
     sums[:, last_rows] = alpha[:, last_rows].sum(dim=0)
@@ -151,30 +215,53 @@ def _scaled(batch, log_b, startprob, transmat, weights, posteriors, every=NORMAL
     # c_t = S_t / S_{t-1}, or S_t where step t divided by S_{t-1}
     divisor = z[k:].clone()
     divisor[:, :n0] = 1.0
-    divided = np.repeat(np.arange(len(sizes)) % every == 0, sizes)
+    divided = np.repeat(np.arange(steps) % every == 0, sizes)
     divided[:n0] = False
     divisor[:, torch.from_numpy(divided).to(device)] = 1.0
-    c = sums.div(divisor)
+    c = sums / divisor
     log_c = torch.log(c).add_(peak)[0]
     log_likelihood = torch.zeros(batch.batch, dtype=torch.float64, device=device).index_add_(0, batch.seq_of_row, log_c)
     if not posteriors:
         return BatchPosteriors(log_likelihood)
-    alpha.div_(sums)
-    bc = b.div_(c)  # b_t / c_t: what the backward step and the transitions read
-    beta = torch.empty(k, batch.rows, dtype=torch.float64, device=device)
+    # backward, chunk by chunk from the end: u_t = b_t * beta_hat_t / c_t, beta_hat_{t-1} =
+    # A u_t; each chunk's posteriors gamma = alpha_hat * beta_hat overwrite its beta, and its
+    # transitions Σ alpha_hat_{t-1} u_tᵀ * A are added up
+    inverse_sums = sums.reciprocal()
+    row_w = None if weights is None else weights[batch.seq_of_row][None, :]
+    beta = workspace("backward", (k, rows), device)
     beta[:, last_rows] = 1.0  # every other column is written by the backward product
-    u = torch.empty_like(beta)  # u_t = b_t * beta_hat_t / c_t
-    beta_t, u_t, bc_t = (step_views(batch, x) for x in (beta, u, bc))
-    last = len(sizes) - 1
-    u_t[last].copy_(bc_t[last])
-    for t in range(last, 0, -1):
-        n, n_prev = sizes[t], sizes[t - 1]
-        torch.mm(transmat, u_t[t], out=beta_t[t - 1] if n == n_prev else beta_t[t - 1][:, :n])
-        if t > 1:
-            torch.mul(beta_t[t - 1], bc_t[t - 1], out=u_t[t - 1])
-    gamma = beta.mul_(alpha)
-    start, transitions = _statistics(batch, gamma, alpha[:, batch.previous_rows()], u[:, n0:], weights, transmat)
-    return BatchPosteriors(log_likelihood, gamma, start, transitions)
+    beta_t = step_views(batch, beta)
+    xi = torch.zeros(k, k, dtype=torch.float64, device=device)
+    for t0, t1, c0, c1 in reversed(chunks):
+        u = emission_chunk(c0, c1).div_(c[:, c0:c1])  # b / c, then times beta below
+        for t in range(t1 - 1, t0 - 1, -1):
+            n, o = sizes[t], offsets[t] - c0
+            u_now = u[:, o : o + n]
+            u_now.mul_(beta_t[t])
+            if t > 0:
+                torch.mm(transmat, u_now, out=beta_t[t - 1] if sizes[t - 1] == n else beta_t[t - 1][:, :n])
+        # the chunk's transitions: columns after step 0, each with its previous column
+        first = c0 if t0 > 0 else n0
+        if c1 > first:
+            after = u[:, first - c0 :]
+            after.mul_(inverse_sums[:, _previous(batch, first, c1)])
+            if row_w is not None:
+                after.mul_(row_w[:, first:c1])
+            xi.add_(torch.mm(alpha[:, _previous(batch, first, c1)], after.T))
+        gamma = beta[:, c0:c1].mul_(alpha[:, c0:c1]).mul_(inverse_sums[:, c0:c1])
+        if row_w is not None:
+            gamma.mul_(row_w[:, c0:c1])
+    start = beta[:, :n0].sum(dim=1)
+    return BatchPosteriors(log_likelihood, beta, start, xi.mul_(transmat))
+
+
+def _previous(batch: PackedBatch, first: int, end: int) -> slice | torch.Tensor:
+    """The previous column of each column in ``[first, end)`` (all after step 0)."""
+    n0 = int(batch.sizes[0])
+    previous = batch.previous_rows()
+    if isinstance(previous, slice):
+        return slice(first - n0, end - n0)
+    return previous[first - n0 : end - n0]
 
 
 def _logarithmic(batch, log_b, startprob, transmat, weights, posteriors) -> BatchPosteriors:

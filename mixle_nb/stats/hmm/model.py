@@ -49,7 +49,7 @@ class HiddenMarkovDistribution(Distribution):
     ...     [GaussianDistribution(0.0, 1.0), GaussianDistribution(5.0, 1.0)], [0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]]
     ... )
     >>> round(hmm.log_density([0.1, 4.9, 5.2]), 3)
-    -5.897
+    -6.006
     """
 
     def __init__(
