@@ -4,10 +4,12 @@ One loop over time steps updates every running sequence of the batch at once (a 
 (K, n_t)`` product and a few elementwise passes per step); everything that does not recur runs
 once over the whole batch before or after the loop: the emission probabilities, the
 posteriors ``gamma = alpha * beta`` and the expected transitions, one ``(K, rows) @ (rows, K)``
-product. The lattices are state-major, ``(K, rows)`` as the emission kernels return them and
-the emission accumulators read them: a time step is a block of columns, and the small matrix
-product on that side is several times cheaper than ``(n_t, K) @ (K, K)`` (measured: 2.5 µs
-against 20 µs at n_t = 300, K = 8, one thread), the per-step cost that bounds the whole pass.
+product. The emission terms and the posteriors are state-major, ``(K, rows)``, as the
+emission kernels return them and the emission accumulators read them; a time step is a block
+of columns. ``(K, K) @ (K, n_t)`` on that side is several times cheaper than ``(n_t, K) @ (K,
+K)`` (measured: 2.5 µs against 20 µs at n_t = 300, K = 8, one thread), the per-step cost that
+bounds the whole pass. The scaled pass keeps what its steps touch step-major (each step's
+block contiguous) and works a cache-sized chunk of steps at a time (see :func:`_scaled`).
 Two implementations, as hmmlearn's:
 
 - ``"scaling"``: probabilities rescaled at each step (``c_t``, each row summing to 1), with
@@ -147,121 +149,147 @@ def release_workspace() -> None:
     _WORKSPACE.clear()
 
 
-def time_chunks(batch: PackedBatch, states: int, elements: int) -> list[tuple[int, int, int, int]]:
-    """``(first step, end step, first column, end column)`` of consecutive time steps whose
-    columns x ``states`` stay within ``elements`` (at least one step each)."""
-    offsets, sizes = batch.offsets.tolist(), batch.sizes.tolist()
-    chunks, t0 = [], 0
-    while t0 < len(sizes):
-        t1, width = t0, 0
-        while t1 < len(sizes) and (t1 == t0 or (width + sizes[t1]) * states <= elements):
-            width += sizes[t1]
-            t1 += 1
-        chunks.append((t0, t1, offsets[t0], offsets[t0] + width))
-        t0 = t1
+def step_blocks(batch: PackedBatch, flat: torch.Tensor, height: int) -> tuple[list, list]:
+    """A step-major buffer: ``flat`` holds, run after run of equal sizes, a ``(steps, height,
+    n)`` block; returns each run's block and each step's contiguous ``(height, n)`` view."""
+    runs: list[torch.Tensor] = []
+    steps: list[torch.Tensor] = []
+    for start, length, n in batch.segments:
+        block = flat[height * start : height * (start + length * n)].view(length, height, n)
+        runs.append(block)
+        steps.extend(block.unbind(0))
+    return runs, steps
+
+
+def time_chunks(batch: PackedBatch, states: int, elements: int) -> list[tuple[int, int, int, int, int]]:
+    """``(run, first step in the run, end step in the run, first column, end column)`` of
+    consecutive time steps of one run whose columns x ``states`` stay within ``elements``."""
+    chunks = []
+    for r, (start, length, n) in enumerate(batch.segments):
+        per_chunk = max(1, elements // max(states * n, 1))
+        for l0 in range(0, length, per_chunk):
+            l1 = min(length, l0 + per_chunk)
+            chunks.append((r, l0, l1, start + l0 * n, start + l1 * n))
     return chunks
 
 
 def _scaled(batch, log_b, startprob, transmat, weights, posteriors, every=NORMALIZE_EVERY) -> BatchPosteriors:
-    """The scaled pass, a chunk of time steps at a time: each chunk's emission probabilities
-    (and, going back, its ``b_t / c_t``, ``u_t``, posteriors and transitions) are made just
-    before its steps read them and stay in the cache, so that a large batch streams its
-    lattices through memory a few times, not once per elementwise pass."""
+    """The scaled pass. The lattices a time step reads and writes are step-major, each step's
+    ``(K, n_t)`` block contiguous (a column slice of a (K, rows) array puts its K rows megabytes
+    apart, and a small product on such rows measured 3x slower); a chunk of steps' emission
+    terms (and, going back, their ``b_t / c_t`` and ``u_t``) are made just before the steps read
+    them and stay in the cache; the posteriors come out state-major, as the emission
+    accumulators read them."""
     k, n0, rows = log_b.shape[0], int(batch.sizes[0]), batch.rows
     device = log_b.device
     sizes, offsets = batch.sizes.tolist(), batch.offsets.tolist()
     steps = len(sizes)
+    segments = batch.segments
     chunks = time_chunks(batch, k, CHUNK_ELEMENTS)
-    widest = max(c1 - c0 for _, _, c0, c1 in chunks)
+    widest = max(c1 - c0 for _, _, _, c0, c1 in chunks)
     scratch = workspace("scratch", (k * widest,), device)
     peak = workspace("peak", (1, rows), device)
+    first_step = [0]
+    for _, length, _ in segments:
+        first_step.append(first_step[-1] + length)
 
-    def emission_chunk(c0: int, c1: int) -> torch.Tensor:
-        """``b = exp(log_b - peak)`` (K, c1 - c0) of a chunk's columns, contiguous, in scratch."""
-        b = scratch[: k * (c1 - c0)].view(k, c1 - c0)
-        torch.sub(log_b[:, c0:c1], peak[:, c0:c1], out=b)
+    def emission_chunk(r: int, l0: int, l1: int, c0: int, c1: int) -> torch.Tensor:
+        """``b = exp(log_b - peak)`` of a chunk's steps, step-major (steps, K, n), in scratch."""
+        n = segments[r][2]
+        b = scratch[: k * (c1 - c0)].view(l1 - l0, k, n)
+        source = log_b[:, c0:c1].view(k, l1 - l0, n).permute(1, 0, 2)
+        torch.sub(source, peak[:, c0:c1].view(1, l1 - l0, n).permute(1, 0, 2), out=b)
         return exp_(b)
 
-    # forward. Rows 0..K-1 of z: alpha'', column t a multiple of alpha_hat_t; row K at step
-    # t >= 1: S_{t-1} = Σ alpha''_{t-1}, made by the step's product itself (transmat's
+    # forward. Each step's block of z: rows 0..K-1 alpha'' (a multiple of alpha_hat_t), row K
+    # at step t >= 1: S_{t-1} = Σ alpha''_{t-1}, made by the step's product itself (transmat's
     # transpose with a row of ones below it). A step is one product and one multiplication by
     # b_t; every ``every``-th step also divides by S_{t-1}, which is all that keeps the values
     # from underflowing (each step shrinks the column sum by c_t, rarely below 1e-3). The
     # scaling factors c_t come after the loop, in bulk, from the column sums.
     torch.amax(log_b, dim=0, keepdim=True, out=peak)
     peak.clamp_(min=LOWEST)
-    z = workspace("forward", (k + 1, rows), device)
+    z_runs, z_t = step_blocks(batch, workspace("forward", ((k + 1) * rows,), device), k + 1)
     augmented = torch.cat([transmat.T, torch.ones(1, k, dtype=torch.float64, device=device)])
-    alpha = z[:k]
-    z_t, alpha_t, sums_t = (step_views(batch, x) for x in (z, alpha, z[k:]))
-    for t0, t1, c0, c1 in chunks:
-        b = emission_chunk(c0, c1)
-        if t0 == 0:
-            torch.mul(b[:, :n0], startprob[:, None], out=alpha[:, :n0])
-        for t in range(max(t0, 1), t1):
-            n, o = sizes[t], offsets[t] - c0
-            prev = alpha_t[t - 1] if sizes[t - 1] == n else alpha_t[t - 1][:, :n]
-            torch.mm(augmented, prev, out=z_t[t])
-            alpha_t[t].mul_(b[:, o : o + n])
-            if t % every == 0:
-                alpha_t[t].div_(sums_t[t])
-    # S_t: the next step's product made it (row K) for every column but each sequence's last
     sums = workspace("sums", (1, rows), device)
-    sums[:, batch.previous_rows()] = z[k:, n0:]
-    last_rows = torch.from_numpy(batch.last_rows()).to(device)
-    sums[:, last_rows] = alpha[:, last_rows].sum(dim=0)
+    for r, l0, l1, c0, c1 in chunks:
+        b = emission_chunk(r, l0, l1, c0, c1)
+        base = first_step[r]
+        for local in range(l0, l1):
+            t = base + local
+            if t == 0:
+                torch.mul(b[0], startprob[:, None], out=z_t[0][:k])
+                continue
+            n = sizes[t]
+            prev = z_t[t - 1][:k] if sizes[t - 1] == n else z_t[t - 1][:k, :n]
+            torch.mm(augmented, prev, out=z_t[t])
+            alpha = z_t[t][:k]
+            alpha.mul_(b[local - l0])
+            if t % every == 0:
+                alpha.div_(z_t[t][k:])
+        torch.sum(z_runs[r][l0:l1, :k], dim=1, out=sums[0, c0:c1].view(l1 - l0, -1))
     if every > 1 and not bool(sums.min() > SAFE_SUM):  # a chain near-impossible for many steps
         return _scaled(batch, log_b, startprob, transmat, weights, posteriors, every=1)
     # c_t = S_t / S_{t-1}, or S_t where step t divided by S_{t-1}
-    divisor = z[k:].clone()
-    divisor[:, :n0] = 1.0
-    divided = np.repeat(np.arange(steps) % every == 0, sizes)
-    divided[:n0] = False
+    c = sums.clone()
+    divided = np.repeat(np.arange(steps) % every == 0, sizes)[n0:]
+    divisor = sums[:, batch.previous_rows()].clone()
     divisor[:, torch.from_numpy(divided).to(device)] = 1.0
-    c = sums / divisor
+    c[:, n0:].div_(divisor)
     log_c = torch.log(c).add_(peak)[0]
     log_likelihood = torch.zeros(batch.batch, dtype=torch.float64, device=device).index_add_(0, batch.seq_of_row, log_c)
     if not posteriors:
         return BatchPosteriors(log_likelihood)
     # backward, chunk by chunk from the end: u_t = b_t * beta_hat_t / c_t, beta_hat_{t-1} =
-    # A u_t; each chunk's posteriors gamma = alpha_hat * beta_hat overwrite its beta, and its
-    # transitions Σ alpha_hat_{t-1} u_tᵀ * A are added up
+    # A u_t, the chunk's beta in the cache (the step before it into ``carry``); each chunk's
+    # posteriors gamma = alpha_hat * beta_hat (written state-major) and its transitions
+    # Σ alpha_hat_{t-1} u_tᵀ * A
     inverse_sums = sums.reciprocal()
     row_w = None if weights is None else weights[batch.seq_of_row][None, :]
-    beta = workspace("backward", (k, rows), device)
-    beta[:, last_rows] = 1.0  # every other column is written by the backward product
-    beta_t = step_views(batch, beta)
+    beta_chunk_flat = workspace("backward", (k * widest,), device)
+    carry = workspace("carry", (k, n0), device)  # beta of the step before a chunk
+    gamma_out = workspace("gamma", (k, rows), device)
     xi = torch.zeros(k, k, dtype=torch.float64, device=device)
-    for t0, t1, c0, c1 in reversed(chunks):
-        u = emission_chunk(c0, c1).div_(c[:, c0:c1])  # b / c, then times beta below
-        for t in range(t1 - 1, t0 - 1, -1):
-            n, o = sizes[t], offsets[t] - c0
-            u_now = u[:, o : o + n]
-            u_now.mul_(beta_t[t])
-            if t > 0:
-                torch.mm(transmat, u_now, out=beta_t[t - 1] if sizes[t - 1] == n else beta_t[t - 1][:, :n])
-        # the chunk's transitions: columns after step 0, each with its previous column
-        first = c0 if t0 > 0 else n0
-        if c1 > first:
-            after = u[:, first - c0 :]
-            after.mul_(inverse_sums[:, _previous(batch, first, c1)])
+    for r, l0, l1, c0, c1 in reversed(chunks):
+        n, base = segments[r][2], first_step[r]
+        u = emission_chunk(r, l0, l1, c0, c1)
+        u.div_(c[:, c0:c1].view(1, l1 - l0, n).permute(1, 0, 2))  # b / c, times beta below
+        beta = beta_chunk_flat[: k * (c1 - c0)].view(l1 - l0, k, n)
+        t_last = base + l1 - 1
+        if t_last == steps - 1:
+            beta[-1].fill_(1.0)  # every sequence ends here
+        else:  # the later chunk's first product wrote the running sequences' beta into carry
+            m = sizes[t_last + 1]
+            beta[-1][:, :m].copy_(carry[:, :m])
+            beta[-1][:, m:].fill_(1.0)
+        for local in range(l1 - 1, l0 - 1, -1):
+            t = base + local
+            u_now = u[local - l0]
+            u_now.mul_(beta[local - l0])
+            if t == 0:
+                continue
+            # inside a run every step has n columns; before the chunk, into the carry
+            torch.mm(transmat, u_now, out=beta[local - l0 - 1] if local > l0 else carry[:, :n])
+        # transitions into the chunk's steps: alpha''_{t-1} (u_t / S_{t-1})ᵀ, weighted
+        if l0 == 0 and base > 0:  # the run's first step follows the longer previous run
+            t = base
+            after = u[0] * inverse_sums[:, offsets[t - 1] : offsets[t - 1] + n]
             if row_w is not None:
-                after.mul_(row_w[:, first:c1])
-            xi.add_(torch.mm(alpha[:, _previous(batch, first, c1)], after.T))
-        gamma = beta[:, c0:c1].mul_(alpha[:, c0:c1]).mul_(inverse_sums[:, c0:c1])
+                after.mul_(row_w[:, c0 : c0 + n])
+            xi.add_(torch.mm(z_t[t - 1][:k, :n], after.T))
+        s0 = max(l0, 1)
+        if l1 > s0:
+            after = u[s0 - l0 :].mul_(inverse_sums[:, c0 + (s0 - l0 - 1) * n : c1 - n].view(l1 - s0, 1, n))
+            if row_w is not None:
+                after.mul_(row_w[:, c0 + (s0 - l0) * n : c1].view(l1 - s0, 1, n))
+            xi.add_(torch.bmm(z_runs[r][s0 - 1 : l1 - 1, :k], after.transpose(1, 2)).sum(dim=0))
+        gamma = gamma_out[:, c0:c1].view(k, l1 - l0, n)
+        torch.mul(z_runs[r][l0:l1, :k].permute(1, 0, 2), beta.permute(1, 0, 2), out=gamma)
+        gamma.mul_(inverse_sums[:, c0:c1].view(1, l1 - l0, n))
         if row_w is not None:
-            gamma.mul_(row_w[:, c0:c1])
-    start = beta[:, :n0].sum(dim=1)
-    return BatchPosteriors(log_likelihood, beta, start, xi.mul_(transmat))
-
-
-def _previous(batch: PackedBatch, first: int, end: int) -> slice | torch.Tensor:
-    """The previous column of each column in ``[first, end)`` (all after step 0)."""
-    n0 = int(batch.sizes[0])
-    previous = batch.previous_rows()
-    if isinstance(previous, slice):
-        return slice(first - n0, end - n0)
-    return previous[first - n0 : end - n0]
+            gamma.mul_(row_w[:, c0:c1].view(1, l1 - l0, n))
+    start = gamma_out[:, :n0].sum(dim=1)
+    return BatchPosteriors(log_likelihood, gamma_out, start, xi.mul_(transmat))
 
 
 def _logarithmic(batch, log_b, startprob, transmat, weights, posteriors) -> BatchPosteriors:
