@@ -95,6 +95,17 @@ def parameters(m, kind: str) -> np.ndarray:
     return np.concatenate([m.startprob_, m.transmat_.ravel(), *emission])
 
 
+def one_thread() -> None:
+    """One thread for torch (and numba, which pomegranate imports)."""
+    torch.set_num_threads(1)
+    try:
+        import numba
+
+        numba.set_num_threads(1)
+    except ImportError:
+        pass
+
+
 def pomegranate_iteration(kind: str, X: np.ndarray, sequences: int, steps: int, start: dict):
     """A callable running one pomegranate DenseHMM iteration from ``start``; None if not installed."""
     try:
@@ -102,6 +113,7 @@ def pomegranate_iteration(kind: str, X: np.ndarray, sequences: int, steps: int, 
         from pomegranate.hmm import DenseHMM
     except ImportError:
         return None
+    one_thread()  # importing pomegranate (through numba) sets torch to 2 threads
     if kind == "gaussian":
         data = torch.from_numpy(X.reshape(sequences, steps, 1).astype(np.float32))
     else:
@@ -117,6 +129,7 @@ def pomegranate_iteration(kind: str, X: np.ndarray, sequences: int, steps: int, 
             dists = [Categorical(p[None, :].astype(np.float32)) for p in start["emissionprob_"]]
         edges, starts = start["transmat_"].astype(np.float32), start["startprob_"].astype(np.float32)
         hmm = DenseHMM(dists, edges=edges, starts=starts, max_iter=1, tol=0.0)
+        one_thread()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             hmm.fit(data)
@@ -149,6 +162,7 @@ def compare(kind: str, sequences: int, steps: int, repeats: int) -> list[str]:
         difference = np.max(np.abs(parameters(ours, kind) - parameters(reference, kind)))
         lines.append(f"  {implementation}: fitted parameters, largest difference from hmmlearn's: {difference:.2e}")
     run = pomegranate_iteration(kind, X, sequences, steps, start)
+    assert torch.get_num_threads() == 1
     if run is not None:
         run()
         times[("pomegranate DenseHMM (float32)", "-")] = timed(run, max(1, repeats // 2))[:2]
@@ -170,7 +184,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", choices=["gaussian", "categorical"])
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    one_thread()
     sequences, steps = (300, 500) if args.quick else (1000, 1000)
     began = time.perf_counter()
     for kind in ("gaussian", "categorical"):
