@@ -210,23 +210,27 @@ def _scaled(batch, log_b, startprob, transmat, weights, posteriors, every=NORMAL
     torch.amax(log_b, dim=0, keepdim=True, out=peak)
     peak.clamp_(min=LOWEST)
     z_runs, z_t = step_blocks(batch, workspace("forward", ((k + 1) * rows,), device), k + 1)
+    # each step's alpha'' and S_{t-1} rows as views made in bulk (a view costs a microsecond
+    # made one at a time, a fair part of a step)
+    alpha_t = [view for block in z_runs for view in block[:, :k].unbind(0)]
+    sums_t = [view for block in z_runs for view in block[:, k:].unbind(0)]
     augmented = torch.cat([transmat.T, torch.ones(1, k, dtype=torch.float64, device=device)])
     sums = workspace("sums", (1, rows), device)
     for r, l0, l1, c0, c1 in chunks:
-        b = emission_chunk(r, l0, l1, c0, c1)
+        b_steps = emission_chunk(r, l0, l1, c0, c1).unbind(0)
         base = first_step[r]
         for local in range(l0, l1):
             t = base + local
             if t == 0:
-                torch.mul(b[0], startprob[:, None], out=z_t[0][:k])
+                torch.mul(b_steps[0], startprob[:, None], out=alpha_t[0])
                 continue
             n = sizes[t]
-            prev = z_t[t - 1][:k] if sizes[t - 1] == n else z_t[t - 1][:k, :n]
+            prev = alpha_t[t - 1] if sizes[t - 1] == n else alpha_t[t - 1][:, :n]
             torch.mm(augmented, prev, out=z_t[t])
-            alpha = z_t[t][:k]
-            alpha.mul_(b[local - l0])
+            alpha = alpha_t[t]
+            alpha.mul_(b_steps[local - l0])
             if t % every == 0:
-                alpha.div_(z_t[t][k:])
+                alpha.div_(sums_t[t])
         torch.sum(z_runs[r][l0:l1, :k], dim=1, out=sums[0, c0:c1].view(l1 - l0, -1))
     if every > 1 and not bool(sums.min() > SAFE_SUM):  # a chain near-impossible for many steps
         return _scaled(batch, log_b, startprob, transmat, weights, posteriors, every=1)
@@ -255,6 +259,7 @@ def _scaled(batch, log_b, startprob, transmat, weights, posteriors, every=NORMAL
         u = emission_chunk(r, l0, l1, c0, c1)
         u.div_(c[:, c0:c1].view(1, l1 - l0, n).permute(1, 0, 2))  # b / c, times beta below
         beta = beta_chunk_flat[: k * (c1 - c0)].view(l1 - l0, k, n)
+        u_steps, beta_steps = u.unbind(0), beta.unbind(0)
         t_last = base + l1 - 1
         if t_last == steps - 1:
             beta[-1].fill_(1.0)  # every sequence ends here
@@ -264,19 +269,19 @@ def _scaled(batch, log_b, startprob, transmat, weights, posteriors, every=NORMAL
             beta[-1][:, m:].fill_(1.0)
         for local in range(l1 - 1, l0 - 1, -1):
             t = base + local
-            u_now = u[local - l0]
-            u_now.mul_(beta[local - l0])
+            u_now = u_steps[local - l0]
+            u_now.mul_(beta_steps[local - l0])
             if t == 0:
                 continue
             # inside a run every step has n columns; before the chunk, into the carry
-            torch.mm(transmat, u_now, out=beta[local - l0 - 1] if local > l0 else carry[:, :n])
+            torch.mm(transmat, u_now, out=beta_steps[local - l0 - 1] if local > l0 else carry[:, :n])
         # transitions into the chunk's steps: alpha''_{t-1} (u_t / S_{t-1})ᵀ, weighted
         if l0 == 0 and base > 0:  # the run's first step follows the longer previous run
             t = base
             after = u[0] * inverse_sums[:, offsets[t - 1] : offsets[t - 1] + n]
             if row_w is not None:
                 after.mul_(row_w[:, c0 : c0 + n])
-            xi.add_(torch.mm(z_t[t - 1][:k, :n], after.T))
+            xi.add_(torch.mm(alpha_t[t - 1][:, :n], after.T))
         s0 = max(l0, 1)
         if l1 > s0:
             after = u[s0 - l0 :].mul_(inverse_sums[:, c0 + (s0 - l0 - 1) * n : c1 - n].view(l1 - s0, 1, n))
