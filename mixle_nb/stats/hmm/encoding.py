@@ -146,7 +146,27 @@ def locate_non_finite(x: np.ndarray, lengths: np.ndarray) -> str | None:
 class HiddenMarkovEncoder(Encoder):
     """Encodes sequences for an HMM whose states emit from ``emission_encoder``'s family.
 
-    ``states`` sizes the batches (:data:`BATCH_ELEMENTS`).
+    Parameters
+    ----------
+    emission_encoder : Encoder
+        The emission family's encoder (it encodes the packed observations of each batch).
+    states : int
+        Number of states: sizes the batches with ``batch_elements``.
+    batch_elements : int, optional
+        Observations x states of one batch (default :data:`BATCH_ELEMENTS`).
+
+    Raises
+    ------
+    ValueError
+        (from the encoding methods) a sequence of length 0, lengths that do not sum to the
+        observations, or a NaN or infinite value, named by sequence and position.
+
+    Examples
+    --------
+    >>> from mixle_nb.stats.gaussian import GaussianEncoder
+    >>> enc = HiddenMarkovEncoder(GaussianEncoder(), 2).seq_encode([[0.0, 1.0, 2.0], [5.0]])
+    >>> enc.count, enc.observations, enc.batches[0].sizes.tolist()
+    (2, 4, [2, 1, 1])
     """
 
     def __init__(self, emission_encoder: Any, states: int = 1, batch_elements: int | None = None):

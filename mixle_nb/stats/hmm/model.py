@@ -35,12 +35,27 @@ def stochastic_rows(matrix: np.ndarray, name: str, allow_zero_rows: bool = False
 
 
 class HiddenMarkovDistribution(Distribution):
-    """States ``0..K-1`` emitting from ``emissions`` (any family, one per state), started from
-    ``startprob`` (K,) and moving by ``transmat`` (K, K), rows summing to 1 (a row of zeros:
-    a state with no way on, as a fit leaves a state that was never left).
+    """A hidden Markov model: states ``0..K-1``, each emitting from its own distribution.
 
-    ``implementation`` (``"log"`` or ``"scaling"``) chooses the forward–backward arithmetic;
-    ``length`` is the length of the sequences :meth:`sampler` draws.
+    Parameters
+    ----------
+    emissions : sequence of Distribution
+        State k's emission distribution (any family of ours, or mixle's; one encoding shared).
+    startprob : array-like, shape (K,)
+        Probabilities of the first state, summing to 1.
+    transmat : array-like, shape (K, K)
+        Transition probabilities, rows summing to 1 (a row of zeros: a state with no way on,
+        as a fit leaves a state that was never left).
+    implementation : {"log", "scaling"}
+        The forward–backward arithmetic.
+    length : int, optional
+        Length of the sequences :meth:`sampler` draws.
+
+    Raises
+    ------
+    ValueError
+        No states, shapes that disagree, probabilities that are not stochastic, or an
+        unknown ``implementation``.
 
     Examples
     --------
@@ -278,10 +293,24 @@ def normalized_rows(counts: np.ndarray) -> np.ndarray:
 class HiddenMarkovEstimator(Estimator):
     """M-step for an HMM whose state k emits from ``estimators[k]``'s family.
 
-    ``startprob_prior`` and ``transmat_prior`` are Dirichlet concentrations (hmmlearn's: the
-    new probabilities are ``max(prior - 1 + expected counts, 0)``, normalised; 1 is maximum
-    likelihood). ``implementation`` is the new model's forward–backward arithmetic. ``keys``
-    ties the start and transition counts across HMMs.
+    Parameters
+    ----------
+    estimators : sequence of Estimator
+        One emission estimator per state.
+    startprob_prior, transmat_prior : float or array-like
+        Dirichlet concentrations (hmmlearn's: the new probabilities are ``max(prior - 1 +
+        expected counts, 0)``, normalised; 1 is maximum likelihood).
+    implementation : {"log", "scaling"}
+        The new model's forward–backward arithmetic.
+    keys : str, optional
+        Ties the start and transition counts across HMMs with the same key.
+
+    Raises
+    ------
+    ValueError
+        No estimators or an unknown ``implementation``;
+        :class:`~mixle_nb.stats.DegenerateComponentError` (from :meth:`estimate`) naming the
+        state whose emission cannot be estimated.
 
     Examples
     --------
