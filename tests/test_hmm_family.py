@@ -178,7 +178,27 @@ def _two_rank_fit(rank, world):
             m.fit(handle)
             out[implementation] = face_numbers(m)
             out["local_sequences"] = handle.local_count
+    symbols = symbol_sequences()
+    c = start_categorical()
+    with TorchRunEncodedData(symbols, estimator=c.family_estimator()) as handle:
+        c.fit(handle)
+        out["categorical"] = np.concatenate([c.startprob_, c.transmat_.ravel(), c.emissionprob_.ravel()])
+        out["categorical_history"] = list(c.monitor_.history)
     return out
+
+
+def symbol_sequences():
+    rng = np.random.default_rng(8)
+    return [rng.choice(4, size=int(n), p=[0.4, 0.3, 0.2, 0.1]) for n in rng.integers(1, 25, size=27)]
+
+
+def start_categorical():
+    from mixle_nb.hmm import CategoricalHMM
+
+    c = CategoricalHMM(3, init_params="", n_iter=6, tol=-np.inf, implementation="scaling")
+    c.startprob_, c.transmat_ = np.array(STARTPROB), np.array(TRANSMAT)
+    c.emissionprob_ = np.array([[0.5, 0.2, 0.2, 0.1], [0.1, 0.1, 0.4, 0.4], [0.25, 0.25, 0.25, 0.25]])
+    return c
 
 
 def start_face(cls, implementation):
@@ -210,3 +230,10 @@ def test_two_rank_handle_fit_equals_one_process():
             np.testing.assert_allclose(ranked_history, history, rtol=1e-10)
         assert np.all(np.diff(history) >= -1e-9 * np.abs(history[1:]))
         np.testing.assert_array_equal(results[0][implementation][0], results[1][implementation][0])
+    # categorical statistics are dicts of symbol counts: the handle folds them by gathering
+    symbols = symbol_sequences()
+    single = start_categorical().fit(np.concatenate(symbols)[:, None], [len(x) for x in symbols])
+    expected = np.concatenate([single.startprob_, single.transmat_.ravel(), single.emissionprob_.ravel()])
+    for r in results:
+        np.testing.assert_allclose(r["categorical"], expected, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(r["categorical_history"], list(single.monitor_.history), rtol=1e-10)
