@@ -237,3 +237,21 @@ def test_two_rank_handle_fit_equals_one_process():
     for r in results:
         np.testing.assert_allclose(r["categorical"], expected, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(r["categorical_history"], list(single.monitor_.history), rtol=1e-10)
+
+
+def test_scaled_pass_falls_back_to_dividing_every_step_on_near_impossible_chains():
+    """Transitions of 1e-90 taken at every step: between two divisions the column sums would
+    underflow (1e-360), so the scaled pass runs the batch again dividing at every step, and
+    agrees with the log-space pass."""
+    eps = 1e-90
+    emissions = [GaussianDistribution(0.0, 1.0), GaussianDistribution(100.0, 1.0)]
+    seqs = [np.tile([0.0, 100.0], 20), np.tile([100.0, 0.0, 0.0], 9)]
+    results = []
+    for implementation in ("scaling", "log"):
+        model = HiddenMarkovDistribution(emissions, [0.5, 0.5], [[1 - eps, eps], [eps, 1 - eps]], implementation)
+        enc = seq_encode(seqs, model=model)
+        step = em_step(enc, model.estimator(), model)
+        results.append((model.seq_log_density(enc), step.model.transmat))
+    assert np.all(np.isfinite(results[0][0]))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-12)
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-10, atol=1e-300)

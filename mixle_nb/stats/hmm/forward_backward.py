@@ -75,7 +75,9 @@ def forward_backward(
     """
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}; got {implementation!r}")
-    with collection_paused():
+    # NumPy's warnings off: a chain whose column sums underflow between two divisions makes
+    # 0/0 there, which the scaled pass detects and redoes (see ``_scaled``)
+    with collection_paused(), np.errstate(under="ignore", divide="ignore", invalid="ignore"):
         if implementation == "scaling":
             return _scaled(batch, log_b, startprob, transmat, weights, posteriors)
         return _logarithmic(batch, log_b, startprob, transmat, weights, posteriors)
