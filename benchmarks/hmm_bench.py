@@ -1,0 +1,197 @@
+"""One Baum–Welch iteration: mixle_nb's HMM against hmmlearn (both implementations) and, when
+installed, pomegranate's ``DenseHMM`` (CPU), side by side in one run, from the same start, one
+thread each.
+
+Problems: 1-D Gaussian emissions with 8 states, and categorical emissions with 32 symbols and 8
+states; full size 1,000 sequences x 1,000 steps, ``--quick`` 300 x 500. Each number is the least
+of ``--repeats`` runs of CPU time of this process (``time.process_time``: this machine is shared
+and its wall clock counts other people's work) and, beside it, the least wall time.
+
+What is timed, per library:
+
+- mixle_nb ``em_step``: one E-step (forward–backward over the encoded sequences) and M-step of
+  the HMM family, on data encoded once beforehand (as a handle keeps it resident);
+- mixle_nb ``fit``: ``GaussianHMM`` / ``CategoricalHMM(n_iter=1).fit(X, lengths)`` as a user
+  calls it, with the checks and the encoding;
+- hmmlearn: ``fit(X, lengths)`` with ``n_iter=1`` and ``init_params=""`` (its per-sequence
+  C++ forward–backward; its checks cost little);
+- pomegranate: ``DenseHMM(max_iter=1).fit`` on a (sequences, steps, 1) tensor (float32, its default).
+
+The fitted parameters are compared with hmmlearn's (largest absolute difference) as a check that
+the same iteration was timed. Run: ``OMP_NUM_THREADS=1 python benchmarks/hmm_bench.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+import torch
+
+from mixle_nb.hmm import CategoricalHMM, GaussianHMM
+from mixle_nb.stats.estimation import em_step
+
+STATES = 8
+SYMBOLS = 32
+
+
+def markov_states(rng, sequences: int, steps: int, startprob, transmat) -> np.ndarray:
+    """(sequences, steps) state paths, one vectorised draw per time step."""
+    cdf = np.cumsum(transmat, axis=1)
+    states = np.empty((sequences, steps), dtype=np.int64)
+    states[:, 0] = rng.choice(len(startprob), size=sequences, p=startprob)
+    for t in range(1, steps):
+        u = rng.random(sequences)
+        states[:, t] = np.minimum((u[:, None] > cdf[states[:, t - 1]]).sum(axis=1), len(startprob) - 1)
+    return states
+
+
+def problem(kind: str, sequences: int, steps: int, seed: int = 0):
+    """Data drawn from a true HMM, and a start that differs from it."""
+    rng = np.random.default_rng(seed)
+    transmat = 0.8 * np.eye(STATES) + 0.2 * rng.dirichlet(np.ones(STATES), STATES)
+    startprob = np.full(STATES, 1.0 / STATES)
+    states = markov_states(rng, sequences, steps, startprob, transmat).reshape(-1)
+    start = {
+        "startprob_": np.full(STATES, 1.0 / STATES),
+        "transmat_": 0.6 * np.eye(STATES) + 0.4 * rng.dirichlet(np.ones(STATES), STATES),
+    }
+    if kind == "gaussian":
+        means = np.linspace(-8.0, 8.0, STATES)
+        X = (means[states] + rng.normal(size=states.size))[:, None]
+        start["means_"] = (means + rng.normal(scale=0.5, size=STATES))[:, None]
+        start["covars_"] = np.full((STATES, 1), 1.5)
+    else:
+        emission = rng.dirichlet(np.full(SYMBOLS, 0.3), STATES)
+        cdf = np.cumsum(emission, axis=1)
+        X = np.minimum((rng.random(states.size)[:, None] > cdf[states]).sum(axis=1), SYMBOLS - 1)[:, None]
+        start["emissionprob_"] = rng.dirichlet(np.ones(SYMBOLS), STATES)
+    return X, np.full(sequences, steps), start
+
+
+def model(cls, kind: str, implementation: str, start: dict, **kw):
+    extra = {"n_features": SYMBOLS} if kind == "categorical" else {}
+    m = cls(STATES, init_params="", n_iter=1, tol=-np.inf, implementation=implementation, **extra, **kw)
+    for name, value in start.items():
+        setattr(m, name, value.copy())
+    return m
+
+
+def timed(fn, repeats: int):
+    """Least CPU time and least wall time of ``repeats`` calls (ms), and the last result."""
+    cpu, wall, result = [], [], None
+    for _ in range(repeats):
+        c, w = time.process_time(), time.perf_counter()
+        result = fn()
+        cpu.append(time.process_time() - c)
+        wall.append(time.perf_counter() - w)
+    return 1e3 * min(cpu), 1e3 * min(wall), result
+
+
+def parameters(m, kind: str) -> np.ndarray:
+    emission = [m.means_.ravel(), m._covars_.ravel()] if kind == "gaussian" else [m.emissionprob_.ravel()]
+    return np.concatenate([m.startprob_, m.transmat_.ravel(), *emission])
+
+
+def one_thread() -> None:
+    """One thread for torch (and numba, which pomegranate imports)."""
+    torch.set_num_threads(1)
+    try:
+        import numba
+
+        numba.set_num_threads(1)
+    except ImportError:
+        pass
+
+
+def pomegranate_iteration(kind: str, X: np.ndarray, sequences: int, steps: int, start: dict):
+    """A callable running one pomegranate DenseHMM iteration from ``start``; None if not installed."""
+    try:
+        from pomegranate.distributions import Categorical, Normal
+        from pomegranate.hmm import DenseHMM
+    except ImportError:
+        return None
+    one_thread()  # importing pomegranate (through numba) sets torch to 2 threads
+    if kind == "gaussian":
+        data = torch.from_numpy(X.reshape(sequences, steps, 1).astype(np.float32))
+    else:
+        data = torch.from_numpy(X.reshape(sequences, steps, 1).astype(np.int64))
+
+    def run():
+        if kind == "gaussian":
+            dists = [
+                Normal(np.float32([m]), np.float32([v]), covariance_type="diag")
+                for m, v in zip(start["means_"][:, 0], start["covars_"][:, 0])
+            ]
+        else:
+            dists = [Categorical(p[None, :].astype(np.float32)) for p in start["emissionprob_"]]
+        edges, starts = start["transmat_"].astype(np.float32), start["startprob_"].astype(np.float32)
+        hmm = DenseHMM(dists, edges=edges, starts=starts, max_iter=1, tol=0.0)
+        one_thread()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hmm.fit(data)
+        return hmm
+
+    return run
+
+
+def compare(kind: str, sequences: int, steps: int, repeats: int) -> list[str]:
+    X, lengths, start = problem(kind, sequences, steps)
+    cls = GaussianHMM if kind == "gaussian" else CategoricalHMM
+    from hmmlearn import hmm as hmmlearn_hmm
+
+    theirs_cls = getattr(hmmlearn_hmm, cls.__name__)
+    lines, times = [], {}
+    for implementation in ("scaling", "log"):
+        face = model(cls, kind, implementation, start)
+        estimator = face.family_estimator()
+        hmm_model = face._model()
+        enc = face._encode(X, lengths)
+        em_step(enc, estimator, hmm_model)  # warm up
+        cpu, wall, _ = timed(lambda: em_step(enc, estimator, hmm_model), repeats)
+        times[("mixle_nb em_step", implementation)] = (cpu, wall)
+        cpu, wall, ours = timed(lambda: model(cls, kind, implementation, start).fit(X, lengths), repeats)
+        times[("mixle_nb fit", implementation)] = (cpu, wall)
+        cpu, wall, reference = timed(
+            lambda: model(theirs_cls, kind, implementation, start).fit(X, lengths), max(1, repeats // 2)
+        )
+        times[("hmmlearn fit", implementation)] = (cpu, wall)
+        difference = np.max(np.abs(parameters(ours, kind) - parameters(reference, kind)))
+        lines.append(f"  {implementation}: fitted parameters, largest difference from hmmlearn's: {difference:.2e}")
+    run = pomegranate_iteration(kind, X, sequences, steps, start)
+    assert torch.get_num_threads() == 1
+    if run is not None:
+        run()
+        times[("pomegranate DenseHMM (float32)", "-")] = timed(run, max(1, repeats // 2))[:2]
+    best_hmmlearn = min(times[("hmmlearn fit", i)][0] for i in ("scaling", "log"))
+    header = f"{kind}: {sequences} sequences x {steps} steps, {STATES} states" + (
+        f", {SYMBOLS} symbols" if kind == "categorical" else ""
+    )
+    table = [header, f"  {'':34s} {'impl.':8s} {'CPU ms':>9s} {'wall ms':>9s} {'/ hmmlearn best':>16s}"]
+    for (name, implementation), (cpu, wall) in times.items():
+        table.append(f"  {name:34s} {implementation:8s} {cpu:9.1f} {wall:9.1f} {cpu / best_hmmlearn:16.2f}")
+    if run is None:
+        table.append("  pomegranate: not installed (pip install 'mixle_nb[bench]')")
+    return table + lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="300 sequences x 500 steps (else 1,000 x 1,000)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--only", choices=["gaussian", "categorical"])
+    args = parser.parse_args()
+    one_thread()
+    sequences, steps = (300, 500) if args.quick else (1000, 1000)
+    began = time.perf_counter()
+    for kind in ("gaussian", "categorical"):
+        if args.only in (None, kind):
+            print("\n".join(compare(kind, sequences, steps, args.repeats)), flush=True)
+    print(f"(whole run: {time.perf_counter() - began:.0f} s wall, torch {torch.__version__}, one thread)")
+
+
+if __name__ == "__main__":
+    main()

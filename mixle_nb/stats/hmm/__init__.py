@@ -1,0 +1,18 @@
+"""Hidden Markov models on the EM core: any emission family per state, ragged sequences,
+batched forward–backward (log-space or scaled) in torch float64, Viterbi and posterior decoding."""
+
+from .encoding import HiddenMarkovEncoder, PackedBatch, SequenceEncoding
+from .forward_backward import IMPLEMENTATIONS, BatchPosteriors, forward_backward
+from .model import HiddenMarkovAccumulator, HiddenMarkovDistribution, HiddenMarkovEstimator
+
+__all__ = [
+    "IMPLEMENTATIONS",
+    "BatchPosteriors",
+    "HiddenMarkovAccumulator",
+    "HiddenMarkovDistribution",
+    "HiddenMarkovEncoder",
+    "HiddenMarkovEstimator",
+    "PackedBatch",
+    "SequenceEncoding",
+    "forward_backward",
+]

@@ -1,0 +1,223 @@
+"""Ragged sequences packed for a batched forward–backward.
+
+An HMM's unit of data is a whole sequence. The encoding sorts a shard's sequences by length
+(longest first) and cuts them into batches whose observations × states fit a budget; inside a
+batch the observations are laid out time-major and packed, as ``torch.nn.utils.rnn``'s
+``PackedSequence``: time step ``t`` holds one row for each of the ``sizes[t]`` sequences still
+running, so one loop over time steps updates every sequence of the batch with no padding and
+no masks. The emission encoding (any family's) is made once, over the packed rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..base import Encoder, resolve_device
+from ..estimation import encode
+
+# Observations x states of one batch's lattices (forward, backward, emission terms: a few
+# float64 arrays this size, 64 MB each at the default): larger batches pay the per-time-step
+# overhead once for more sequences; the budget bounds the memory to O(batch x length x states).
+BATCH_ELEMENTS = 1 << 23
+
+
+@dataclass(frozen=True, eq=False)
+class PackedBatch:
+    """Sequences ``order`` (indices into the shard, longest first) of ``lengths``, packed time-major.
+
+    ``segments`` are the runs of steps with equal ``sizes`` (first column, steps, size);
+    ``source`` is each packed row's position in the shard's concatenated observations;
+    ``offsets[t]`` is the first row of time step ``t`` and ``sizes[t]`` the number of sequences
+    still running there (non-increasing); ``seq_of_row`` (on the device) names each row's
+    sequence within the batch; ``emissions`` is the emission family's encoding of the packed rows.
+    """
+
+    order: np.ndarray
+    lengths: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+    seq_of_row: torch.Tensor
+    emissions: Any
+    rows: int
+    previous: torch.Tensor | None
+    source: np.ndarray
+    segments: tuple
+
+    @property
+    def batch(self) -> int:
+        return len(self.order)
+
+    @property
+    def steps(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def equal_lengths(self) -> bool:
+        return bool(self.sizes[0] == self.sizes[-1])
+
+    def previous_rows(self) -> slice | torch.Tensor:
+        """For every row after time step 0, its sequence's row one step earlier: a slice when
+        all the batch's sequences have one length, else an index."""
+        if self.previous is None:
+            return slice(0, self.rows - self.batch)
+        return self.previous
+
+    def last_rows(self) -> np.ndarray:
+        """Each sequence's row at its last time step."""
+        return self.offsets[self.lengths - 1] + np.arange(self.batch)
+
+
+@dataclass(frozen=True, eq=False)
+class SequenceEncoding:
+    """A shard of ``count`` sequences as :class:`PackedBatch` es (``observations`` rows in all)."""
+
+    batches: tuple
+    count: int
+    observations: int
+    device: torch.device
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def packed_index(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For sequences sorted longest first (their ``starts`` in the concatenated data): the
+    concatenated row of each packed row, each packed row's sequence, and per time step the
+    first packed row and the number of running sequences."""
+    steps = int(lengths[0])
+    sizes = (lengths[None, :] > np.arange(steps)[:, None]).sum(axis=1)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    t = np.repeat(np.arange(steps), sizes)
+    seq = np.arange(len(t)) - np.repeat(offsets, sizes)
+    return starts[seq] + t, seq, offsets, sizes
+
+
+def equal_size_runs(offsets: np.ndarray, sizes: np.ndarray) -> tuple:
+    """``(first column, steps, running sequences)`` of each run of time steps with equal sizes."""
+    runs, t = [], 0
+    sizes_list = sizes.tolist()
+    while t < len(sizes_list):
+        end = t
+        while end < len(sizes_list) and sizes_list[end] == sizes_list[t]:
+            end += 1
+        runs.append((int(offsets[t]), end - t, sizes_list[t]))
+        t = end
+    return tuple(runs)
+
+
+def previous_index(sizes: np.ndarray, device: torch.device) -> torch.Tensor | None:
+    """Row ``r`` at step ``t >= 1`` follows row ``r - sizes[t-1]``; ``None`` when every size is
+    equal (the rows after step 0 then follow the first ``rows - batch`` rows, a slice)."""
+    if sizes[0] == sizes[-1]:
+        return None
+    rows = np.arange(sizes[0], sizes.sum())
+    return torch.from_numpy(rows - np.repeat(sizes[:-1], sizes[1:])).to(device)
+
+
+def batch_bounds(sorted_lengths: np.ndarray, states: int, budget: int) -> list[tuple[int, int]]:
+    """Cut sequences (longest first) into consecutive batches of at most ``budget``
+    observations x states (a longer sequence alone is its own batch)."""
+    bounds, start, used = [], 0, 0
+    for i, n in enumerate(sorted_lengths):
+        cost = int(n) * states
+        if i > start and used + cost > budget:
+            bounds.append((start, i))
+            start, used = i, 0
+        used += cost
+    if len(sorted_lengths):
+        bounds.append((start, len(sorted_lengths)))
+    return bounds
+
+
+def locate_non_finite(x: np.ndarray, lengths: np.ndarray) -> str | None:
+    """``"sequence s, position p"`` of the first NaN or infinite observation, else ``None``."""
+    if x.dtype.kind not in "fc" or np.all(np.isfinite(x)):
+        return None
+    row = int(np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))[0])
+    ends = np.cumsum(lengths)
+    seq = int(np.searchsorted(ends, row, side="right"))
+    return f"sequence {seq}, position {row - (ends[seq] - lengths[seq])}"
+
+
+class HiddenMarkovEncoder(Encoder):
+    """Encodes sequences for an HMM whose states emit from ``emission_encoder``'s family.
+
+    Parameters
+    ----------
+    emission_encoder : Encoder
+        The emission family's encoder (it encodes the packed observations of each batch).
+    states : int
+        Number of states: sizes the batches with ``batch_elements``.
+    batch_elements : int, optional
+        Observations x states of one batch (default :data:`BATCH_ELEMENTS`).
+
+    Raises
+    ------
+    ValueError
+        (from the encoding methods) a sequence of length 0, lengths that do not sum to the
+        observations, or a NaN or infinite value, named by sequence and position.
+
+    Examples
+    --------
+    >>> from mixle_nb.stats.gaussian import GaussianEncoder
+    >>> enc = HiddenMarkovEncoder(GaussianEncoder(), 2).seq_encode([[0.0, 1.0, 2.0], [5.0]])
+    >>> enc.count, enc.observations, enc.batches[0].sizes.tolist()
+    (2, 4, [2, 1, 1])
+    """
+
+    def __init__(self, emission_encoder: Any, states: int = 1, batch_elements: int | None = None):
+        self.emission_encoder, self.states = emission_encoder, states
+        self.batch_elements = batch_elements
+
+    def row_count(self, enc: SequenceEncoding) -> int:
+        """Sequences in an encoding (what a handle counts)."""
+        return enc.count
+
+    def seq_encode(self, data, device=None) -> SequenceEncoding:
+        """``data``: a list of sequences, each an array-like of observations."""
+        seqs = [np.asarray(s) for s in data]
+        lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+        x = np.concatenate(seqs) if seqs else np.zeros(0)
+        return self.encode_concatenated(x, lengths, device)
+
+    def encode_concatenated(self, x, lengths, device=None) -> SequenceEncoding:
+        """Sequences given as their concatenation ``x`` (rows) and their ``lengths``."""
+        x = np.asarray(x)
+        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        device = resolve_device(device)
+        if np.any(lengths <= 0):
+            bad = int(np.flatnonzero(lengths <= 0)[0])
+            raise ValueError(
+                f"sequence {bad} has length {int(lengths[bad])}: every sequence needs at least one observation"
+            )
+        if int(lengths.sum()) != len(x):
+            raise ValueError(f"lengths array {lengths} doesn't sum to {len(x)} samples")
+        where = locate_non_finite(x, lengths)
+        if where is not None:
+            raise ValueError(f"{where} is NaN or infinite; drop or impute it first")
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        order = np.argsort(-lengths, kind="stable")
+        budget = self.batch_elements or BATCH_ELEMENTS
+        batches = []
+        for lo, hi in batch_bounds(lengths[order], max(self.states, 1), budget):
+            members = order[lo:hi]
+            rows, seq, offsets, sizes = packed_index(starts[members], lengths[members])
+            batches.append(
+                PackedBatch(
+                    order=members,
+                    lengths=lengths[members],
+                    offsets=offsets,
+                    sizes=sizes,
+                    seq_of_row=torch.from_numpy(seq.astype(np.int64)).to(device),
+                    emissions=encode(self.emission_encoder, x[rows], device),
+                    rows=len(rows),
+                    previous=previous_index(sizes, device),
+                    source=rows,
+                    segments=equal_size_runs(offsets, sizes),
+                )
+            )
+        return SequenceEncoding(tuple(batches), len(lengths), int(lengths.sum()), device)

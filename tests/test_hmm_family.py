@@ -1,0 +1,257 @@
+"""The HMM family in the pysp protocol (mixle_nb.stats.hmm): forward–backward against a
+brute-force sum over paths, both implementations on ragged sequences, values as plain sums
+(chunks and ranks combine to one pass), a 2-rank handle equal to one process, sampling,
+free parameters, decoding, random starts."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from mixle_nb.parallel.local_launch import run_local
+from mixle_nb.stats import (
+    CategoricalDistribution,
+    DiagonalGaussianDistribution,
+    GaussianDistribution,
+    GaussianEstimator,
+    PoissonDistribution,
+    em_step,
+    free_parameters,
+    seq_encode,
+    seq_initialize,
+)
+from mixle_nb.stats.hmm import HiddenMarkovDistribution, HiddenMarkovEncoder, HiddenMarkovEstimator
+
+STARTPROB = [0.6, 0.3, 0.1]
+TRANSMAT = [[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]]
+
+
+def gaussian_model(implementation="log"):
+    return HiddenMarkovDistribution(
+        [GaussianDistribution(0.0, 1.0), GaussianDistribution(3.0, 0.5), GaussianDistribution(-2.0, 2.0)],
+        STARTPROB,
+        TRANSMAT,
+        implementation,
+    )
+
+
+def ragged_sequences(seed=0, count=23):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=int(n)) * 2 for n in rng.integers(1, 30, size=count)]
+
+
+def brute_force(model, x):
+    """log p(x) and the state posteriors by summing over every path."""
+    k, t = model.n_states, len(x)
+    log_b = np.array([[model.emissions[j].log_density(v) for j in range(k)] for v in x])
+    joint = {}
+    for path in itertools.product(range(k), repeat=t):
+        lp = np.log(model.startprob[path[0]]) + log_b[0, path[0]]
+        for s in range(1, t):
+            lp += np.log(model.transmat[path[s - 1], path[s]]) + log_b[s, path[s]]
+        joint[path] = lp
+    total = np.logaddexp.reduce(list(joint.values()))
+    post = np.zeros((t, k))
+    for path, lp in joint.items():
+        post[np.arange(t), path] += np.exp(lp - total)
+    best = max(joint, key=joint.get)
+    return total, post, np.array(best), joint[best]
+
+
+@pytest.mark.parametrize("implementation", ["log", "scaling"])
+def test_forward_backward_and_viterbi_equal_the_sum_over_paths(implementation):
+    model = gaussian_model(implementation)
+    seqs = [np.array([0.3, 2.5, -1.0, 3.1, 0.2]), np.array([1.0]), np.array([-3.0, 2.9, 2.8, 0.0])]
+    enc = seq_encode(seqs, model=model)
+    ll, post = model.seq_posteriors(enc)
+    best_lp, states = model.seq_viterbi(enc)
+    start = 0
+    for i, x in enumerate(seqs):
+        total, expected_post, best_path, best = brute_force(model, x)
+        assert ll[i] == pytest.approx(total, rel=1e-13)
+        np.testing.assert_allclose(post[start : start + len(x)], expected_post, atol=1e-13)
+        np.testing.assert_array_equal(states[start : start + len(x)], best_path)
+        assert best_lp[i] == pytest.approx(best, rel=1e-13)
+        start += len(x)
+    np.testing.assert_allclose(model.seq_log_density(enc), ll, rtol=1e-13)
+
+
+def test_the_two_implementations_agree_and_batches_do_not_matter():
+    seqs = ragged_sequences()
+    steps = []
+    for implementation, batch_elements in (("log", None), ("scaling", None), ("scaling", 40), ("log", 40)):
+        model = gaussian_model(implementation)
+        encoder = HiddenMarkovEncoder(model.emissions[0].dist_to_encoder(), 3, batch_elements)
+        enc = encoder.seq_encode(seqs)
+        assert (len(enc.batches) > 1) == (batch_elements is not None)
+        steps.append(em_step(enc, model.estimator(), model))
+    for step in steps[1:]:
+        assert step.log_density == pytest.approx(steps[0].log_density, rel=1e-12)
+        np.testing.assert_allclose(step.model.transmat, steps[0].model.transmat, atol=1e-12)
+        np.testing.assert_allclose([e.mu for e in step.model.emissions], [e.mu for e in steps[0].model.emissions])
+
+
+def test_values_are_sums_chunks_combine_to_one_pass():
+    seqs = ragged_sequences(1)
+    model = gaussian_model()
+    estimator = model.estimator()
+    whole = estimator.make_accumulator()
+    whole.seq_update(seq_encode(seqs, model=model), None, model)
+    parts = [estimator.make_accumulator() for _ in range(3)]
+    for i, acc in enumerate(parts):
+        acc.seq_update(seq_encode(seqs[i::3], model=model), None, model)
+    combined = estimator.make_accumulator().from_value(parts[0].value())
+    combined.combine(parts[1].value()).combine(parts[2].value())
+    for a, b in zip(combined.value()[:3], whole.value()[:3]):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    for a, b in zip(combined.value()[3], whole.value()[3]):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_sequence_weights_equal_repeated_sequences():
+    seqs = ragged_sequences(2, 5)
+    model = gaussian_model("scaling")
+    estimator = model.estimator()
+    weighted = estimator.make_accumulator()
+    weighted.seq_update(seq_encode(seqs, model=model), np.array([1.0, 2.0, 1.0, 3.0, 1.0]), model)
+    repeated = estimator.make_accumulator()
+    repeated.seq_update(seq_encode(seqs + [seqs[1], seqs[3], seqs[3]], model=model), None, model)
+    np.testing.assert_allclose(weighted.value()[1], repeated.value()[1], rtol=1e-12)
+    np.testing.assert_allclose(weighted.value()[3][2], repeated.value()[3][2], rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "emissions",
+    [
+        [CategoricalDistribution({"a": 0.7, "b": 0.3}), CategoricalDistribution({"a": 0.2, "b": 0.8})],
+        [PoissonDistribution(1.0), PoissonDistribution(6.0)],
+        [DiagonalGaussianDistribution([0.0, 0.0], [1.0, 1.0]), DiagonalGaussianDistribution([3.0, 3.0], [1.0, 2.0])],
+    ],
+)
+def test_any_emission_family_fits_and_never_falls(emissions):
+    truth = HiddenMarkovDistribution(emissions, [0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]], length=40)
+    data = truth.sampler(4).sample(30)
+    model = truth
+    history = []
+    enc = seq_encode(data, model=truth)
+    estimator = truth.estimator()
+    for _ in range(8):
+        step = em_step(enc, estimator, model)
+        history.append(step.log_density)
+        model = step.model
+    assert np.all(np.diff(history) >= -1e-9 * np.abs(history[1:]))
+
+
+def test_free_parameters_and_random_start():
+    model = gaussian_model()
+    estimator = HiddenMarkovEstimator([GaussianEstimator() for _ in range(3)])
+    assert free_parameters(estimator, model) == 2 + 6 + 3 * 2
+    enc = seq_encode(ragged_sequences(3), model=model)
+    start = seq_initialize(enc, estimator, np.random.default_rng(0), 1.0)
+    assert isinstance(start, HiddenMarkovDistribution)
+    np.testing.assert_allclose(start.transmat.sum(axis=1), 1.0)
+    assert np.isfinite(em_step(enc, estimator, start).log_density)
+
+
+def test_sample_sequence_and_draw():
+    model = gaussian_model()
+    x, states = model.sample_sequence(np.random.default_rng(0), 3000)
+    assert x.shape == (3000,) and states.shape == (3000,)
+    for k, mu in enumerate((0.0, 3.0, -2.0)):
+        assert abs(x[states == k].mean() - mu) < 0.3
+    with pytest.raises(ValueError, match="length=T"):
+        model.sampler(0).sample(2)
+
+
+def _two_rank_fit(rank, world):
+    from mixle_nb.hmm import GaussianHMM
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    seqs = [np.atleast_2d(s).T for s in ragged_sequences(5, 31)]
+    out = {}
+    for implementation in ("log", "scaling"):
+        m = start_face(GaussianHMM, implementation)
+        estimator = m.family_estimator()
+        with TorchRunEncodedData(seqs, estimator=estimator) as handle:
+            m.fit(handle)
+            out[implementation] = face_numbers(m)
+            out["local_sequences"] = handle.local_count
+    symbols = symbol_sequences()
+    c = start_categorical()
+    with TorchRunEncodedData(symbols, estimator=c.family_estimator()) as handle:
+        c.fit(handle)
+        out["categorical"] = np.concatenate([c.startprob_, c.transmat_.ravel(), c.emissionprob_.ravel()])
+        out["categorical_history"] = list(c.monitor_.history)
+    return out
+
+
+def symbol_sequences():
+    rng = np.random.default_rng(8)
+    return [rng.choice(4, size=int(n), p=[0.4, 0.3, 0.2, 0.1]) for n in rng.integers(1, 25, size=27)]
+
+
+def start_categorical():
+    from mixle_nb.hmm import CategoricalHMM
+
+    c = CategoricalHMM(3, init_params="", n_iter=6, tol=-np.inf, implementation="scaling")
+    c.startprob_, c.transmat_ = np.array(STARTPROB), np.array(TRANSMAT)
+    c.emissionprob_ = np.array([[0.5, 0.2, 0.2, 0.1], [0.1, 0.1, 0.4, 0.4], [0.25, 0.25, 0.25, 0.25]])
+    return c
+
+
+def start_face(cls, implementation):
+    m = cls(3, covariance_type="diag", init_params="", n_iter=8, tol=-np.inf, implementation=implementation)
+    m.startprob_, m.transmat_ = np.array(STARTPROB), np.array(TRANSMAT)
+    m.means_, m.covars_ = np.array([[0.0], [3.0], [-2.0]]), np.array([[1.0], [0.5], [2.0]])
+    return m
+
+
+def face_numbers(m):
+    return np.concatenate([m.startprob_, m.transmat_.ravel(), m.means_.ravel(), m._covars_.ravel()]), list(
+        m.monitor_.history
+    )
+
+
+def test_two_rank_handle_fit_equals_one_process():
+    from mixle_nb.hmm import GaussianHMM
+
+    results = run_local(_two_rank_fit, 2, timeout=240)
+    seqs = ragged_sequences(5, 31)
+    X, lengths = np.concatenate(seqs)[:, None], [len(s) for s in seqs]
+    assert sorted(r["local_sequences"] for r in results) == [15, 16]
+    for implementation in ("log", "scaling"):
+        single = start_face(GaussianHMM, implementation).fit(X, lengths)
+        numbers, history = face_numbers(single)
+        for r in results:
+            ranked, ranked_history = r[implementation]
+            np.testing.assert_allclose(ranked, numbers, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(ranked_history, history, rtol=1e-10)
+        assert np.all(np.diff(history) >= -1e-9 * np.abs(history[1:]))
+        np.testing.assert_array_equal(results[0][implementation][0], results[1][implementation][0])
+    # categorical statistics are dicts of symbol counts: the handle folds them by gathering
+    symbols = symbol_sequences()
+    single = start_categorical().fit(np.concatenate(symbols)[:, None], [len(x) for x in symbols])
+    expected = np.concatenate([single.startprob_, single.transmat_.ravel(), single.emissionprob_.ravel()])
+    for r in results:
+        np.testing.assert_allclose(r["categorical"], expected, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(r["categorical_history"], list(single.monitor_.history), rtol=1e-10)
+
+
+def test_scaled_pass_falls_back_to_dividing_every_step_on_near_impossible_chains():
+    """Transitions of 1e-90 taken at every step: between two divisions the column sums would
+    underflow (1e-360), so the scaled pass runs the batch again dividing at every step, and
+    agrees with the log-space pass."""
+    eps = 1e-90
+    emissions = [GaussianDistribution(0.0, 1.0), GaussianDistribution(100.0, 1.0)]
+    seqs = [np.tile([0.0, 100.0], 20), np.tile([100.0, 0.0, 0.0], 9)]
+    results = []
+    for implementation in ("scaling", "log"):
+        model = HiddenMarkovDistribution(emissions, [0.5, 0.5], [[1 - eps, eps], [eps, 1 - eps]], implementation)
+        enc = seq_encode(seqs, model=model)
+        step = em_step(enc, model.estimator(), model)
+        results.append((model.seq_log_density(enc), step.model.transmat))
+    assert np.all(np.isfinite(results[0][0]))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-12)
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-10, atol=1e-300)
