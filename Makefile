@@ -25,7 +25,7 @@ MPIEXEC ?= /usr/bin/mpiexec
 
 # The tests that start processes carry one of these markers (tests/conftest.py); the fast tier
 # deselects them, and under that selection starting such a process fails the test.
-FAST := not (cluster or kernel or ranks or browser or multihost or mpi or slurm)
+FAST := not (cluster or kernel or ranks or subprocess or browser or multihost or mpi or slurm)
 
 .PHONY: venv browser multihost slurm mpi check test demo lab
 
@@ -70,7 +70,7 @@ check: venv
 # Coverage of mixle_nb's lines in every process the tests start (engines, kernels, ranks: see
 # [tool.coverage.run] in pyproject.toml), combined; below [tool.coverage.report] fail_under, it fails.
 test: venv browser multihost slurm mpi
-	OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q --cov --cov-report=term-missing
+	OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q --cov --cov-report=term-missing --durations=25
 
 demo: venv
 	$(PY) -m mixle_nb.demo

@@ -204,7 +204,7 @@ class MixleMagics(Magics):
         ``%mixle_cluster list`` shows this user's detached clusters and ``%mixle_cluster attach``
         (``--id ID`` when there are several) reconnects to one and binds ``mixle``.
         ``start N --launcher slurm --partition p --time 00:30:00`` asks Slurm for the engines
-        (``sbatch``'s own option names; see the README's "Schedulers: Slurm").
+        (``sbatch``'s own option names; see docs/guide/hosts-and-schedulers.md).
         """
         args = parse(self.mixle_cluster, line)
         if args is None:

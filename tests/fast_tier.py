@@ -3,7 +3,8 @@
 Every test that starts processes carries the marker of what it starts (pyproject.toml lists them):
 ``cluster`` (a MixleCluster / ipyparallel), ``kernel`` (a Jupyter kernel: nbclient, jupyter_client,
 a JupyterLab server), ``ranks`` (torch.distributed ranks in subprocesses: ``run_local``, torchrun,
-a script that runs them), ``browser``, ``multihost``, ``mpi``, ``slurm``. ``make check`` deselects
+a script that runs them), ``subprocess`` (any other Python program: another package's test
+suite), ``browser``, ``multihost``, ``mpi``, ``slurm``. ``make check`` deselects
 them all; in a run whose ``-m`` deselects a kind, :class:`Guard` makes starting that kind raise,
 naming the missing marker, so a test that starts something without its marker fails the fast
 tier instead of slowing it down unnoticed. tests/conftest.py installs it.
@@ -19,7 +20,7 @@ import sys
 import pytest
 
 # The markers of tests that start processes; every one of them is deselected by `make check`.
-PROCESS_MARKERS = ("cluster", "kernel", "ranks", "browser", "multihost", "mpi", "slurm")
+PROCESS_MARKERS = ("cluster", "kernel", "ranks", "subprocess", "browser", "multihost", "mpi", "slurm")
 
 # Session fixtures that start something, and the marker a test using them needs.
 FIXTURE_MARKERS = {
@@ -60,7 +61,7 @@ def starter_kind(args) -> str | None:
         return None
     name = os.path.basename(os.fsdecode(argv[0])).split()[0] if argv else ""
     if name == os.path.basename(sys.executable) or name.startswith("python"):
-        return "ranks, cluster or kernel: whichever this Python process is"
+        return "ranks, cluster, kernel or subprocess: whichever this Python process is"
     return STARTERS.get(name)
 
 

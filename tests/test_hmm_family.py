@@ -214,6 +214,7 @@ def face_numbers(m):
     )
 
 
+@pytest.mark.ranks
 def test_two_rank_handle_fit_equals_one_process():
     from mixle_nb.hmm import GaussianHMM
 

@@ -35,6 +35,7 @@ EXCLUDED = ["test_gaussian_hmm.py::TestGaussianHMMWithSphericalCovars::test_unde
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.subprocess
 def test_hmmlearn_suite_passes_with_our_classes(tmp_path):
     source = Path(hmmlearn.__file__).parent / "tests"
     suite = tmp_path / "hmmlearn_suite"

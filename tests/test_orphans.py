@@ -16,7 +16,7 @@ from kernels import kernel, kill, new_tag, run, tagged, wait_gone
 
 pytestmark = [pytest.mark.kernel, pytest.mark.cluster]
 
-ORPHAN_BOUND_S = 10.0  # the stated bound (README "When something fails")
+ORPHAN_BOUND_S = 10.0  # the stated bound (docs/guide/failures.md, "What survives what")
 
 START = """
 import glob, json, os

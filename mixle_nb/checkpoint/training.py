@@ -110,7 +110,8 @@ class TrainingCheckpoints:
         import torch.distributed.checkpoint as dcp
 
         if self.asynchronous and dist.is_initialized():
-            world = dist.distributed_c10d._get_default_group()
+            world = dist.group.WORLD  # the default group (its public name), set: a group is initialised
+            assert world is not None
             if self._group is None or self._group[0] is not world:  # none yet, or a new default group
                 ranks = None if self.group is None else dist.get_process_group_ranks(self.group)
                 self._group = (

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import time
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .. import inference
 from ..stats import seq_encode, seq_log_density_sum
 from ..stats.estimation import is_handle
+from ..stats.handle import EncodedDataHandle
 from ..stats.kmeans import encoded_points
 from . import scikit_internals
 from .initial_parameters import checked_means, checked_precisions, checked_weights
@@ -31,9 +32,6 @@ from .translation import (
     precisions_cholesky,
     precisions_from_cholesky,
 )
-
-if TYPE_CHECKING:  # the protocol only: a handle is recognised by its method (is_handle)
-    from ..parallel.handle import EncodedDataHandle
 
 # scikit-learn's start names, as our starts (mixle_nb.inference.initial_model). Both k-means
 # names take our k-means‖ start (k-means++ seeding where the data live, one Lloyd pass, then a

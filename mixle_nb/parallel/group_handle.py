@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from ..stats.handle import HandleLifetime
 from .exchange import STATUS, Header, RankExchange, StatusCheck
 from .fold import SAME_MODEL
 from .group import GROUP_TIMEOUT_S, GroupMembership, join_group, require_every_rank
-from .handle import HandleLifetime
 
 LOG_DENSITY_HEADER = Header(**STATUS, count=1, total=1)  # the log-density sum's one exchange
 

@@ -6,16 +6,14 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
 import numpy as np
 
 from . import foreign
 from .base import Accumulator, Distribution, Estimator, random_source, total
 from .frame import PointEncoding
-
-if TYPE_CHECKING:  # the protocol is the handles' layer; dispatch knows a handle by its method
-    from ..parallel.handle import EncodedDataHandle
+from .handle import EncodedDataHandle
 
 
 @dataclass
