@@ -9,7 +9,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from numbers import Integral, Real
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
 def integer(name: str, value: Any, *, minimum: int | None = 1) -> int:
@@ -71,7 +74,7 @@ def choice(name: str, value: Any, options: Iterable[Any]) -> Any:
     return value
 
 
-def device(name: str, value: Any):
+def device(name: str, value: Any) -> torch.device | None:
     """``None``, or ``value`` (a ``torch.device`` or its name) as a ``torch.device`` that this
     process can use: ``"cpu"``, or a CUDA device that exists here (``"cuda"`` names the
     current one)."""

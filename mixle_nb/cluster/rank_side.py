@@ -9,9 +9,15 @@ import contextlib
 import contextvars
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..stats.base import Distribution
 
 # A namespace of LocalRanks (a panel without a cluster) and where its calls publish, while one runs
 _local_namespace: contextvars.ContextVar[dict | None] = contextvars.ContextVar("mixle_local_namespace", default=None)
@@ -142,7 +148,7 @@ def data_sample_on_rank(handle: str, n: int) -> np.ndarray | None:
     return x[:, 0] if x.ndim == 2 and x.shape[1] == 1 else x
 
 
-def _observations(chunk) -> np.ndarray | None:
+def _observations(chunk: Any) -> np.ndarray | None:
     """An encoded chunk's observations (N, D) or (N,), where the encoding keeps them: the
     Gaussians' points (D, N), or an ``x`` (mixle's encodings, Poisson counts)."""
     if hasattr(chunk, "points"):
@@ -187,7 +193,7 @@ def train_on_rank(
     }
 
 
-def cpu_state(module) -> dict:
+def cpu_state(module: torch.nn.Module) -> dict:
     """A copy of ``module.state_dict()`` as CPU tensors, which later training does not change."""
     return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
 
@@ -211,7 +217,7 @@ def training_progress_on_rank(handle: str) -> dict:
     return {"steps_done": h.steps_done, "total_steps": h.total_steps}
 
 
-def generate_on_rank(model: str, prompt_ids, n: int, temperature: float, seed: int):
+def generate_on_rank(model: str, prompt_ids: ArrayLike, n: int, temperature: float, seed: int) -> np.ndarray:
     return lookup(model).generate(prompt_ids, n, temperature=temperature, seed=seed)
 
 
@@ -222,7 +228,7 @@ def held_out_loss_on_rank(handle: str, model: str) -> float:
     return -total / count
 
 
-def initial_model_on_rank(handle: str, estimator: str, model: str, init: str, seed: int):
+def initial_model_on_rank(handle: str, estimator: str, model: str, init: str, seed: int) -> Distribution:
     """The start ``init`` (``"kmeans++"``, ``"random_from_data"``, ``"random"``) finds on the
     handle, every rank taking part; bound to ``model`` here and returned."""
     from ..inference import initial_model

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 import string
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted
@@ -23,6 +25,9 @@ from ..stats.estimation import em_step
 from ..stats.hmm import HiddenMarkovDistribution, HiddenMarkovEstimator
 from ..stats.hmm.model import normalized_rows
 from .monitor import ConvergenceMonitor
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 _log = logging.getLogger(__name__)
 DECODER_ALGORITHMS = frozenset(("viterbi", "map"))
@@ -33,7 +38,7 @@ def is_handle(data: Any) -> bool:
     return hasattr(data, "pysp_em_step") or hasattr(data, "pysp_seq_estimate")
 
 
-def checked_lengths(lengths, n_samples: int) -> np.ndarray:
+def checked_lengths(lengths: ArrayLike | None, n_samples: int) -> np.ndarray:
     """``lengths`` as int64, summing to ``n_samples``, each >= 1 (hmmlearn's message for the sum)."""
     if lengths is None:
         return np.asarray([n_samples], dtype=np.int64)
@@ -72,11 +77,18 @@ class HmmlearnEstimator(HiddenMarkovEstimator):
     the parameters in ``params`` change, and the emissions from ``emission_update`` (a
     subclass's, with its own priors), which sees the previous model."""
 
-    def __init__(self, estimators, previous: HiddenMarkovDistribution, params: str, emission_update, face):
+    def __init__(
+        self,
+        estimators: list,
+        previous: HiddenMarkovDistribution,
+        params: str,
+        emission_update: Callable[..., Any],
+        face: BaseHMM,
+    ) -> None:
         super().__init__(estimators, face.startprob_prior, face.transmat_prior, face.implementation)
         self.previous, self.params, self.emission_update = previous, params, emission_update
 
-    def estimate(self, nobs, value) -> HiddenMarkovDistribution:
+    def estimate(self, nobs: Any, value: Any) -> HiddenMarkovDistribution:
         start, transitions, occupancy, values = value
         startprob, transmat = self.previous.startprob, self.previous.transmat
         if "s" in self.params:
@@ -101,18 +113,18 @@ class BaseHMM(BaseEstimator):
 
     def __init__(
         self,
-        n_components=1,
-        startprob_prior=1.0,
-        transmat_prior=1.0,
-        algorithm="viterbi",
-        random_state=None,
-        n_iter=10,
-        tol=1e-2,
-        verbose=False,
-        params=string.ascii_letters,
-        init_params=string.ascii_letters,
-        implementation="log",
-    ):
+        n_components: int = 1,
+        startprob_prior: float | np.ndarray = 1.0,
+        transmat_prior: float | np.ndarray = 1.0,
+        algorithm: str = "viterbi",
+        random_state: Any = None,  # an int, a RandomState or None
+        n_iter: int = 10,
+        tol: float = 1e-2,
+        verbose: bool = False,
+        params: str = string.ascii_letters,
+        init_params: str = string.ascii_letters,
+        implementation: str = "log",
+    ) -> None:
         self.n_components = n_components
         self.startprob_prior = startprob_prior
         self.transmat_prior = transmat_prior
@@ -159,11 +171,11 @@ class BaseHMM(BaseEstimator):
         self._check()
         return self._estimator(self._model())
 
-    def _encode(self, X: np.ndarray, lengths: np.ndarray):
+    def _encode(self, X: np.ndarray, lengths: np.ndarray) -> Any:
         return self._model().dist_to_encoder().encode_concatenated(self._prepare(X), lengths)
 
     # -- validation ----------------------------------------------------------------------
-    def _validate(self, X, lengths, fitting: bool = False):
+    def _validate(self, X: Any, lengths: ArrayLike | None, fitting: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``X`` and ``lengths`` checked (every error before any work): the array, the
         lengths, the values (NaN / infinity by sequence and position), the family's checks."""
         X = check_array(X, ensure_all_finite=False, dtype=self._dtype)
@@ -220,7 +232,7 @@ class BaseHMM(BaseEstimator):
             return True
         return not hasattr(self, name)
 
-    def _init(self, X, lengths) -> None:
+    def _init(self, X: np.ndarray | None, lengths: np.ndarray | None) -> None:
         if X is not None:
             self._check_and_set_n_features(X)
         init = 1.0 / self.n_components
@@ -242,7 +254,7 @@ class BaseHMM(BaseEstimator):
         self._init_emissions(X, lengths)
 
     # -- fitting -------------------------------------------------------------------------
-    def fit(self, X, lengths=None):
+    def fit(self, X: ArrayLike, lengths: ArrayLike | None = None) -> Self:
         """Estimate the parameters with EM (Baum–Welch).
 
         Parameters
@@ -286,7 +298,7 @@ class BaseHMM(BaseEstimator):
         for _ in range(self.n_iter):
             model = self._model()
             step = em_step(enc, self._estimator(model), model)
-            self._take(step.model)
+            self._take(cast(HiddenMarkovDistribution, step.model))
             self.monitor_.report(step.log_density)
             if self.monitor_.converged:
                 break
@@ -301,13 +313,13 @@ class BaseHMM(BaseEstimator):
         self._set_emissions(model)
 
     # -- inference -----------------------------------------------------------------------
-    def _ready(self, X, lengths):
+    def _ready(self, X: ArrayLike, lengths: ArrayLike | None) -> tuple[HiddenMarkovDistribution, Any]:
         check_is_fitted(self, "startprob_")
         self._check()
         X, lengths = self._validate(X, lengths)
         return self._model(), self._encode(X, lengths)
 
-    def score_samples(self, X, lengths=None):
+    def score_samples(self, X: ArrayLike, lengths: ArrayLike | None = None) -> tuple[float, np.ndarray]:
         """Log-likelihood of ``X`` and each sample's state posteriors.
 
         Parameters
@@ -343,7 +355,7 @@ class BaseHMM(BaseEstimator):
         ll, posteriors = model.seq_posteriors(enc)
         return float(ll.sum()), posteriors
 
-    def score(self, X, lengths=None):
+    def score(self, X: ArrayLike, lengths: ArrayLike | None = None) -> float:
         """Log-likelihood of ``X`` under the model.
 
         Parameters
@@ -375,7 +387,9 @@ class BaseHMM(BaseEstimator):
         model, enc = self._ready(X, lengths)
         return float(model.device_log_density(enc).sum())
 
-    def decode(self, X, lengths=None, algorithm=None):
+    def decode(
+        self, X: ArrayLike, lengths: ArrayLike | None = None, algorithm: str | None = None
+    ) -> tuple[float, np.ndarray]:
         """Most likely state sequence of ``X``.
 
         Parameters
@@ -423,7 +437,7 @@ class BaseHMM(BaseEstimator):
         _, posteriors = model.seq_posteriors(enc)
         return float(np.max(posteriors, axis=1).sum()), np.argmax(posteriors, axis=1)
 
-    def predict(self, X, lengths=None):
+    def predict(self, X: ArrayLike, lengths: ArrayLike | None = None) -> np.ndarray:
         """Most likely state of each sample (:meth:`decode` with :attr:`algorithm`).
 
         Parameters
@@ -454,7 +468,7 @@ class BaseHMM(BaseEstimator):
         """
         return self.decode(X, lengths)[1]
 
-    def predict_proba(self, X, lengths=None):
+    def predict_proba(self, X: ArrayLike, lengths: ArrayLike | None = None) -> np.ndarray:
         """Each sample's state posteriors.
 
         Parameters
@@ -485,7 +499,12 @@ class BaseHMM(BaseEstimator):
         """
         return self.score_samples(X, lengths)[1]
 
-    def sample(self, n_samples=1, random_state=None, currstate=None):
+    def sample(
+        self,
+        n_samples: int = 1,
+        random_state: Any = None,  # an int, a RandomState or None
+        currstate: Any = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Draw samples from the model (hmmlearn's order of random draws, so a seed gives its samples).
 
         Parameters
@@ -530,7 +549,7 @@ class BaseHMM(BaseEstimator):
             X.append(self._generate_sample_from_state(currstate, random_state))
         return np.atleast_2d(X), np.array(states, dtype=int)
 
-    def get_stationary_distribution(self):
+    def get_stationary_distribution(self) -> np.ndarray:
         """The stationary distribution of the chain (the left eigenvector of ``transmat_``).
 
         Returns
@@ -556,7 +575,7 @@ class BaseHMM(BaseEstimator):
         eigvec = np.real_if_close(eigvecs[:, np.argmax(eigvals)])
         return eigvec / eigvec.sum()
 
-    def aic(self, X, lengths=None):
+    def aic(self, X: ArrayLike, lengths: ArrayLike | None = None) -> float:
         """Akaike information criterion, ``-2 log L + 2 p`` (p: every free parameter, as hmmlearn).
 
         Parameters
@@ -585,7 +604,7 @@ class BaseHMM(BaseEstimator):
         log_prob = self.score(X, lengths=lengths)  # first: it sets n_features
         return -2 * log_prob + 2 * sum(self._get_n_fit_scalars_per_param().values())
 
-    def bic(self, X, lengths=None):
+    def bic(self, X: Any, lengths: ArrayLike | None = None) -> float:
         """Bayesian information criterion, ``-2 log L + p log n`` (n: the samples).
 
         Parameters
@@ -621,13 +640,13 @@ class BaseHMM(BaseEstimator):
     def _emission_estimators(self) -> list:
         raise NotImplementedError
 
-    def _emission_update(self):
+    def _emission_update(self) -> Callable[..., Any]:
         raise NotImplementedError
 
     def _set_emissions(self, model: HiddenMarkovDistribution) -> None:
         raise NotImplementedError
 
-    def _init_emissions(self, X, lengths) -> None:
+    def _init_emissions(self, X: np.ndarray | None, lengths: np.ndarray | None) -> None:
         raise NotImplementedError
 
     def _check_emissions(self) -> None:
@@ -639,5 +658,5 @@ class BaseHMM(BaseEstimator):
     def _get_n_fit_scalars_per_param(self) -> dict:
         raise NotImplementedError
 
-    def _generate_sample_from_state(self, state, random_state):
+    def _generate_sample_from_state(self, state: int, random_state: np.random.RandomState) -> Any:
         return ()

@@ -5,10 +5,13 @@ log-densities and weighted counts); the M-step is hmmlearn's (``emissionprob_pri
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from sklearn.utils import check_random_state
 
 from ..stats.categorical import CategoricalDistribution, CategoricalEstimator
+from ..stats.hmm import HiddenMarkovDistribution
 from ..stats.hmm.model import normalized_rows
 from .base import BaseHMM
 
@@ -20,7 +23,7 @@ class CategoricalUpdate:
         self.params, self.prior = face.params, face.emissionprob_prior
         self.emissionprob, self.n_features = face.emissionprob_, face.n_features
 
-    def __call__(self, occupancy, values, previous) -> list:
+    def __call__(self, occupancy: np.ndarray, values: list, previous: HiddenMarkovDistribution) -> list:
         probs = self.emissionprob
         if "e" in self.params:
             counts = np.zeros((len(values), self.n_features))
@@ -76,21 +79,21 @@ class CategoricalHMM(BaseHMM):
 
     def __init__(
         self,
-        n_components=1,
-        startprob_prior=1.0,
-        transmat_prior=1.0,
+        n_components: int = 1,
+        startprob_prior: float | np.ndarray = 1.0,
+        transmat_prior: float | np.ndarray = 1.0,
         *,
-        emissionprob_prior=1.0,
-        n_features=None,
-        algorithm="viterbi",
-        random_state=None,
-        n_iter=10,
-        tol=1e-2,
-        verbose=False,
-        params="ste",
-        init_params="ste",
-        implementation="log",
-    ):
+        emissionprob_prior: float | np.ndarray = 1.0,
+        n_features: int | None = None,
+        algorithm: str = "viterbi",
+        random_state: Any = None,
+        n_iter: int = 10,
+        tol: float = 1e-2,
+        verbose: bool = False,
+        params: str = "ste",
+        init_params: str = "ste",
+        implementation: str = "log",
+    ) -> None:
         super().__init__(
             n_components,
             startprob_prior=startprob_prior,
@@ -129,7 +132,7 @@ class CategoricalHMM(BaseHMM):
         nc, nf = self.n_components, self.n_features
         return {"s": nc - 1, "t": nc * (nc - 1), "e": nc * (nf - 1)}
 
-    def _init_emissions(self, X, lengths) -> None:
+    def _init_emissions(self, X: np.ndarray | None, lengths: np.ndarray | None) -> None:
         self.random_state = check_random_state(self.random_state)
         if self._needs_init("e", "emissionprob_"):
             if self.n_features is None:
@@ -153,13 +156,13 @@ class CategoricalHMM(BaseHMM):
     def _emission_update(self) -> CategoricalUpdate:
         return CategoricalUpdate(self)
 
-    def _set_emissions(self, model) -> None:
+    def _set_emissions(self, model: HiddenMarkovDistribution) -> None:
         probs = np.zeros((self.n_components, self.n_features))
         for k, e in enumerate(model.emissions):
             for symbol, p in e.pmap.items():
                 probs[k, int(symbol)] = p
         self.emissionprob_ = probs
 
-    def _generate_sample_from_state(self, state, random_state):
+    def _generate_sample_from_state(self, state: int, random_state: np.random.RandomState) -> list:
         cdf = np.cumsum(self.emissionprob_[state, :])
         return [(cdf > random_state.rand()).argmax()]

@@ -36,7 +36,9 @@ def validate_covars(covars: np.ndarray, covariance_type: str, n_components: int)
         raise ValueError("covariance_type must be one of " + "'spherical', 'tied', 'diag', 'full'")
 
 
-def fill_covars(covars, covariance_type: str = "full", n_components: int = 1, n_features: int = 1) -> np.ndarray:
+def fill_covars(
+    covars: np.ndarray, covariance_type: str = "full", n_components: int = 1, n_features: int = 1
+) -> np.ndarray:
     """Full (n_components, n_features, n_features) matrices from a type's compact covariances."""
     if covariance_type == "full":
         return covars

@@ -9,17 +9,21 @@ computed from the centred sums, so it keeps its digits far from the origin.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn import cluster
 
 from ..stats.centred_moments import _split
 from ..stats.diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEstimator
+from ..stats.hmm import HiddenMarkovDistribution
 from ..stats.multivariate_gaussian import MultivariateGaussianDistribution, MultivariateGaussianEstimator
 from .base import BaseHMM
 from .covariances import COVARIANCE_TYPES, distribute_covar_matrix, fill_covars, validate_covars
 
 
-def centred_state_sums(values: list, full: bool):
+def centred_state_sums(values: list, full: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per state ``n`` (K,), the weighted mean of the data (K, D) and the scatter about it
     (K, D) or (K, D, D), from the Gaussian accumulators' centred values."""
     n, mean, scatter = [], [], []
@@ -42,7 +46,7 @@ class GaussianUpdate:
         self.covars_prior, self.covars_weight = face.covars_prior, face.covars_weight
         self.means, self.covars = face.means_, face._covars_
 
-    def __call__(self, occupancy, values, previous) -> list:
+    def __call__(self, occupancy: np.ndarray, values: list, previous: HiddenMarkovDistribution) -> list:
         full = self.covariance_type in ("full", "tied")
         post, data_mean, scatter = centred_state_sums(values, full)
         means_weight, means_prior = self.means_weight, self.means_prior
@@ -163,24 +167,24 @@ class GaussianHMM(BaseHMM):
 
     def __init__(
         self,
-        n_components=1,
-        covariance_type="diag",
-        min_covar=1e-3,
-        startprob_prior=1.0,
-        transmat_prior=1.0,
-        means_prior=0,
-        means_weight=0,
-        covars_prior=1e-2,
-        covars_weight=1,
-        algorithm="viterbi",
-        random_state=None,
-        n_iter=10,
-        tol=1e-2,
-        verbose=False,
-        params="stmc",
-        init_params="stmc",
-        implementation="log",
-    ):
+        n_components: int = 1,
+        covariance_type: str = "diag",
+        min_covar: float = 1e-3,
+        startprob_prior: float | np.ndarray = 1.0,
+        transmat_prior: float | np.ndarray = 1.0,
+        means_prior: float | np.ndarray = 0,
+        means_weight: float | np.ndarray = 0,
+        covars_prior: float | np.ndarray = 1e-2,
+        covars_weight: float | np.ndarray = 1,
+        algorithm: str = "viterbi",
+        random_state: Any = None,
+        n_iter: int = 10,
+        tol: float = 1e-2,
+        verbose: bool = False,
+        params: str = "stmc",
+        init_params: str = "stmc",
+        implementation: str = "log",
+    ) -> None:
         super().__init__(
             n_components,
             startprob_prior=startprob_prior,
@@ -202,12 +206,12 @@ class GaussianHMM(BaseHMM):
         self.covars_weight = covars_weight
 
     @property
-    def covars_(self):
+    def covars_(self) -> np.ndarray:
         """Covariances as full matrices, (n_components, n_features, n_features)."""
         return fill_covars(self._covars_, self.covariance_type, self.n_components, self.n_features)
 
     @covars_.setter
-    def covars_(self, covars):
+    def covars_(self, covars: ArrayLike) -> None:
         covars = np.array(covars, copy=True)
         validate_covars(covars, self.covariance_type, self.n_components)
         self._covars_ = covars
@@ -223,7 +227,7 @@ class GaussianHMM(BaseHMM):
             ],
         }
 
-    def _init_emissions(self, X, lengths) -> None:
+    def _init_emissions(self, X: np.ndarray | None, lengths: np.ndarray | None) -> None:
         needs_means, needs_covars = self._needs_init("m", "means_"), self._needs_init("c", "covars_")
         if X is None and (needs_means or needs_covars):
             raise ValueError(
@@ -235,7 +239,7 @@ class GaussianHMM(BaseHMM):
             kmeans.fit(X)
             self.means_ = kmeans.cluster_centers_
         if needs_covars:
-            cv = np.cov(X.T) + self.min_covar * np.eye(X.shape[1])
+            cv = np.cov(X.T) + self.min_covar * np.eye(X.shape[1])  # type: ignore[union-attr]  # X is set: raised above
             if not cv.shape:
                 cv.shape = (1, 1)
             self.covars_ = distribute_covar_matrix(cv, self.covariance_type, self.n_components).copy()
@@ -258,7 +262,7 @@ class GaussianHMM(BaseHMM):
     def _emission_update(self) -> GaussianUpdate:
         return GaussianUpdate(self)
 
-    def _set_emissions(self, model) -> None:
+    def _set_emissions(self, model: HiddenMarkovDistribution) -> None:
         self.means_ = np.stack([np.asarray(e.mu, dtype=np.float64) for e in model.emissions])
         if self.covariance_type == "spherical":
             self._covars_ = np.array([float(e.sigma2[0]) for e in model.emissions])
@@ -269,5 +273,5 @@ class GaussianHMM(BaseHMM):
         else:
             self._covars_ = np.stack([e.covar for e in model.emissions])
 
-    def _generate_sample_from_state(self, state, random_state):
+    def _generate_sample_from_state(self, state: int, random_state: np.random.RandomState) -> np.ndarray:
         return random_state.multivariate_normal(self.means_[state], self.covars_[state])

@@ -6,9 +6,12 @@ The states emit from independent columns of :class:`~mixle_nb.stats.PoissonDistr
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from sklearn.utils import check_random_state
 
+from ..stats.hmm import HiddenMarkovDistribution
 from ..stats.hmm.columns import ColumnsDistribution, ColumnsEstimator
 from ..stats.poisson import PoissonDistribution, PoissonEstimator
 from .base import BaseHMM
@@ -21,7 +24,7 @@ class PoissonUpdate:
         self.params, self.lambdas = face.params, face.lambdas_
         self.alphas, self.betas = face.lambdas_prior, face.lambdas_weight
 
-    def __call__(self, occupancy, values, previous) -> list:
+    def __call__(self, occupancy: np.ndarray, values: list, previous: HiddenMarkovDistribution) -> list:
         lambdas = self.lambdas
         if "l" in self.params:
             post = np.array([value[0][0] for value in values])
@@ -71,20 +74,20 @@ class PoissonHMM(BaseHMM):
 
     def __init__(
         self,
-        n_components=1,
-        startprob_prior=1.0,
-        transmat_prior=1.0,
-        lambdas_prior=0.0,
-        lambdas_weight=0.0,
-        algorithm="viterbi",
-        random_state=None,
-        n_iter=10,
-        tol=1e-2,
-        verbose=False,
-        params="stl",
-        init_params="stl",
-        implementation="log",
-    ):
+        n_components: int = 1,
+        startprob_prior: float | np.ndarray = 1.0,
+        transmat_prior: float | np.ndarray = 1.0,
+        lambdas_prior: float | np.ndarray = 0.0,
+        lambdas_weight: float | np.ndarray = 0.0,
+        algorithm: str = "viterbi",
+        random_state: Any = None,
+        n_iter: int = 10,
+        tol: float = 1e-2,
+        verbose: bool = False,
+        params: str = "stl",
+        init_params: str = "stl",
+        implementation: str = "log",
+    ) -> None:
         super().__init__(
             n_components,
             startprob_prior=startprob_prior,
@@ -105,7 +108,7 @@ class PoissonHMM(BaseHMM):
         nc, nf = self.n_components, self.n_features
         return {"s": nc - 1, "t": nc * (nc - 1), "l": nc * nf}
 
-    def _init_emissions(self, X, lengths) -> None:
+    def _init_emissions(self, X: np.ndarray | None, lengths: np.ndarray | None) -> None:
         self.random_state = check_random_state(self.random_state)
         if self._needs_init("l", "lambdas_"):
             if X is None:
@@ -136,8 +139,8 @@ class PoissonHMM(BaseHMM):
     def _emission_update(self) -> PoissonUpdate:
         return PoissonUpdate(self)
 
-    def _set_emissions(self, model) -> None:
+    def _set_emissions(self, model: HiddenMarkovDistribution) -> None:
         self.lambdas_ = np.array([[c.lam for c in e.components] for e in model.emissions])
 
-    def _generate_sample_from_state(self, state, random_state):
+    def _generate_sample_from_state(self, state: int, random_state: np.random.RandomState) -> np.ndarray:
         return random_state.poisson(self.lambdas_[state])

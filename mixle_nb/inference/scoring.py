@@ -22,7 +22,7 @@ def _per_observation(data_or_handle: Any, model: Distribution, function: Callabl
             )
         explain = getattr(data_or_handle, "explain_failure", None)  # names a model of another dimension
 
-        def scored(enc):
+        def scored(enc: Any) -> np.ndarray:
             try:
                 return function(enc)
             except Exception as exc:

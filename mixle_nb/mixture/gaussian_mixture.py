@@ -8,17 +8,20 @@ from __future__ import annotations
 import functools
 import time
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, DensityMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import inference
-from ..stats import seq_encode, seq_log_density_sum
+from ..stats import EMStep, MixtureDistribution, MixtureEstimator, seq_encode, seq_log_density_sum
+from ..stats.base import Distribution, Estimator
 from ..stats.estimation import is_handle
 from ..stats.handle import EncodedDataHandle
 from ..stats.kmeans import encoded_points
@@ -32,6 +35,9 @@ from .translation import (
     precisions_cholesky,
     precisions_from_cholesky,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 # scikit-learn's start names, as our starts (mixle_nb.inference.initial_model). Both k-means
 # names take our k-means‖ start (k-means++ seeding where the data live, one Lloyd pass, then a
@@ -60,7 +66,7 @@ def is_reference(data: Any) -> bool:
 def _handle_features(handle: Any) -> int:
     """``n_features`` of this rank's shard of ``handle`` (an empty shard keeps its dimension)."""
 
-    def describe(enc):
+    def describe(enc: Any) -> np.ndarray:
         return np.array([encoded_points(enc).shape[0]])
 
     try:
@@ -79,16 +85,19 @@ def _on_rank(handle: EncodedDataHandle, estimator: GaussianMixture, method: str)
     return out if method != "fit" else {name: value for name, value in vars(out).items() if name in FITTED}
 
 
-def _answered_on_ranks(method):
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _answered_on_ranks(method: _F) -> _F:
     """A method that, given a cluster reference, runs on the ranks' handle instead."""
 
     @functools.wraps(method)
-    def on_any_data(self, X, *args, **kwargs):
+    def on_any_data(self: Any, X: Any, *args: Any, **kwargs: Any) -> Any:
         if is_reference(X):
             return X.call_with_handle(_on_rank, self, method.__name__)
         return method(self, X, *args, **kwargs)
 
-    return on_any_data
+    return cast(_F, on_any_data)
 
 
 class GaussianMixture(DensityMixin, BaseEstimator):
@@ -113,23 +122,23 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     def __init__(
         self,
-        n_components=1,
+        n_components: int = 1,
         *,
-        covariance_type="full",
-        tol=1e-3,
-        reg_covar=1e-6,
-        max_iter=100,
-        n_init=1,
-        init_params="kmeans",
-        weights_init=None,
-        means_init=None,
-        precisions_init=None,
-        random_state=None,
-        warm_start=False,
-        verbose=0,
-        verbose_interval=10,
-        device=None,
-    ):
+        covariance_type: str = "full",
+        tol: float = 1e-3,
+        reg_covar: float = 1e-6,
+        max_iter: int = 100,
+        n_init: int = 1,
+        init_params: str = "kmeans",
+        weights_init: ArrayLike | None = None,
+        means_init: ArrayLike | None = None,
+        precisions_init: ArrayLike | None = None,
+        random_state: int | np.random.RandomState | None = None,
+        warm_start: bool = False,
+        verbose: int = 0,
+        verbose_interval: int = 10,
+        device: str | torch.device | None = None,
+    ) -> None:
         self.n_components = n_components
         self.covariance_type = covariance_type
         self.tol = tol
@@ -146,13 +155,13 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.verbose_interval = verbose_interval
         self.device = device
 
-    def mixture_estimator(self, n_features: int):
+    def mixture_estimator(self, n_features: int) -> MixtureEstimator:
         """The ``MixtureEstimator`` EM runs with (also what to build a handle with)."""
         return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar)
 
     # -- fitting ----------------------------------------------------------------------------
 
-    def fit(self, X, y=None):
+    def fit(self, X: Any, y: ArrayLike | None = None) -> Self:
         """Estimate the parameters with EM from ``n_init`` starts; keep the best.
 
         Parameters
@@ -196,7 +205,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             result = self._em(enc, estimator, model, count, start)
             if best is None or result.log_density > best.log_density or best.log_density == -np.inf:
                 best = result
-        self._set_fitted(best, count)
+        self._set_fitted(cast(inference.FitResult, best), count)  # n_init >= 1: a start ran
         self._warn_unless_converged()
         return self
 
@@ -209,11 +218,11 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 stacklevel=3,
             )
 
-    def fit_predict(self, X, y=None):
+    def fit_predict(self, X: Any, y: ArrayLike | None = None) -> np.ndarray:
         """``fit(X).predict(X)``."""
         return self.fit(X).predict(X)
 
-    def _fit_data(self, X):
+    def _fit_data(self, X: Any) -> tuple[Any, int, int]:
         """``(data, count, n_features)``, checked as scikit-learn does."""
         if is_handle(X):
             count, n_features = len(X), _handle_features(X)
@@ -246,7 +255,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             given["covariances"] = covariances_from_precisions(kind, precisions)
         return given
 
-    def _start(self, enc, estimator, rng, initial: dict):
+    def _start(self, enc: Any, estimator: Estimator, rng: Any, initial: dict) -> MixtureDistribution:
         """The start: the given parameters over our start of ``init_params`` for the rest."""
         if len(initial) < 3:
             started = inference.initial_model(enc, estimator, STARTS[self.init_params], rng, init_p=1.0)
@@ -256,14 +265,14 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             }
         return model_from_parameters(self.covariance_type, initial["weights"], initial["means"], initial["covariances"])
 
-    def _em(self, enc, estimator, model, count: int, start: int):
+    def _em(self, enc: Any, estimator: Estimator, model: Distribution, count: int, start: int) -> inference.FitResult:
         if self.verbose:
             print(f"Initialization {start}")
         if self.max_iter == 0:
             return inference.FitResult(model, -np.inf, [], False, 0, "model")
         clock = [time.perf_counter()]
 
-        def report(record):
+        def report(record: EMStep) -> None:
             if self.verbose >= 2 and record.step % self.verbose_interval == 0:
                 now = time.perf_counter()
                 print(f"  Iteration {record.step}\t time lapse {now - clock[0]:.5f}s\t ll change {record.gain:.5f}")
@@ -285,7 +294,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             print(f"Initialization {state}. lower bound {result.log_density / count:.5f}.")
         return result
 
-    def _set_fitted(self, result, count: int) -> None:
+    def _set_fitted(self, result: inference.FitResult, count: int) -> None:
         kind = self.covariance_type
         self.weights_, self.means_, self.covariances_ = parameters_from_model(kind, result.model)
         self.precisions_cholesky_ = precisions_cholesky(kind, self.covariances_)
@@ -295,12 +304,12 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.lower_bound_ = float(result.log_density / count)
         self.lower_bounds_ = [float(r.log_density / count) for r in result.history]
 
-    def _model(self):
+    def _model(self) -> MixtureDistribution:
         return model_from_parameters(self.covariance_type, self.weights_, self.means_, self.covariances_)
 
     # -- using a fit --------------------------------------------------------------------------
 
-    def _scoring(self, X):
+    def _scoring(self, X: Any) -> tuple[Any, MixtureDistribution, MixtureEstimator]:
         """``(data, model, estimator)`` for scoring ``X``, an array or a handle."""
         check_is_fitted(self)
         if is_handle(X):
@@ -315,25 +324,25 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return X, self._model(), self.mixture_estimator(X.shape[1])
 
     @_answered_on_ranks
-    def predict_proba(self, X):
+    def predict_proba(self, X: Any) -> np.ndarray:
         """``(n_samples, n_components)`` responsibilities."""
         data, model, _ = self._scoring(X)
         return inference.predict_proba(data, model, gather=True)
 
     @_answered_on_ranks
-    def predict(self, X):
+    def predict(self, X: Any) -> np.ndarray:
         """Each observation's most responsible component."""
         data, model, _ = self._scoring(X)
         return inference.predict(data, model, gather=True)
 
     @_answered_on_ranks
-    def score_samples(self, X):
+    def score_samples(self, X: Any) -> np.ndarray:
         """Each observation's log-density."""
         data, model, _ = self._scoring(X)
         return inference.score_samples(data, model, gather=True)
 
     @_answered_on_ranks
-    def score(self, X, y=None):
+    def score(self, X: Any, y: ArrayLike | None = None) -> float:
         """The mean log-density per observation."""
         data, model, _ = self._scoring(X)
         if is_handle(data):
@@ -342,18 +351,18 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return float(inference.score_samples(data, model).mean())
 
     @_answered_on_ranks
-    def bic(self, X):
+    def bic(self, X: Any) -> float:
         """Bayesian information criterion on ``X`` (lower is better)."""
         data, model, estimator = self._scoring(X)
         return float(inference.bic(data, model, estimator))
 
     @_answered_on_ranks
-    def aic(self, X):
+    def aic(self, X: Any) -> float:
         """Akaike information criterion on ``X`` (lower is better)."""
         data, model, estimator = self._scoring(X)
         return float(inference.aic(data, model, estimator))
 
-    def sample(self, n_samples=1):
+    def sample(self, n_samples: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """``(X, y)``: ``n_samples`` draws, grouped by component as scikit-learn's are."""
         check_is_fitted(self)
         if n_samples < 1:

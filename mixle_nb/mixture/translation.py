@@ -18,6 +18,7 @@ family reads the same encoding of the points, so a handle built for one serves t
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.linalg import solve_triangular
 
 from ..stats import (
@@ -31,6 +32,7 @@ from ..stats import (
     SphericalGaussianDistribution,
     SphericalGaussianEstimator,
 )
+from ..stats.base import Estimator
 
 TIED_KEY = "tied covariance"
 
@@ -45,21 +47,23 @@ def mixture_estimator(covariance_type: str, n_components: int, n_features: int, 
     key = TIED_KEY if covariance_type == "tied" else None
     if full_family(covariance_type, n_features):
 
-        def component():
+        def component() -> Estimator:
             return MultivariateGaussianEstimator(dim=n_features, reg_covar=reg_covar, covariance_key=key)
     elif covariance_type == "spherical" and n_features > 1:
 
-        def component():
+        def component() -> Estimator:
             return SphericalGaussianEstimator(dim=n_features, reg_covar=reg_covar)
     else:
 
-        def component():
+        def component() -> Estimator:
             return DiagonalGaussianEstimator(dim=n_features, reg_covar=reg_covar, variance_key=key)
 
     return MixtureEstimator([component() for _ in range(n_components)])
 
 
-def model_from_parameters(covariance_type: str, weights, means, covariances) -> MixtureDistribution:
+def model_from_parameters(
+    covariance_type: str, weights: ArrayLike, means: ArrayLike, covariances: ArrayLike
+) -> MixtureDistribution:
     """The mixture with scikit-learn's ``weights_``, ``means_`` and ``covariances_``."""
     means = np.asarray(means, dtype=np.float64)
     k, d = means.shape
@@ -131,7 +135,7 @@ def precisions_cholesky(covariance_type: str, covariances: np.ndarray) -> np.nda
     if covariance_type in ("diag", "spherical"):
         return 1.0 / np.sqrt(covariances)
 
-    def one(covariance):
+    def one(covariance: np.ndarray) -> np.ndarray:
         lower = np.linalg.cholesky(covariance)
         return solve_triangular(lower, np.eye(len(covariance)), lower=True).T
 

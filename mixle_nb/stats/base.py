@@ -16,6 +16,7 @@ from typing import Any, TypeVar, overload
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from ..validation import device as checked_device
 
@@ -78,14 +79,14 @@ def check_finite(x: np.ndarray, what: str) -> np.ndarray:
     return x
 
 
-def float_tensor(values) -> torch.Tensor:
+def float_tensor(values: ArrayLike) -> torch.Tensor:
     """``values`` as a float64 tensor, sharing memory where torch allows: torch has no
     read-only tensors, so a read-only array is copied."""
     array = np.asarray(values, dtype=np.float64)
     return torch.from_numpy(array if array.flags.writeable else array.copy())
 
 
-def device_tensor(values, device: torch.device) -> torch.Tensor:
+def device_tensor(values: ArrayLike | torch.Tensor, device: torch.device) -> torch.Tensor:
     """Weights or data (an array or a tensor) as a float64 tensor on ``device``; no copy when
     they are there already."""
     if isinstance(values, torch.Tensor):
@@ -103,14 +104,14 @@ def resolve_device(device: Any) -> torch.device:
     return checked_device("device", device) or CPU
 
 
-def resident(values: torch.Tensor):
+def resident(values: torch.Tensor) -> np.ndarray | torch.Tensor:
     """Per-observation results where they live: numpy on the CPU (a view, no copy), the tensor
     itself on another device, where copying it to the host every step would cost more than
     the step; callers that need only its sum take :func:`total`."""
     return values.numpy() if values.device.type == "cpu" else values
 
 
-def total(values) -> float:
+def total(values: np.ndarray | torch.Tensor) -> float:
     """The sum of per-observation results, an array or a tensor on any device."""
     return float(values.sum()) if isinstance(values, torch.Tensor) else float(np.sum(values))
 
@@ -190,10 +191,10 @@ class Accumulator:
 
     keys: str | None = None
 
-    def seq_update(self, enc: Any, weights: np.ndarray | None, model: Any):
+    def seq_update(self, enc: Any, weights: np.ndarray | None, model: Any) -> Any:
         raise NotImplementedError
 
-    def seq_initialize(self, enc: Any, weights: np.ndarray | None, rng: np.random.Generator):
+    def seq_initialize(self, enc: Any, weights: np.ndarray | None, rng: np.random.Generator) -> None:
         self.seq_update(enc, weights, None)
 
     def acc_to_encoder(self) -> Encoder:

@@ -54,7 +54,7 @@ class ModelChoice(Panel):
         self.view = self._new_view()
         self.request_redraw()
 
-    def _initial_model(self, init: str, seed: int):
+    def _initial_model(self, init: str, seed: int) -> Any:
         init = validation.choice("init", init, INITS)
         seed = validation.integer("seed", seed, minimum=0)
         call = self.ranks.run_async(
@@ -99,7 +99,7 @@ class ModelChoice(Panel):
         self.k_image.value = choose_k_png(found["k"], found["bic"], found["aic"], found["best_k"])
         self.request_redraw()
 
-    def _selection_controls(self, init: str, seed: int):
+    def _selection_controls(self, init: str, seed: int) -> w.HBox:
         """Init (a start from the data) and Choose K (BIC against K), as an optional row."""
         self.init_choice = w.Dropdown(
             options=list(INITS),

@@ -5,11 +5,12 @@ the data, and per-rank E-step times."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .. import validation
 from ..checkpoint import EMCheckpoint
@@ -22,6 +23,11 @@ from ..stats.estimation import EMStep, seq_encode
 from .em_model_choice import ModelChoice
 from .em_view import EMView
 from .panel import Panel, plot_image, resolve_cluster
+
+if TYPE_CHECKING:
+    import os
+
+    from ..cluster import MixleCluster
 
 PANEL_MODEL_NAME = "_mixle_panel_model"
 LOCAL_HANDLE, LOCAL_ESTIMATOR, LOCAL_DATA = "handle", "estimator", "data"  # a local panel's, on its LocalRanks
@@ -75,20 +81,20 @@ class EMPanel(ModelChoice, Panel):
 
     def __init__(
         self,
-        cluster=None,
+        cluster: MixleCluster | None = None,
         *,
-        handle,
-        estimator,
-        model=None,
-        data_sample=None,
+        handle: Any,
+        estimator: Any,
+        model: Any = None,
+        data_sample: ArrayLike | None = None,
         picture_dims: Sequence[int] | None = None,
         init: str | None = None,
         seed: int = 0,
         model_selection: bool = False,
         batch_seconds: float = BATCH_SECONDS,
-        checkpoint=None,
+        checkpoint: str | os.PathLike | EMCheckpoint | None = None,
         elastic: bool = False,
-    ):
+    ) -> None:
         super().__init__()
         self.elastic = bool(elastic)
         self.recoveries: list = []
@@ -122,7 +128,9 @@ class EMPanel(ModelChoice, Panel):
         self._build(model_selection, init or "kmeans++", seed)
         self.redraw()
 
-    def _bind(self, cluster, handle, estimator, model, data_sample) -> None:
+    def _bind(
+        self, cluster: MixleCluster | None, handle: Any, estimator: Any, model: Any, data_sample: ArrayLike | None
+    ) -> None:
         """Take the handle, estimator and model to step with: names on ``cluster``'s ranks, or
         local objects, bound under names of their own on a :class:`LocalRanks`, so both run
         the same rank functions (cluster/rank_side.py)."""
@@ -171,7 +179,7 @@ class EMPanel(ModelChoice, Panel):
         return self.calls.sent
 
     @property
-    def model(self):
+    def model(self) -> Any:
         """The current model: the last step's, or the start."""
         return self.history[-1].model if self.history else self.start_model
 
@@ -241,7 +249,14 @@ class EMPanel(ModelChoice, Panel):
             self._save_checkpoint(force=True)
         self.request_redraw()
 
-    def attach(self, cluster=None, *, handle, estimator, data_sample=None) -> None:
+    def attach(
+        self,
+        cluster: MixleCluster | None = None,
+        *,
+        handle: Any,
+        estimator: Any,
+        data_sample: ArrayLike | None = None,
+    ) -> None:
         """Continue on a new handle (after ``cluster.restart()``, a re-push and a rebuild of the
         handle): the last good model is pushed to the new ranks and the history is kept."""
         if self.running:
@@ -456,11 +471,11 @@ class EMPanel(ModelChoice, Panel):
     def _new_view(self) -> EMView:
         return EMView(self.model, self.data_sample, self.cluster is not None, self.picture_dims)
 
-    def _in_background(self, action) -> None:
+    def _in_background(self, action: Callable[[], object]) -> None:
         if not self.running:
             self._start_worker(self._guarded, action)
 
-    def _guarded(self, action) -> None:
+    def _guarded(self, action: Callable[[], object]) -> None:
         try:
             action()
         except BaseException as exc:  # a click must never raise into the kernel's comm handler

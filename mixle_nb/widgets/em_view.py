@@ -4,6 +4,7 @@ log scale (how fast EM converges), the model against the data, and each rank's E
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -26,7 +27,9 @@ def gains(log_densities: Sequence[float]) -> np.ndarray:
 class EMView:
     """Draw with :meth:`render`; a new model of the same shape only updates artists."""
 
-    def __init__(self, model, data: np.ndarray | None, distributed: bool, picture_dims: Sequence[int] | None = None):
+    def __init__(
+        self, model: Any, data: np.ndarray | None, distributed: bool, picture_dims: Sequence[int] | None = None
+    ) -> None:
         self.live = live = LiveFigure(FIGSIZE)
         fig = live.figure
         self.objective, self.convergence, picture_ax, self.ranks = fig.subplots(1, 4)
@@ -51,7 +54,7 @@ class EMView:
     def render(
         self,
         log_densities: Sequence[float],
-        model,
+        model: Any,
         rank_seconds: Sequence[float],
         axis_steps: int | None = None,
         earlier_seconds: Sequence[Sequence[float]] = (),

@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterable
+from typing import TypeVar
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.figure import Figure
+from numpy.typing import ArrayLike
 
 DPI = 72
 PNG_COMPRESS_LEVEL = 1  # zlib level 1: fastest; a plot's mostly flat rows compress well anyway
@@ -31,13 +36,14 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURE, BODY, X_AXIS, Y_AXIS = "figure", "body", "x axis", "y axis"
 PARTS = (BODY, X_AXIS, Y_AXIS)
 KEPT_X_AXES = 8  # x axis layers kept per axes, for its latest limits (steps 1-10 up to 1-1280)
+_A = TypeVar("_A", bound=Artist)
 CHANGES = {"all": PARTS, "x limits": (X_AXIS,), "y limits": (Y_AXIS,), "body": (BODY,)}
 
 
 class LiveFigure:
     """A figure whose static parts are drawn once, as layers, and whose dynamic artists are redrawn."""
 
-    def __init__(self, figsize: tuple[float, float]):
+    def __init__(self, figsize: tuple[float, float]) -> None:
         self.figure = Figure(figsize=figsize, dpi=DPI)
         self.canvas = FigureCanvasAgg(self.figure)
         self._dynamic: list = []
@@ -47,13 +53,13 @@ class LiveFigure:
         self._composite: np.ndarray | None = None  # the layers laid over each other, RGB float
         self._background: np.ndarray | None = None  # the same, RGBA bytes
 
-    def dynamic(self, artist):
+    def dynamic(self, artist: _A) -> _A:
         """Mark ``artist`` as redrawn on every render (it is left out of the layers)."""
         artist.set_animated(True)
         self._dynamic.append(artist)
         return artist
 
-    def forget(self, artists) -> None:
+    def forget(self, artists: Iterable[Artist]) -> None:
         """Remove dynamic artists from the figure (a view rebuilding its picture). The layers
         never hold them, so they stay valid."""
         for artist in artists:
@@ -61,7 +67,7 @@ class LiveFigure:
                 self._dynamic.remove(artist)
             artist.remove()
 
-    def invalidate(self, ax=None, changed: str = "all") -> None:
+    def invalidate(self, ax: Axes | None = None, changed: str = "all") -> None:
         """What ``ax`` (or, without it, the whole figure) shows has changed: the next render
         draws it again. ``changed="x limits"``: only its x limits, and its data artists are all
         dynamic: only its x axis is drawn (or taken from those kept). ``"y limits"``: the same
@@ -86,7 +92,7 @@ class LiveFigure:
                 artist.axes.draw_artist(artist)
         return encode_png(self.canvas.buffer_rgba())
 
-    def _update_background(self, renderer) -> None:
+    def _update_background(self, renderer: RendererAgg) -> None:
         """Draw the layers that are stale or missing (axes added), then lay every layer again
         over the boxes those covered before and cover now."""
         wanted = [(None, FIGURE)] + [(ax, part) for ax in self.figure.axes for part in PARTS]
@@ -96,7 +102,7 @@ class LiveFigure:
         for key in wanted:
             layer = self._layers.get(key)
             if layer is None or key in self._stale:
-                new = self._x_axis_layer(renderer, key[0]) if key[1] == X_AXIS else self._draw_layer(renderer, *key)
+                new = self._x_axis_layer(renderer, key[0]) if key[1] == X_AXIS else self._draw_layer(renderer, *key)  # type: ignore[arg-type]  # an x axis key has its axes
                 dirty.append(new.box if layer is None else union(layer.box, new.box))
                 layer = new
             layers[key] = layer
@@ -114,7 +120,7 @@ class LiveFigure:
                 layer.over(composite, box)
             background[r0:r1, c0:c1, :3] = np.rint(composite[r0:r1, c0:c1])
 
-    def _x_axis_layer(self, renderer, ax) -> Layer:
+    def _x_axis_layer(self, renderer: RendererAgg, ax: Axes) -> Layer:
         """``ax``'s x axis at its limits: the one kept for them, else drawn (and kept)."""
         kept = self._x_axes.setdefault(ax, {})
         limits = ax.get_xlim()
@@ -124,7 +130,7 @@ class LiveFigure:
             del kept[next(iter(kept))]
         return layer
 
-    def _draw_layer(self, renderer, ax, part) -> Layer:
+    def _draw_layer(self, renderer: RendererAgg, ax: Axes | None, part: str) -> Layer:
         renderer.clear()  # transparent
         if ax is None:  # the figure's patch and texts, its axes hidden
             shown = [a for a in self.figure.axes if a.get_visible()]
@@ -154,7 +160,7 @@ class Layer:
     """What one drawing put on a transparent canvas: the box it covered (rows r0:r1, columns
     c0:c1), its colours premultiplied by their opacity, ready to be laid over what is below."""
 
-    def __init__(self, rgba: np.ndarray):
+    def __init__(self, rgba: np.ndarray) -> None:
         alpha = rgba[..., 3]
         rows, cols = np.flatnonzero(alpha.any(axis=1)), np.flatnonzero(alpha.any(axis=0))
         self.box = (rows[0], rows[-1] + 1, cols[0], cols[-1] + 1) if rows.size else None
@@ -185,7 +191,7 @@ def union(a: tuple | None, b: tuple | None) -> tuple | None:
     return min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3])
 
 
-def encode_png(rgba) -> bytes:
+def encode_png(rgba: ArrayLike) -> bytes:
     """PNG of the RGB part of an RGBA buffer, written directly: every row with PNG's "up"
     filter (a row minus the row above, which leaves mostly zeros in a plot) and zlib level 1.
     Half the time of PIL's encoder at its fastest level, for files of the same size."""

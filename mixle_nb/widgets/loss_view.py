@@ -9,6 +9,8 @@ below the axes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from matplotlib.lines import Line2D
 
@@ -28,7 +30,7 @@ def mean_curve(curves: dict) -> list:
     return [(s, float(np.mean(v))) for s, v in sorted(by_step.items()) if len(v) == len(curves)]
 
 
-def smoothed(values, smoothing: float) -> np.ndarray:
+def smoothed(values: Sequence[float], smoothing: float) -> np.ndarray:
     """Exponential moving average with the start-up bias removed (as TensorBoard does), so the
     first points are not pulled towards zero."""
     out, avg, weight = np.empty(len(values)), 0.0, 0.0

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.patches import Ellipse
 
 from .axis_limits import fit_limits
@@ -21,14 +23,14 @@ MAX_COUNT = 60  # Poisson bars stop here
 COLOURS = ["#c0392b", "#2980b9", "#27ae60", "#8e44ad", "#d35400", "#16a085", "#2c3e50", "#7f8c8d"]
 
 
-def components(model) -> list:
+def components(model: Any) -> list:
     """``[(weight, component)]``: a mixture's, or the model itself with weight 1."""
     if hasattr(model, "components") and hasattr(model, "w"):
         return list(zip(np.asarray(model.w, dtype=float).ravel(), model.components))
     return [(1.0, model)]
 
 
-def gaussian(component) -> tuple[np.ndarray, np.ndarray] | None:
+def gaussian(component: Any) -> tuple[np.ndarray, np.ndarray] | None:
     """``(mean, covariance)`` of a Gaussian-family component (full, diagonal or spherical; ours
     keep ``sigma2``/``covar``, mixle's ``sigma2``/``covar``), else None."""
     name = type(component).__name__
@@ -43,7 +45,7 @@ def gaussian(component) -> tuple[np.ndarray, np.ndarray] | None:
     return mu, cov
 
 
-def gaussians(model) -> list[tuple[float, np.ndarray, np.ndarray]]:
+def gaussians(model: Any) -> list[tuple[float, np.ndarray, np.ndarray]]:
     """``[(weight, mean, covariance)]`` of a model whose components are all Gaussian.
 
     Parameters
@@ -70,7 +72,7 @@ def gaussians(model) -> list[tuple[float, np.ndarray, np.ndarray]]:
     return out
 
 
-def picture_kind(model) -> str | None:
+def picture_kind(model: Any) -> str | None:
     """``"density"`` (1-D Gaussians), ``"ellipses"`` (D >= 2 Gaussians), ``"categorical"``,
     ``"poisson"``, or None when every component is not of one family we can draw."""
     comps = [c for _, c in components(model)]
@@ -84,7 +86,7 @@ def picture_kind(model) -> str | None:
     return None
 
 
-def projection(model, data: np.ndarray | None, dims: Sequence[int] | None) -> tuple[np.ndarray, list]:
+def projection(model: Any, data: np.ndarray | None, dims: Sequence[int] | None) -> tuple[np.ndarray, list]:
     """A 2 x D matrix and its axis labels: the chosen dimensions, else (D > 2 with data) the
     data's first two principal components, else dimensions 0 and 1."""
     d = len(gaussians(model)[0][1])
@@ -103,7 +105,9 @@ class ModelPicture:
     """Draws a model on ``ax`` of a :class:`LiveFigure`; :meth:`update` redraws it for a new
     model of the same shape (the data, axes and labels stay in the background)."""
 
-    def __init__(self, live: LiveFigure, ax, model, data: np.ndarray | None, dims: Sequence[int] | None = None):
+    def __init__(
+        self, live: LiveFigure, ax: Axes, model: Any, data: np.ndarray | None, dims: Sequence[int] | None = None
+    ) -> None:
         self.live, self.ax = live, ax
         self.data = None if data is None else np.asarray(data)
         self.kind = picture_kind(model)
@@ -121,7 +125,7 @@ class ModelPicture:
             ax.set_xticks([])
             ax.set_yticks([])
 
-    def update(self, model) -> bool:
+    def update(self, model: Any) -> bool:
         """Redraw for ``model``; whether the limits changed (the background must be redrawn)."""
         if self.kind is None or picture_kind(model) != self.kind:
             return False
@@ -134,7 +138,7 @@ class ModelPicture:
 
     # -- 1-D Gaussians: density over a histogram ----------------------------------------------
 
-    def _build_density(self, model) -> None:
+    def _build_density(self, model: Any) -> None:
         self.ax.set_title("model vs data", fontsize=10)
         x = self.data if self.data is not None and np.ndim(self.data) == 1 else None
         if x is not None:
@@ -151,7 +155,7 @@ class ModelPicture:
         self.line = self.live.dynamic(self.ax.plot(self.grid, np.zeros_like(self.grid), color="#c0392b", lw=2)[0])
         self._update_density(model)
 
-    def _update_density(self, model) -> bool:
+    def _update_density(self, model: Any) -> bool:
         density = np.zeros_like(self.grid)
         for w, mu, cov in gaussians(model):
             var = cov[0, 0]
@@ -161,7 +165,7 @@ class ModelPicture:
 
     # -- D >= 2 Gaussians: ellipses over the data ------------------------------------------------
 
-    def _build_ellipses(self, model, dims) -> None:
+    def _build_ellipses(self, model: Any, dims: Sequence[int] | None) -> None:
         self.matrix, labels = projection(model, self.data, dims)
         self.ax.set_title(f"model vs data ({labels[0]}, {labels[1]})", fontsize=10)
         self.ax.set_xlabel(labels[0], fontsize=9, labelpad=1)
@@ -179,7 +183,7 @@ class ModelPicture:
             self.ellipses.append(self.live.dynamic(ellipse))
         self._update_ellipses(model)
 
-    def _update_ellipses(self, model) -> bool:
+    def _update_ellipses(self, model: Any) -> bool:
         corners = [self._data_points]
         for ellipse, (w, mu, cov) in zip(self.ellipses, gaussians(model)):
             centre, cov2 = self.matrix @ mu, self.matrix @ cov @ self.matrix.T
@@ -198,7 +202,7 @@ class ModelPicture:
 
     # -- categorical and Poisson: bars per component ---------------------------------------------
 
-    def _build_categorical(self, model) -> None:
+    def _build_categorical(self, model: Any) -> None:
         totals: dict = {}
         for w, c in components(model):
             for key, p in c.pmap.items():
@@ -207,7 +211,7 @@ class ModelPicture:
         self.ax.set_title("category probability per component", fontsize=10)
         self._build_bars(model, [str(key) for key in self.labels])
 
-    def _build_poisson(self, model) -> None:
+    def _build_poisson(self, model: Any) -> None:
         top = max(c.lam + 4 * math.sqrt(c.lam) for _, c in components(model))
         if self.data is not None and np.ndim(self.data) == 1 and len(self.data):
             top = max(top, float(np.max(self.data)))
@@ -220,7 +224,7 @@ class ModelPicture:
             self.ax.stairs(counts / counts.sum(), np.arange(len(self.labels) + 1) - 0.5, color="#7f8c8d", label="data")
         self._build_bars(model, None)
 
-    def _build_bars(self, model, tick_labels) -> None:
+    def _build_bars(self, model: Any, tick_labels: Sequence[str] | None) -> None:
         k = len(components(model))
         width = 0.8 / k
         x = np.arange(len(self.labels))
@@ -239,7 +243,7 @@ class ModelPicture:
         self.ax.set_xlim(-0.6, len(x) - 0.4)
         self._update_bars(model)
 
-    def _update_bars(self, model) -> bool:
+    def _update_bars(self, model: Any) -> bool:
         top = 0.0
         for patches, (_w, c) in zip(self.bars, components(model)):
             if self.kind == "categorical":

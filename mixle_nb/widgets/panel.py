@@ -8,11 +8,17 @@ import csv
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
 from .. import cluster as cluster_module
 from ..cluster.calls import result_unless_interrupted
+
+if TYPE_CHECKING:
+    import os
+
+    from IPython.display import Image
 
 REDRAW_INTERVAL_S = 0.2  # at most 5 redraws a second (the issue allows 10): the ranks keep the cores
 REDRAW_CPU_SHARE = 0.1  # and, within that, at most this share of one core: a redraw whose limits
@@ -23,7 +29,7 @@ WAIT_SLICE_S = 0.1  # how often a blocked wait() wakes: Python runs a Ctrl-C's h
 STOP_DEADLINE_S = 30.0  # how long Ctrl-C waits for the worker (a cancel may re-form the group)
 
 
-def resolve_cluster(cluster, handle, estimator):
+def resolve_cluster(cluster: Any, handle: Any, estimator: Any) -> Any:
     """The cluster to run on (given, else the running one when objects are named), or ``None``
     to run locally; names and objects must not be mixed up."""
     if cluster is None and isinstance(handle, str):
@@ -38,7 +44,7 @@ def resolve_cluster(cluster, handle, estimator):
     return cluster
 
 
-def plot_image():
+def plot_image() -> w.Image:
     """An image shown at its rendered size (never stretched soft), shrinking to fit narrow views."""
     return w.Image(format="png", layout=w.Layout(align_self="flex-start", max_width="100%", height="auto"))
 
@@ -110,11 +116,11 @@ class Panel:
     def _request_stop(self) -> None:
         """Ask the worker to stop before its next step (subclasses set their flag)."""
 
-    def _start_worker(self, target: Callable, *args) -> None:
+    def _start_worker(self, target: Callable, *args: Any) -> None:
         self._interrupted.clear()
         self._done.clear()
 
-        def work():
+        def work() -> None:
             try:
                 target(*args)
             finally:
@@ -123,7 +129,7 @@ class Panel:
         self._worker = threading.Thread(target=work, daemon=True)
         self._worker.start()
 
-    def _await(self, call, on_slice: Callable[[], None] = lambda: None) -> list:
+    def _await(self, call: Any, on_slice: Callable[[], None] = lambda: None) -> list:
         """The per-rank results of a RankCall, waited for in slices: between them ``on_slice``
         runs and an interrupt cancels the call on every rank (its result then raises)."""
         return result_unless_interrupted(call, self._interrupted, on_slice)
@@ -186,7 +192,7 @@ class Panel:
     def history_rows(self) -> list[dict]:
         raise NotImplementedError
 
-    def to_csv(self, path) -> None:
+    def to_csv(self, path: str | os.PathLike) -> None:
         """Write :meth:`history_rows` as CSV (one column per key, in first-seen order)."""
         rows = self.history_rows()
         columns = list(dict.fromkeys(key for row in rows for key in row))
@@ -195,11 +201,11 @@ class Panel:
             writer.writeheader()
             writer.writerows(rows)
 
-    def snapshot(self):
+    def snapshot(self) -> Image:
         """The current plot as a static image, for reports and exported HTML."""
         from IPython.display import Image
 
         return Image(data=self.image.value, format="png")
 
-    def _repr_mimebundle_(self, **kwargs):
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)

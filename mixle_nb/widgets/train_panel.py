@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
@@ -15,6 +16,9 @@ from ..cluster import rank_side
 from ..cluster.local_ranks import LocalRanks
 from .loss_view import LossView, mean_curve
 from .panel import Panel, plot_image, resolve_cluster
+
+if TYPE_CHECKING:
+    from ..cluster import MixleCluster
 
 PANEL_LEAF_NAME = "_mixle_panel_leaf"
 # a local panel's objects, on its LocalRanks
@@ -56,24 +60,24 @@ class TrainPanel(Panel):
 
     def __init__(
         self,
-        cluster=None,
+        cluster: MixleCluster | None = None,
         *,
-        handle,
-        estimator,
-        tokenizer=None,
+        handle: Any,
+        estimator: Any,
+        tokenizer: Any = None,
         prompt: str = "",
         sample_chars: int = 200,
         chunk_steps: int = 20,
         report_every: int = 5,
         temperature: float = 0.8,
-        validation=None,
+        validation: Any = None,
         entropy_floor: float | None = None,
         x_axis: str = "steps",
         log_scale: bool = False,
         smoothing: float = 0.8,
         fit_recent: bool = False,
         elastic: bool = False,
-    ):
+    ) -> None:
         super().__init__()
         self.chunk_steps = check.positive_int("chunk_steps", chunk_steps)
         self.report_every = check.positive_int("report_every", report_every)
@@ -100,7 +104,7 @@ class TrainPanel(Panel):
         self._build(x_axis, bool(log_scale), bool(fit_recent))
         self.redraw()
 
-    def _bind(self, cluster, handle, estimator, validation) -> None:
+    def _bind(self, cluster: MixleCluster | None, handle: Any, estimator: Any, validation: Any) -> None:
         """Take the handle, estimator and held-out handle: names on ``cluster``'s ranks, or
         local objects, bound under names of their own on a :class:`LocalRanks` with the Stop
         flag, its published progress drawn as it comes; both train through the same rank
@@ -145,7 +149,9 @@ class TrainPanel(Panel):
         """Stop after the current step (locally) or chunk (on a cluster)."""
         self._stop.set()
 
-    def attach(self, cluster=None, *, handle, estimator, validation=None) -> None:
+    def attach(
+        self, cluster: MixleCluster | None = None, *, handle: Any, estimator: Any, validation: Any = None
+    ) -> None:
         """Continue on a new handle (after ``restart()`` and a rebuild): the curves are kept,
         the new handle's steps and targets are counted on from the last ones seen, and the kept
         weights (``model_state``) are loaded into the new estimator's module before training
@@ -258,8 +264,8 @@ class TrainPanel(Panel):
                 loss = self.ranks.run(rank_side.held_out_loss_on_rank, self.validation, PANEL_LEAF_NAME)[0]
                 self._add_held_out(loss)
 
-    def _go_on(self, exc: elastic_recovery.RankDiedError, call) -> tuple[int, int]:
-        """Elastic: the survivors of ``call`` form a group, take their new slices of the token
+    def _go_on(self, exc: elastic_recovery.RankDiedError, call: Any) -> tuple[int, int]:
+        """Elastic: the survivors of ``call`` (a cluster's ``RankCall``) form a group, take their new slices of the token
         file and resume from the newest checkpoint; the event is recorded, the curves cut back
         to its step. The handle's (steps done, total steps) at the new world size."""
         last = [pts[-1][0] for pts in self.points.values() if pts]

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from .. import foreign
 from ..base import Accumulator, Distribution, Encoder, Estimator, resolve_device
@@ -34,7 +35,7 @@ class ColumnsEncoder(Encoder):
     def __init__(self, encoders: Sequence):
         self.encoders = list(encoders)
 
-    def seq_encode(self, data, device=None) -> ColumnsEncoding:
+    def seq_encode(self, data: ArrayLike, device: Any = None) -> ColumnsEncoding:
         x = np.asarray(data)
         if x.ndim != 2 or x.shape[1] != len(self.encoders):
             raise ValueError(f"expected an (N, {len(self.encoders)}) array of rows; got shape {x.shape}")
@@ -62,13 +63,13 @@ class ColumnsDistribution(Distribution):
     def dist_to_encoder(self) -> ColumnsEncoder:
         return ColumnsEncoder([c.dist_to_encoder() for c in self.components])
 
-    def estimator(self, **kwargs) -> ColumnsEstimator:
+    def estimator(self, **kwargs: Any) -> ColumnsEstimator:
         return ColumnsEstimator([c.estimator() for c in self.components], **kwargs)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.column_stack([foreign.draw(c, rng, n) for c in self.components])
 
-    def sampler(self, seed=None) -> Sampler:
+    def sampler(self, seed: Any = None) -> Sampler:
         return Sampler(self.draw, seed)
 
 
@@ -76,24 +77,28 @@ class ColumnsAccumulator(Accumulator):
     def __init__(self, accumulators: list, keys: str | None = None):
         self.accumulators, self.keys = accumulators, keys
 
-    def seq_update(self, enc: ColumnsEncoding, weights, model):
+    def seq_update(
+        self, enc: ColumnsEncoding, weights: np.ndarray | torch.Tensor | None, model: ColumnsDistribution | None
+    ) -> None:
         models = model.components if model is not None else [None] * len(self.accumulators)
         for acc, part, m in zip(self.accumulators, enc.parts, models):
             acc.seq_update(part, weights, m)
 
-    def seq_initialize(self, enc: ColumnsEncoding, weights, rng) -> None:
+    def seq_initialize(
+        self, enc: ColumnsEncoding, weights: np.ndarray | torch.Tensor | None, rng: np.random.Generator
+    ) -> None:
         for acc, part in zip(self.accumulators, enc.parts):
             acc.seq_initialize(part, weights, rng)
 
     def value(self) -> list:
         return [a.value() for a in self.accumulators]
 
-    def from_value(self, value) -> ColumnsAccumulator:
+    def from_value(self, value: Any) -> ColumnsAccumulator:
         for a, v in zip(self.accumulators, value):
             a.from_value(v)
         return self
 
-    def combine(self, value) -> ColumnsAccumulator:
+    def combine(self, value: Any) -> ColumnsAccumulator:
         for a, v in zip(self.accumulators, value):
             a.combine(v)
         return self
@@ -119,9 +124,9 @@ class ColumnsEstimator(Estimator):
     def make_accumulator(self) -> ColumnsAccumulator:
         return ColumnsAccumulator([foreign.accumulator(e) for e in self.estimators], self.keys)
 
-    def estimate(self, nobs, value) -> ColumnsDistribution:
+    def estimate(self, nobs: float | None, value: Any) -> ColumnsDistribution:
         return ColumnsDistribution([e.estimate(nobs, v) for e, v in zip(self.estimators, value)])
 
-    def free_parameters(self, model: Distribution, count) -> int:
+    def free_parameters(self, model: Distribution, count: Any) -> int:
         assert isinstance(model, ColumnsDistribution)
         return sum(count.of(e, c) for e, c in zip(self.estimators, model.components))

@@ -20,7 +20,9 @@ def viterbi(
         return _viterbi(batch, log_b, startprob, transmat)
 
 
-def _viterbi(batch, log_b, startprob, transmat):
+def _viterbi(
+    batch: PackedBatch, log_b: torch.Tensor, startprob: torch.Tensor, transmat: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     device = log_b.device
     with torch.no_grad():
         log_start, log_trans = torch.log(startprob), torch.log(transmat)

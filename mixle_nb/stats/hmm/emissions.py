@@ -21,19 +21,19 @@ from ..mixture import _stacked_kernel, component_log_density
 class EmissionKernel:
     """``enc -> ((K, N) log p_k(x), terms)`` for states emitting from ``emissions``."""
 
-    def __init__(self, emissions: Sequence[Distribution]):
+    def __init__(self, emissions: Sequence[Distribution]) -> None:
         self.emissions = list(emissions)
         stacked = _stacked_kernel(self.emissions, "stacked_kernel")
         self._kernel = stacked(self.emissions) if stacked is not None else None
 
-    def __call__(self, enc) -> tuple[torch.Tensor, Any]:
+    def __call__(self, enc: Any) -> tuple[torch.Tensor, Any]:
         if self._kernel is None:
             return torch.stack([component_log_density(e, enc) for e in self.emissions]), None
         joint = getattr(self._kernel, "joint", None)
         return joint(enc) if joint is not None else (self._kernel(enc), None)
 
 
-def add_emission_statistics(accumulators: list, enc, resp: torch.Tensor, emissions: Sequence, terms: Any) -> None:
+def add_emission_statistics(accumulators: list, enc: Any, resp: torch.Tensor, emissions: Sequence, terms: Any) -> None:
     """Add the posteriors ``resp`` (K, N) of ``enc``'s observations as state k's weights."""
     gather = _stacked_kernel(accumulators, "stacked_block_sums")
     if gather is not None and terms is not None:

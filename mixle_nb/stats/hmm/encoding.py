@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from ..base import Encoder, resolve_device
 from ..estimation import encode
@@ -177,14 +178,14 @@ class HiddenMarkovEncoder(Encoder):
         """Sequences in an encoding (what a handle counts)."""
         return enc.count
 
-    def seq_encode(self, data, device=None) -> SequenceEncoding:
+    def seq_encode(self, data: Any, device: Any = None) -> SequenceEncoding:
         """``data``: a list of sequences, each an array-like of observations."""
         seqs = [np.asarray(s) for s in data]
         lengths = np.array([len(s) for s in seqs], dtype=np.int64)
         x = np.concatenate(seqs) if seqs else np.zeros(0)
         return self.encode_concatenated(x, lengths, device)
 
-    def encode_concatenated(self, x, lengths, device=None) -> SequenceEncoding:
+    def encode_concatenated(self, x: ArrayLike, lengths: ArrayLike, device: Any = None) -> SequenceEncoding:
         """Sequences given as their concatenation ``x`` (rows) and their ``lengths``."""
         x = np.asarray(x)
         lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import gc
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -94,7 +94,7 @@ def step_views(batch: PackedBatch, tensor: torch.Tensor) -> list[torch.Tensor]:
 
 
 @contextmanager
-def collection_paused():
+def collection_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off while a pass makes its thousands of small tensor
     views: none of them is in a cycle, and a collection every few hundred allocations walks
     every tracked object of the process (measured: a third of a scaled E-step's time)."""
@@ -107,7 +107,14 @@ def collection_paused():
             gc.enable()
 
 
-def _statistics(batch, gamma, forward_prev, after, weights, transmat):
+def _statistics(
+    batch: PackedBatch,
+    gamma: torch.Tensor,
+    forward_prev: torch.Tensor,
+    after: torch.Tensor,
+    weights: torch.Tensor | None,
+    transmat: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Expected starts and transitions: from ``gamma``, and for the columns after step 0 from
     ``forward_prev`` (each one's previous forward column) and ``after`` (K, rows - n0), such
     that ``Σ_t xi_t = (forward_prev afterᵀ) * A``; each sequence's ``weights`` applied."""
@@ -184,7 +191,15 @@ def time_chunks(batch: PackedBatch, states: int, elements: int) -> list[tuple[in
     return chunks
 
 
-def _scaled(batch, log_b, startprob, transmat, weights, posteriors, every=NORMALIZE_EVERY) -> BatchPosteriors:
+def _scaled(
+    batch: PackedBatch,
+    log_b: torch.Tensor,
+    startprob: torch.Tensor,
+    transmat: torch.Tensor,
+    weights: torch.Tensor | None,
+    posteriors: bool,
+    every: int = NORMALIZE_EVERY,
+) -> BatchPosteriors:
     """The scaled pass. The lattices a time step reads and writes are step-major, each step's
     ``(K, n_t)`` block contiguous (a column slice of a (K, rows) array puts its K rows megabytes
     apart, and a small product on such rows measured 3x slower); a chunk of steps' emission
@@ -320,7 +335,14 @@ def _scaled(batch, log_b, startprob, transmat, weights, posteriors, every=NORMAL
     return BatchPosteriors(log_likelihood, gamma_out, start, xi.mul_(transmat))
 
 
-def _logarithmic(batch, log_b, startprob, transmat, weights, posteriors) -> BatchPosteriors:
+def _logarithmic(
+    batch: PackedBatch,
+    log_b: torch.Tensor,
+    startprob: torch.Tensor,
+    transmat: torch.Tensor,
+    weights: torch.Tensor | None,
+    posteriors: bool,
+) -> BatchPosteriors:
     k, n0 = log_b.shape[0], int(batch.sizes[0])
     device = log_b.device
     sizes = batch.sizes.tolist()
@@ -333,7 +355,7 @@ def _logarithmic(batch, log_b, startprob, transmat, weights, posteriors) -> Batc
     work = torch.empty(k, n0, dtype=torch.float64, device=device)
     buffers: dict = {}
 
-    def scratch(n: int):
+    def scratch(n: int) -> tuple[torch.Tensor, torch.Tensor]:
         if n not in buffers:
             buffers[n] = (peak[:, :n], work[:, :n])
         return buffers[n]

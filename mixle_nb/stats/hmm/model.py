@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from .. import foreign
 from ..base import Accumulator, Distribution, Estimator, device_tensor, merge_into, random_source, resident
@@ -21,7 +22,7 @@ from ..centred_moments import DegenerateComponentError
 from ..sampler import Sampler
 from .decoding import viterbi
 from .emissions import EmissionKernel, add_emission_statistics
-from .encoding import HiddenMarkovEncoder, SequenceEncoding
+from .encoding import HiddenMarkovEncoder, PackedBatch, SequenceEncoding
 from .forward_backward import IMPLEMENTATIONS, forward_backward
 
 
@@ -70,11 +71,11 @@ class HiddenMarkovDistribution(Distribution):
     def __init__(
         self,
         emissions: Sequence[Any],
-        startprob,
-        transmat,
+        startprob: ArrayLike,
+        transmat: ArrayLike,
         implementation: str = "log",
         length: int | None = None,
-    ):
+    ) -> None:
         self.emissions: list[Any] = list(emissions)
         k = len(self.emissions)
         if k == 0:
@@ -120,7 +121,7 @@ class HiddenMarkovDistribution(Distribution):
             self._kernel = EmissionKernel(self.emissions)
         return self._kernel
 
-    def log_b(self, batch) -> tuple[torch.Tensor, Any]:
+    def log_b(self, batch: PackedBatch) -> tuple[torch.Tensor, Any]:
         """A batch's (K, rows) emission log-likelihoods and the kernel's reusable terms."""
         return self.emission_kernel()(batch.emissions)
 
@@ -164,11 +165,13 @@ class HiddenMarkovDistribution(Distribution):
     def dist_to_encoder(self) -> HiddenMarkovEncoder:
         return HiddenMarkovEncoder(self.emissions[0].dist_to_encoder(), self.n_states)
 
-    def estimator(self, **kwargs) -> HiddenMarkovEstimator:
+    def estimator(self, **kwargs: Any) -> HiddenMarkovEstimator:
         kwargs.setdefault("implementation", self.implementation)
         return HiddenMarkovEstimator([e.estimator() for e in self.emissions], **kwargs)
 
-    def sample_sequence(self, rng: np.random.Generator, length: int, state: int | None = None):
+    def sample_sequence(
+        self, rng: np.random.Generator, length: int, state: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """One sequence of ``length`` observations and its states, started in ``state`` (else
         drawn from ``startprob``)."""
         rng = random_source(rng)
@@ -194,7 +197,7 @@ class HiddenMarkovDistribution(Distribution):
             out[i] = self.sample_sequence(rng, self.length)[0]
         return out
 
-    def sampler(self, seed=None) -> Sampler:
+    def sampler(self, seed: Any = None) -> Sampler:
         return Sampler(self.draw, seed)
 
 
@@ -207,7 +210,9 @@ class HiddenMarkovAccumulator(Accumulator):
         self.accumulators, self.keys = accumulators, keys
         self.start, self.transitions, self.occupancy = np.zeros(k), np.zeros((k, k)), np.zeros(k)
 
-    def seq_update(self, enc: SequenceEncoding, weights, model: HiddenMarkovDistribution):
+    def seq_update(
+        self, enc: SequenceEncoding, weights: np.ndarray | torch.Tensor | None, model: HiddenMarkovDistribution
+    ) -> np.ndarray | torch.Tensor:
         """The E-step on every batch; returns each sequence's log-likelihood under ``model``."""
         out = torch.empty(enc.count, dtype=torch.float64, device=enc.device)
         w_all = None if weights is None else device_tensor(weights, enc.device)
@@ -226,7 +231,9 @@ class HiddenMarkovAccumulator(Accumulator):
             out[order] = result.log_likelihood
         return resident(out)
 
-    def seq_initialize(self, enc: SequenceEncoding, weights, rng: np.random.Generator) -> None:
+    def seq_initialize(
+        self, enc: SequenceEncoding, weights: np.ndarray | torch.Tensor | None, rng: np.random.Generator
+    ) -> None:
         """Random posteriors: each observation mostly one state's (a sparse Dirichlet, as a
         mixture's random start), transitions counted between consecutive posteriors."""
         k = len(self.accumulators)
@@ -244,10 +251,10 @@ class HiddenMarkovAccumulator(Accumulator):
             for acc, row in zip(self.accumulators, resp.cpu().numpy()):
                 acc.seq_initialize(batch.emissions, row, rng)
 
-    def value(self):
+    def value(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
         return self.start.copy(), self.transitions.copy(), self.occupancy.copy(), [a.value() for a in self.accumulators]
 
-    def from_value(self, value) -> HiddenMarkovAccumulator:
+    def from_value(self, value: Any) -> HiddenMarkovAccumulator:
         start, transitions, occupancy, values = value
         self.start = np.array(start, dtype=np.float64)
         self.transitions = np.array(transitions, dtype=np.float64)
@@ -256,7 +263,7 @@ class HiddenMarkovAccumulator(Accumulator):
             acc.from_value(v)
         return self
 
-    def combine(self, value) -> HiddenMarkovAccumulator:
+    def combine(self, value: Any) -> HiddenMarkovAccumulator:
         start, transitions, occupancy, values = value
         self.start += start
         self.transitions += transitions
@@ -328,11 +335,11 @@ class HiddenMarkovEstimator(Estimator):
     def __init__(
         self,
         estimators: Sequence[Estimator],
-        startprob_prior=1.0,
-        transmat_prior=1.0,
+        startprob_prior: float | np.ndarray = 1.0,
+        transmat_prior: float | np.ndarray = 1.0,
         implementation: str = "log",
         keys: str | None = None,
-    ):
+    ) -> None:
         self.estimators = list(estimators)
         if not self.estimators:
             raise ValueError("HiddenMarkovEstimator needs one emission estimator per state")
@@ -354,7 +361,7 @@ class HiddenMarkovEstimator(Estimator):
                 raise DegenerateComponentError(f"state {k} of {len(self.estimators)} {error}") from None
         return emissions
 
-    def estimate(self, nobs, value) -> HiddenMarkovDistribution:
+    def estimate(self, nobs: float | None, value: Any) -> HiddenMarkovDistribution:
         start, transitions, occupancy, values = value
         startprob = normalized_rows(np.maximum(np.asarray(self.startprob_prior) - 1.0 + start, 0.0))
         transmat = normalized_rows(np.maximum(np.asarray(self.transmat_prior) - 1.0 + transitions, 0.0))
@@ -364,7 +371,7 @@ class HiddenMarkovEstimator(Estimator):
             self.estimate_emissions(occupancy, values), startprob, transmat, self.implementation
         )
 
-    def free_parameters(self, model: Distribution, count) -> int:
+    def free_parameters(self, model: Distribution, count: Any) -> int:
         """``K - 1`` start and ``K(K - 1)`` transition probabilities, and each state's emission."""
         assert isinstance(model, HiddenMarkovDistribution)
         k = model.n_states
