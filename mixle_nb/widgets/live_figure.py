@@ -17,6 +17,7 @@ the last one. No pyplot backend is selected, so the notebook's own (inline) back
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from collections.abc import Iterable
 from typing import TypeVar
@@ -29,6 +30,10 @@ from matplotlib.figure import Figure
 from numpy.typing import ArrayLike
 
 DPI = 72
+# matplotlib's text path (its font cache, mathtext's parser, FreeType) is not thread-safe, and
+# panels render on timer and worker threads: every render in this process takes this lock, so two
+# panels (or a panel and a test drawing its view) never draw at once.
+RENDER_LOCK = threading.Lock()
 PNG_COMPRESS_LEVEL = 1  # zlib level 1: fastest; a plot's mostly flat rows compress well anyway
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The layers: the figure's own artists (FIGURE); for each axes, its x axis, its y axis and all the
@@ -84,13 +89,14 @@ class LiveFigure:
         self._stale.update((ax, part) for part in CHANGES[changed])
 
     def png(self) -> bytes:
-        renderer = self.canvas.get_renderer()
-        self._update_background(renderer)
-        np.asarray(renderer.buffer_rgba())[...] = self._background
-        for artist in self._dynamic:
-            if artist.get_visible() and artist.axes is not None:
-                artist.axes.draw_artist(artist)
-        return encode_png(self.canvas.buffer_rgba())
+        with RENDER_LOCK:
+            renderer = self.canvas.get_renderer()
+            self._update_background(renderer)
+            np.asarray(renderer.buffer_rgba())[...] = self._background
+            for artist in self._dynamic:
+                if artist.get_visible() and artist.axes is not None:
+                    artist.axes.draw_artist(artist)
+            return encode_png(self.canvas.buffer_rgba())
 
     def _update_background(self, renderer: RendererAgg) -> None:
         """Draw the layers that are stale or missing (axes added), then lay every layer again
@@ -218,5 +224,6 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
 def static_png(fig: Figure) -> bytes:
     """One full render of a figure that is drawn once (not live)."""
     canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    return encode_png(canvas.buffer_rgba())
+    with RENDER_LOCK:
+        canvas.draw()
+        return encode_png(canvas.buffer_rgba())
