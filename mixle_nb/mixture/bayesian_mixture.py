@@ -405,13 +405,16 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
             _, folded = streaming_accumulate(enc, estimator.gaussian_estimator(), start)
             return estimator.start(folded.value())
         resp = _starting_responsibilities(self.init_params, data, self.n_components, rng)
+        unassigned = None
+        if self.covariance_type == "tied":  # scikit-learn's tied start takes XᵀX over every row
+            unassigned = (data * (1.0 - resp.sum(axis=1))[:, None]).T @ data
+        rows = np.flatnonzero(resp.any(axis=1))
+        if len(rows) < len(data):  # observations as centres: only their rows count
+            enc, data, resp = seq_encode(data[rows], estimator=estimator, device=self.device), data[rows], resp[rows]
         acc = estimator.gaussian_estimator().make_accumulator()
         counts = resp.sum(axis=0)
         references = (resp.T @ data) / np.where(counts > 0, counts, 1.0)[:, None]
         acc.seq_update_responsibilities(enc, torch.from_numpy(np.ascontiguousarray(resp.T)), references)
-        unassigned = None
-        if self.covariance_type == "tied":  # scikit-learn's tied start takes XᵀX over every row
-            unassigned = (data * (1.0 - resp.sum(axis=1))[:, None]).T @ data
         return estimator.start(acc.value(), unassigned)
 
     def _iterate(
