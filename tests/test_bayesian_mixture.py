@@ -5,6 +5,7 @@ ranks. scikit-learn's own test modules run in tests/test_bayesian_mixture_suite.
 
 from __future__ import annotations
 
+import pickle
 import warnings
 
 import numpy as np
@@ -138,3 +139,23 @@ def test_a_handle_fit_on_2_ranks_equals_scikit_learns():
         assert relative_difference(x.mean(axis=0), own["mean_prior_"]) <= 1e-12
         assert relative_difference(reference.covariance_prior_, own["covariance_prior_"]) <= 1e-12
         assert np.isfinite(own["lower_bound_"]) and own["n_iter_"] >= 1
+
+
+@pytest.mark.cluster
+def test_a_fit_through_a_cluster_reference_equals_the_in_process_fit(cluster2):
+    x = blobs(240, 2, 3)
+    estimator = warm_started(BayesianGaussianMixture, "full", "dirichlet_process", x)
+    local = fit_quietly(pickle.loads(pickle.dumps(estimator)), x)
+    cluster2.push(x=x, est=estimator.mixture_estimator(2))
+    cluster2.execute_async(
+        "from mixle_nb.parallel import TorchRunEncodedData\nh_bgm = TorchRunEncodedData(x, estimator=est)"
+    ).result()
+    try:
+        reference = cluster2.handle("h_bgm")
+        fit_quietly(estimator, reference)
+        assert_same_fit(attributes(estimator), local, rtol=1e-10)
+        assert np.array_equal(estimator.predict(reference), local.predict(x))
+        assert relative_difference(local.score_samples(x), estimator.score_samples(reference)) <= 1e-10
+        assert estimator.score(reference) == pytest.approx(local.score(x), rel=1e-10)
+    finally:
+        cluster2.execute_async("h_bgm.close(); del h_bgm, x, est").result()
