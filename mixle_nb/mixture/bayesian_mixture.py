@@ -288,7 +288,6 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
         warm = self.warm_start and hasattr(self, "converged_")
         rng = check_random_state(self.random_state)
         best: tuple | None = None
-        self.converged_ = False
         for start in range(1 if warm else self.n_init):
             if self.verbose:
                 print(f"Initialization {start}")
