@@ -22,6 +22,7 @@ from bayesian_ranks import (
     settings,
     warm_started,
 )
+from offset_data import offset_problem
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import BayesianGaussianMixture as ScikitBayesianGaussianMixture
 from sklearn.utils.estimator_checks import check_estimator
@@ -100,6 +101,21 @@ def test_the_extra_components_are_left_empty():
     assert np.sum(bgm.weights_ > 0.05) == 2 and bgm.weights_.sum() == pytest.approx(1.0, abs=1e-12)
     sample, labels = bgm.sample(400)
     assert sample.shape == (400, 2) and np.array_equal(np.sort(labels), labels)
+
+
+@pytest.mark.parametrize("covariance_type", TYPES)
+def test_a_fit_does_not_depend_on_where_the_data_sit(covariance_type):
+    """The same data at 0 and at 1e6 (shifted exactly): the same posterior, means moved by 1e6.
+    scikit-learn's own drifts by 1e-5 to 1e-3 here (its diag and tied sums are raw moments)."""
+    problem = offset_problem(1e6, 1.0, 3, separation=8.0)
+    near = problem.x - 1e6
+    assert np.array_equal(near + 1e6, problem.x)
+    options = settings(covariance_type, "dirichlet_process", init_params="random", tol=0, max_iter=30)
+    far = fit_quietly(BayesianGaussianMixture(**options), problem.x)
+    near = fit_quietly(BayesianGaussianMixture(**options), near)
+    assert np.max(np.abs(near.means_ - (far.means_ - 1e6))) <= 1e-7  # the spread is 1
+    for name in ("covariances_", "weights_", "mean_precision_", "lower_bound_"):
+        assert relative_difference(getattr(near, name), getattr(far, name)) <= 1e-7, name
 
 
 @pytest.mark.parametrize(

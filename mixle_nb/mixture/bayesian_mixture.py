@@ -405,9 +405,11 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
             return estimator.start(folded.value())
         resp = _starting_responsibilities(self.init_params, data, self.n_components, rng)
         unassigned = None
-        if self.covariance_type == "tied":  # scikit-learn's tied start takes XᵀX over every row
-            unassigned = (data * (1.0 - resp.sum(axis=1))[:, None]).T @ data
         rows = np.flatnonzero(resp.any(axis=1))
+        if self.covariance_type == "tied" and len(rows) < len(data):
+            # scikit-learn's tied start takes XᵀX over every row, those without responsibility too
+            left = np.delete(data, rows, axis=0)
+            unassigned = left.T @ left
         if len(rows) < len(data):  # observations as centres: only their rows count
             enc, data, resp = seq_encode(data[rows], estimator=estimator, device=self.device), data[rows], resp[rows]
         acc = estimator.gaussian_estimator().make_accumulator()
