@@ -97,6 +97,8 @@ def check_internals() -> None:
             for name in GAUSSIAN_MIXTURE_PARAMETERS
             if name not in constraints
         ]
+    if not isinstance(getattr(ScikitBayesianGaussianMixture, "_parameter_constraints", None), dict):
+        missing.append("sklearn.mixture.BayesianGaussianMixture._parameter_constraints (a dict)")
     if not callable(getattr(BaseEstimator, "_validate_params", None)):
         missing.append("sklearn.base.BaseEstimator._validate_params")
     if missing:
