@@ -371,7 +371,7 @@ class RankCall:
         Returns
         -------
         list
-            Each rank's result, in the order of :attr:`ranks`.
+            Each rank's result, in the order of ``ranks``.
 
         Raises
         ------

@@ -64,7 +64,7 @@ class MixleCluster(RankCalls):
     """``n`` ipyparallel engines forming one torch.distributed group (rank = engine id).
 
     Its processes end with the process that started it, by any signal (see
-    :mod:`~mixle_nb.cluster.lifeline`), unless it is ``detached`` (or :meth:`detach` is
+    ``mixle_nb.cluster.lifeline``), unless it is ``detached`` (or :meth:`detach` is
     called): then it runs on until :meth:`stop`, and a new process attaches to it with
     :meth:`attach` (:meth:`list_detached` lists this user's). ``%px`` is not activated here:
     the magics call ``cluster.view.activate()``. Nothing starts before :meth:`start`; every
@@ -412,7 +412,7 @@ class MixleCluster(RankCalls):
         return self.start(progress)
 
     def drop_ranks(self, dead: Sequence[int]) -> None:
-        """Go on without the ranks ``dead`` (elastic recovery, :mod:`.elastic`).
+        """Go on without the ranks ``dead`` (elastic recovery, ``mixle_nb.cluster.elastic``).
 
         The survivors, renumbered 0..n-1 in their old order, form a new group of their own.
         Every survivor must be idle.

@@ -162,7 +162,7 @@ class RankCalls(CallSupervision):
         Returns
         -------
         HandleReference
-            The reference (:mod:`mixle_nb.cluster.handle_reference`).
+            The reference (``mixle_nb.cluster.handle_reference``).
         """
         from .handle_reference import HandleReference
 

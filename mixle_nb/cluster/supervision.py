@@ -174,7 +174,7 @@ class CallSupervision:
     def stop_call(self, call: RankCall, queued: Sequence[RankCall] = ()) -> None:
         """Stop every rank still running ``call`` or a call queued behind it, keeping the engines.
 
-        SIGINT first. A rank still running :data:`INTERRUPT_SETTLE_S` later sits in a
+        SIGINT first. A rank still running ``INTERRUPT_SETTLE_S`` later sits in a
         collective (or long C code), so every rank that has answered every call severs its
         group connections, which fails the collectives waiting on it at once. Then the group is
         formed again if it may be inconsistent. A rank that does not stop within the grace

@@ -193,7 +193,7 @@ def choose_k(
         Raw observations or any handle.
     estimator_for : callable
         ``estimator_for(K)`` builds the estimator of K components (ours or mixle's;
-        :func:`~mixle_nb.stats.mixture.mixture_of_copies` builds K copies of one component).
+        ``mixle_nb.stats.mixture.mixture_of_copies`` builds K copies of one component).
     k_values : iterable of int
         The K to try.
     on_fit : callable, optional

@@ -93,6 +93,26 @@ class CausalLM(nn.Module):
         self.activation_checkpointing = False
 
     def forward(self, contexts: torch.Tensor, *, return_all_logits: bool = False) -> torch.Tensor:
+        """The logits of the token after each context, or after every position.
+
+        Parameters
+        ----------
+        contexts : torch.Tensor
+            ``(batch, t)`` token ids, ``t <= block``.
+        return_all_logits : bool, default False
+            Return every position's logits (position ``j`` predicts the token after
+            ``contexts[:, :j + 1]``), as training needs; mixle's ``CausalLM`` spelling.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(batch, vocab)`` logits, or ``(batch, t, vocab)`` with ``return_all_logits``.
+
+        Raises
+        ------
+        ValueError
+            A context longer than ``block``.
+        """
         t = contexts.shape[1]
         if t > self.block:
             raise ValueError(

@@ -65,7 +65,7 @@ REJOIN_HEADER = Header(**STATUS, count=1)
 
 @dataclass
 class StepTimings:
-    """What one rank spent on the last step, in :attr:`TorchRunEncodedData.last_timings`.
+    """What one rank spent on the last step, in ``last_timings`` of :class:`TorchRunEncodedData`.
 
     Parameters
     ----------
@@ -169,7 +169,7 @@ class TorchRunEncodedData(GroupHandle):
     Parameters
     ----------
     data : sequence or DataSource or None
-        The observations, or a :class:`~mixle_nb.parallel.data_sources.DataSource` (what
+        The observations, or a ``DataSource`` (``mixle_nb.parallel.data_sources``: what
         :meth:`from_shards`, :meth:`from_npy` and :meth:`from_files` pass).
     estimator, model, encoder : object, optional
         What encodes the data: ``encoder``, else the model's, else the estimator's (at least one).

@@ -120,7 +120,7 @@ def join_group(
     ``group`` or the existing default group is used as it is (the cluster's engines, a script
     that called ``init_process_group``); otherwise the default group is created from the
     launcher's ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (under ``srun``,
-    derived from Slurm's variables: :mod:`~mixle_nb.parallel.slurm_env`), and the membership
+    derived from Slurm's variables), and the membership
     owns it.
 
     Parameters

@@ -120,7 +120,7 @@ class StreamingTokenEncodedData(GroupHandle):
     ``progress``, ``seed``, ``max_steps`` and ``stop`` may also be set as attributes between
     calls.
 
-    Checkpoints (``torch.distributed.checkpoint``; see :mod:`mixle_nb.checkpoint.training`)
+    Checkpoints (``torch.distributed.checkpoint``; see ``mixle_nb.checkpoint.training``)
     are configured on the handle, not the estimator or a panel, because the handle alone holds
     the optimizer and the data position and runs on every rank (a notebook, ``torchrun`` or the
     cluster alike).

@@ -332,7 +332,7 @@ class Estimator:
         nobs : float or None
             The (weighted) number of observations.
         value : object
-            An accumulator's :meth:`Accumulator.value`, combined over every shard and key-tied.
+            An accumulator's :meth:`~mixle_nb.stats.Accumulator.value`, combined over every shard and key-tied.
 
         Returns
         -------

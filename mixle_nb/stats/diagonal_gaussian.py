@@ -103,7 +103,7 @@ class DiagonalGaussianDistribution(Distribution):
         Returns
         -------
         DiagonalKernel
-            ``enc -> (K, N)`` log-densities (:class:`~mixle_nb.stats.frame.DiagonalKernel`).
+            ``enc -> (K, N)`` log-densities (``mixle_nb.stats.frame.DiagonalKernel``).
         """
         mu = np.stack([np.atleast_1d(d.mu) for d in dists])
         sigma2 = np.stack([np.atleast_1d(d.sigma2) for d in dists])

@@ -121,12 +121,12 @@ def seq_encode(
     model, estimator : optional
         Whose encoder to use (``model``'s if given, else ``estimator``'s).
     device : str or torch.device, optional
-        Where the encoding lives (``None``: the CPU; see :func:`encode`).
+        Where the encoding lives (``None``: the CPU).
 
     Returns
     -------
     object
-        The encoding (opaque: count its observations with :func:`encoded_count`).
+        The encoding (opaque: count its observations with ``encoded_count``).
 
     Raises
     ------
@@ -416,7 +416,7 @@ def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distri
         The family's estimator (ours or mixle's).
     rng : None, int, numpy.random.Generator or numpy.random.RandomState
         The random source; mixle's accumulators get a ``RandomState`` (one passes through
-        unchanged, a ``Generator`` seeds one: :func:`~mixle_nb.stats.base.random_source`).
+        unchanged, a ``Generator`` seeds one).
     p : float
         The probability that an observation takes part, in (0, 1].
 

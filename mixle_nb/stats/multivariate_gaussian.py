@@ -101,7 +101,7 @@ class MultivariateGaussianDistribution(Distribution):
         Returns
         -------
         FullKernel
-            ``enc -> (K, N)`` log-densities (:class:`~mixle_nb.stats.frame.FullKernel`).
+            ``enc -> (K, N)`` log-densities (``mixle_nb.stats.frame.FullKernel``).
         """
         return FullKernel(
             np.stack([m.mu for m in dists]),

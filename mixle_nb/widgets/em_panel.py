@@ -45,7 +45,7 @@ class EMPanel(ModelChoice, Panel):
     private name instead). Without a cluster (none given and none running) they are local
     objects: ``handle`` may then be the raw data (an array or a list of observations, encoded
     here) or data encoded already; they are stepped through the same rank functions, on a
-    one-rank :class:`~mixle_nb.cluster.local_ranks.LocalRanks` (one step a call). Models may be
+    one-rank ``LocalRanks`` (``mixle_nb.cluster.local_ranks``) (one step a call). Models may be
     ours or the mixle package's.
 
     Buttons and their programmatic twins: Step :meth:`step`, Run N :meth:`run`, Pause
@@ -101,7 +101,7 @@ class EMPanel(ModelChoice, Panel):
         On a cluster, with a handle built ``elastic=True`` from files: when a rank dies during
         :meth:`run`, the survivors take over its shards and the run goes on, the model bit for bit
         that of a run without the failure; ``recoveries`` lists each
-        :class:`~mixle_nb.cluster.elastic.RecoveryEvent` and the step taken again after one
+        ``RecoveryEvent`` (``mixle_nb.cluster.elastic``) and the step taken again after one
         carries it (``history_rows()``' ``recovery``).
 
     Attributes

@@ -35,7 +35,7 @@ class TrainPanel(Panel):
     training runs in calls of ``chunk_steps`` optimizer steps, and Stop takes effect after the
     current chunk (Ctrl-C during a blocking :meth:`train` within one step). Without a cluster they
     are local objects, trained through the same rank functions on a one-rank
-    :class:`~mixle_nb.cluster.local_ranks.LocalRanks`, in one call to the end of the epochs:
+    ``LocalRanks`` (``mixle_nb.cluster.local_ranks``), in one call to the end of the epochs:
     the training loop there polls the Stop flag itself, so Stop takes effect after the current
     step.
 

@@ -227,7 +227,7 @@ class HiddenMarkovEncoder(Encoder):
     states : int
         Number of states: sizes the batches with ``batch_elements``.
     batch_elements : int, optional
-        Observations x states of one batch (default :data:`BATCH_ELEMENTS`).
+        Observations x states of one batch (default ``BATCH_ELEMENTS``, 2**23).
 
     Raises
     ------
