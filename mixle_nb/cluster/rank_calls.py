@@ -77,10 +77,12 @@ class RankCalls(CallSupervision):
         ----------
         fn : callable
             A picklable function (a module's, or one ipyparallel can ship).
-        *args, **kwargs
-            Its arguments, pickled to every rank.
+        *args
+            Its positional arguments, pickled to every rank.
         targets : int or sequence of int, optional
             The ranks to run it on; every rank if None.
+        **kwargs
+            Its keyword arguments, pickled to every rank.
 
         Returns
         -------
@@ -127,10 +129,12 @@ class RankCalls(CallSupervision):
         ----------
         fn : callable
             A picklable function (a module's, or one ipyparallel can ship).
-        *args, **kwargs
-            Its arguments, pickled to every rank.
+        *args
+            Its positional arguments, pickled to every rank.
         targets : int or sequence of int, optional
             The ranks to run it on; every rank if None.
+        **kwargs
+            Its keyword arguments, pickled to every rank.
 
         Returns
         -------

@@ -308,7 +308,7 @@ def optimize(
 
     Parameters
     ----------
-    data, estimator
+    data, estimator : object
         As in :func:`fit`.
     prev_estimate : Distribution, optional
         The start model: the same as ``init=<model>``.

@@ -663,12 +663,15 @@ class StreamingTokenEncodedData(GroupHandle):
         ----------
         estimator : StreamingTransformerLeafEstimator
             Carries the module.
-        rng, p
+        rng : object
             Unused: the module's own seeded initialisation is what keeps ranks identical.
+        p : float
+            Unused, as ``rng``.
 
         Returns
         -------
         StreamingTransformerLeaf
+            The leaf around the estimator's module, on the training device.
 
         Raises
         ------

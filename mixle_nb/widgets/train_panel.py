@@ -123,7 +123,7 @@ class TrainPanel(Panel):
     >>> from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm
     >>> from mixle_nb.parallel import StreamingTokenEncodedData
     >>> from mixle_nb.widgets import TrainPanel
-    >>> text = "the quick brown fox jumps over the lazy dog. " * 8
+    >>> text = "the quick brown fox jumps over the lazy dog. " * 4
     >>> tok = CharTokenizer.fit(text)
     >>> lm = StreamingTransformerLeafEstimator(
     ...     build_causal_lm(tok.vocab_size, d_model=16, n_layer=1, n_head=2, block=8, seed=0), lr=1e-2
