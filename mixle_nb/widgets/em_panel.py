@@ -86,9 +86,9 @@ class EMPanel(ModelChoice, Panel):
     seed : int, default 0
         The seed of ``init``.
     model_selection : bool, default False
-        Add a row with an Init menu (start again from the data) and Choose K (fit K = 1..K max
-        copies of the estimator's first component, plot BIC and AIC against K; ``choose_k`` is
-        its twin).
+        ``model_selection=True`` adds a row with an Init menu (start again from the data) and
+        Choose K (fit K = 1..K max copies of the estimator's first component, plot BIC and AIC
+        against K; ``choose_k`` is its twin).
     batch_seconds : float, default 0.2
         On a cluster, about how long one call of :meth:`run` lasts (0: one step a call, none
         queued).
