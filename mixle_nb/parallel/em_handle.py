@@ -23,14 +23,12 @@ both handles share is ``group_handle.py``'s; where the observations come from is
 
 from __future__ import annotations
 
-import io
 import os
-import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -76,28 +74,6 @@ class StepTimings:
 def _count_header(world: int) -> Header:
     """Construction's count exchange: status, the global count, which ranks hold no observation."""
     return Header(**STATUS, count=1, empty=world)
-
-
-class _Discard(io.TextIOBase):
-    def write(self, text: str) -> int:
-        return len(text)
-
-
-def torchrun_out(root: int = 0) -> TextIO:
-    """``sys.stdout`` on the root rank, a discarded buffer elsewhere.
-
-    Parameters
-    ----------
-    root : int
-        The rank that prints (the default group's, or ``RANK`` before a group exists).
-
-    Returns
-    -------
-    TextIO
-        ``sys.stdout``, or a text stream that drops what is written.
-    """
-    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", 0))
-    return sys.stdout if rank == root else cast(TextIO, _Discard())  # a TextIOBase: writes, flushes
 
 
 def _choose_encoder(estimator: Estimator | None, model: Distribution | None, encoder: Any) -> Any:
