@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from ..stats.base import Distribution, Estimator
 from ..stats.estimation import (
