@@ -215,8 +215,11 @@ def notebook_runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[N
         for item in request.session.items
         if item.originalname == "test_notebook_runs_top_to_bottom_in_a_fresh_kernel"
     }
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="notebook") as lanes:
+    lanes = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notebook")
+    try:
         yield {name: lanes.submit(run_in_fresh_kernel, name) for name in RUN_ORDER if name in selected}
+    finally:  # after a stop at the first failure (-x), the notebooks not yet started never start
+        lanes.shutdown(wait=True, cancel_futures=True)
 
 
 @pytest.mark.kernel
