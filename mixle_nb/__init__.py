@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-__version__ = "0.1.0"
+__version__ = version("mixle_nb")  # the one source is pyproject.toml's [project] version
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:

@@ -25,6 +25,7 @@ PROCESS_MARKERS = ("cluster", "kernel", "ranks", "subprocess", "browser", "multi
 # Session fixtures that start something, and the marker a test using them needs.
 FIXTURE_MARKERS = {
     "cluster2": "cluster",
+    "notebook_runs": "kernel",
     "em_cluster": "cluster",
     "ssh_cluster": "multihost",
     "network": "multihost",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..checkpoint import EMCheckpoint
-from ..parallel.em_handle import torchrun_out
+from ..parallel.group import torchrun_out
 from ..stats.base import Distribution, Estimator, random_source
 from ..stats.estimation import (
     EMStep,

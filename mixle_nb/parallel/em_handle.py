@@ -23,18 +23,15 @@ both handles share is ``group_handle.py``'s; where the observations come from is
 
 from __future__ import annotations
 
-import io
 import os
-import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO, cast
+from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from ..stats.base import Distribution, Estimator
 from ..stats.estimation import (
@@ -98,38 +95,6 @@ class StepTimings:
 def _count_header(world: int) -> Header:
     """Construction's count exchange: status, the global count, which ranks hold no observation."""
     return Header(**STATUS, count=1, empty=world)
-
-
-class _Discard(io.TextIOBase):
-    def write(self, text: str) -> int:
-        return len(text)
-
-
-def torchrun_out(root: int = 0) -> TextIO:
-    """Where rank ``root`` prints: ``sys.stdout`` there, a discarded buffer elsewhere.
-
-    For scripts under ``torchrun``, so that one rank's output is shown.
-
-    Parameters
-    ----------
-    root : int, default 0
-        The rank that prints (the default group's, or ``RANK`` before a group exists).
-
-    Returns
-    -------
-    TextIO
-        ``sys.stdout``, or a text stream that drops what is written.
-
-    Examples
-    --------
-    >>> import sys
-    >>> from mixle_nb.parallel import torchrun_out
-    >>> torchrun_out() is sys.stdout  # rank 0 of a single process
-    True
-    >>> print("only rank 0 shows this", file=torchrun_out(root=1))
-    """
-    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", 0))
-    return sys.stdout if rank == root else cast(TextIO, _Discard())  # a TextIOBase: writes, flushes
 
 
 def _choose_encoder(estimator: Estimator | None, model: Distribution | None, encoder: Any) -> Any:

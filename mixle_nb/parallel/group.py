@@ -8,15 +8,19 @@ one-process run with ``init_process_group=False``.
 
 A default group created here goes through :func:`~mixle_nb.parallel.severing.init_default_group`,
 which remembers its connections so that they can be severed (``severing.py``).
+
+:func:`torchrun_out` is where a group's output goes: the root rank's ``sys.stdout``, nothing elsewhere.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import sys
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TextIO, cast
 
 import torch
 import torch.distributed as dist
@@ -242,3 +246,37 @@ def require_every_rank(membership: GroupMembership, operation: str) -> None:
         f"{operation} needs every rank of the group; this call runs on ranks {running} "
         f"of {members} (--targets / targets=): run it on every rank, without --targets"
     )
+
+
+class _Discard(io.TextIOBase):
+    """A text stream that drops what is written."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def torchrun_out(root: int = 0) -> TextIO:
+    """``sys.stdout`` on the root rank, a discarded buffer elsewhere.
+
+    Parameters
+    ----------
+    root : int
+        The rank that prints (the default group's, or ``RANK`` before a group exists).
+
+    Returns
+    -------
+    TextIO
+        ``sys.stdout``, or a text stream that drops what is written.
+
+    Examples
+    --------
+    Outside any group, ``RANK`` (0 when unset) says which rank this process is:
+
+    >>> import sys
+    >>> from mixle_nb.parallel import torchrun_out
+    >>> torchrun_out() is sys.stdout
+    True
+    >>> print("only the root prints this", file=torchrun_out(root=1))
+    """
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", 0))
+    return sys.stdout if rank == root else cast(TextIO, _Discard())  # a TextIOBase: writes, flushes
