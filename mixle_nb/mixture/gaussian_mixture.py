@@ -20,7 +20,14 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import inference
-from ..stats import EMStep, MixtureDistribution, MixtureEstimator, seq_encode, seq_log_density_sum
+from ..stats import (
+    DegenerateComponentError,
+    EMStep,
+    MixtureDistribution,
+    MixtureEstimator,
+    seq_encode,
+    seq_log_density_sum,
+)
 from ..stats.base import Distribution, Estimator
 from ..stats.estimation import is_handle
 from ..stats.handle import EncodedDataHandle
@@ -39,6 +46,12 @@ from .translation import (
 if TYPE_CHECKING:
     from typing_extensions import Self
 
+# scikit-learn's message when a component's covariance cannot be estimated
+ILL_DEFINED = (
+    "Fitting the mixture model failed because some components have ill-defined empirical covariance "
+    "(for instance caused by singleton or collapsed samples). Try to decrease the number of components, "
+    "increase reg_covar, or scale the input data."
+)
 # scikit-learn's start names, as our starts (mixle_nb.inference.initial_model). Both k-means
 # names take our k-means‖ start (k-means++ seeding where the data live, one Lloyd pass, then a
 # labelled M-step); "random" gives every observation random responsibilities.
@@ -110,8 +123,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     original observation order. Where ours differ: the k-means starts (``init_params="kmeans"``
     and ``"k-means++"``) are our k-means‖ start, and ``"random"`` our random responsibilities,
     so a fit agrees with scikit-learn's exactly from a given start (``weights_init``,
-    ``means_init``, ``precisions_init``); with ``warm_start`` the first iteration is never
-    taken as converged. ``device`` (keyword-only; ``"cpu"``, ``"cuda"``, a ``torch.device``)
+    ``means_init``, ``precisions_init``). ``device`` (keyword-only; ``"cpu"``, ``"cuda"``, a ``torch.device``)
     is where an array is encoded and the E-step runs.
 
     A handle holds Gaussian observations: build it with ``estimator=gm.mixture_estimator(n_features)``
@@ -198,11 +210,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         best = None
         for start in range(1 if warm else self.n_init):
-            if warm:
-                model = self._model()
+            if warm:  # scikit-learn's warm start: the first gain is against the last fit's bound
+                result = self._em(enc, estimator, self._model(), count, start, self.lower_bound_ * count)
             else:
-                model = self._start(enc, estimator, rng, initial)
-            result = self._em(enc, estimator, model, count, start)
+                result = self._em(enc, estimator, self._start(enc, estimator, rng, initial), count, start)
             if best is None or result.log_density > best.log_density or best.log_density == -np.inf:
                 best = result
         self._set_fitted(cast(inference.FitResult, best), count)  # n_init >= 1: a start ran
@@ -256,16 +267,29 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return given
 
     def _start(self, enc: Any, estimator: Estimator, rng: Any, initial: dict) -> MixtureDistribution:
-        """The start: the given parameters over our start of ``init_params`` for the rest."""
+        """The start: the given parameters over our start of ``init_params`` for the rest; a
+        start whose M-step collapses a component raises scikit-learn's ``ValueError``."""
         if len(initial) < 3:
-            started = inference.initial_model(enc, estimator, STARTS[self.init_params], rng, init_p=1.0)
+            try:
+                started = inference.initial_model(enc, estimator, STARTS[self.init_params], rng, init_p=1.0)
+            except DegenerateComponentError as error:
+                raise ValueError(f"{ILL_DEFINED} (The start's {error}.)") from error
             initial = {
                 **dict(zip(("weights", "means", "covariances"), parameters_from_model(self.covariance_type, started))),
                 **initial,
             }
         return model_from_parameters(self.covariance_type, initial["weights"], initial["means"], initial["covariances"])
 
-    def _em(self, enc: Any, estimator: Estimator, model: Distribution, count: int, start: int) -> inference.FitResult:
+    def _em(
+        self,
+        enc: Any,
+        estimator: Estimator,
+        model: Distribution,
+        count: float,
+        start: int,
+        previous: float | None = None,
+    ) -> inference.FitResult:
+        """One start's EM (``previous``: the total log-density a warm start continues from)."""
         if self.verbose:
             print(f"Initialization {start}")
         if self.max_iter == 0:
@@ -279,20 +303,41 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 clock[0] = now
 
         # scikit-learn's stopping rule is ours: |change in the mean log-density| < tol (0: never)
-        result = inference.fit(
-            None,
-            estimator,
-            enc_data=enc,
-            init=model,
-            max_its=self.max_iter,
-            tol=self.tol,
-            out=None,
-            on_step=report,
-        )
+        try:
+            result = inference.fit(
+                None,
+                estimator,
+                enc_data=enc,
+                init=model,
+                max_its=self.max_iter,
+                tol=self.tol,
+                out=None,
+                on_step=report,
+                previous_log_density=previous,
+            )
+        except inference.FitError as error:
+            if not isinstance(error.__cause__, DegenerateComponentError):
+                raise
+            result = self._kept_before_collapse(enc, error, count)
         if self.verbose:
             state = "converged" if result.converged else "did not converge"
             print(f"Initialization {state}. lower bound {result.log_density / count:.5f}.")
         return result
+
+    def _kept_before_collapse(self, enc: Any, error: inference.FitError, count: float) -> inference.FitResult:
+        """The last good model of a start whose M-step collapsed a component (scikit-learn
+        issue #18216): the failed iteration counts, its E-step's log-density is the bound."""
+        kept = len(error.history) + 1
+        warnings.warn(
+            f"EM iteration {kept} collapsed a component ({error.__cause__}); keeping the model of "
+            f"iteration {kept - 1}. Try to decrease the number of components, increase reg_covar, "
+            "or scale the input data.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+        _, total = seq_log_density_sum(enc, error.model)
+        last = EMStep(error.model, count, float(total), step=kept)
+        return inference.FitResult(error.model, float(total), [*error.history, last], False, kept, "model")
 
     def _set_fitted(self, result: inference.FitResult, count: int) -> None:
         kind = self.covariance_type
@@ -371,5 +416,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         counts = rng.multinomial(n_samples, self.weights_)
         generator = np.random.default_rng(rng.randint(2**31 - 1))
         model = self._model()
-        x = np.concatenate([c.draw(generator, int(m)).reshape(int(m), -1) for c, m in zip(model.components, counts)])
+        d = self.means_.shape[1]
+        x = np.concatenate([c.draw(generator, int(m)).reshape(int(m), d) for c, m in zip(model.components, counts)])
         return x, np.repeat(np.arange(self.n_components), counts)
