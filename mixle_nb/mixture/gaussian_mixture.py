@@ -30,10 +30,12 @@ from ..stats import (
 )
 from ..stats.base import Distribution, Estimator
 from ..stats.estimation import is_handle
+from ..stats.frame import with_weights
 from ..stats.handle import EncodedDataHandle
 from ..stats.kmeans import encoded_points
 from . import scikit_internals
 from .initial_parameters import checked_means, checked_precisions, checked_weights
+from .sample_weights import checked_sample_weight
 from .translation import (
     covariances_from_precisions,
     mixture_estimator,
@@ -173,7 +175,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     # -- fitting ----------------------------------------------------------------------------
 
-    def fit(self, X: Any, y: ArrayLike | None = None) -> Self:
+    def fit(self, X: Any, y: ArrayLike | None = None, sample_weight: ArrayLike | None = None) -> Self:
         """Estimate the parameters with EM from ``n_init`` starts; keep the best.
 
         Parameters
@@ -182,6 +184,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             The observations (see the class docstring).
         y : None
             Ignored (scikit-learn's signature).
+        sample_weight : array-like of shape (n_samples,), optional
+            A non-negative weight per row (an array ``X`` only): a row of integer weight ``w``
+            counts as ``w`` copies of it, in EM and in the k-means and random starts, and
+            ``lower_bound_`` is the weighted mean log-density. ``None``: every row weighs 1.
 
         Returns
         -------
@@ -191,10 +197,26 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            On a bad parameter or ``X`` (scikit-learn's messages, from its parameter
-            constraints, ``validate_data`` and the ``*_init`` checks).
+            On a bad parameter, ``X`` or ``sample_weight`` (scikit-learn's messages, from its
+            parameter constraints, ``validate_data`` and the ``*_init`` checks), before any
+            step; or when a start collapses a component (scikit-learn's "ill-defined empirical
+            covariance" message). A collapse in a later EM iteration instead keeps the last
+            good model, with a ``ConvergenceWarning`` (scikit-learn issue #18216).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.mixture import GaussianMixture
+        >>> x = np.array([[0.0], [0.2], [5.0], [5.2]])
+        >>> gm = GaussianMixture(2, random_state=0).fit(x, sample_weight=[1, 3, 1, 1])
+        >>> np.round(np.sort(gm.means_.ravel()), 2)
+        array([0.15, 5.1 ])
         """
         scikit_internals.validate_params(self)
+        if sample_weight is not None and (is_reference(X) or is_handle(X)):
+            raise ValueError(
+                "sample_weight is taken with an array X only; on ranks, fit the rows repeated, or fit in one process"
+            )
         if is_reference(X):
             fitted = X.call_with_handle(_on_rank, self, "fit")
             for name in FITTED:
@@ -203,9 +225,12 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             self._warn_unless_converged()  # the ranks' warning stays on the ranks
             return self
         data, count, n_features = self._fit_data(X)
+        weights = None if sample_weight is None else checked_sample_weight(sample_weight, count)
         initial = self._initial_parameters(n_features)
         estimator = self.mixture_estimator(n_features)
         enc = data if is_handle(data) else seq_encode(data, estimator=estimator, device=self.device)
+        if weights is not None:
+            enc, count = with_weights(enc, weights), float(weights.sum())
         warm = self.warm_start and hasattr(self, "converged_")
         rng = check_random_state(self.random_state)
         best = None
@@ -229,9 +254,38 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 stacklevel=3,
             )
 
-    def fit_predict(self, X: Any, y: ArrayLike | None = None) -> np.ndarray:
-        """``fit(X).predict(X)``."""
-        return self.fit(X).predict(X)
+    def fit_predict(self, X: Any, y: ArrayLike | None = None, sample_weight: ArrayLike | None = None) -> np.ndarray:
+        """``fit(X, sample_weight=sample_weight).predict(X)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), handle or cluster reference
+            The observations (see the class docstring).
+        y : None
+            Ignored (scikit-learn's signature).
+        sample_weight : array-like of shape (n_samples,), optional
+            A non-negative weight per row (see :meth:`fit`).
+
+        Returns
+        -------
+        numpy.ndarray
+            Each row's most responsible component, shape ``(n_samples,)``.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`fit` does.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.mixture import GaussianMixture
+        >>> x = np.array([[0.0], [0.2], [5.0], [5.2]])
+        >>> labels = GaussianMixture(2, random_state=0).fit_predict(x, sample_weight=[1, 3, 1, 1])
+        >>> bool(labels[0] == labels[1] and labels[1] != labels[2])
+        True
+        """
+        return self.fit(X, sample_weight=sample_weight).predict(X)
 
     def _fit_data(self, X: Any) -> tuple[Any, int, int]:
         """``(data, count, n_features)``, checked as scikit-learn does."""
@@ -339,7 +393,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         last = EMStep(error.model, count, float(total), step=kept)
         return inference.FitResult(error.model, float(total), [*error.history, last], False, kept, "model")
 
-    def _set_fitted(self, result: inference.FitResult, count: int) -> None:
+    def _set_fitted(self, result: inference.FitResult, count: float) -> None:
         kind = self.covariance_type
         self.weights_, self.means_, self.covariances_ = parameters_from_model(kind, result.model)
         self.precisions_cholesky_ = precisions_cholesky(kind, self.covariances_)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeGuard
 
 import numpy as np
+import torch
 
 from . import foreign
 from .base import Accumulator, Distribution, Estimator, random_source, total
@@ -172,19 +173,31 @@ def accumulate(
     ``counts`` are the chunks' observation counts (a handle knows them from the raw data);
     without them each chunk is counted with :func:`encoded_count`. Unit weights are ``None``,
     so no array of ones is built or sent to the encoding's device every step (another
-    package's accumulator gets the array it requires: ``foreign.py``)."""
+    package's accumulator gets the array it requires: ``foreign.py``). A chunk whose rows
+    carry sample weights (:func:`~mixle_nb.stats.frame.with_weights`) counts their sum, and
+    its log-density is their weighted sum."""
     acc = foreign.accumulator(estimator)
     if counts is None:
         counts = [encoded_count(enc, estimator) for enc in chunks]
+    counts = [n if sample_weights(enc) is None else total(sample_weights(enc)) for enc, n in zip(chunks, counts)]
     summed = 0.0
     for enc in chunks:
-        log_density = acc.seq_update(enc, None, model)
+        weights = sample_weights(enc)
+        log_density = acc.seq_update(enc, weights, model)
         if model is not None:
             if log_density is None and with_log_density:
                 summed += log_density_total(model, enc)
+            elif log_density is not None and weights is not None:
+                counted = weights > 0  # a row of weight 0 adds nothing, even where impossible (-inf)
+                summed += total(weights[counted] * log_density[counted])
             else:
                 summed += total(log_density) if log_density is not None else float("nan")
     return Accumulated(float(sum(counts)), acc, summed if model is not None else float("nan"))
+
+
+def sample_weights(enc: Any) -> torch.Tensor | None:
+    """The sample weights ``enc``'s rows carry (``None``: every row weighs 1)."""
+    return enc.weights if isinstance(enc, PointEncoding) else None
 
 
 def log_density_total(model: Distribution, enc: Any) -> float:
@@ -318,6 +331,8 @@ def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distri
     if not isinstance(rng, np.random.RandomState):  # ours take either; a RandomState passes
         rng = random_source(rng)  # through unchanged to mixle's (foreign.ForeignAccumulator)
     weights = initial_weights(encoded_count(enc, estimator), rng, p)
+    if sample_weights(enc) is not None:
+        weights = weights * sample_weights(enc).cpu().numpy()
     acc = foreign.accumulator(estimator)
     if isinstance(enc, PointEncoding) and len(enc) and hasattr(acc, "set_reference"):
         acc.set_reference(enc.points[:, 0].cpu().numpy())  # one process: centre on the data (see centred_moments)
