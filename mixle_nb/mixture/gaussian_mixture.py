@@ -36,6 +36,7 @@ from ..stats.kmeans import encoded_points
 from . import scikit_internals
 from .initial_parameters import checked_means, checked_precisions, checked_weights
 from .sample_weights import checked_sample_weight
+from .stepwise import stepwise_update
 from .translation import (
     covariances_from_precisions,
     mixture_estimator,
@@ -224,6 +225,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             self.__dict__.update(fitted)
             self._warn_unless_converged()  # the ranks' warning stays on the ranks
             return self
+        self.__dict__.pop("_stepwise", None)  # a fit starts afresh; partial_fit continues from it
         data, count, n_features = self._fit_data(X)
         weights = None if sample_weight is None else checked_sample_weight(sample_weight, count)
         initial = self._initial_parameters(n_features)
@@ -243,6 +245,84 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 best = result
         self._set_fitted(cast(inference.FitResult, best), count)  # n_init >= 1: a start ran
         self._warn_unless_converged()
+        return self
+
+    def partial_fit(self, X: ArrayLike, y: ArrayLike | None = None, sample_weight: ArrayLike | None = None) -> Self:
+        """Fold one chunk of rows into the fit: one step of stepwise EM (online EM).
+
+        The running sufficient statistics move towards the chunk's, taken under the current
+        model, by a step ``η_t = (t + 2)^-0.3`` (``t`` chunks folded before; Cappé and Moulines,
+        Liang and Klein), and the model is their M-step: see :mod:`mixle_nb.mixture.stepwise`,
+        which says why stepwise rather than incremental EM. The first call starts from its
+        chunk (the start of ``init_params`` and any ``*_init`` on it), or from the fitted
+        parameters after :meth:`fit`; :meth:`fit` starts afresh. Passes over the chunks of a
+        dataset reach its batch fit. ``n_iter_`` counts the chunks folded, ``lower_bound_``
+        is the last chunk's mean log-density under the model it was folded under (and
+        ``lower_bounds_`` every chunk's); ``converged_`` stays ``False``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            One chunk of rows (at least ``n_components`` in the first).
+        y : None
+            Ignored (scikit-learn's signature).
+        sample_weight : array-like of shape (n_samples,), optional
+            A non-negative weight per row (see :meth:`fit`).
+
+        Returns
+        -------
+        GaussianMixture
+            ``self``, updated.
+
+        Raises
+        ------
+        ValueError
+            On a bad parameter, chunk or ``sample_weight``, and on a chunk whose number of
+            features differs from the first's (scikit-learn's messages), before any work.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.mixture import GaussianMixture
+        >>> rng = np.random.default_rng(0)
+        >>> x = np.concatenate([rng.normal(0, 1, (500, 1)), rng.normal(8, 1, (500, 1))])
+        >>> rng.shuffle(x)
+        >>> gm = GaussianMixture(2, random_state=0)
+        >>> for chunk in np.array_split(x, 10):
+        ...     gm = gm.partial_fit(chunk)
+        >>> np.round(np.sort(gm.means_.ravel()))
+        array([0., 8.])
+        """
+        scikit_internals.validate_params(self)
+        running = getattr(self, "_stepwise", None)
+        fitted = hasattr(self, "converged_")
+        X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=not fitted), dtype=np.float64)
+        count, n_features = X.shape
+        if not fitted and count < self.n_components:
+            raise ValueError(
+                f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {count}"
+            )
+        weights = None if sample_weight is None else checked_sample_weight(sample_weight, count)
+        estimator = self.mixture_estimator(n_features)
+        enc = seq_encode(X, estimator=estimator, device=self.device)
+        if weights is not None:
+            enc = with_weights(enc, weights)
+        if fitted:
+            model = self._model()
+        else:
+            initial = self._initial_parameters(n_features)
+            model = self._start(enc, estimator, check_random_state(self.random_state), initial)
+        step = 0 if running is None else running[1]
+        try:
+            new, value, weight, log_density = stepwise_update(
+                enc, estimator, model, None if running is None else running[0], step
+            )
+        except DegenerateComponentError as error:
+            raise ValueError(f"{ILL_DEFINED} ({error}.)") from error
+        bounds = [*self.lower_bounds_] if running is not None else []
+        self._set_fitted(inference.FitResult(new, log_density, [], False, step + 1, "model"), weight)
+        self.lower_bounds_ = [*bounds, self.lower_bound_]
+        self._stepwise = (value, step + 1)
         return self
 
     def _warn_unless_converged(self) -> None:

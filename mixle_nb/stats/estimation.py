@@ -189,7 +189,7 @@ def accumulate(
                 summed += log_density_total(model, enc)
             elif log_density is not None and weights is not None:
                 counted = weights > 0  # a row of weight 0 adds nothing, even where impossible (-inf)
-                summed += total(weights[counted] * log_density[counted])
+                summed += total(weights[counted] * torch.as_tensor(log_density, device=weights.device)[counted])
             else:
                 summed += total(log_density) if log_density is not None else float("nan")
     return Accumulated(float(sum(counts)), acc, summed if model is not None else float("nan"))
