@@ -30,7 +30,7 @@ from ..stats import (
 )
 from ..stats.base import Distribution, Estimator
 from ..stats.estimation import is_handle
-from ..stats.frame import with_weights
+from ..stats.frame import PointEncoding, with_weights
 from ..stats.handle import EncodedDataHandle
 from ..stats.kmeans import encoded_points
 from . import scikit_internals
@@ -133,6 +133,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     (or any of our Gaussian estimators).
     """
 
+    lower_bounds_: list[float]
     _parameter_constraints: dict = {**scikit_internals.parameter_constraints(), "device": [None, str, torch.device]}
 
     def __init__(
@@ -226,13 +227,14 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             self._warn_unless_converged()  # the ranks' warning stays on the ranks
             return self
         self.__dict__.pop("_stepwise", None)  # a fit starts afresh; partial_fit continues from it
-        data, count, n_features = self._fit_data(X)
-        weights = None if sample_weight is None else checked_sample_weight(sample_weight, count)
+        data, rows, n_features = self._fit_data(X)
+        weights = None if sample_weight is None else checked_sample_weight(sample_weight, rows)
+        count = float(rows) if weights is None else float(weights.sum())
         initial = self._initial_parameters(n_features)
         estimator = self.mixture_estimator(n_features)
         enc = data if is_handle(data) else seq_encode(data, estimator=estimator, device=self.device)
         if weights is not None:
-            enc, count = with_weights(enc, weights), float(weights.sum())
+            enc = with_weights(cast(PointEncoding, enc), weights)  # an array X: our Gaussian encoding
         warm = self.warm_start and hasattr(self, "converged_")
         rng = check_random_state(self.random_state)
         best = None
@@ -306,7 +308,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         estimator = self.mixture_estimator(n_features)
         enc = seq_encode(X, estimator=estimator, device=self.device)
         if weights is not None:
-            enc = with_weights(enc, weights)
+            enc = with_weights(cast(PointEncoding, enc), weights)  # an array X: our Gaussian encoding
         if fitted:
             model = self._model()
         else:
