@@ -29,8 +29,7 @@ NOT_PASSED = {
     ),
     "check_sample_weights_pandas_series": (
         "skipped",
-        "runs only with pandas installed, which no extra of ours installs; the "
-        "other sample-weight checks pass",
+        "runs only with pandas installed, which no extra of ours installs; the other sample-weight checks pass",
     ),
 }
 # The checks check_estimator runs only for an estimator whose fit takes sample_weight (ours does,

@@ -330,22 +330,39 @@ def model_from_centres(
     chunks: Sequence[Any], shard: _Shard, estimator: Estimator, centres: np.ndarray, exchange: Exchange
 ) -> Distribution:
     """The mixture estimated from hard labels: each observation wholly in its nearest centre's
-    component. One pass and one fold; the same model on every rank."""
+    component, shared equally among centres that coincide (fewer distinct points than
+    components), so that none is left empty. One pass and one fold; the same model on every rank."""
     acc = estimator.accumulator_factory().make()
     k = len(centres)
     count = 0.0
     if not isinstance(acc, MixtureAccumulator):
         raise TypeError(f"a k-means start needs our mixture estimator; got {type(estimator).__name__}")
     origin, chunk_norms = shard.frame()
+    shares = _shares(centres)
     for enc, norms in zip(chunks, chunk_norms):
         for start, stop, block in blocks(enc, k):
             _, index = _nearest(encoded_points(block), norms[start:stop], centres, origin)
-            resp = torch.zeros(k, stop - start, dtype=torch.float64, device=index.device)
             weights = sample_weights(block)
-            resp[index, torch.arange(stop - start, device=index.device)] = 1.0 if weights is None else weights
+            if shares is None:
+                resp = torch.zeros(k, stop - start, dtype=torch.float64, device=index.device)
+                resp[index, torch.arange(stop - start, device=index.device)] = 1.0 if weights is None else weights
+            else:
+                resp = shares.to(index.device)[:, index]
+                if weights is not None:
+                    resp *= weights
             acc.seq_update_responsibilities(block, resp, references=centres)  # the same on every rank
             count += stop - start if weights is None else float(weights.sum())
     return m_step(estimator, exchange.fold(estimator, count, acc), acc)
+
+
+def _shares(centres: np.ndarray) -> torch.Tensor | None:
+    """``(K, K)``: column ``j`` spreads a point nearest centre ``j`` evenly over the centres
+    equal to it; ``None`` when the centres are distinct (each point wholly its nearest's)."""
+    _, group, sizes = np.unique(centres, axis=0, return_inverse=True, return_counts=True)
+    if len(sizes) == len(centres):
+        return None
+    group = group.ravel()
+    return torch.from_numpy((group[:, None] == group[None, :]) / sizes[group][None, :])
 
 
 def kmeans_init(
