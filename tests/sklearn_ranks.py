@@ -85,3 +85,28 @@ def rank_fits(rank, world):
             )
     dist.destroy_process_group()
     return out
+
+
+def weighted_rank_fits(rank, world, path, bad_path):
+    """Each rank reads its rows of ``path`` (points, then the weight column) with the weighted-rows
+    encoder and fits every covariance type from the same start; then builds a handle of
+    ``bad_path`` (a negative weight on one rank). Returns the fitted attributes and the error."""
+    import torch.distributed as dist
+
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    dist.init_process_group("gloo")
+    x = np.load(path)[:, :-1]
+    fits = []
+    for covariance_type in TYPES:
+        estimator = GaussianMixture(**settings(covariance_type, x))
+        with TorchRunEncodedData.from_npy(path, encoder=estimator.weighted_rows_encoder(x.shape[1])) as h:
+            fit_quietly(estimator, h)
+            fits.append(fitted(estimator))
+    try:
+        TorchRunEncodedData.from_npy(bad_path, encoder=GaussianMixture(2).weighted_rows_encoder(x.shape[1]))
+        error = "no error"
+    except Exception as exc:  # every rank raises together: the failed rank its own error
+        error = f"{type(exc).__name__}: {exc}"
+    dist.destroy_process_group()
+    return fits, error

@@ -10,9 +10,10 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
-from sklearn_ranks import TYPES, blobs, settings
+from sklearn_ranks import TYPES, blobs, settings, weighted_rank_fits
 
 from mixle_nb.mixture import GaussianMixture
+from mixle_nb.parallel.local_launch import run_local
 
 RTOL = 1e-8
 ATTRIBUTES = ("weights_", "means_", "covariances_", "precisions_cholesky_", "lower_bound_", "lower_bounds_")
@@ -96,3 +97,26 @@ def test_partial_fit_with_weights_equals_the_rows_repeated_and_refuses_other_fea
         assert relative_difference(getattr(weighted, name), getattr(repeated, name)) <= RTOL, name
     with pytest.raises(ValueError, match="X has 3 features, but GaussianMixture is expecting 2 features as input"):
         weighted.partial_fit(blobs(10, 3, 2))
+
+
+@pytest.mark.ranks
+def test_weights_beside_the_rows_on_two_ranks_fit_as_the_rows_repeated_and_bad_ones_name_rank_and_row(tmp_path):
+    x = blobs(301, 3, 3)
+    w = np.random.default_rng(1).integers(0, 4, size=len(x)).astype(np.float64)
+    path, bad_path = tmp_path / "weighted.npy", tmp_path / "bad.npy"
+    np.save(path, np.column_stack([x, w]))  # each rank reads its own rows, weights included
+    bad = np.column_stack([x[:20], np.ones(20)])
+    bad[13, -1] = -2.0  # row 13 lies on rank 1 of 2 (rows rank, rank + 2, ...): its row 6
+    np.save(bad_path, bad)
+    ranks = run_local(weighted_rank_fits, 2, path=str(path), bad_path=str(bad_path))
+    for covariance_type, *per_rank in zip(TYPES, *(fits for fits, _ in ranks)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            repeated = GaussianMixture(**settings(covariance_type, x)).fit(np.repeat(x, w.astype(int), axis=0))
+        for fit in per_rank:
+            for name in ATTRIBUTES:
+                assert relative_difference(fit[name], getattr(repeated, name)) <= RTOL, (covariance_type, name)
+            assert fit["n_iter_"] == repeated.n_iter_
+    (_, peer), (_, own) = ranks
+    assert "rank 1" in peer, peer
+    assert "sample weight of row 6 of rank 1's rows is -2.0" in own, own

@@ -45,6 +45,7 @@ from .translation import (
     precisions_cholesky,
     precisions_from_cholesky,
 )
+from .weighted_rows import WeightedRowsEncoder
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -175,6 +176,32 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         """The ``MixtureEstimator`` EM runs with (also what to build a handle with)."""
         return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar)
 
+    def weighted_rows_encoder(self, n_features: int) -> WeightedRowsEncoder:
+        """The encoder of rows that carry their sample weight as a last column.
+
+        Build a handle with it (``TorchRunEncodedData(rows, encoder=...)``, ``from_npy``,
+        ``from_files``) and ``fit`` weighs every row by its weight on the rank that holds it.
+
+        Parameters
+        ----------
+        n_features : int
+            ``D``: the rows are ``(n_samples, D + 1)``, the weight last.
+
+        Returns
+        -------
+        WeightedRowsEncoder
+            The encoder.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.mixture import GaussianMixture
+        >>> enc = GaussianMixture(2).weighted_rows_encoder(1).seq_encode(np.array([[0.0, 2.0], [1.0, 1.0]]))
+        >>> enc.weights.tolist()
+        [2.0, 1.0]
+        """
+        return WeightedRowsEncoder(self.mixture_estimator(n_features).accumulator_factory().make().acc_to_encoder())
+
     # -- fitting ----------------------------------------------------------------------------
 
     def fit(self, X: Any, y: ArrayLike | None = None, sample_weight: ArrayLike | None = None) -> Self:
@@ -190,6 +217,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             A non-negative weight per row (an array ``X`` only): a row of integer weight ``w``
             counts as ``w`` copies of it, in EM and in the k-means and random starts, and
             ``lower_bound_`` is the weighted mean log-density. ``None``: every row weighs 1.
+            On ranks the weights live beside the rows instead: build the handle with
+            :meth:`weighted_rows_encoder`.
 
         Returns
         -------
@@ -240,7 +269,8 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         best = None
         for start in range(1 if warm else self.n_init):
             if warm:  # scikit-learn's warm start: the first gain is against the last fit's bound
-                result = self._em(enc, estimator, self._model(), count, start, self.lower_bound_ * count)
+                previous = self.lower_bound_ * getattr(self, "_weight_total", count)
+                result = self._em(enc, estimator, self._model(), count, start, previous)
             else:
                 result = self._em(enc, estimator, self._start(enc, estimator, rng, initial), count, start)
             if best is None or result.log_density > best.log_density or best.log_density == -np.inf:
@@ -476,6 +506,10 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return inference.FitResult(error.model, float(total), [*error.history, last], False, kept, "model")
 
     def _set_fitted(self, result: inference.FitResult, count: float) -> None:
+        """The fitted attributes from ``result``; the bounds are per unit of weight (the
+        steps' own count: on a handle of weighted rows, the ranks' total weight)."""
+        count = result.history[-1].count if result.history else count
+        self._weight_total = count
         kind = self.covariance_type
         self.weights_, self.means_, self.covariances_ = parameters_from_model(kind, result.model)
         self.precisions_cholesky_ = precisions_cholesky(kind, self.covariances_)

@@ -34,7 +34,7 @@ def checked_sample_weight(sample_weight: ArrayLike, n_samples: int) -> np.ndarra
     negative = np.flatnonzero(weights < 0)
     if len(negative):
         raise ValueError(
-            f"Negative values in data passed to `sample_weight` (row {int(negative[0])}: {weights[negative[0]]!r})"
+            f"Negative values in data passed to `sample_weight` (row {int(negative[0])}: {float(weights[negative[0]])!r})"
         )
     if not np.any(weights > 0):
         raise ValueError("Sample weights must contain at least one non-zero number.")
