@@ -23,12 +23,49 @@ _current = None  # the most recently started cluster that is still running
 
 
 def current() -> MixleCluster | None:
-    """The most recently started cluster that is still running, or None."""
+    """The most recently started cluster that is still running.
+
+    The magics, the panels and the scikit-learn face use it when no cluster is named.
+
+    Returns
+    -------
+    MixleCluster or None
+        The current cluster, or ``None`` when none runs.
+
+    See Also
+    --------
+    set_current : Change it.
+
+    Examples
+    --------
+    >>> from mixle_nb import cluster
+    >>> cluster.current() is None  # nothing started in this process
+    True
+    """
     return _current
 
 
 def set_current(cluster: MixleCluster | None) -> None:
-    """Make ``cluster`` the one that :func:`current` returns (None clears it)."""
+    """Make ``cluster`` the one that :func:`current` returns.
+
+    :meth:`MixleCluster.start` and :meth:`MixleCluster.attach` call it; ``stop()`` clears it.
+
+    Parameters
+    ----------
+    cluster : MixleCluster or None
+        The cluster to make current; ``None`` clears it.
+
+    Examples
+    --------
+    >>> from mixle_nb import cluster
+    >>> c = cluster.MixleCluster(2)
+    >>> cluster.set_current(c)
+    >>> cluster.current() is c
+    True
+    >>> cluster.set_current(None)
+    >>> cluster.current() is None
+    True
+    """
     global _current
     _current = cluster
 

@@ -49,6 +49,36 @@ class RankError(RuntimeError):
     ``rank``/``ename``/``evalue``/``traceback_text`` describe the *primary* failure: the first
     rank whose error is not a consequence of another's (a collective timeout, a lost peer, a
     peer-failure error). ``errors`` lists ``(rank, ename, evalue)`` for every rank that failed.
+
+    Parameters
+    ----------
+    rank : int
+        The rank of the primary failure.
+    ename : str
+        The name of its exception class.
+    evalue : str
+        Its message.
+    traceback_text : str
+        Its remote traceback, without terminal colour codes.
+    errors : sequence of (int, str, str), optional
+        ``(rank, ename, evalue)`` of every rank that failed (default: the primary one alone).
+
+    See Also
+    --------
+    RankDiedError : A rank's engine died instead of raising.
+
+    Examples
+    --------
+    >>> from mixle_nb.cluster import RankError
+    >>> error = RankError(
+    ...     1, "ValueError", "x has NaN", "Traceback ...",
+    ...     [(0, "PeerRankError", "rank 1 failed"), (1, "ValueError", "x has NaN")],
+    ... )
+    >>> print(error)
+    rank 1 raised ValueError: x has NaN
+      rank 0 then raised PeerRankError: rank 1 failed
+    --- remote traceback (rank 1) ---
+    Traceback ...
     """
 
     def __init__(
@@ -65,7 +95,19 @@ class RankError(RuntimeError):
 
     @classmethod
     def from_failures(cls, failures: Sequence[tuple[int, Any]]) -> RankError:
-        """The error for ``(rank, ipyparallel RemoteError)`` pairs, root cause first."""
+        """The error for the ranks' failures, named by the root cause.
+
+        Parameters
+        ----------
+        failures : sequence of (int, ipyparallel.error.RemoteError)
+            Each failed rank and its error.
+
+        Returns
+        -------
+        RankError
+            The primary failure is the lowest rank whose error is not a consequence of another
+            rank's failure (else the lowest rank); ``errors`` lists them all.
+        """
         causes = [(r, e) for r, e in failures if not is_consequence(e.ename, e.evalue)]
         rank, primary = (causes or sorted(failures, key=lambda f: f[0]))[0]
         return cls(
@@ -78,7 +120,25 @@ class RankError(RuntimeError):
 
 
 class RankDiedError(RuntimeError):
-    """One or more ranks' engines died; the group is broken until ``restart()``."""
+    """One or more ranks' engines died; the group is broken until ``restart()``.
+
+    Parameters
+    ----------
+    ranks : sequence of int
+        The ranks that died (kept sorted in ``ranks``).
+    detail : str, optional
+        Appended to the message after "died" (e.g. how contact was lost).
+
+    See Also
+    --------
+    RankError : A rank raised instead.
+
+    Examples
+    --------
+    >>> from mixle_nb.cluster import RankDiedError
+    >>> print(RankDiedError([3, 1]))
+    ranks 1, 3 died; the torch.distributed group is broken: call cluster.restart()
+    """
 
     def __init__(self, ranks: Sequence[int], detail: str = ""):
         self.ranks = sorted(ranks)
@@ -110,8 +170,33 @@ class Supervisor(Protocol):
 class RankCall:
     """A call running on some ranks: awaitable, pollable, interruptible.
 
-    ``data`` maps rank -> the latest dict that rank published with
-    ``ipyparallel.datapub.publish_data`` while the call runs.
+    It wraps ipyparallel's ``AsyncResult`` and never blocks on the engines: it waits in short
+    slices and between them asks its supervisor (the cluster) whether the ranks are alive, so a
+    rank killed mid-call surfaces as :class:`RankDiedError` within a slice. ``data`` maps rank ->
+    the latest dict that rank published with ``ipyparallel.datapub.publish_data`` while the call
+    runs. :meth:`MixleCluster.run_async` and :meth:`MixleCluster.execute_async` make them.
+
+    Parameters
+    ----------
+    supervisor : MixleCluster
+        The cluster the call runs on (what it asks about liveness and stopping).
+    ranks : list of int
+        The ranks running the call.
+    async_result : ipyparallel.AsyncResult
+        ipyparallel's handle on the call.
+
+    Examples
+    --------
+    A call needs a running cluster, which these skipped lines would start:
+
+    >>> import os
+    >>> from mixle_nb.cluster import MixleCluster
+    >>> cluster = MixleCluster(2).start()  # doctest: +SKIP
+    >>> call = cluster.run_async(os.getpid)  # doctest: +SKIP
+    >>> len(call.result(timeout=30))  # doctest: +SKIP
+    2
+    >>> call.done(), call.pending()  # doctest: +SKIP
+    (True, [])
     """
 
     def __init__(self, supervisor: Supervisor, ranks: list[int], async_result: Any) -> None:
@@ -120,36 +205,99 @@ class RankCall:
         self._first_failure_at: float | None = None
 
     def done(self) -> bool:
-        """True once every rank has answered."""
+        """Whether every rank has answered.
+
+        Returns
+        -------
+        bool
+            True once every rank has answered.
+        """
         return self._ar.ready()
 
     def wait(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for every rank's answer; whether they all answered."""
+        """Wait for every rank's answer.
+
+        Parameters
+        ----------
+        timeout : float
+            The most seconds to wait.
+
+        Returns
+        -------
+        bool
+            Whether they all answered.
+        """
         return self._ar.wait(timeout)
 
     def wait_for_output(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for every rank's printed output, which may trail its answer."""
+        """Wait for every rank's printed output, which may trail its answer.
+
+        Parameters
+        ----------
+        timeout : float
+            The most seconds to wait.
+
+        Returns
+        -------
+        bool
+            Whether all the output arrived.
+        """
         return self._ar.wait_for_output(timeout)
 
     def ranks_done(self) -> list[int]:
-        """Ranks that have answered (successfully or not)."""
+        """The ranks that have answered, successfully or not.
+
+        Returns
+        -------
+        list of int
+            Those ranks, in the call's order.
+        """
         return [r for r, t in zip(self.ranks, self._ar["completed"]) if t is not None]
 
     def pending(self) -> list[int]:
-        """Ranks still running the call."""
+        """The ranks still running the call.
+
+        Returns
+        -------
+        list of int
+            Those ranks, sorted.
+        """
         return sorted(set(self.ranks) - set(self.ranks_done()))
 
     def failed_ranks(self) -> list[int]:
-        """Ranks that have answered with an error so far."""
+        """The ranks that have answered with an error so far.
+
+        Returns
+        -------
+        list of int
+            Those ranks, in the call's order.
+        """
         return [r for r, s in zip(self.ranks, self._ar["status"]) if s == "error"]
 
     def outcomes(self) -> list[Any]:
-        """Per-rank results or ipyparallel ``RemoteError``s, in rank order (all must be done)."""
+        """Each rank's result or ipyparallel ``RemoteError``; every rank must be done.
+
+        Returns
+        -------
+        list
+            One outcome per rank, in the call's order.
+        """
         results = self._ar.get(0, return_exceptions=True)
         return results if isinstance(results, list) else [results]
 
     def rank_seconds(self, rank: int) -> float | None:
-        """How long ``rank`` ran the call, from the engine's timestamps (None until it answered)."""
+        """How long ``rank`` ran the call, from the engine's timestamps.
+
+        Parameters
+        ----------
+        rank : int
+            One of the call's ranks.
+
+        Returns
+        -------
+        float or None
+            Seconds, or ``None`` until the rank answered.
+        """
         i = self.ranks.index(rank)
         t0, t1 = self._ar["started"][i], self._ar["completed"][i]
         return None if t0 is None or t1 is None else (t1 - t0).total_seconds()
@@ -170,17 +318,37 @@ class RankCall:
         return dict(zip(self.ranks, self._ar["stderr"]))
 
     def cancelled(self) -> bool:
-        """Whether :meth:`cancel` was called (or the client was interrupted while waiting)."""
+        """Whether :meth:`cancel` was called (or the client was interrupted while waiting).
+
+        Returns
+        -------
+        bool
+            True once cancelled.
+        """
         return self._cancelled
 
     def stopped(self) -> bool:
-        """Whether the cluster stopped this call's ranks (cancelled, or after a rank failed)."""
+        """Whether the cluster stopped this call's ranks (cancelled, or after a rank failed).
+
+        Returns
+        -------
+        bool
+            True once stopped.
+        """
         return self._stopped
 
     def cancel(self, queued: Sequence[RankCall] = ()) -> None:
-        """Stop every rank still running this call (KeyboardInterrupt there), and the calls
-        ``queued`` behind it, which an interrupt may leave running on some ranks only; the group
-        stays usable, or the cluster says why it needs ``restart()``."""
+        """Stop every rank still running this call, and the calls queued behind it.
+
+        The ranks get a ``KeyboardInterrupt``. Calls ``queued`` behind this one are stopped with it,
+        since an interrupt may leave them running on some ranks only; the group stays usable, or the
+        cluster says why it needs ``restart()``.
+
+        Parameters
+        ----------
+        queued : sequence of RankCall, optional
+            Calls sent after this one that must not run on alone.
+        """
         self._cancelled = True
         for later in queued:
             later._cancelled = later._stopped = True
@@ -203,7 +371,7 @@ class RankCall:
         Returns
         -------
         list
-            Each rank's result, in the order of :attr:`ranks`.
+            Each rank's result, in the order of ``ranks``.
 
         Raises
         ------

@@ -44,12 +44,20 @@ class DetachedRecord:
     and chosen. Its JSON form (:meth:`as_dict`) is what :meth:`MixleCluster.list_detached`
     returns.
 
-    Attributes
+    Parameters
     ----------
     cluster_id, profile_dir : str
         The ipyparallel cluster and the profile whose ``security`` folder holds its files.
-    n, backend, timeout, threads, launcher
-        The cluster's settings (:class:`~mixle_nb.cluster.MixleCluster`'s arguments).
+    n : int
+        The number of ranks.
+    backend : str
+        The backend asked for (:class:`~mixle_nb.cluster.MixleCluster`'s ``backend``).
+    timeout : float
+        The cluster's collective timeout, in seconds.
+    threads : int
+        The threads of each engine.
+    launcher : str
+        The ipyparallel launcher that started the engines.
     group_backend : str or None
         The backend its group formed with.
     store_dir : str or None
@@ -61,11 +69,33 @@ class DetachedRecord:
     host : str
         The host the cluster was started from.
     ranks : tuple of RankRecord
-        Rank r's engine is ``ranks[r]``.
+        Rank r's engine is ``ranks[r]``: its pid, host and number of GPUs.
     detached_at : float
         When it was detached (epoch seconds).
     detached_by : int
         The pid of the process that detached it.
+
+    See Also
+    --------
+    MixleCluster.detach, MixleCluster.attach, MixleCluster.list_detached
+
+    Examples
+    --------
+    A record survives its JSON form:
+
+    >>> from mixle_nb.cluster import DetachedRecord
+    >>> from mixle_nb.cluster.detached import RankRecord
+    >>> record = DetachedRecord(
+    ...     cluster_id="1700000000-abcd", profile_dir="/tmp/profile_mixle", n=2, backend="auto",
+    ...     timeout=60.0, threads=1, launcher="local", group_backend="gloo", store_dir=None,
+    ...     group_generation=1, controller_pid=4242, host="node1",
+    ...     ranks=(RankRecord(4243, "node1", 0), RankRecord(4244, "node1", 0)),
+    ...     detached_at=1700000000.0, detached_by=4241,
+    ... )
+    >>> record.as_dict()["ranks"]
+    [[4243, 'node1', 0], [4244, 'node1', 0]]
+    >>> DetachedRecord.from_dict(record.as_dict()) == record
+    True
     """
 
     cluster_id: str
@@ -90,14 +120,30 @@ class DetachedRecord:
         return record_path(self.profile_dir, self.cluster_id)
 
     def as_dict(self) -> dict[str, Any]:
-        """The record as JSON values (ranks as ``[pid, host, gpus]`` lists)."""
+        """The record as JSON values.
+
+        Returns
+        -------
+        dict
+            One entry per field; ``ranks`` as ``[pid, host, gpus]`` lists.
+        """
         values = asdict(self)
         values["ranks"] = [[r.pid, r.host, r.gpus] for r in self.ranks]
         return values
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> DetachedRecord:
-        """The record of :meth:`as_dict`'s ``values``.
+        """The record of :meth:`as_dict`'s values.
+
+        Parameters
+        ----------
+        values : dict
+            JSON values, as :meth:`as_dict` gives them.
+
+        Returns
+        -------
+        DetachedRecord
+            The record.
 
         Raises
         ------
@@ -122,7 +168,13 @@ class DetachedRecord:
         return record
 
     def write(self) -> str:
-        """Write the record (atomically: a reader never sees half of it); its path."""
+        """Write the record atomically (a reader never sees half of it).
+
+        Returns
+        -------
+        str
+            The path written, :attr:`path`.
+        """
         temporary = f"{self.path}.{os.getpid()}.tmp"
         with open(temporary, "w") as f:
             json.dump(self.as_dict(), f)
@@ -131,7 +183,17 @@ class DetachedRecord:
 
     @classmethod
     def read(cls, path: str) -> DetachedRecord:
-        """The record in the file ``path``.
+        """The record in a file.
+
+        Parameters
+        ----------
+        path : str
+            A file :meth:`write` wrote.
+
+        Returns
+        -------
+        DetachedRecord
+            The record.
 
         Raises
         ------
@@ -147,7 +209,13 @@ class DetachedRecord:
         return cls.from_dict(values)
 
     def controller_alive(self) -> bool:
-        """Whether its controller still runs (on this host)."""
+        """Whether its controller still runs (on this host).
+
+        Returns
+        -------
+        bool
+            False once the controller's process has ended (or is a zombie).
+        """
         try:
             return psutil.Process(self.controller_pid).status() != psutil.STATUS_ZOMBIE
         except psutil.Error:

@@ -45,7 +45,10 @@ from .supervision import STOP_GRACE_S, quiet
 if TYPE_CHECKING:
     from traitlets.config import Config
 
+#: The most engines (ranks) a :class:`MixleCluster` may have.
 MAX_ENGINES = 256
+#: The ``backend`` values :class:`MixleCluster` takes: "auto" (nccl when every engine has a
+#: GPU, else gloo), "gloo" or "nccl".
 BACKENDS = ("auto", "gloo", "nccl")
 _live: weakref.WeakSet[MixleCluster] = weakref.WeakSet()
 
@@ -61,7 +64,7 @@ class MixleCluster(RankCalls):
     """``n`` ipyparallel engines forming one torch.distributed group (rank = engine id).
 
     Its processes end with the process that started it, by any signal (see
-    :mod:`~mixle_nb.cluster.lifeline`), unless it is ``detached`` (or :meth:`detach` is
+    ``mixle_nb.cluster.lifeline``), unless it is ``detached`` (or :meth:`detach` is
     called): then it runs on until :meth:`stop`, and a new process attaches to it with
     :meth:`attach` (:meth:`list_detached` lists this user's). ``%px`` is not activated here:
     the magics call ``cluster.view.activate()``. Nothing starts before :meth:`start`; every
@@ -111,15 +114,31 @@ class MixleCluster(RankCalls):
         A value out of range, or a launcher's option given to another launcher (a Slurm option
         with ``launcher="local"``).
 
+    See Also
+    --------
+    mixle_nb.widgets.ClusterPanel : Its status table in a notebook.
+    mixle_nb.parallel.TorchRunEncodedData : The EM handle its ranks build.
+
     Examples
     --------
-    ::
+    Building a cluster checks its arguments and starts nothing:
 
-        with MixleCluster(2) as c:
-            c.run(lambda: torch.distributed.get_rank())   # [0, 1]
+    >>> from mixle_nb.cluster import MixleCluster
+    >>> MixleCluster(4, threads=2)
+    <MixleCluster n=4 new backend=auto>
+    >>> MixleCluster(8, launcher="slurm", partition="gpu", time="00:30:00", gpus_per_task=1)
+    <MixleCluster n=8 new backend=auto>
+    >>> MixleCluster(2, partition="gpu")
+    Traceback (most recent call last):
+    ...
+    ValueError: partition= need launcher='slurm' (launcher is 'local')
 
-        MixleCluster(8, launcher="slurm", partition="gpu", time="00:30:00", gpus_per_task=1)
-        MixleCluster(4, launcher="mpi", mpiexec_args=["--hostfile", "hosts"])
+    Starting engines is skipped here; as a context manager the cluster stops on leaving:
+
+    >>> import torch.distributed as dist
+    >>> with MixleCluster(2) as c:  # doctest: +SKIP
+    ...     c.run(dist.get_rank)
+    [0, 1]
     """
 
     def __init__(
@@ -265,7 +284,14 @@ class MixleCluster(RankCalls):
         self.detached = True
 
     def detached_record(self) -> DetachedRecord:
-        """What a new process needs to attach to this running cluster (:meth:`attach`)."""
+        """What a new process needs to attach to this running cluster (:meth:`attach`).
+
+        Returns
+        -------
+        DetachedRecord
+            The record of its settings, controller, ranks and group, stamped with this process and
+            the time.
+        """
         ipp = self._processes.ipp
         return DetachedRecord(
             cluster_id=ipp.cluster_id,
@@ -363,13 +389,30 @@ class MixleCluster(RankCalls):
         self.state = ClusterState.STOPPED
 
     def restart(self, progress: Callable[[str], None] | None = None) -> MixleCluster:
-        """Stop every process and start a fresh cluster with the same settings (names defined on
-        the ranks are gone). Parameters, returns and raises as :meth:`start`."""
+        """Stop every process and start a fresh cluster with the same settings.
+
+        Names defined on the ranks are gone; rebuild handles and push values again.
+
+        Parameters
+        ----------
+        progress : callable, optional
+            As for :meth:`start`.
+
+        Returns
+        -------
+        MixleCluster
+            This cluster, running.
+
+        Raises
+        ------
+        RuntimeError, TimeoutError, ValueError
+            As :meth:`start`.
+        """
         self.stop()
         return self.start(progress)
 
     def drop_ranks(self, dead: Sequence[int]) -> None:
-        """Go on without the ranks ``dead`` (elastic recovery, :mod:`.elastic`).
+        """Go on without the ranks ``dead`` (elastic recovery, ``mixle_nb.cluster.elastic``).
 
         The survivors, renumbered 0..n-1 in their old order, form a new group of their own.
         Every survivor must be idle.

@@ -77,10 +77,12 @@ class RankCalls(CallSupervision):
         ----------
         fn : callable
             A picklable function (a module's, or one ipyparallel can ship).
-        *args, **kwargs
-            Its arguments, pickled to every rank.
+        *args
+            Its positional arguments, pickled to every rank.
         targets : int or sequence of int, optional
             The ranks to run it on; every rank if None.
+        **kwargs
+            Its keyword arguments, pickled to every rank.
 
         Returns
         -------
@@ -99,12 +101,40 @@ class RankCalls(CallSupervision):
         return self._start_call(targets, apply_call(fn, *args, **kwargs))
 
     def execute_async(self, code: str, targets: Targets = None) -> RankCall:
-        """Start running ``code`` in every rank's namespace (or ``targets``'); its output is in
-        ``RankCall.stdout`` while it runs. Raises as :meth:`run_async` does."""
+        """Start running ``code`` in every rank's namespace (or ``targets``').
+
+        Parameters
+        ----------
+        code : str
+            Python source, run as a cell would be on each rank.
+        targets : int or sequence of int, optional
+            The ranks to run it on; every rank if None.
+
+        Returns
+        -------
+        RankCall
+            The running call; its output is in ``RankCall.stdout`` while it runs.
+
+        Raises
+        ------
+        ValueError, RuntimeError, RankDiedError
+            As :meth:`run_async`.
+        """
         return self._start_call(targets, lambda view: view.execute(code, silent=False, block=False))
 
     def run(self, fn: Callable[..., Any], *args: Any, targets: Targets = None, **kwargs: Any) -> list[Any]:
-        """``fn(*args, **kwargs)`` on every rank (or on ``targets``), waiting for it.
+        """Run ``fn(*args, **kwargs)`` on every rank (or on ``targets``), waiting for it.
+
+        Parameters
+        ----------
+        fn : callable
+            A picklable function (a module's, or one ipyparallel can ship).
+        *args
+            Its positional arguments, pickled to every rank.
+        targets : int or sequence of int, optional
+            The ranks to run it on; every rank if None.
+        **kwargs
+            Its keyword arguments, pickled to every rank.
 
         Returns
         -------
@@ -123,18 +153,56 @@ class RankCalls(CallSupervision):
         return self.run_async(fn, *args, targets=targets, **kwargs).result()
 
     def handle(self, name: str) -> HandleReference:
-        """A reference to the handle bound to ``name`` on every rank (:mod:`.handle_reference`),
-        for calls that run where the data live (``GaussianMixture.fit(cluster.handle("h"))``)."""
+        """A reference to the handle bound to ``name`` on every rank.
+
+        For calls that run where the data live, e.g.
+        ``GaussianMixture.fit(cluster.handle("h"))``.
+
+        Parameters
+        ----------
+        name : str
+            The handle's name on the ranks.
+
+        Returns
+        -------
+        HandleReference
+            The reference (``mixle_nb.cluster.handle_reference``).
+        """
         from .handle_reference import HandleReference
 
         return HandleReference(self, name)
 
     def push(self, targets: Targets = None, **values: Any) -> None:
-        """Bind ``values`` as globals on every rank (or on ``targets``). Raises as :meth:`run`."""
+        """Bind ``values`` as globals on every rank (or on ``targets``).
+
+        Parameters
+        ----------
+        targets : int or sequence of int, optional
+            The ranks to bind them on; every rank if None.
+        **values
+            Name -> value, pickled to the ranks.
+
+        Raises
+        ------
+        RankError, RankDiedError, ValueError, RuntimeError
+            As :meth:`run`.
+        """
         self._start_call(targets, _push_call(values)).result()
 
     def pull(self, name: str, rank: int | str = 0) -> Any:
-        """The global ``name`` from ``rank``, or a per-rank list for ``rank="all"``.
+        """The global ``name`` from one rank, or from every rank.
+
+        Parameters
+        ----------
+        name : str
+            A global name on the ranks.
+        rank : int or "all", default 0
+            The rank to read it from; ``"all"`` reads it from every rank.
+
+        Returns
+        -------
+        object or list
+            The value, or a per-rank list for ``rank="all"``.
 
         Raises
         ------
@@ -150,7 +218,20 @@ class RankCalls(CallSupervision):
         return values if rank == "all" else values[0]
 
     def scatter(self, name: str, sequence: Sequence[Any]) -> None:
-        """Bind ``name`` on rank r to ``sequence[r::n]``. Raises as :meth:`run`."""
+        """Bind ``name`` on rank r to ``sequence[r::n]``.
+
+        Parameters
+        ----------
+        name : str
+            The name bound on each rank.
+        sequence : sequence
+            The values dealt out, rank r getting every n-th from the r-th.
+
+        Raises
+        ------
+        RankError, RankDiedError, ValueError, RuntimeError
+            As :meth:`run`.
+        """
         calls = [self._start_call(r, _push_call({name: sequence[r :: self.n]})) for r in range(self.n)]
         for call in calls:
             call.result()

@@ -6,9 +6,31 @@ from enum import Enum
 
 
 class ClusterState(str, Enum):
-    """``new`` -> ``starting`` -> ``running`` -> ``stopped``; ``broken`` until ``restart()``.
+    """The states a :class:`~mixle_nb.cluster.MixleCluster` moves through.
 
-    A ``str`` enum, so ``cluster.state == "running"`` keeps reading naturally.
+    ``new`` -> ``starting`` -> ``running`` -> ``stopped``; ``broken`` until ``restart()``. A
+    ``str`` enum, so ``cluster.state == "running"`` keeps reading naturally.
+
+    Attributes
+    ----------
+    NEW : str
+        Built, nothing started yet.
+    STARTING : str
+        :meth:`~mixle_nb.cluster.MixleCluster.start` is launching the processes.
+    RUNNING : str
+        The engines run and form one group.
+    BROKEN : str
+        A rank died, or an interrupt left a rank running: ``restart()`` recovers.
+    STOPPED : str
+        Every process has ended.
+
+    Examples
+    --------
+    >>> from mixle_nb.cluster import ClusterState, MixleCluster
+    >>> MixleCluster(2).state == "new"
+    True
+    >>> ClusterState.BROKEN.has_processes
+    True
     """
 
     NEW = "new"

@@ -8,7 +8,34 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class RankStatus:
-    """One rank as :meth:`MixleCluster.status` sees it (``rss_bytes`` is None for remote hosts)."""
+    """One rank as :meth:`MixleCluster.status` sees it: a row of the status table.
+
+    Parameters
+    ----------
+    engine_id : int
+        The ipyparallel engine id behind the rank.
+    rank : int
+        The rank in the group.
+    pid : int
+        The engine's process id, on ``host``.
+    host : str
+        The host the engine runs on.
+    alive : bool
+        Whether the engine is alive.
+    in_group : bool
+        Whether it is a member of the running group.
+    rss_bytes : int or None
+        The engine's resident memory; ``None`` for a remote host or a dead rank.
+    last_call_s : float or None
+        How long the rank ran the last call, ``None`` before any.
+
+    Examples
+    --------
+    >>> from mixle_nb.cluster import RankStatus
+    >>> row = RankStatus(0, 0, 4242, "node1", True, True, 150 * 2**20, 0.012)
+    >>> row.alive, row.host
+    (True, 'node1')
+    """
 
     engine_id: int
     rank: int
@@ -21,8 +48,26 @@ class RankStatus:
 
 
 class ClusterStatus(list):
-    """A list of :class:`RankStatus` rows that renders as a table; ``job`` is a line about the
-    scheduler's job the engines run in (Slurm), shown above it."""
+    """A list of :class:`RankStatus` rows that renders as a table, as text or HTML.
+
+    ``job`` is a line about the scheduler's job the engines run in (Slurm), shown above the table.
+
+    Parameters
+    ----------
+    iterable : iterable of RankStatus, optional
+        The rows, one per rank.
+
+    See Also
+    --------
+    MixleCluster.status : What builds it.
+
+    Examples
+    --------
+    >>> from mixle_nb.cluster import ClusterStatus, RankStatus
+    >>> print(ClusterStatus([RankStatus(0, 0, 4242, "node1", True, True, 150 * 2**20, 0.012)]))
+    engine_id  rank   pid   host  alive  in_group  rss_MiB  last_call_s
+            0     0  4242  node1   True      True      150        0.012
+    """
 
     job = ""
 

@@ -65,21 +65,53 @@ class CallSupervision:
         raise NotImplementedError
 
     def dead_ranks(self, ranks: Iterable[int]) -> list[int]:
-        """Those of ``ranks`` whose engine has died or left the controller (every rank once
-        the Slurm job has ended)."""
+        """Those of ``ranks`` whose engine has died or left the controller.
+
+        Parameters
+        ----------
+        ranks : iterable of int
+            The ranks to check.
+
+        Returns
+        -------
+        list of int
+            The dead ones (every rank once the Slurm job has ended).
+        """
         if self._processes.job is not None and self._processes.job.ended():  # scancel, time limit, node down
             return list(ranks)
         registered = set(self._processes.client.ids)
         return [r for r in ranks if self._engine_ids[r] not in registered or not self._processes.ranks[r].alive()]
 
     def check_alive(self, ranks: Sequence[int]) -> None:
-        """Raise :class:`RankDiedError` (marking the cluster broken) if any of ``ranks`` died."""
+        """Raise if any of ``ranks`` died, marking the cluster broken.
+
+        Parameters
+        ----------
+        ranks : sequence of int
+            The ranks to check.
+
+        Raises
+        ------
+        RankDiedError
+            Some of them died.
+        """
         dead = self.dead_ranks(ranks)
         if dead:
             raise self.ranks_died(dead)
 
     def ranks_died(self, ranks: Sequence[int]) -> RankDiedError:
-        """Mark the cluster broken by the death of ``ranks``; returns the error to raise."""
+        """Mark the cluster broken by the death of ``ranks``.
+
+        Parameters
+        ----------
+        ranks : sequence of int
+            The ranks that died.
+
+        Returns
+        -------
+        RankDiedError
+            The error to raise, saying how contact was lost (and the Slurm job's state).
+        """
         self.mark_broken(f"ranks {sorted(ranks)} died")
         # seen from here, a killed remote engine and one whose host dropped off the network
         # are the same: the controller stopped hearing from it
@@ -90,13 +122,27 @@ class CallSupervision:
         return RankDiedError(ranks, detail)
 
     def mark_broken(self, reason: str) -> None:
-        """The group cannot be trusted until ``restart()``; ``reason`` says why."""
+        """Mark the group as untrustworthy until ``restart()``.
+
+        Parameters
+        ----------
+        reason : str
+            Why, kept in ``broken_reason``.
+        """
         self.state, self.broken_reason = ClusterState.BROKEN, reason
 
     def call_finished(self, call: RankCall) -> None:
-        """Remember the call for the status table. After a failure, form the group again if a
+        """Remember a finished call, and repair the group after a failure if needed.
+
+        The call is kept for the status table. After a failure the group is formed again if a
         rank's collective failed (timed out, lost its peer) or the ranks disagree on how many
-        collectives they started: a rank that raised may have left one in flight."""
+        collectives they started: a rank that raised may have left one in flight.
+
+        Parameters
+        ----------
+        call : RankCall
+            A call with every rank's answer.
+        """
         for r in call.ranks:
             self._last_call[r] = call
         if self._forming_group or call.stopped() or self.state != ClusterState.RUNNING or not call.failed_ranks():
@@ -109,8 +155,15 @@ class CallSupervision:
             self._repair_group(severed=broken)
 
     def interrupt(self, ranks: Sequence[int]) -> None:
-        """SIGINT to ``ranks`` (KeyboardInterrupt in their running task; an idle engine ignores
-        it): by pid on this host, through the engines' nannies elsewhere."""
+        """Send SIGINT to ``ranks``: a KeyboardInterrupt in their running task.
+
+        An idle engine ignores it. By pid on this host, through the engines' nannies elsewhere.
+
+        Parameters
+        ----------
+        ranks : sequence of int
+            The ranks to interrupt.
+        """
         remote = [r for r in ranks if not self._processes.ranks[r].local]
         for r in ranks:
             if self._processes.ranks[r].local:
@@ -119,18 +172,24 @@ class CallSupervision:
             self._processes.client.send_signal("SIGINT", targets=[self._engine_ids[r] for r in remote], block=False)
 
     def stop_call(self, call: RankCall, queued: Sequence[RankCall] = ()) -> None:
-        """Stop every rank still running ``call`` or one of the calls ``queued`` behind it,
-        within about one step, keeping the engines.
+        """Stop every rank still running ``call`` or a call queued behind it, keeping the engines.
 
-        SIGINT first. A rank still running :data:`INTERRUPT_SETTLE_S` later sits in a
+        SIGINT first. A rank still running ``INTERRUPT_SETTLE_S`` later sits in a
         collective (or long C code), so every rank that has answered every call severs its
         group connections, which fails the collectives waiting on it at once. Then the group is
         formed again if it may be inconsistent. A rank that does not stop within the grace
-        period marks the cluster broken.
+        period marks the cluster broken. This takes about one step.
 
         The queued calls are stopped with ``call``: an interrupt landing on one rank after the
         last collective of ``call`` leaves it finished on the others only, so they run the next
         call's steps alone and wait in its first collective.
+
+        Parameters
+        ----------
+        call : RankCall
+            The call to stop.
+        queued : sequence of RankCall, optional
+            The calls sent after it.
         """
         with self._stopping:
             self._stop_calls([call, *queued])
@@ -168,8 +227,17 @@ class CallSupervision:
             raise
 
     def sever_group(self, ranks: Sequence[int], grace: float) -> None:
-        """``ranks`` (idle, alive) shut their group connections, failing at once any collective
-        another rank waits in with them."""
+        """Make ``ranks`` shut their group connections.
+
+        Any collective another rank waits in with them then fails at once.
+
+        Parameters
+        ----------
+        ranks : sequence of int
+            Idle, live ranks.
+        grace : float
+            Seconds to wait for them to do it.
+        """
         if ranks:
             self._view_on(list(ranks)).apply_async(engine.sever_group).get(grace)
 

@@ -7,9 +7,9 @@ shards live. Progress lines are printed on the root rank only (``out=ROOT_STDOUT
 default): a handle's root, or for local data rank 0 of the torch.distributed group (or of
 torchrun's ``RANK``), so that every rank running the same cell prints once.
 
-One concept a module: :mod:`.fitting` (the EM loop, its stopping rule and checkpoints),
-:mod:`.starts` (where EM starts), :mod:`.model_choice` (BIC, AIC, choosing K) and
-:mod:`.scoring` (per-observation answers); every name is imported from here."""
+One concept a module: ``fitting`` (the EM loop, its stopping rule and checkpoints),
+``starts`` (where EM starts), ``model_choice`` (BIC, AIC, choosing K) and
+``scoring`` (per-observation answers); every name is imported from here."""
 
 from .fitting import (
     DEFAULT_DELTA,

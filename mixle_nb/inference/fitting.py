@@ -25,13 +25,36 @@ from ..stats.estimation import (
 from ..validation import choice, non_negative_real, positive_int
 from .starts import INITS, default_init, initial_model
 
-DEFAULT_DELTA = 1e-9  # mixle's default tolerance, ours when neither delta nor tol is given
-ROOT_STDOUT = "stdout on the root rank"  # the default ``out``: sys.stdout, on the root rank only
+#: The stopping tolerance when neither ``delta`` nor ``tol`` is given (mixle's default ``delta``):
+#: EM stops once the gain in log-density per observation is smaller in magnitude.
+DEFAULT_DELTA = 1e-9
+#: The default ``out`` of :func:`fit` and :func:`choose_k`: progress lines go to
+#: ``sys.stdout`` on the root rank only (a handle's root, or rank 0 of the group).
+ROOT_STDOUT = "stdout on the root rank"
 Run = tuple[Distribution, float, list[EMStep]]  # a start in progress: model, log-density, history
 
 
 class FitError(RuntimeError):
-    """An EM step failed; ``model`` is the last good model and ``history`` the steps so far."""
+    """An EM step failed; the error keeps what came before it.
+
+    Parameters
+    ----------
+    message : str
+        What failed, and where the last good model is.
+    model : Distribution
+        The last good model, in ``model``.
+    history : list of EMStep
+        The steps so far, in ``history``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.inference import FitError
+    >>> from mixle_nb.stats import GaussianDistribution
+    >>> error = FitError("EM iteration 3 failed", GaussianDistribution(0.0, 1.0), [])
+    >>> error.model.mu, error.history
+    (0.0, [])
+    """
 
     def __init__(self, message: str, model: Distribution, history: list):
         super().__init__(message)
@@ -39,10 +62,39 @@ class FitError(RuntimeError):
 
 
 def streaming_accumulate(enc: Any, estimator: Estimator, model: Distribution) -> tuple[float, Any]:
-    """``(count, accumulator)`` of the data under ``model``, folded and key-tied (a handle's
-    ``pysp_stream_accumulate`` returns tied values, as mixle's do), for blending with older
-    statistics (online EM). Finish with ``estimator.estimate(count, acc.value())``: tying again
-    (``stats.m_step``) would add tied statistics twice."""
+    """The folded, key-tied statistics of the data under ``model``, for online EM.
+
+    For blending with older statistics. A handle's ``pysp_stream_accumulate`` returns tied values,
+    as mixle's do. Finish with ``estimator.estimate(count, acc.value())``: tying again
+    (``stats.m_step``) would add tied statistics twice.
+
+    Parameters
+    ----------
+    enc : encoding or EncodedDataHandle
+        Local encoded data or any handle.
+    estimator : Estimator
+        The estimator whose accumulator gathers the statistics.
+    model : Distribution
+        The model the E-step runs under.
+
+    Returns
+    -------
+    count : float
+        The number of observations.
+    accumulator : Accumulator
+        The statistics, folded across ranks and key-tied.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.inference import streaming_accumulate
+    >>> from mixle_nb.stats import GaussianDistribution, GaussianEstimator, seq_encode
+    >>> estimator = GaussianEstimator()
+    >>> enc = seq_encode(np.array([1.0, 2.0, 3.0]), estimator=estimator)
+    >>> count, acc = streaming_accumulate(enc, estimator, GaussianDistribution(0.0, 1.0))
+    >>> count, estimator.estimate(count, acc.value()).mu
+    (3.0, 2.0)
+    """
     if hasattr(enc, "pysp_stream_accumulate"):
         count, value = enc.pysp_stream_accumulate(estimator, model)
         folded = estimator.accumulator_factory().make()
@@ -54,10 +106,39 @@ def streaming_accumulate(enc: Any, estimator: Estimator, model: Distribution) ->
 
 @dataclass
 class FitResult:
-    """What :func:`fit` found. ``log_density`` is the last iteration's (that of the model that
-    iteration started from; EM never makes it worse), ``history`` that start's iterations,
-    ``converged`` whether the stopping rule (see :func:`stopping_tolerance`) ended it, and
-    ``restarts`` every start's final log-density, the best of which this result is."""
+    """What :func:`fit` found: the best start's model and how it got there.
+
+    Parameters
+    ----------
+    model : Distribution
+        The fitted model of the best start.
+    log_density : float
+        The last iteration's log-density (that of the model that iteration started from; EM never
+        makes it worse).
+    history : list of EMStep
+        That start's iterations.
+    converged : bool
+        Whether the stopping rule (see :func:`stopping_tolerance`) ended it.
+    n_iter : int
+        Its iterations.
+    init : str
+        Its start's name (``"model"`` for a start model).
+    restarts : list of float, optional
+        Every start's final log-density, the best of which this result is.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.inference import fit
+    >>> from mixle_nb.stats import GaussianEstimator, MixtureEstimator
+    >>> rng = np.random.default_rng(0)
+    >>> x = np.concatenate([rng.normal(-3, 1, 200), rng.normal(3, 1, 200)])
+    >>> result = fit(x, MixtureEstimator([GaussianEstimator()] * 2), n_init=2, rng=0, out=None)
+    >>> result.converged, result.init, len(result.restarts)
+    (True, 'kmeans++', 2)
+    >>> result.log_density == max(result.restarts)
+    True
+    """
 
     model: Distribution
     log_density: float
@@ -141,6 +222,27 @@ def fit(
         On a bad argument, before any step (see the messages).
     FitError
         If an EM step fails; it carries the last good model and the history.
+
+    See Also
+    --------
+    optimize : The same, returning only the model.
+    choose_k : Fits for several numbers of components.
+    mixle_nb.widgets.EMPanel : Stepping EM interactively.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.inference import fit
+    >>> from mixle_nb.stats import GaussianEstimator, MixtureEstimator
+    >>> rng = np.random.default_rng(0)
+    >>> x = np.concatenate([rng.normal(-3, 1, 200), rng.normal(3, 1, 200)])
+    >>> result = fit(x, MixtureEstimator([GaussianEstimator()] * 2), init="kmeans++", rng=0, out=None)
+    >>> result.converged
+    True
+    >>> sorted(round(c.mu, 1) for c in result.model.components)
+    [-3.0, 2.9]
+
+    On a handle (``fit(h, estimator)``) every rank runs the same call and gets the same result.
     """
     max_its = positive_int("max_its", max_its)
     n_init = positive_int("n_init", n_init)
@@ -216,7 +318,7 @@ def optimize(
 
     Parameters
     ----------
-    data, estimator
+    data, estimator : object
         As in :func:`fit`.
     prev_estimate : Distribution, optional
         The start model: the same as ``init=<model>``.
@@ -238,6 +340,18 @@ def optimize(
         If both ``prev_estimate`` and ``init`` are given, or :func:`fit` refuses an argument.
     FitError
         If an EM step fails (it carries the last good model).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.inference import optimize
+    >>> from mixle_nb.stats import GaussianDistribution, GaussianEstimator, MixtureDistribution, MixtureEstimator
+    >>> rng = np.random.default_rng(0)
+    >>> x = np.concatenate([rng.normal(-3, 1, 200), rng.normal(3, 1, 200)])
+    >>> start = MixtureDistribution([GaussianDistribution(-1.0, 1.0), GaussianDistribution(1.0, 1.0)], [0.5, 0.5])
+    >>> model = optimize(x, MixtureEstimator([GaussianEstimator()] * 2), prev_estimate=start, out=None)
+    >>> [round(c.mu, 1) for c in model.components]
+    [-3.0, 2.9]
     """
     if prev_estimate is not None:
         if fit_options.get("init") is not None:
@@ -317,6 +431,20 @@ def stopping_tolerance(delta: float | None, tol: float | None) -> float | None:
         If either is negative or not a finite real, or both are given as different
         tolerances (``delta`` other than its default, ``0`` or ``None``, beside a different
         ``tol``): one rule has one tolerance.
+
+    Examples
+    --------
+    >>> from mixle_nb.inference import stopping_tolerance
+    >>> stopping_tolerance(delta=1e-9, tol=None)
+    1e-09
+    >>> stopping_tolerance(delta=1e-9, tol=1e-3)  # delta at its default: tol wins
+    0.001
+    >>> stopping_tolerance(delta=None, tol=None) is None  # exactly max_its iterations
+    True
+    >>> stopping_tolerance(delta=1e-6, tol=1e-3)
+    Traceback (most recent call last):
+    ...
+    ValueError: delta=1e-06 and tol=0.001 name one tolerance (EM's one stopping rule): pass one of them
     """
     delta = None if delta is None else non_negative_real("delta", delta)
     if tol is None:

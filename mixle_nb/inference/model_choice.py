@@ -27,10 +27,48 @@ def bic(
 ) -> float:
     """Bayesian information criterion ``-2 log L + p log N`` (lower is better).
 
-    ``p`` counts the free parameters as ``estimator`` fits ``model`` (default
-    ``model.estimator()``: nothing tied); pass the estimator you fitted with so that tying
-    (``keys``, ``variance_key``, ``covariance_key``) is counted, or ``n_parameters`` for a
-    family this package cannot count. On a handle: one log-density all-reduce."""
+    ``p`` counts the free parameters as ``estimator`` fits ``model``. On a handle: one
+    log-density all-reduce.
+
+    Parameters
+    ----------
+    data_or_handle : array_like or EncodedDataHandle
+        Raw observations or any handle.
+    model : Distribution
+        The fitted model.
+    estimator : Estimator, optional
+        The estimator ``model`` was fitted with, so that tying (``keys``, ``variance_key``,
+        ``covariance_key``) is counted (default ``model.estimator()``: nothing tied).
+    n_parameters : int, optional
+        The free parameters, for a family this package cannot count (mixle's).
+
+    Returns
+    -------
+    float
+        The criterion.
+
+    Raises
+    ------
+    TypeError
+        The free parameters of the family cannot be counted and ``n_parameters`` is not given.
+    ValueError
+        A negative ``n_parameters``.
+
+    See Also
+    --------
+    aic, choose_k
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.inference import bic
+    >>> from mixle_nb.stats import GaussianDistribution
+    >>> x = np.array([-1.0, 0.0, 1.0])
+    >>> model = GaussianDistribution(0.0, 1.0)
+    >>> loglik = -1.5 * np.log(2 * np.pi) - 1.0
+    >>> bool(np.isclose(bic(x, model), -2 * loglik + 2 * np.log(3)))
+    True
+    """
     p = _parameters(model, estimator, n_parameters)
     count, total = _count_and_log_density(data_or_handle, model)
     return -2.0 * total + p * math.log(count)
@@ -39,7 +77,45 @@ def bic(
 def aic(
     data_or_handle: Any, model: Distribution, estimator: Estimator | None = None, *, n_parameters: int | None = None
 ) -> float:
-    """Akaike information criterion ``-2 log L + 2p`` (lower is better); see :func:`bic`."""
+    """Akaike information criterion ``-2 log L + 2p`` (lower is better).
+
+    Parameters
+    ----------
+    data_or_handle : array_like or EncodedDataHandle
+        Raw observations or any handle.
+    model : Distribution
+        The fitted model.
+    estimator : Estimator, optional
+        The estimator ``model`` was fitted with, so that tying is counted (see :func:`bic`).
+    n_parameters : int, optional
+        The free parameters, for a family this package cannot count (mixle's).
+
+    Returns
+    -------
+    float
+        The criterion.
+
+    Raises
+    ------
+    TypeError
+        The free parameters of the family cannot be counted and ``n_parameters`` is not given.
+    ValueError
+        A negative ``n_parameters``.
+
+    See Also
+    --------
+    bic, choose_k
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.inference import aic
+    >>> from mixle_nb.stats import GaussianDistribution
+    >>> x = np.array([-1.0, 0.0, 1.0])
+    >>> loglik = -1.5 * np.log(2 * np.pi) - 1.0
+    >>> bool(np.isclose(aic(x, GaussianDistribution(0.0, 1.0)), -2 * loglik + 2 * 2))
+    True
+    """
     p = _parameters(model, estimator, n_parameters)
     return -2.0 * _count_and_log_density(data_or_handle, model)[1] + 2.0 * p
 
@@ -52,8 +128,26 @@ def _parameters(model: Distribution, estimator: Estimator | None, n_parameters: 
 
 @dataclass
 class KChoice:
-    """:func:`choose_k`'s answer: per K tried, the fitted result and its BIC and AIC; ``best_k``
-    minimises BIC."""
+    """:func:`choose_k`'s answer: per K tried, the fitted result and its BIC and AIC.
+
+    ``best_k`` minimises BIC.
+
+    Parameters
+    ----------
+    k : list of int
+        The K tried, in order.
+    results : list of FitResult
+        The fit of each K.
+    bic, aic : list of float
+        Each fit's BIC and AIC.
+
+    Examples
+    --------
+    >>> from mixle_nb.inference import KChoice
+    >>> choice = KChoice(k=[1, 2, 3], results=[], bic=[2055.1, 1702.5, 1720.7], aic=[2047.1, 1682.5, 1688.7])
+    >>> choice.best_k, choice.best_index
+    (2, 1)
+    """
 
     k: list
     results: list
@@ -67,10 +161,12 @@ class KChoice:
 
     @property
     def best_k(self) -> int:
+        """The K of the lowest BIC (the first, on a tie)."""
         return self.k[self.best_index]
 
     @property
     def best_model(self) -> Distribution:
+        """The fitted model of :attr:`best_k`."""
         return self.results[self.best_index].model
 
 
@@ -97,7 +193,7 @@ def choose_k(
         Raw observations or any handle.
     estimator_for : callable
         ``estimator_for(K)`` builds the estimator of K components (ours or mixle's;
-        :func:`~mixle_nb.stats.mixture.mixture_of_copies` builds K copies of one component).
+        ``mixle_nb.stats.mixture.mixture_of_copies`` builds K copies of one component).
     k_values : iterable of int
         The K to try.
     on_fit : callable, optional
@@ -119,6 +215,23 @@ def choose_k(
         If a K is not a positive integer, or :func:`fit` refuses its arguments.
     TypeError
         If the free parameters of a family cannot be counted and ``n_parameters`` is not given.
+
+    See Also
+    --------
+    bic, aic, fit
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.inference import choose_k
+    >>> from mixle_nb.stats import GaussianEstimator, MixtureEstimator
+    >>> rng = np.random.default_rng(0)
+    >>> x = np.concatenate([rng.normal(-3, 1, 200), rng.normal(3, 1, 200)])
+    >>> choice = choose_k(
+    ...     x, lambda k: MixtureEstimator([GaussianEstimator()] * k), range(1, 4), rng=0, out=None
+    ... )
+    >>> choice.k, choice.best_k
+    ([1, 2, 3], 2)
     """
     if "tol" not in fit_kwargs and "delta" not in fit_kwargs:
         fit_kwargs["tol"] = 1e-3

@@ -15,12 +15,35 @@ from ..stats.multivariate_gaussian import MultivariateGaussianEstimator
 from ..stats.spherical_gaussian import SphericalGaussianEstimator
 from ..validation import choice
 
+#: The names of EM's starts: k-means++ (run as k-means‖ where the data live), K observations
+#: as centres, or random responsibilities (see :func:`initial_model`).
 INITS = ("kmeans++", "random_from_data", "random")
+#: The component estimators whose mixtures start from k-means++ by default (:func:`default_init`).
 GAUSSIAN_FAMILY = (DiagonalGaussianEstimator, SphericalGaussianEstimator, MultivariateGaussianEstimator)
 
 
 def default_init(estimator: Estimator) -> str:
-    """``"kmeans++"`` for a mixture of Gaussian-family components, else ``"random"``."""
+    """The start a family gets by default.
+
+    Parameters
+    ----------
+    estimator : Estimator
+        The family to fit.
+
+    Returns
+    -------
+    str
+        ``"kmeans++"`` for a mixture of Gaussian-family components, else ``"random"``.
+
+    Examples
+    --------
+    >>> from mixle_nb.inference import default_init
+    >>> from mixle_nb.stats import GaussianEstimator, MixtureEstimator, PoissonEstimator
+    >>> default_init(MixtureEstimator([GaussianEstimator()] * 2))
+    'kmeans++'
+    >>> default_init(MixtureEstimator([PoissonEstimator()] * 2))
+    'random'
+    """
     if isinstance(estimator, MixtureEstimator) and all(isinstance(e, GAUSSIAN_FAMILY) for e in estimator.estimators):
         return "kmeans++"
     return "random"
@@ -59,6 +82,22 @@ def initial_model(
     ValueError
         If ``init`` is not a start name or a model, or a mixture has more components than
         there are observations.
+
+    See Also
+    --------
+    default_init, fit
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.inference import initial_model
+    >>> from mixle_nb.stats import GaussianEstimator, MixtureEstimator, seq_encode
+    >>> rng = np.random.default_rng(0)
+    >>> x = np.concatenate([rng.normal(-3, 1, 200), rng.normal(3, 1, 200)])
+    >>> estimator = MixtureEstimator([GaussianEstimator()] * 2)
+    >>> start = initial_model(seq_encode(x, estimator=estimator), estimator, "kmeans++", rng=0)
+    >>> sorted(round(c.mu) for c in start.components)
+    [-3, 3]
     """
     _require_enough_observations(enc, estimator)
     if not isinstance(init, str):

@@ -1,8 +1,9 @@
 """The scikit-learn internals ``mixle_nb.mixture`` uses where no public API does the same:
 every use is here, and nowhere else.
 
-- ``sklearn.mixture.GaussianMixture._parameter_constraints``: the declared constraints of
-  each parameter, so that ours are scikit-learn's, message for message;
+- ``sklearn.mixture.GaussianMixture._parameter_constraints`` and
+  ``BayesianGaussianMixture._parameter_constraints``: the declared constraints of each
+  parameter, so that ours are scikit-learn's, message for message;
 - ``sklearn.base.BaseEstimator._validate_params``: checks an estimator's parameters against
   its ``_parameter_constraints`` (scikit-learn's own estimators call it from ``fit``).
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import sklearn
 from sklearn.base import BaseEstimator
+from sklearn.mixture import BayesianGaussianMixture as ScikitBayesianGaussianMixture
 from sklearn.mixture import GaussianMixture as ScikitGaussianMixture
 
 CHECKED_RANGE = ">=1.6,<1.10"  # the sklearn extra's pin (pyproject.toml); a test keeps them equal
@@ -48,6 +50,17 @@ def parameter_constraints() -> dict[str, list[Any]]:
         Parameter name to its list of constraints, as ``_parameter_constraints`` declares it.
     """
     return dict(ScikitGaussianMixture._parameter_constraints)
+
+
+def bayesian_parameter_constraints() -> dict[str, list[Any]]:
+    """scikit-learn's declared constraints of ``BayesianGaussianMixture``'s parameters (a copy).
+
+    Returns
+    -------
+    dict
+        Parameter name to its list of constraints, as ``_parameter_constraints`` declares it.
+    """
+    return dict(ScikitBayesianGaussianMixture._parameter_constraints)
 
 
 def validate_params(estimator: BaseEstimator) -> None:
@@ -84,6 +97,8 @@ def check_internals() -> None:
             for name in GAUSSIAN_MIXTURE_PARAMETERS
             if name not in constraints
         ]
+    if not isinstance(getattr(ScikitBayesianGaussianMixture, "_parameter_constraints", None), dict):
+        missing.append("sklearn.mixture.BayesianGaussianMixture._parameter_constraints (a dict)")
     if not callable(getattr(BaseEstimator, "_validate_params", None)):
         missing.append("sklearn.base.BaseEstimator._validate_params")
     if missing:

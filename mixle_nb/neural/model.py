@@ -42,17 +42,44 @@ class TransformerBlock(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """Token + position embeddings, ``blocks``, final LayerNorm, and a next-token head.
+    """A small decoder-only transformer: token context to next-token logits.
 
-    ``forward(contexts)`` takes ``(batch, t)`` token ids with ``t <= block`` and returns the
-    ``(batch, vocab)`` logits of the token that follows each context (only the last position
-    goes through the head). ``forward(contexts, return_all_logits=True)`` returns the
-    ``(batch, t, vocab)`` logits of every position: position ``j`` predicts the token after
-    ``contexts[:, :j + 1]`` (the causal mask hides the rest), which is how training takes the
-    loss at every position of a window. The keyword is mixle's ``CausalLM`` spelling, so the
-    streaming handle trains either module.
-    Setting ``activation_checkpointing`` recomputes each block in backward instead of storing
-    its activations.
+    Token and position embeddings, pre-norm transformer blocks (causal self-attention, then a
+    4x GELU MLP), a final LayerNorm and a next-token head. ``forward(contexts)`` takes
+    ``(batch, t)`` token ids with ``t <= block`` and returns the ``(batch, vocab)`` logits of the
+    token that follows each context (only the last position goes through the head).
+    ``forward(contexts, return_all_logits=True)`` returns the ``(batch, t, vocab)`` logits of
+    every position: position ``j`` predicts the token after ``contexts[:, :j + 1]`` (the causal
+    mask hides the rest), which is how training takes the loss at every position of a window.
+    The keyword is mixle's ``CausalLM`` spelling, so the streaming handle trains either module.
+    Setting ``activation_checkpointing`` recomputes each block in backward instead of storing its
+    activations.
+
+    Parameters
+    ----------
+    vocab : int
+        The number of token ids.
+    d_model : int
+        The width of the embeddings and blocks.
+    n_layer : int
+        The number of transformer blocks.
+    n_head : int
+        Attention heads per block (dividing ``d_model``).
+    block : int
+        The longest context.
+
+    See Also
+    --------
+    build_causal_lm : Builds one from a seed, checking the arguments.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mixle_nb.neural import CausalLM
+    >>> lm = CausalLM(vocab=8, d_model=16, n_layer=1, n_head=2, block=4)
+    >>> contexts = torch.tensor([[1, 2, 3]])
+    >>> tuple(lm(contexts).shape), tuple(lm(contexts, return_all_logits=True).shape)
+    ((1, 8), (1, 3, 8))
     """
 
     def __init__(self, vocab: int, d_model: int, n_layer: int, n_head: int, block: int):
@@ -66,6 +93,26 @@ class CausalLM(nn.Module):
         self.activation_checkpointing = False
 
     def forward(self, contexts: torch.Tensor, *, return_all_logits: bool = False) -> torch.Tensor:
+        """The logits of the token after each context, or after every position.
+
+        Parameters
+        ----------
+        contexts : torch.Tensor
+            ``(batch, t)`` token ids, ``t <= block``.
+        return_all_logits : bool, default False
+            Return every position's logits (position ``j`` predicts the token after
+            ``contexts[:, :j + 1]``), as training needs; mixle's ``CausalLM`` spelling.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(batch, vocab)`` logits, or ``(batch, t, vocab)`` with ``return_all_logits``.
+
+        Raises
+        ------
+        ValueError
+            A context longer than ``block``.
+        """
         t = contexts.shape[1]
         if t > self.block:
             raise ValueError(
@@ -85,6 +132,44 @@ def build_causal_lm(
 
     The global torch RNG is left untouched, so every rank that calls this with the same
     arguments holds an identical model without a broadcast.
+
+    Parameters
+    ----------
+    vocab : int
+        The number of token ids.
+    d_model : int, default 128
+        The width of the embeddings and blocks.
+    n_layer : int, default 4
+        The number of transformer blocks.
+    n_head : int, default 4
+        Attention heads per block (dividing ``d_model``).
+    block : int, default 64
+        The longest context.
+    seed : int, default 0
+        The seed of the initial parameters.
+
+    Returns
+    -------
+    CausalLM
+        The model, in training mode.
+
+    Raises
+    ------
+    ValueError
+        A size that is not a positive int, or ``d_model`` not divisible by ``n_head``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mixle_nb.neural import build_causal_lm
+    >>> a = build_causal_lm(vocab=8, d_model=16, n_layer=1, n_head=2, block=4, seed=0)
+    >>> b = build_causal_lm(vocab=8, d_model=16, n_layer=1, n_head=2, block=4, seed=0)
+    >>> all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    True
+    >>> build_causal_lm(vocab=8, d_model=16, n_head=3)
+    Traceback (most recent call last):
+    ...
+    ValueError: d_model=16 must be divisible by n_head=3; pick n_head among the divisors of d_model
     """
     for name, value in (
         ("vocab", vocab),

@@ -128,11 +128,52 @@ def stream_token_source(
     seed: int = 0,
     drop_last: bool = False,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Yield ``(contexts (b, block), next_tokens (b,))`` micro-batches over every window.
+    """Yield ``(contexts, next_tokens)`` micro-batches over every window.
 
     Each epoch visits all ``len(token_ids) - block`` windows once, in an order keyed by
-    ``(seed, epoch)`` when ``shuffle``. ``drop_last`` (extension) skips each epoch's short last
-    batch, so every batch holds exactly ``batch_size`` windows.
+    ``(seed, epoch)`` when ``shuffle``. This is the reference (mixle's) schedule: one target per
+    window; the streaming handle trains on :func:`stream_sequence_source`'s.
+
+    Parameters
+    ----------
+    token_ids : array_like of int
+        The token stream.
+    block : int
+        The context length.
+    batch_size : int
+        Windows per micro-batch.
+    epochs : int, default 1
+        Passes over the windows.
+    shuffle : bool, default True
+        Visit the windows in a random order (keyed by ``seed`` and the epoch).
+    seed : int, default 0
+        The seed of the order.
+    drop_last : bool, default False
+        Skip each epoch's short last batch, so every batch holds exactly ``batch_size`` windows.
+
+    Yields
+    ------
+    contexts : numpy.ndarray
+        ``(b, block)`` token ids.
+    next_tokens : numpy.ndarray
+        ``(b,)``: the token after each context.
+
+    Raises
+    ------
+    ValueError
+        A ``block``, ``batch_size`` or ``epochs`` that is not a positive int, or ``block`` not
+        smaller than the token count.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.neural import stream_token_source
+    >>> batches = list(stream_token_source(np.arange(10), block=3, batch_size=4, shuffle=False))
+    >>> len(batches)
+    2
+    >>> contexts, next_tokens = batches[0]
+    >>> contexts.tolist(), next_tokens.tolist()
+    ([[0, 1, 2], [1, 2, 3], [2, 3, 4], [3, 4, 5]], [3, 4, 5, 6])
     """
     tokens = as_token_array(token_ids)
     check_window_args(len(tokens), block, batch_size, epochs)
@@ -187,12 +228,52 @@ def stream_sequence_source(
     seed: int = 0,
     drop_last: bool = False,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Yield ``(inputs (b, block), targets (b, block))`` micro-batches of the sequence schedule.
+    """Yield ``(inputs, targets)`` micro-batches of the sequence schedule.
 
-    Each epoch visits ``len(token_ids) // block - 1`` windows, starting every ``block`` tokens
-    from an offset keyed by ``(seed, epoch)`` and in an order keyed likewise when ``shuffle``;
-    ``targets[:, j]`` is the token after ``inputs[:, :j + 1]``. ``drop_last`` skips each
-    epoch's short last batch.
+    Each epoch visits ``len(token_ids) // block - 1`` windows of ``block + 1`` tokens, starting
+    every ``block`` tokens from an offset keyed by ``(seed, epoch)`` and in an order keyed likewise
+    when ``shuffle``; ``targets[:, j]`` is the token after ``inputs[:, :j + 1]``, so every position
+    is a target. This is the schedule :class:`~mixle_nb.parallel.StreamingTokenEncodedData` trains
+    on.
+
+    Parameters
+    ----------
+    token_ids : array_like of int
+        The token stream.
+    block : int
+        The context length.
+    batch_size : int
+        Windows per micro-batch.
+    epochs : int, default 1
+        Passes over the windows.
+    shuffle : bool, default True
+        Draw each epoch's offset and window order (keyed by ``seed`` and the epoch); ``False``:
+        offset 0, in order.
+    seed : int, default 0
+        The seed of the offsets and order.
+    drop_last : bool, default False
+        Skip each epoch's short last batch.
+
+    Yields
+    ------
+    inputs : numpy.ndarray
+        ``(b, block)`` token ids.
+    targets : numpy.ndarray
+        ``(b, block)``: each position's next token.
+
+    Raises
+    ------
+    ValueError
+        A ``block``, ``batch_size`` or ``epochs`` that is not a positive int, or too few tokens for
+        one window (at least ``2 * block``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.neural import stream_sequence_source
+    >>> [(inputs, targets)] = stream_sequence_source(np.arange(10), block=3, batch_size=2, shuffle=False)
+    >>> inputs.tolist(), targets.tolist()
+    ([[0, 1, 2], [3, 4, 5]], [[1, 2, 3], [4, 5, 6]])
     """
     tokens = as_token_array(token_ids)
     check_window_args(len(tokens), block, batch_size, epochs)

@@ -33,7 +33,32 @@ _CORPUS_MODULES = (
 
 
 class CharTokenizer:
-    """Maps each distinct character of a text to an id in ``[0, vocab_size)``."""
+    """Maps each distinct character of a text to an id in ``[0, vocab_size)``.
+
+    Parameters
+    ----------
+    alphabet : str
+        The characters, each once, in id order.
+
+    Raises
+    ------
+    ValueError
+        An empty alphabet or one with a repeated character.
+
+    See Also
+    --------
+    stdlib_text : A text to fit it on.
+
+    Examples
+    --------
+    >>> from mixle_nb.neural import CharTokenizer
+    >>> tok = CharTokenizer.fit("hello world")
+    >>> tok.vocab_size
+    8
+    >>> ids = tok.encode("hello")
+    >>> ids.tolist(), tok.decode(ids)
+    ([3, 2, 4, 4, 5], 'hello')
+    """
 
     def __init__(self, alphabet: str):
         if len(set(alphabet)) != len(alphabet) or not alphabet:
@@ -43,13 +68,43 @@ class CharTokenizer:
 
     @classmethod
     def fit(cls, text: str) -> CharTokenizer:
+        """The tokenizer of the distinct characters of ``text``, in sorted order.
+
+        Parameters
+        ----------
+        text : str
+            The text (at least one character).
+
+        Returns
+        -------
+        CharTokenizer
+            Its tokenizer.
+        """
         return cls("".join(sorted(set(text))))
 
     @property
     def vocab_size(self) -> int:
+        """The number of ids (the alphabet's length)."""
         return len(self.alphabet)
 
     def encode(self, text: str) -> np.ndarray:
+        """The ids of the characters of ``text``.
+
+        Parameters
+        ----------
+        text : str
+            Text made of the alphabet's characters.
+
+        Returns
+        -------
+        numpy.ndarray
+            One id per character (``uint8`` for at most 256 ids, else ``int32``).
+
+        Raises
+        ------
+        ValueError
+            A character that is not in the alphabet.
+        """
         try:
             ids = [self._index[c] for c in text]
         except KeyError as err:
@@ -61,6 +116,18 @@ class CharTokenizer:
         return np.asarray(ids, dtype=dtype)
 
     def decode(self, ids: ArrayLike) -> str:
+        """The text of a sequence of ids.
+
+        Parameters
+        ----------
+        ids : array_like of int
+            Token ids.
+
+        Returns
+        -------
+        str
+            Their characters, joined.
+        """
         return "".join(self.alphabet[int(i)] for i in np.asarray(ids).ravel())
 
 
@@ -68,6 +135,22 @@ def stdlib_text(max_chars: int | None = None) -> str:
     """Docstrings of a fixed set of standard-library modules, joined: real prose, offline.
 
     The exact text depends on the Python version.
+
+    Parameters
+    ----------
+    max_chars : int, optional
+        Keep only the first ``max_chars`` characters (default: all of it).
+
+    Returns
+    -------
+    str
+        The text.
+
+    Examples
+    --------
+    >>> from mixle_nb.neural import stdlib_text
+    >>> len(stdlib_text(500))
+    500
     """
     parts = []
     for name in _CORPUS_MODULES:

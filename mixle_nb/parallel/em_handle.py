@@ -66,7 +66,29 @@ REJOIN_HEADER = Header(**STATUS, count=1)
 
 @dataclass
 class StepTimings:
-    """What one rank spent on the last step."""
+    """What one rank spent on the last step, in ``last_timings`` of :class:`TorchRunEncodedData`.
+
+    Parameters
+    ----------
+    shard : int
+        The observations this rank holds.
+    e_step_s : float
+        Seconds of the E-step on this rank's shard.
+    fold_s : float
+        Seconds of the fold across ranks (waiting for the slowest rank included).
+    m_step_s : float
+        Seconds of the M-step.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.parallel import TorchRunEncodedData
+    >>> from mixle_nb.stats import GaussianEstimator
+    >>> with TorchRunEncodedData(np.arange(10.0), GaussianEstimator(), init_process_group=False) as h:
+    ...     model = h.pysp_seq_estimate(GaussianEstimator(), None)
+    >>> h.last_timings.shard
+    10
+    """
 
     shard: int
     e_step_s: float
@@ -85,17 +107,27 @@ class _Discard(io.TextIOBase):
 
 
 def torchrun_out(root: int = 0) -> TextIO:
-    """``sys.stdout`` on the root rank, a discarded buffer elsewhere.
+    """Where rank ``root`` prints: ``sys.stdout`` there, a discarded buffer elsewhere.
+
+    For scripts under ``torchrun``, so that one rank's output is shown.
 
     Parameters
     ----------
-    root : int
+    root : int, default 0
         The rank that prints (the default group's, or ``RANK`` before a group exists).
 
     Returns
     -------
     TextIO
         ``sys.stdout``, or a text stream that drops what is written.
+
+    Examples
+    --------
+    >>> import sys
+    >>> from mixle_nb.parallel import torchrun_out
+    >>> torchrun_out() is sys.stdout  # rank 0 of a single process
+    True
+    >>> print("only rank 0 shows this", file=torchrun_out(root=1))
     """
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", 0))
     return sys.stdout if rank == root else cast(TextIO, _Discard())  # a TextIOBase: writes, flushes
@@ -114,41 +146,103 @@ def _choose_encoder(estimator: Estimator | None, model: Distribution | None, enc
 class TorchRunEncodedData(GroupHandle):
     """Encoded-data handle sharded across torch.distributed ranks.
 
-    ``data``: any sequence of observations. With ``root_only=False`` every rank passes the same
-    full dataset and keeps ``data[rank::world]`` (a numpy array stays an array; anything else —
-    ragged sequences, tuples, strings, dicts — becomes a list of the observations as they are);
-    with ``root_only=True`` only the root needs real data and scatters the shards.
-    ``sub_chunks`` encoded sub-chunks are kept per rank. ``root`` is the group rank that folds
-    statistics on the gather path. To let each rank read its own part from disk, see
-    :meth:`from_npy` and :meth:`from_files`.
+    Each rank encodes its shard once and keeps it resident; an EM step is one pass over it and
+    one collective. With ``root_only=False`` every rank passes the same full dataset and keeps
+    ``data[rank::world]`` (a numpy array stays an array; anything else — ragged sequences,
+    tuples, strings, dicts — becomes a list of the observations as they are); with
+    ``root_only=True`` only the root needs real data and scatters the shards. To let each rank
+    read its own part from disk, see :meth:`from_npy` and :meth:`from_files`; for data each rank
+    already holds its own part of (after ``%mixle_scatter``), :meth:`from_shards`.
 
-    Extensions: ``fold`` picks how statistics cross ranks. ``"allreduce"`` flattens every
-    number of the statistics, the count and the log-density into one float64 tensor, sums it
-    across ranks in one collective, and lets every rank run the deterministic M-step (no
-    broadcast); numbers that ``combine`` keeps rather than adds (a hidden Markov model's state
-    count) are put back. ``"gather"`` is the reference path: pickle statistics to the root,
-    combine there, broadcast the folded statistics. ``"auto"`` takes the all-reduce whenever the
-    statistics flatten to the same layout on every rank (agreed once per estimator; dict
-    statistics, whose keys differ by rank, are gathered). ``last_timings`` holds this rank's
-    :class:`StepTimings`.
+    ``fold`` picks how statistics cross ranks. ``"allreduce"`` flattens every number of the
+    statistics, the count and the log-density into one float64 tensor, sums it across ranks in
+    one collective, and lets every rank run the deterministic M-step (no broadcast); numbers that
+    ``combine`` keeps rather than adds (a hidden Markov model's state count) are put back.
+    ``"gather"`` is the reference path: pickle statistics to the root, combine there, broadcast
+    the folded statistics. ``"auto"`` takes the all-reduce whenever the statistics flatten to the
+    same layout on every rank (agreed once per estimator; dict statistics, whose keys differ by
+    rank, are gathered).
 
-    ``device``: where the encodings live and every E-step kernel runs (``"cpu"``, ``"cuda"``,
-    ``"cuda:1"``, a ``torch.device``); ``None`` is the group's device: the rank's CUDA device
-    under nccl, else the CPU. An encoder without ``device=`` (mixle's) encodes on the CPU. A
-    device this rank cannot use fails on every rank together, before any data are read.
+    Every rank makes the same calls (in a ``%%mixle`` cell, or under ``torchrun``); the drivers
+    of :mod:`mixle_nb.inference` (``fit``, ``em_step``, ``predict``, ...) take the handle in place
+    of data, and :class:`~mixle_nb.widgets.EMPanel` steps it from the notebook.
 
-    ``timeout``: seconds a group the handle creates from the launcher's variables waits, at the
-    rendezvous for every rank and in a collective for a missing peer (default 300; torch's own
-    is 30 minutes); a rank's slowest E-step must fit in it. An existing group keeps its own.
+    Parameters
+    ----------
+    data : sequence or DataSource or None
+        The observations, or a ``DataSource`` (``mixle_nb.parallel.data_sources``: what
+        :meth:`from_shards`, :meth:`from_npy` and :meth:`from_files` pass).
+    estimator, model, encoder : object, optional
+        What encodes the data: ``encoder``, else the model's, else the estimator's (at least one).
+    sub_chunks : int, default 1
+        Encoded parts per logical shard.
+    group : ProcessGroup, optional
+        The group to run in (default: the default group, created from the launcher's variables
+        if need be).
+    root : int, default 0
+        The group rank that folds statistics on the gather path.
+    root_only : bool, default False
+        The data are on the root only, which scatters the shards.
+    init_process_group : bool, default True
+        ``False`` with no group: one process, rank 0 of 1.
+    backend : str, optional
+        The backend of a group created here (default: nccl with CUDA, else gloo).
+    fold : {"auto", "allreduce", "gather"}, default "auto"
+        How statistics cross ranks.
+    device : str or torch.device, optional
+        Where the encodings live and every E-step kernel runs (``"cpu"``, ``"cuda"``,
+        ``"cuda:1"``); ``None`` is the group's device: the rank's CUDA device under nccl, else the
+        CPU. An encoder without ``device=`` (mixle's) encodes on the CPU.
+    shards : int, optional
+        Logical shards of data read from files (default: one per rank).
+    elastic : bool, default False
+        Let the survivors read a dead rank's shards again (data read from files only).
+    timeout : float, default 300
+        Seconds a group created here waits, at the rendezvous for every rank and in a collective
+        for a missing peer (torch's own default is 30 minutes); a rank's slowest E-step must fit
+        in it. An existing group keeps its own.
 
-    Running EM on it (every rank runs the same call, e.g. in a ``%%mixle`` cell)::
+    Attributes
+    ----------
+    rank, world : int
+        This rank and the number of ranks.
+    last_timings : StepTimings or None
+        What this rank spent on the last step.
+    steps_taken : int
+        The EM steps run on the handle.
 
-        from mixle_nb.inference import fit, predict
-        result = fit(h, est, init="kmeans++")        # or em_step(h, est, model) one step at a time
-        labels = predict(h, result.model, gather=True)
+    Raises
+    ------
+    ValueError
+        Bad arguments, or data every rank could not read and encode alike (on every rank
+        together: the failed rank its own error, the others :class:`PeerRankError`); a device
+        this rank cannot use fails every rank together, before any data are read.
+    RuntimeError
+        No group exists and the launcher's variables are missing.
 
-    or step it from the notebook with ``EMPanel(handle="h", estimator="est", init="kmeans++")``.
-    Data each rank already holds its own part of (after ``%mixle_scatter``): :meth:`from_shards`.
+    See Also
+    --------
+    StreamingTokenEncodedData : The handle for streaming training.
+    mixle_nb.inference.fit : EM to convergence on a handle.
+
+    Examples
+    --------
+    In one process (``init_process_group=False``); under ``torchrun`` or on a cluster's ranks
+    every rank runs the same lines without it:
+
+    >>> import numpy as np
+    >>> from mixle_nb.inference import fit
+    >>> from mixle_nb.parallel import TorchRunEncodedData
+    >>> from mixle_nb.stats import GaussianEstimator, MixtureEstimator
+    >>> x = np.random.default_rng(0).normal(size=300)
+    >>> estimator = MixtureEstimator([GaussianEstimator()] * 2)
+    >>> with TorchRunEncodedData(x, estimator, init_process_group=False) as h:
+    ...     result = fit(h, estimator, init="kmeans++", max_its=5, out=None)
+    ...     count, total = h.pysp_seq_log_density_sum(result.model)
+    >>> h.rank, h.world, count
+    (0, 1, 300.0)
+    >>> result.n_iter
+    5
     """
 
     handle_name = "TorchRunEncodedData"
@@ -174,46 +268,7 @@ class TorchRunEncodedData(GroupHandle):
     ):
         """Join the group, read and encode this rank's shards, and agree on the count.
 
-        Parameters
-        ----------
-        data : sequence or DataSource or None
-            The observations (see the class docstring), or a
-            :class:`~mixle_nb.parallel.data_sources.DataSource` (what :meth:`from_shards`,
-            :meth:`from_npy` and :meth:`from_files` pass).
-        estimator, model, encoder
-            What encodes the data: ``encoder``, else the model's, else the estimator's.
-        sub_chunks : int
-            Encoded parts per logical shard.
-        group : ProcessGroup, optional
-            The group to run in (default: the default group, created from the launcher's
-            variables if need be).
-        root : int
-            The group rank that folds statistics on the gather path.
-        root_only : bool
-            The data are on the root only, which scatters the shards.
-        init_process_group : bool
-            ``False`` with no group: one process, rank 0 of 1.
-        backend : str, optional
-            The backend of a group created here (default: nccl with CUDA, else gloo).
-        fold : {"auto", "allreduce", "gather"}
-            How statistics cross ranks.
-        device : str or torch.device, optional
-            Where the encodings live and the E-step runs.
-        shards : int, optional
-            Logical shards of data read from files (default: one per rank).
-        elastic : bool
-            Let the survivors read a dead rank's shards again (data read from files only).
-        timeout : float
-            Seconds a group created here waits for a missing rank.
-
-        Raises
-        ------
-        ValueError
-            Bad arguments, or data every rank could not read and encode alike (on every rank
-            together: the failed rank its own error, the others
-            :class:`~mixle_nb.parallel.fail_together.PeerRankError`).
-        RuntimeError
-            No group exists and the launcher's variables are missing.
+        The parameters are described in the class docstring.
         """
         source = self._source_of(data, root, root_only)
         if elastic and source.held_in is not None:
@@ -507,9 +562,24 @@ class TorchRunEncodedData(GroupHandle):
             return None, self.explain_failure(exc, model)
 
     def explain_failure(self, error: BaseException, model: Any) -> BaseException:
-        """``error`` of a step (or a score) under ``model``, or, when ``model`` does not fit the
-        data (a model of another dimension), the error its own encoder gives for an observation
-        of this shard, which names the mismatch. Only on the failure path: a step pays nothing."""
+        """Explain a step's failure when the model does not fit the data.
+
+        Only on the failure path: a step pays nothing.
+
+        Parameters
+        ----------
+        error : BaseException
+            What a step (or a score) under ``model`` raised.
+        model : object
+            The model it ran under.
+
+        Returns
+        -------
+        BaseException
+            When ``model`` does not fit the data (a model of another dimension), a ``ValueError``
+            with the error its own encoder gives for an observation of this shard, which names the
+            mismatch; else ``error`` itself.
+        """
         sample = self.resident.sample
         if model is None or sample is None or not hasattr(model, "dist_to_encoder"):
             return error

@@ -36,9 +36,35 @@ _BROKEN = re.compile(r"Connection closed by peer|Connection reset by peer|Broken
 class PeerRankError(RuntimeError):
     """Another rank failed in the SPMD operation this rank was taking part in.
 
-    ``failures`` maps each failed group rank to its error message; ``rank`` and ``message``
-    are the lowest failed rank's. ``str()`` reads ``rank 1: <its message>`` (one clause per
-    failed rank), prefixed by the operation when one was named.
+    The handles raise it on every rank but the failed ones, which raise their own error, so all
+    ranks fail together instead of waiting in a collective. ``rank`` and ``message`` are the
+    lowest failed rank's. ``str()`` reads ``rank 1: <its message>`` (one clause per failed rank),
+    prefixed by the operation when one was named.
+
+    Parameters
+    ----------
+    failures : mapping of int to str
+        Each failed group rank and its error message (at least one).
+    operation : str, optional
+        What failed, e.g. ``"EM step"``.
+
+    Raises
+    ------
+    ValueError
+        ``failures`` is empty.
+
+    See Also
+    --------
+    mixle_nb.cluster.RankError : How the client reports it (named by the root cause).
+
+    Examples
+    --------
+    >>> from mixle_nb.parallel import PeerRankError
+    >>> error = PeerRankError({2: "x has NaN", 1: "shape mismatch"}, "EM step")
+    >>> print(error)
+    EM step failed on another rank: rank 1: shape mismatch; rank 2: x has NaN
+    >>> error.rank
+    1
     """
 
     def __init__(self, failures: Mapping[int, str], operation: str = ""):

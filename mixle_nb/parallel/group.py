@@ -39,9 +39,33 @@ _groups_formed = 0
 
 @dataclass
 class GroupMembership:
-    """Where this process stands: its rank and world in ``group`` (``None``: the default group,
-    or no group at all when ``world == 1`` and nothing was joined), the device its tensors
-    live on, and whether it created the default group and so must destroy it."""
+    """Where this process stands in the process group a handle runs in.
+
+    Parameters
+    ----------
+    rank : int
+        This process's rank in ``group``.
+    world : int
+        The number of ranks in ``group``.
+    group : ProcessGroup or None
+        The group (``None``: the default group, or no group at all when ``world == 1`` and
+        nothing was joined).
+    device : torch.device
+        Where its tensors live.
+    owned : bool
+        Whether it created the default group, and so must destroy it (:meth:`release`).
+
+    See Also
+    --------
+    join_group : What makes one.
+
+    Examples
+    --------
+    >>> from mixle_nb.parallel import join_group
+    >>> membership = join_group(init_process_group=False)
+    >>> membership.rank, membership.world, membership.grouped, membership.global_rank(0)
+    (0, 1, False, 0)
+    """
 
     rank: int
     world: int
@@ -55,7 +79,18 @@ class GroupMembership:
         return dist.is_available() and dist.is_initialized()
 
     def global_rank(self, group_rank: int) -> int:
-        """The default group's rank of ``group_rank`` in ``group``."""
+        """The default group's rank of a rank of ``group``.
+
+        Parameters
+        ----------
+        group_rank : int
+            A rank in ``group``.
+
+        Returns
+        -------
+        int
+            Its rank in the default group.
+        """
         return dist.get_global_rank(self.group, group_rank) if self.group is not None else group_rank
 
     def release(self) -> None:
@@ -80,12 +115,49 @@ def _device_for(backend: str) -> torch.device:
 def join_group(
     group: Any = None, *, init_process_group: bool = True, backend: str | None = None, timeout: float = GROUP_TIMEOUT_S
 ) -> GroupMembership:
-    """Adopt ``group`` or the existing default group, or create the default group from the
-    launcher's ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (under ``srun``,
-    derived from Slurm's variables: :mod:`~mixle_nb.parallel.slurm_env`), with ``timeout``
-    seconds for its rendezvous and collectives (an adopted group keeps its own).
+    """Adopt a process group or create the default one, as both handles do.
 
-    ``init_process_group=False`` with no group asks for a one-process run (rank 0 of 1)."""
+    ``group`` or the existing default group is used as it is (the cluster's engines, a script
+    that called ``init_process_group``); otherwise the default group is created from the
+    launcher's ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (under ``srun``,
+    derived from Slurm's variables), and the membership
+    owns it.
+
+    Parameters
+    ----------
+    group : ProcessGroup, optional
+        The group to adopt (default: the default group, if one exists).
+    init_process_group : bool, default True
+        ``False`` with no group asks for a one-process run (rank 0 of 1).
+    backend : str, optional
+        The backend of a group created here (default: nccl with CUDA, else gloo).
+    timeout : float, default 300
+        Seconds a group created here waits for its rendezvous and in a collective (an adopted
+        group keeps its own).
+
+    Returns
+    -------
+    GroupMembership
+        This process's rank, world, group and device.
+
+    Raises
+    ------
+    ValueError
+        ``timeout`` is not a positive number.
+    RuntimeError
+        No group exists and the launcher's variables are missing (the message says how to
+        launch).
+
+    Examples
+    --------
+    >>> from mixle_nb.parallel import join_group
+    >>> join_group(init_process_group=False).world
+    1
+    >>> join_group(timeout=0, init_process_group=False)
+    Traceback (most recent call last):
+    ...
+    ValueError: timeout must be > 0.0; got 0
+    """
     wait = timedelta(seconds=validation.positive_real("timeout", timeout))
     if group is not None or (dist.is_available() and dist.is_initialized()):
         chosen = dist.get_backend(group)

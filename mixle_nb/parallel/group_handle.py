@@ -147,7 +147,21 @@ class GroupHandle(HandleLifetime):
         return None
 
     def explain_failure(self, error: BaseException, model: Any) -> BaseException:
-        """The error to report for ``error``, raised while scoring under ``model``."""
+        """The error to report for ``error``, raised while scoring under ``model``.
+
+        Parameters
+        ----------
+        error : BaseException
+            What scoring (or a step) under ``model`` raised.
+        model : object
+            The model it ran under.
+
+        Returns
+        -------
+        BaseException
+            ``error`` itself; a handle that can name a mismatch between model and data
+            returns a clearer error instead.
+        """
         return error
 
     # -- close ---------------------------------------------------------------------------------

@@ -117,43 +117,129 @@ class StreamingTokenEncodedData(GroupHandle):
     ``(batch, t, vocab)`` logits, as :class:`~mixle_nb.neural.CausalLM` and mixle's
     ``CausalLM`` do. :meth:`from_file` builds the handle from a memory-mapped token file.
 
-    ``group``: the process group to train in (default: the existing default group, else one
-    created from the launcher's variables, with ``timeout`` seconds for its rendezvous and
-    collectives; see :func:`~mixle_nb.parallel.group.join_group`). Every collective of the
-    handle, DDP's and FSDP2's included, runs in it; ranks outside it take no part.
+    ``progress``, ``seed``, ``max_steps`` and ``stop`` may also be set as attributes between
+    calls.
 
-    Extension keywords (also settable as attributes between calls):
-
-    - ``progress``: callable receiving ``{step, loss, targets, targets_per_s, rank}`` every
-      ``progress_every`` steps and at the last step of a call, on each rank, from local values
-      only (nothing is all-reduced for it). ``step`` and ``targets`` count over the handle's
-      life; ``loss`` is this rank's mean loss per target since the previous report;
-      ``targets_per_s`` is this rank's throughput in the current call.
-    - ``seed``: keys the window offsets and order (same seed -> bit-identical run on CPU).
-    - ``max_steps``: cap on optimizer steps per call (default: ``epochs`` epochs).
-    - ``stop``: a zero-argument callable or an object with ``is_set()``, polled before each
-      step. All ranks stop after the same step: under DDP the flag rides in the gradient
-      all-reduce (zero extra collectives; stops after the step where any rank first saw it);
-      under FSDP2 one 1-element all-reduce runs every ``progress_every`` steps, only when
-      ``stop`` is set (it must then be set on every rank); in one process it stops at once.
-
-    Checkpoints (``torch.distributed.checkpoint``; see :mod:`mixle_nb.checkpoint.training`):
-
-    - ``checkpoint``: a directory. Every ``checkpoint_every`` optimizer steps the module, the
-      optimizer, the data position (steps and targets taken) and each rank's RNG state are
-      saved there, sharded under FSDP2; with ``checkpoint_async`` (the default) the write
-      overlaps the following steps. The first training call with a new module resumes from the
-      newest complete checkpoint there, on any number of ranks (DCP reshards); a checkpoint a
-      rank died writing is never loaded. On CPU at the same world size the resumed run is the
-      uninterrupted one, bit for bit. Configured on the handle, not the estimator or a panel,
-      because the handle alone holds the optimizer and the data position and runs on every rank
-      (a notebook, ``torchrun`` or the cluster alike).
+    Checkpoints (``torch.distributed.checkpoint``; see ``mixle_nb.checkpoint.training``)
+    are configured on the handle, not the estimator or a panel, because the handle alone holds
+    the optimizer and the data position and runs on every rank (a notebook, ``torchrun`` or the
+    cluster alike).
 
     Errors: construction, every DDP training step and the log-density sum fail together (see
     the module docstring). After a failed step every rank drops its optimizer state (the
     parameters are those before the failed step), so the next call starts a fresh optimizer.
     A failed FSDP2 step leaves the group unusable (see the module docstring): on a
     MixleCluster the group is formed again by itself; train a new model after it.
+
+    Parameters
+    ----------
+    token_ids : array_like of int
+        The token ids, the same on every rank (a memory map stays mapped: see
+        :meth:`from_file`).
+    block : int
+        The context length: a window is ``block + 1`` tokens.
+    batch_size : int
+        Windows per optimizer step on each rank.
+    epochs : int, default 1
+        Passes over the shard per training call.
+    shuffle : bool, default True
+        Draw a window offset and a window order each epoch (``False``: offset 0, in order).
+    shard_by_rank : bool, default True
+        Each rank keeps a disjoint contiguous slice; ``False``: every rank keeps all the tokens,
+        in an order of its own.
+    init_process_group : bool, default True
+        ``False`` with no group: one process, rank 0 of 1.
+    backend : str, optional
+        The backend of a group created here (default: nccl with CUDA, else gloo).
+    group : ProcessGroup, optional
+        The process group to train in (default: the existing default group, else one created
+        from the launcher's variables; see :func:`~mixle_nb.parallel.join_group`). Every
+        collective of the handle, DDP's and FSDP2's included, runs in it; ranks outside it take
+        no part.
+    timeout : float, default 300
+        Seconds a group created here waits for its rendezvous and in a collective.
+    parallel : {"auto", "ddp", "fsdp", "none"}, default "auto"
+        How the module is wrapped: "auto" is "none" in one process, FSDP2 on CUDA, else DDP.
+    precision : {"fp32", "bf16"}, default "fp32"
+        ``"bf16"`` runs the forward pass under bfloat16 autocast.
+    activation_checkpointing : bool, default False
+        Recompute activations in backward (a module with that switch, as
+        :func:`~mixle_nb.neural.build_causal_lm`'s).
+    progress : callable, optional
+        Receives ``{step, loss, targets, targets_per_s, rank}`` every ``progress_every`` steps
+        and at the last step of a call, on each rank, from local values only (nothing is
+        all-reduced for it). ``step`` and ``targets`` count over the handle's life; ``loss`` is
+        this rank's mean loss per target since the previous report; ``targets_per_s`` is this
+        rank's throughput in the current call.
+    progress_every : int, default 10
+        Steps between progress reports.
+    seed : int, default 0
+        Keys the window offsets and order (same seed: a bit-identical run on the CPU).
+    max_steps : int, optional
+        A cap on optimizer steps per call (default: ``epochs`` epochs).
+    stop : callable or threading.Event, optional
+        A zero-argument callable or an object with ``is_set()``, polled before each step. All
+        ranks stop after the same step: under DDP the flag rides in the gradient all-reduce
+        (zero extra collectives; stops after the step where any rank first saw it); under FSDP2
+        one 1-element all-reduce runs every ``progress_every`` steps, only when ``stop`` is set
+        (it must then be set on every rank); in one process it stops at once.
+    checkpoint : str or os.PathLike, optional
+        A directory. Every ``checkpoint_every`` optimizer steps the module, the optimizer, the
+        data position (steps and targets taken) and each rank's RNG state are saved there,
+        sharded under FSDP2. The first training call with a new module resumes from the newest
+        complete checkpoint there, on any number of ranks (DCP reshards); a checkpoint a rank
+        died writing is never loaded. On the CPU at the same world size the resumed run is the
+        uninterrupted one, bit for bit.
+    checkpoint_every : int, default 50
+        Optimizer steps between checkpoints.
+    checkpoint_async : bool, default True
+        Overlap each checkpoint's write with the following steps.
+
+    Attributes
+    ----------
+    rank, world : int
+        This rank and the number of ranks.
+    steps_per_epoch : int
+        Optimizer steps in one epoch.
+
+    Raises
+    ------
+    ValueError
+        Bad window arguments (too few tokens for one batch, ...), an unknown ``parallel`` or
+        ``precision``, or ranks that disagree on the tokens, ``block`` or ``batch_size`` (on
+        every rank together).
+    TypeError
+        A ``progress`` that is not callable, or a ``stop`` that is neither callable nor has
+        ``is_set()``.
+
+    See Also
+    --------
+    TorchRunEncodedData : The EM handle.
+    mixle_nb.widgets.TrainPanel : Training it with a live loss plot.
+    mixle_nb.neural.StreamingTransformerLeafEstimator : The estimator it trains.
+
+    Examples
+    --------
+    In one process (``init_process_group=False``); under ``torchrun`` or on a cluster's ranks
+    every rank runs the same lines without it and trains its own shard:
+
+    >>> from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm
+    >>> from mixle_nb.parallel import StreamingTokenEncodedData
+    >>> text = "the quick brown fox jumps over the lazy dog. " * 8
+    >>> tok = CharTokenizer.fit(text)
+    >>> lm = StreamingTransformerLeafEstimator(
+    ...     build_causal_lm(tok.vocab_size, d_model=16, n_layer=1, n_head=2, block=8, seed=0), lr=1e-2
+    ... )
+    >>> reports = []
+    >>> with StreamingTokenEncodedData(
+    ...     tok.encode(text), block=8, batch_size=4, progress=reports.append, init_process_group=False
+    ... ) as th:
+    ...     leaf = th.pysp_seq_estimate(lm, None)
+    ...     steps = th.steps_done
+    >>> th.world, th.steps_per_epoch, steps
+    (1, 11, 11)
+    >>> reports[-1]["step"], reports[-1]["targets"]
+    (11, 352)
     """
 
     def __init__(
@@ -577,12 +663,15 @@ class StreamingTokenEncodedData(GroupHandle):
         ----------
         estimator : StreamingTransformerLeafEstimator
             Carries the module.
-        rng, p
+        rng : object
             Unused: the module's own seeded initialisation is what keeps ranks identical.
+        p : float
+            Unused, as ``rng``.
 
         Returns
         -------
         StreamingTransformerLeaf
+            The leaf around the estimator's module, on the training device.
 
         Raises
         ------

@@ -124,100 +124,406 @@ class AccumulatorFactory:
 
 
 class Distribution:
-    """A fitted model: densities, sampling, and how to encode data for it. A family implements
-    ``device_log_density``; ``seq_log_density`` is its result copied to the host."""
+    """A fitted model: densities, sampling, and how to encode data for it.
+
+    The base of every family of this package (mixle's models follow the same protocol, duck
+    typed). A family implements :meth:`device_log_density`; :meth:`seq_log_density` is its result
+    copied to the host.
+
+    See Also
+    --------
+    Estimator : Fits a distribution.
+    Encoder : Encodes data for it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import Distribution, GaussianDistribution
+    >>> model = GaussianDistribution(0.0, 1.0)
+    >>> isinstance(model, Distribution)
+    True
+    >>> enc = model.dist_to_encoder().seq_encode(np.array([0.0, 1.0]))
+    >>> model.seq_log_density(enc).round(4)
+    array([-0.9189, -1.4189])
+    >>> round(model.log_density(0.0), 4)
+    -0.9189
+    """
 
     def device_log_density(self, enc: Any) -> torch.Tensor:
-        """``(N,)`` float64 log-densities on the encoding's device."""
+        """The log-density of each encoded observation, on the encoding's device.
+
+        Parameters
+        ----------
+        enc : encoding
+            Data encoded by :meth:`dist_to_encoder` (or the estimator's encoder).
+
+        Returns
+        -------
+        torch.Tensor
+            ``(N,)`` float64 log-densities, where the encoding lives.
+        """
         raise NotImplementedError
 
     def seq_log_density(self, enc: Any) -> np.ndarray:
+        """The log-density of each encoded observation, on the host.
+
+        Parameters
+        ----------
+        enc : encoding
+            Data encoded by :meth:`dist_to_encoder` (or the estimator's encoder).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(N,)`` float64 log-densities.
+        """
         return self.device_log_density(enc).cpu().numpy()
 
     def dist_to_encoder(self) -> Encoder:
+        """The encoder of this family's data.
+
+        Returns
+        -------
+        Encoder
+            What turns raw observations into the encoding the ``seq_*`` kernels read.
+        """
         raise NotImplementedError
 
     def estimator(self, **kwargs: Any) -> Estimator:
-        """An estimator of this family (``kwargs``: the family's options, such as ``keys``)."""
+        """An estimator of this family.
+
+        Parameters
+        ----------
+        **kwargs
+            The family's options, such as ``keys``.
+
+        Returns
+        -------
+        Estimator
+            An estimator that fits models like this one.
+        """
         raise NotImplementedError
 
     def log_density(self, x: Any) -> float:
+        """The log-density of one observation.
+
+        Parameters
+        ----------
+        x : object
+            One observation of this family.
+
+        Returns
+        -------
+        float
+            Its log-density.
+        """
         return float(self.seq_log_density(self.dist_to_encoder().seq_encode([x]))[0])
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """``n`` observations drawn from ``rng`` (``sampler(seed).sample(n)`` and a mixture's
-        sampling call it)."""
+        """Draw ``n`` observations from ``rng``.
+
+        ``sampler(seed).sample(n)`` and a mixture's sampling call it.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The random source.
+        n : int
+            How many observations.
+
+        Returns
+        -------
+        numpy.ndarray
+            The observations, one per row.
+        """
         raise NotImplementedError
 
 
 class Encoder:
-    """Turns raw observations into the resident arrays the ``seq_*`` kernels read, on
-    ``device`` (a ``torch.device`` or its name; ``None``: the CPU)."""
+    """Turns raw observations into the resident arrays the ``seq_*`` kernels read.
+
+    An encoding is opaque: a picklable bundle built once per shard, on ``device``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import Encoder, GaussianEstimator
+    >>> encoder = GaussianEstimator().accumulator_factory().make().acc_to_encoder()
+    >>> isinstance(encoder, Encoder)
+    True
+    >>> enc = encoder.seq_encode(np.array([1.0, 2.0, 3.0]))
+    """
 
     def seq_encode(self, data: Any, device: Any = None) -> Any:
+        """Encode a sequence of observations once, for every pass that follows.
+
+        Parameters
+        ----------
+        data : sequence
+            The raw observations.
+        device : str or torch.device, optional
+            Where the encoding's tensors live (``None``: the CPU).
+
+        Returns
+        -------
+        encoding
+            The opaque encoded data.
+
+        Raises
+        ------
+        ValueError
+            Observations this family cannot encode (NaN, infinite, of the wrong dimension).
+        """
         raise NotImplementedError
 
 
 class Estimator:
-    """Builds accumulators and runs the M-step. ``keys`` ties statistics across estimators."""
+    """Builds accumulators and runs the M-step.
+
+    ``keys`` ties all of an estimator's statistics to those of every other estimator with the
+    same key, so tied components get identical estimates.
+
+    See Also
+    --------
+    Accumulator : The statistics an estimator's M-step reads.
+
+    Examples
+    --------
+    The protocol by hand: accumulate weighted statistics, then estimate.
+
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianEstimator
+    >>> estimator = GaussianEstimator(reg_covar=0.0)
+    >>> acc = estimator.accumulator_factory().make()
+    >>> enc = acc.acc_to_encoder().seq_encode(np.array([1.0, 2.0, 3.0]))
+    >>> acc.seq_update(enc, np.ones(3), None)
+    >>> model = estimator.estimate(3.0, acc.value())
+    >>> model.mu, round(model.sigma2, 4)
+    (2.0, 0.6667)
+    """
 
     keys: str | None = None
 
     def accumulator_factory(self) -> AccumulatorFactory:
+        """The factory of this estimator's accumulators.
+
+        Returns
+        -------
+        AccumulatorFactory
+            ``accumulator_factory().make()`` builds a fresh, empty accumulator.
+        """
         return AccumulatorFactory(self.make_accumulator)
 
     def make_accumulator(self) -> Accumulator:
+        """A fresh, empty accumulator of this estimator's statistics.
+
+        Returns
+        -------
+        Accumulator
+            An accumulator holding no observation.
+        """
         raise NotImplementedError
 
     def estimate(self, nobs: float | None, value: Any) -> Distribution:
+        """The M-step: the model of the accumulated statistics.
+
+        Parameters
+        ----------
+        nobs : float or None
+            The (weighted) number of observations.
+        value : object
+            An accumulator's :meth:`~mixle_nb.stats.Accumulator.value`, combined over every shard and key-tied.
+
+        Returns
+        -------
+        Distribution
+            The estimated model.
+        """
         raise NotImplementedError
 
     def free_parameters(self, model: Distribution, count: Any) -> int:
-        """How many free parameters ``model`` has as this estimator fits it, each tied
-        statistic counted once (``count``, a ``parameters.ParameterCount``: ``count.tied``;
-        a mixture counts its components with ``count.of``)."""
+        """How many free parameters ``model`` has as this estimator fits it.
+
+        Each tied statistic is counted once.
+
+        Parameters
+        ----------
+        model : Distribution
+            A fitted model of this family.
+        count : ParameterCount
+            The count in progress (``count.tied`` says whether a key was counted already; a mixture
+            counts its components with ``count.of``).
+
+        Returns
+        -------
+        int
+            The number of free parameters.
+
+        Raises
+        ------
+        TypeError
+            The family has no count (pass ``n_parameters=`` to :func:`~mixle_nb.inference.bic`).
+        """
         raise TypeError(
             f"no free-parameter count for {type(self).__name__}: pass n_parameters= to bic()/aic() yourself"
         )
 
 
 class Accumulator:
-    """Sufficient statistics. Subclasses implement the ``seq_*`` kernels and the value codec.
+    """Sufficient statistics of one estimator: the ``seq_*`` kernels and the value codec.
 
-    ``seq_update`` may return the per-observation log-density of ``model`` when it computes it
-    anyway (a mixture does, in its E-step; see :func:`resident`); otherwise it returns ``None``.
-    ``weights`` may be ``None`` (every observation weighs 1), a float64 array or a tensor.
+    Values returned by :meth:`value` are sums, so combining per-chunk or per-rank values in any
+    order equals one pass over all the data. :meth:`seq_update` may return the per-observation
+    log-density of ``model`` when it computes it anyway (a mixture does, in its E-step);
+    otherwise it returns ``None``. ``weights`` may be ``None`` (every observation weighs 1), a
+    float64 array or a tensor.
+
+    See Also
+    --------
+    Estimator : Builds accumulators and estimates from their values.
+
+    Examples
+    --------
+    Two shards' statistics combined equal one pass over both:
+
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianEstimator
+    >>> estimator = GaussianEstimator()
+    >>> left, right, both = (estimator.accumulator_factory().make() for _ in range(3))
+    >>> encode = left.acc_to_encoder().seq_encode
+    >>> left.seq_update(encode(np.array([1.0, 2.0])), None, None)
+    >>> right.seq_update(encode(np.array([3.0])), None, None)
+    >>> both.seq_update(encode(np.array([1.0, 2.0, 3.0])), None, None)
+    >>> bool(np.allclose(left.combine(right.value()).value(), both.value()))
+    True
     """
 
     keys: str | None = None
 
     def seq_update(self, enc: Any, weights: np.ndarray | None, model: Any) -> Any:
+        """Add the weighted statistics of encoded observations (the E-step's work).
+
+        Parameters
+        ----------
+        enc : encoding
+            The encoded observations.
+        weights : numpy.ndarray or torch.Tensor or None
+            One weight per observation (``None``: every observation weighs 1).
+        model : Distribution or None
+            The model the E-step runs under (a mixture's responsibilities come from it).
+
+        Returns
+        -------
+        numpy.ndarray or torch.Tensor or None
+            The per-observation log-density of ``model`` when the update computes it anyway, else
+            ``None``.
+        """
         raise NotImplementedError
 
     def seq_initialize(self, enc: Any, weights: np.ndarray | None, rng: np.random.Generator) -> None:
+        """Add the statistics of a random start from encoded observations.
+
+        Parameters
+        ----------
+        enc : encoding
+            The encoded observations.
+        weights : numpy.ndarray or None
+            One weight per observation (``None``: every observation weighs 1).
+        rng : numpy.random.Generator
+            The random source (a mixture draws random responsibilities from it).
+        """
         self.seq_update(enc, weights, None)
 
     def acc_to_encoder(self) -> Encoder:
+        """The encoder of the data this accumulator reads.
+
+        Returns
+        -------
+        Encoder
+            The family's encoder.
+        """
         raise NotImplementedError
 
     def value(self) -> Any:
+        """The statistics, as sums.
+
+        Returns
+        -------
+        object
+            A flat float64 array for numeric families (the distributed fold adds them as one
+            tensor), or another picklable value (folded by gather).
+        """
         raise NotImplementedError
 
     def from_value(self, value: Any) -> Accumulator:
+        """Replace the statistics with ``value``.
+
+        Parameters
+        ----------
+        value : object
+            A :meth:`value` of an accumulator of the same estimator.
+
+        Returns
+        -------
+        Accumulator
+            This accumulator.
+        """
         raise NotImplementedError
 
     def combine(self, value: Any) -> Accumulator:
+        """Add ``value`` to the statistics.
+
+        Parameters
+        ----------
+        value : object
+            A :meth:`value` of an accumulator of the same estimator.
+
+        Returns
+        -------
+        Accumulator
+            This accumulator.
+        """
         raise NotImplementedError
 
     def update(self, x: Any, weight: float, estimate: Any) -> None:
+        """Add the statistics of one observation.
+
+        Parameters
+        ----------
+        x : object
+            One observation.
+        weight : float
+            Its weight.
+        estimate : Distribution or None
+            The model the E-step runs under.
+        """
         self.seq_update(self.acc_to_encoder().seq_encode([x]), np.array([float(weight)]), estimate)
 
     def initialize(self, x: Any, weight: float, rng: Any) -> None:
+        """Add the statistics of one observation for a random start.
+
+        Parameters
+        ----------
+        x : object
+            One observation.
+        weight : float
+            Its weight.
+        rng : None, int, numpy.random.Generator or numpy.random.RandomState
+            The random source.
+        """
         enc = self.acc_to_encoder().seq_encode([x])
         self.seq_initialize(enc, np.array([float(weight)]), random_source(rng))
 
     def key_merge(self, stats: dict) -> None:
-        """Add this accumulator's statistics into ``stats[keys]`` (first one in is the sum)."""
+        """Add this accumulator's statistics into ``stats[keys]``; the first one in is the sum.
+
+        Nothing happens without ``keys``.
+
+        Parameters
+        ----------
+        stats : dict
+            Key -> the accumulator holding that key's merged statistics.
+        """
         if self.keys is not None:
             if self.keys in stats:
                 stats[self.keys].combine(self.value())
@@ -225,7 +531,15 @@ class Accumulator:
                 stats[self.keys] = self
 
     def key_replace(self, stats: dict) -> None:
-        """Overwrite this accumulator with the merged statistics of its key."""
+        """Overwrite this accumulator with the merged statistics of its key.
+
+        Nothing happens without ``keys``.
+
+        Parameters
+        ----------
+        stats : dict
+            Key -> the accumulator holding that key's merged statistics (after :meth:`key_merge`).
+        """
         if self.keys is not None:
             self.from_value(stats[self.keys].value())
 

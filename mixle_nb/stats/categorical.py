@@ -52,7 +52,32 @@ class CategoricalEncoder(Encoder):
 
 
 class CategoricalDistribution(Distribution):
-    """``pmap`` maps each label to its probability; the probabilities sum to 1."""
+    """A distribution over labels: each label's probability.
+
+    Parameters
+    ----------
+    pmap : dict
+        Maps each label to its probability; the probabilities sum to 1.
+
+    Raises
+    ------
+    ValueError
+        Probabilities that are negative or do not sum to 1.
+
+    See Also
+    --------
+    CategoricalEstimator
+
+    Examples
+    --------
+    >>> import math
+    >>> from mixle_nb.stats import CategoricalDistribution
+    >>> model = CategoricalDistribution({"a": 0.25, "b": 0.75})
+    >>> math.isclose(model.log_density("b"), math.log(0.75))
+    True
+    >>> len(model.sampler(seed=0).sample(5))
+    5
+    """
 
     def __init__(self, pmap: dict):
         if not pmap:
@@ -81,6 +106,18 @@ class CategoricalDistribution(Distribution):
         return labels[rng.choice(len(labels), size=n, p=np.array(list(self.pmap.values())))]
 
     def sampler(self, seed: int | np.random.SeedSequence | None = None) -> Sampler:
+        """A sampler drawing from this distribution.
+
+        Parameters
+        ----------
+        seed : int or numpy.random.SeedSequence, optional
+            The seed of its random source.
+
+        Returns
+        -------
+        Sampler
+            ``sample(n)`` draws ``n`` labels; ``sample()`` one.
+        """
         return Sampler(self.draw, seed)
 
 
@@ -115,7 +152,28 @@ class CategoricalAccumulator(Accumulator):
 
 
 class CategoricalEstimator(Estimator):
-    """M-step ``p(label) ∝ count + pseudo_count``; with no weight at all, uniform over seen labels."""
+    """M-step ``p(label) ∝ count + pseudo_count``; with no weight at all, uniform over seen labels.
+
+    Its statistics are a dict of counts, so the distributed fold gathers them.
+
+    Parameters
+    ----------
+    pseudo_count : float, default 0.0
+        Added to every label's count.
+    keys : str, optional
+        Ties all statistics with every estimator of the same key.
+
+    See Also
+    --------
+    CategoricalDistribution
+
+    Examples
+    --------
+    >>> from mixle_nb.stats import CategoricalEstimator, seq_encode, seq_estimate
+    >>> estimator = CategoricalEstimator(pseudo_count=1.0)
+    >>> seq_estimate(seq_encode(["a", "b", "b", "b"], estimator=estimator), estimator, None).pmap["b"]
+    0.6666666666666666
+    """
 
     def __init__(self, pseudo_count: float = 0.0, keys: str | None = None):
         self.pseudo_count, self.keys = float(pseudo_count), keys

@@ -43,7 +43,20 @@ COLLAPSE_FIX = "set reg_covar > 0 (scikit-learn's default is 1e-6), fit fewer co
 
 
 class DegenerateComponentError(ValueError):
-    """The M-step cannot estimate a component: it has no weight, or it collapsed."""
+    """The M-step cannot estimate a component: it has no weight, or it collapsed.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import DegenerateComponentError, MultivariateGaussianEstimator, seq_encode, seq_estimate
+    >>> x = np.array([[0.0, 1.0], [2.0, 5.0]])  # two points: a covariance of rank 1
+    >>> estimator = MultivariateGaussianEstimator(reg_covar=0.0)
+    >>> try:
+    ...     seq_estimate(seq_encode(x, estimator=estimator), estimator, None)
+    ... except DegenerateComponentError as error:
+    ...     print(str(error)[:60])
+    collapsed in the M-step: its covariance is singular to withi
+    """
 
 
 def check_reg_covar(reg_covar: float) -> float:

@@ -44,7 +44,34 @@ class DiagonalGaussianEncoder(Encoder):
 
 
 class DiagonalGaussianDistribution(Distribution):
-    """Independent Gaussians per coordinate: means ``mu`` (D,), variances ``sigma2`` (D,)."""
+    """Independent Gaussians per coordinate.
+
+    Parameters
+    ----------
+    mu : array_like
+        The means, ``(D,)``.
+    sigma2 : array_like
+        The variances, ``(D,)``, each > 0.
+
+    Raises
+    ------
+    ValueError
+        A mean or variance that is not finite, or a variance <= 0.
+
+    See Also
+    --------
+    DiagonalGaussianEstimator, SphericalGaussianDistribution, MultivariateGaussianDistribution
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import DiagonalGaussianDistribution
+    >>> model = DiagonalGaussianDistribution([0.0, 1.0], [1.0, 2.0])
+    >>> bool(np.isclose(model.log_density([0.0, 1.0]), -np.log(2 * np.pi) - 0.5 * np.log(2.0)))
+    True
+    >>> model.sampler(seed=0).sample(3).shape
+    (3, 2)
+    """
 
     def __init__(self, mu: ArrayLike, sigma2: ArrayLike):
         self.mu = np.atleast_1d(np.asarray(mu, dtype=np.float64))
@@ -61,8 +88,23 @@ class DiagonalGaussianDistribution(Distribution):
     def stacked_kernel(
         dists: Sequence[DiagonalGaussianDistribution], log_weights: np.ndarray | None = None
     ) -> DiagonalKernel:
-        """``enc -> (K, N)`` log-densities of ``dists`` (+ ``log_weights``), parameters prepared
-        here once per model (:class:`.frame.DiagonalKernel`)."""
+        """The batched log-density kernel of several components of this family.
+
+        The parameters are prepared here once per model; a mixture's E-step then runs one kernel
+        for all its components.
+
+        Parameters
+        ----------
+        dists : sequence of DiagonalGaussianDistribution
+            The components, K of them.
+        log_weights : numpy.ndarray, optional
+            ``(K,)`` log-weights added to each component's row (a mixture's joint).
+
+        Returns
+        -------
+        DiagonalKernel
+            ``enc -> (K, N)`` log-densities (``mixle_nb.stats.frame.DiagonalKernel``).
+        """
         mu = np.stack([np.atleast_1d(d.mu) for d in dists])
         sigma2 = np.stack([np.atleast_1d(d.sigma2) for d in dists])
         return DiagonalKernel(mu, sigma2, log_weights)
@@ -80,13 +122,55 @@ class DiagonalGaussianDistribution(Distribution):
         return self.mu + np.sqrt(self.sigma2) * rng.standard_normal((n, len(self.mu)))
 
     def sampler(self, seed: int | np.random.SeedSequence | None = None) -> Sampler:
+        """A sampler drawing from this distribution.
+
+        Parameters
+        ----------
+        seed : int or numpy.random.SeedSequence, optional
+            The seed of its random source.
+
+        Returns
+        -------
+        Sampler
+            ``sample(n)`` draws ``n`` observations; ``sample()`` one.
+        """
         return Sampler(self.draw, seed)
 
 
 class DiagonalGaussianEstimator(Estimator):
-    """M-step for a diagonal Gaussian. ``reg_covar`` is added to every estimated variance
-    (scikit-learn's ``reg_covar``; with ``variance_key``, to the pooled variance). ``keys`` ties
-    all statistics; ``variance_key`` ties only the variances (components sharing one variance)."""
+    """M-step for a diagonal Gaussian.
+
+    Parameters
+    ----------
+    dim : int, optional
+        The dimension D (default: taken from the data).
+    reg_covar : float, default 1e-6
+        Added to every estimated variance (scikit-learn's ``reg_covar``; with ``variance_key``,
+        to the pooled variance).
+    keys : str, optional
+        Ties all statistics with every estimator of the same key.
+    variance_key : str, optional
+        Ties only the variances: components sharing one variance vector, each with its own mean.
+
+    Raises
+    ------
+    ValueError
+        A ``reg_covar`` that is negative or not finite.
+
+    See Also
+    --------
+    DiagonalGaussianDistribution
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import DiagonalGaussianEstimator, seq_encode, seq_estimate
+    >>> x = np.array([[0.0, 1.0], [2.0, 5.0]])
+    >>> estimator = DiagonalGaussianEstimator(reg_covar=0.0)
+    >>> model = seq_estimate(seq_encode(x, estimator=estimator), estimator, None)
+    >>> model.mu.tolist(), model.sigma2.tolist()
+    ([1.0, 3.0], [1.0, 4.0])
+    """
 
     def __init__(
         self, dim: int | None = None, reg_covar: float = 1e-6, keys: str | None = None, variance_key: str | None = None
@@ -102,7 +186,23 @@ class DiagonalGaussianEstimator(Estimator):
         return DiagonalGaussianDistribution(*diagonal_estimate(value, self.reg_covar))
 
     def free_parameters(self, model: DiagonalGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
-        """Also the 1-D :class:`GaussianEstimator`'s (its ``mu`` a number)."""
+        """How many free parameters ``model`` has as this estimator fits it.
+
+        Also the 1-D :class:`GaussianEstimator`'s (its ``mu`` a number): D means and D variances,
+        none of a tied kind counted twice.
+
+        Parameters
+        ----------
+        model : DiagonalGaussianDistribution
+            A fitted model of this family.
+        count : ParameterCount
+            The count in progress (which keys were counted already).
+
+        Returns
+        -------
+        int
+            ``2 D``, ``D`` when the variances are tied and counted already, 0 when ``keys`` is.
+        """
         if count.tied("all", self.keys):
             return 0
         dim = len(model.mu) if hasattr(model.mu, "__len__") else 1

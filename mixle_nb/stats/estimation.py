@@ -28,14 +28,45 @@ class Accumulated:
 
 @dataclass
 class EMStep:
-    """One EM step, the one record of it end to end (``em_step``, ``fit``'s history, a rank's
-    step, a panel's history, checkpoints): the new ``model``, and ``log_density`` of the data
-    under the model the step started from (a by-product of the same E-step pass), over
-    ``count`` observations. The rest is filled by whoever knows it: ``step`` (1-based, in its
-    start or panel), ``gain`` per observation over the previous step and ``start`` (which of
-    ``fit``'s starts); on the ranks ``rank_seconds`` (E-step seconds per rank: this rank's
-    alone until the client gathers them) and ``step_s`` (this rank's whole step); and the
-    elastic ``recovery`` the step was taken again after."""
+    """One EM step: the one record of it end to end.
+
+    The same record serves :func:`em_step`, :func:`~mixle_nb.inference.fit`'s history, a rank's
+    step, a panel's history and checkpoints. Beyond the model, its log-density and count, the
+    fields are filled by whoever knows them.
+
+    Parameters
+    ----------
+    model : Distribution
+        The new model.
+    count : float
+        The observations the step ran over.
+    log_density : float
+        The log-density of the data under the model the step started from (a by-product of the
+        same E-step pass).
+    step : int, default 0
+        The step's number, 1-based, in its start or panel.
+    gain : float, default nan
+        The gain in log-density per observation over the previous step.
+    start : int, default 0
+        Which of :func:`~mixle_nb.inference.fit`'s starts it belongs to.
+    rank_seconds : list of float, optional
+        E-step seconds per rank (this rank's alone until the client gathers them).
+    step_s : float, default nan
+        This rank's whole step, in seconds.
+    recovery : RecoveryEvent, optional
+        The elastic recovery the step was taken again after.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianDistribution, GaussianEstimator, em_step, seq_encode
+    >>> enc = seq_encode(np.array([1.0, 2.0, 3.0]), estimator=GaussianEstimator())
+    >>> step = em_step(enc, GaussianEstimator(), GaussianDistribution(0.0, 1.0))
+    >>> step.count, step.model.mu
+    (3.0, 2.0)
+    >>> bool(np.isclose(step.log_density, -1.5 * np.log(2 * np.pi) - 7.0))
+    True
+    """
 
     model: Distribution
     count: float
@@ -91,17 +122,26 @@ def seq_encode(
     model, estimator : optional
         Whose encoder to use (``model``'s if given, else ``estimator``'s).
     device : str or torch.device, optional
-        Where the encoding lives (``None``: the CPU; see :func:`encode`).
+        Where the encoding lives (``None``: the CPU).
 
     Returns
     -------
     object
-        The encoding (opaque: count its observations with :func:`encoded_count`).
+        The encoding (opaque: count its observations with ``encoded_count``).
 
     Raises
     ------
     ValueError
         If neither ``model`` nor ``estimator`` is given, or ``data`` is empty.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianEstimator, seq_encode, seq_log_density_sum, GaussianDistribution
+    >>> enc = seq_encode(np.array([0.0, 1.0]), estimator=GaussianEstimator())
+    >>> count, total = seq_log_density_sum(enc, GaussianDistribution(0.0, 1.0))
+    >>> count
+    2.0
     """
     if model is not None:
         encoder = model.dist_to_encoder()
@@ -166,16 +206,48 @@ def accumulate(
     counts: Sequence[int] | None = None,
     with_log_density: bool = True,
 ) -> Accumulated:
-    """E-step over encoded ``chunks`` into one accumulator; also sums the log-density of ``model``
-    (``with_log_density=False``: only where ``seq_update`` returns it for free; a family whose
-    update does not, as mixle's, would pay a second pass).
+    """The E-step over encoded chunks into one accumulator, and the log-density of ``model``.
 
-    ``counts`` are the chunks' observation counts (a handle knows them from the raw data);
-    without them each chunk is counted with :func:`encoded_count`. Unit weights are ``None``,
-    so no array of ones is built or sent to the encoding's device every step (another
-    package's accumulator gets the array it requires: ``foreign.py``). A chunk whose rows
-    carry sample weights (:func:`~mixle_nb.stats.frame.with_weights`) counts their sum, and
-    its log-density is their weighted sum."""
+    Unit weights are ``None``, so no array of ones is built or sent to the encoding's device
+    every step (another package's accumulator gets the array it requires). A chunk whose rows
+    carry sample weights (:func:`~mixle_nb.stats.frame.with_weights`) counts their sum, and its
+    log-density is their weighted sum.
+
+    Parameters
+    ----------
+    chunks : sequence of encoding
+        Local encoded chunks.
+    estimator : Estimator
+        The family's estimator (ours or mixle's).
+    model : Distribution, optional
+        The model the E-step runs under (``None``: a plain sum of statistics).
+    counts : sequence of int, optional
+        The chunks' observation counts (a handle knows them from the raw data); default: each
+        chunk counted with its encoder.
+    with_log_density : bool, default True
+        ``False`` sums the log-density only where ``seq_update`` returns it for free (a family
+        whose update does not, as mixle's, would pay a second pass).
+
+    Returns
+    -------
+    Accumulated
+        ``count``, the ``accumulator`` (not yet key-tied) and ``log_density`` (NaN without a
+        model).
+
+    See Also
+    --------
+    m_step : The M-step on the result.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianEstimator, accumulate, m_step, seq_encode
+    >>> estimator = GaussianEstimator()
+    >>> chunks = [seq_encode(np.array(part), estimator=estimator) for part in ([1.0, 2.0], [3.0])]
+    >>> acc = accumulate(chunks, estimator)
+    >>> acc.count, m_step(estimator, acc.count, acc.accumulator).mu
+    (3.0, 2.0)
+    """
     acc = foreign.accumulator(estimator)
     if counts is None:
         counts = [encoded_count(enc, estimator) for enc in chunks]
@@ -220,6 +292,20 @@ def tie_keys(acc: AnyAccumulator) -> AnyAccumulator:
     -------
     Accumulator or foreign.ForeignAccumulator
         ``acc``, its tied statistics merged.
+
+    Examples
+    --------
+    Two components tied by ``keys`` get the statistics of both:
+
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianEstimator, MixtureEstimator, tie_keys
+    >>> from mixle_nb.stats import GaussianDistribution, MixtureDistribution, accumulate, seq_encode
+    >>> estimator = MixtureEstimator([GaussianEstimator(keys="shared")] * 2)
+    >>> model = MixtureDistribution([GaussianDistribution(-1.0, 1.0), GaussianDistribution(1.0, 1.0)], [0.5, 0.5])
+    >>> acc = accumulate([seq_encode(np.array([-1.0, 1.0]), estimator=estimator)], estimator, model).accumulator
+    >>> fitted = estimator.estimate(2.0, tie_keys(acc).value())
+    >>> fitted.components[0].mu == fitted.components[1].mu == 0.0
+    True
     """
     stats: dict = {}
     acc.key_merge(stats)
@@ -243,6 +329,15 @@ def m_step(estimator: Estimator, count: float, acc: AnyAccumulator) -> Distribut
     -------
     Distribution
         The new model.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianEstimator, accumulate, m_step, seq_encode
+    >>> estimator = GaussianEstimator()
+    >>> acc = accumulate([seq_encode(np.array([1.0, 3.0]), estimator=estimator)], estimator)
+    >>> m_step(estimator, acc.count, acc.accumulator).mu
+    2.0
     """
     return estimator.estimate(count, tie_keys(acc).value())
 
@@ -263,6 +358,20 @@ def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:
     -------
     EMStep
         The new model, with the log-density of the data under ``model`` and their count.
+
+    See Also
+    --------
+    seq_estimate : The same step, returning only the model.
+    mixle_nb.inference.fit : Steps to convergence.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianDistribution, GaussianEstimator, em_step, seq_encode
+    >>> enc = seq_encode(np.array([1.0, 2.0, 3.0]), estimator=GaussianEstimator())
+    >>> step = em_step(enc, GaussianEstimator(), GaussianDistribution(0.0, 1.0))
+    >>> step.model.mu, step.count
+    (2.0, 3.0)
     """
     if hasattr(enc, "pysp_em_step"):
         return enc.pysp_em_step(estimator, model)
@@ -289,6 +398,14 @@ def seq_estimate(enc: Any, estimator: Estimator, prev_estimate: Distribution) ->
     -------
     Distribution
         The new model.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianDistribution, GaussianEstimator, seq_encode, seq_estimate
+    >>> enc = seq_encode(np.array([1.0, 2.0, 3.0]), estimator=GaussianEstimator())
+    >>> seq_estimate(enc, GaussianEstimator(), GaussianDistribution(0.0, 1.0)).mu
+    2.0
     """
     if is_handle(enc):
         return enc.pysp_seq_estimate(estimator, prev_estimate)
@@ -313,7 +430,7 @@ def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distri
         The family's estimator (ours or mixle's).
     rng : None, int, numpy.random.Generator or numpy.random.RandomState
         The random source; mixle's accumulators get a ``RandomState`` (one passes through
-        unchanged, a ``Generator`` seeds one: :func:`~mixle_nb.stats.base.random_source`).
+        unchanged, a ``Generator`` seeds one).
     p : float
         The probability that an observation takes part, in (0, 1].
 
@@ -326,6 +443,15 @@ def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distri
     ------
     ValueError
         If ``p`` is outside (0, 1].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianEstimator, MixtureEstimator, seq_encode, seq_initialize
+    >>> estimator = MixtureEstimator([GaussianEstimator()] * 2)
+    >>> enc = seq_encode(np.random.default_rng(0).normal(size=200), estimator=estimator)
+    >>> len(seq_initialize(enc, estimator, rng=0, p=0.5).components)
+    2
     """
     if is_handle(enc):
         return enc.pysp_seq_initialize(estimator, rng, p)
@@ -356,6 +482,15 @@ def seq_log_density_sum(enc: Any, model: Distribution) -> tuple[float, float]:
     -------
     tuple of float
         The observation count and the summed log-density.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianDistribution, GaussianEstimator, seq_encode, seq_log_density_sum
+    >>> enc = seq_encode(np.array([0.0, 0.0]), estimator=GaussianEstimator())
+    >>> count, total = seq_log_density_sum(enc, GaussianDistribution(0.0, 1.0))
+    >>> count, bool(np.isclose(total, -np.log(2 * np.pi)))
+    (2.0, True)
     """
     if is_handle(enc):
         return enc.pysp_seq_log_density_sum(model)

@@ -31,20 +31,93 @@ class EncodedDataHandle(Protocol):
     - ``pysp_shard_map(function, gather=False) -> ndarray``: ``function(enc)`` per shard
       (``predict``, ``predict_proba``, ``score_samples``); ``gather=True`` returns every
       observation's result in the original order on every rank.
+
+    A ``typing.Protocol`` checked at run time: ``isinstance`` tells whether an object has the
+    required methods. It is never instantiated.
+
+    See Also
+    --------
+    TorchRunEncodedData, StreamingTokenEncodedData : The handles of this package.
+    mixle_nb.stats.seq_estimate : The dispatch that drives a handle.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.parallel import EncodedDataHandle, TorchRunEncodedData
+    >>> from mixle_nb.stats import GaussianEstimator
+    >>> x = np.arange(5.0)
+    >>> with TorchRunEncodedData(x, GaussianEstimator(), init_process_group=False) as h:
+    ...     isinstance(h, EncodedDataHandle), len(h)
+    (True, 5)
+    >>> isinstance(x, EncodedDataHandle)
+    False
     """
 
     def pysp_seq_estimate(self, estimator: Any, prev_estimate: Any) -> Any:
-        """One estimation step against the resident data; returns the new model."""
+        """One estimation step against the resident data.
+
+        Parameters
+        ----------
+        estimator : Estimator
+            The estimator of the model, the same on every rank.
+        prev_estimate : Distribution or None
+            The model the E-step runs under.
+
+        Returns
+        -------
+        Distribution
+            The new model.
+        """
 
     def pysp_seq_initialize(self, estimator: Any, rng: Any, p: float) -> Any:
-        """Randomised initial model from the resident data."""
+        """A randomised initial model from the resident data.
+
+        Parameters
+        ----------
+        estimator : Estimator
+            The estimator of the model.
+        rng : numpy.random.RandomState
+            The random source, seeded alike on every rank.
+        p : float
+            The share of observations each draws on.
+
+        Returns
+        -------
+        Distribution
+            The initial model.
+        """
 
     def pysp_seq_log_density_sum(self, model: Any) -> tuple[float, float]:
-        """``(count, total log-density)`` of the resident data under ``model``."""
+        """The count and total log-density of the resident data under ``model``.
+
+        Parameters
+        ----------
+        model : Distribution
+            The model to score.
+
+        Returns
+        -------
+        tuple of float
+            ``(count, total log-density)``, over every rank.
+        """
 
     def pysp_stream_accumulate(self, estimator: Any, model: Any) -> tuple[float, Any]:
-        """``(count, value)``: the folded, key-tied statistics for streaming EM, without an
-        M-step (mixle's drivers rebuild the accumulator with ``from_value``)."""
+        """The folded, key-tied statistics for streaming EM, without an M-step.
+
+        mixle's drivers rebuild the accumulator from them with ``from_value``.
+
+        Parameters
+        ----------
+        estimator : Estimator
+            The estimator whose accumulators gather the statistics.
+        model : Distribution
+            The model the E-step runs under.
+
+        Returns
+        -------
+        tuple
+            ``(count, value)``: the global count and the accumulator's value.
+        """
 
     def close(self) -> None:
         """Release what this handle owns."""

@@ -105,7 +105,35 @@ def component_log_density(component: Distribution, enc: Any) -> torch.Tensor:
 
 
 class MixtureDistribution(Distribution):
-    """``components`` (any family, one shared encoding) with weights ``w`` summing to 1."""
+    """A mixture: ``components`` (any family, one shared encoding) with weights ``w``.
+
+    Parameters
+    ----------
+    components : sequence of Distribution
+        The components, all encoding data alike.
+    w : array_like
+        Their weights, ``>= 0`` and summing to 1.
+
+    Raises
+    ------
+    ValueError
+        Weights that are negative, not finite, or do not sum to 1, or whose number differs from
+        the components'.
+
+    See Also
+    --------
+    MixtureEstimator, mixle_nb.inference.predict_proba
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianDistribution, MixtureDistribution
+    >>> model = MixtureDistribution([GaussianDistribution(-2.0, 1.0), GaussianDistribution(2.0, 1.0)], [0.5, 0.5])
+    >>> enc = model.dist_to_encoder().seq_encode(np.array([-2.0, 0.0]))
+    >>> model.seq_posterior(enc).round(3)
+    array([[1. , 0. ],
+           [0.5, 0.5]])
+    """
 
     def __init__(self, components: Sequence[Distribution], w: ArrayLike):
         self.components = list(components)
@@ -130,12 +158,38 @@ class MixtureDistribution(Distribution):
         return f"MixtureDistribution({self.components!r}, w={self.w.tolist()})"
 
     def log_joint(self, enc: Any) -> torch.Tensor:
-        """``(K, N)`` log w_k + log p_k(x): one batched kernel when the family has one."""
+        """The joint ``log w_k + log p_k(x)`` of every component and observation.
+
+        One batched kernel when the family has one.
+
+        Parameters
+        ----------
+        enc : encoding
+            The encoded observations.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(K, N)`` float64, on the encoding's device.
+        """
         return self._batched()(enc)
 
     def log_joint_terms(self, enc: Any) -> tuple[torch.Tensor, CentredBlock | SharedFrameBlock | None]:
-        """:meth:`log_joint` and what the family's kernel computed on the way that its
-        accumulators' M-step sums reuse (the Gaussians' centred differences), else ``None``."""
+        """:meth:`log_joint` and what the kernel computed on the way for the M-step to reuse.
+
+        Parameters
+        ----------
+        enc : encoding
+            The encoded observations.
+
+        Returns
+        -------
+        joint : torch.Tensor
+            ``(K, N)`` log-joints.
+        block : CentredBlock or SharedFrameBlock or None
+            The Gaussians' centred differences, which their accumulators' sums reuse; ``None`` for
+            other families.
+        """
         kernel = self._batched()
         joint = getattr(kernel, "joint", None)
         return joint(enc) if joint is not None else (kernel(enc), None)
@@ -154,7 +208,18 @@ class MixtureDistribution(Distribution):
         return torch.logsumexp(self.log_joint(enc), dim=0)
 
     def seq_posterior(self, enc: Any) -> np.ndarray:
-        """``(N, K)`` component responsibilities."""
+        """The component responsibilities of each encoded observation.
+
+        Parameters
+        ----------
+        enc : encoding
+            The encoded observations.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(N, K)``, each row summing to 1.
+        """
         peak, total = torch.empty(2, len(enc), dtype=torch.float64, device=encoding_device(enc))
         return posterior(self.log_joint(enc), None, peak, total).T.cpu().numpy()
 
@@ -173,6 +238,18 @@ class MixtureDistribution(Distribution):
         return out
 
     def sampler(self, seed: int | np.random.SeedSequence | None = None) -> Sampler:
+        """A sampler drawing from this mixture.
+
+        Parameters
+        ----------
+        seed : int or numpy.random.SeedSequence, optional
+            The seed of its random source.
+
+        Returns
+        -------
+        Sampler
+            ``sample(n)`` draws ``n`` observations; ``sample()`` one.
+        """
         return Sampler(self.draw, seed)
 
 
@@ -289,7 +366,40 @@ class MixtureAccumulator(Accumulator):
 
 
 class MixtureEstimator(Estimator):
-    """M-step for a mixture: weights ∝ counts + ``pseudo_count``, components from their estimators."""
+    """M-step for a mixture: weights ∝ counts + ``pseudo_count``, components from their estimators.
+
+    Parameters
+    ----------
+    estimators : sequence of Estimator
+        One estimator per component (ours or mixle's).
+    pseudo_count : float, default 0.0
+        Added to every component's count before the weights are normalised.
+    keys : str, optional
+        Ties the weights with every mixture estimator of the same key.
+
+    Raises
+    ------
+    ValueError
+        No component estimator.
+
+    See Also
+    --------
+    MixtureDistribution, mixle_nb.inference.fit
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianEstimator, MixtureEstimator, seq_encode, seq_initialize, seq_estimate
+    >>> rng = np.random.default_rng(0)
+    >>> x = np.concatenate([rng.normal(-3, 1, 100), rng.normal(3, 1, 100)])
+    >>> estimator = MixtureEstimator([GaussianEstimator()] * 2)
+    >>> enc = seq_encode(x, estimator=estimator)
+    >>> model = seq_initialize(enc, estimator, np.random.RandomState(0), 0.1)
+    >>> for _ in range(50):
+    ...     model = seq_estimate(enc, estimator, model)
+    >>> sorted(round(c.mu) for c in model.components)
+    [-3, 3]
+    """
 
     def __init__(self, estimators: Sequence[Estimator], pseudo_count: float = 0.0, keys: str | None = None):
         self.estimators = list(estimators)
@@ -314,7 +424,23 @@ class MixtureEstimator(Estimator):
         return MixtureDistribution(components, w)
 
     def free_parameters(self, model: MixtureDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
-        """The weights (``keys`` ties them) and each component's own count."""
+        """How many free parameters ``model`` has as this estimator fits it.
+
+        The weights (unless ``keys`` ties them and they were counted already) and each component's
+        own count.
+
+        Parameters
+        ----------
+        model : MixtureDistribution
+            A fitted mixture.
+        count : ParameterCount
+            The count in progress (which keys were counted already).
+
+        Returns
+        -------
+        int
+            ``K - 1`` weights plus the components' free parameters.
+        """
         weights = 0 if count.tied("weights", self.keys) else len(model.components) - 1
         return weights + sum(count.of(e, c) for e, c in zip(self.estimators, model.components))
 

@@ -37,7 +37,32 @@ class MultivariateGaussianEncoder(Encoder):
 
 
 class MultivariateGaussianDistribution(Distribution):
-    """Mean ``mu`` (D,) and symmetric positive-definite covariance ``covar`` (D, D)."""
+    """A Gaussian with a full covariance matrix.
+
+    Parameters
+    ----------
+    mu : array_like
+        The mean, ``(D,)``.
+    covar : array_like
+        The covariance, ``(D, D)``, symmetric positive definite.
+
+    Raises
+    ------
+    ValueError
+        A covariance that is not symmetric positive definite, or shapes that do not agree.
+
+    See Also
+    --------
+    MultivariateGaussianEstimator, DiagonalGaussianDistribution
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import MultivariateGaussianDistribution
+    >>> model = MultivariateGaussianDistribution([0.0, 0.0], [[1.0, 0.5], [0.5, 1.0]])
+    >>> bool(np.isclose(model.log_density([0.0, 0.0]), -np.log(2 * np.pi) - 0.5 * np.log(0.75)))
+    True
+    """
 
     def __init__(self, mu: ArrayLike, covar: ArrayLike):
         self.mu = np.asarray(mu, dtype=np.float64).reshape(-1)
@@ -64,8 +89,20 @@ class MultivariateGaussianDistribution(Distribution):
     def stacked_kernel(
         dists: Sequence[MultivariateGaussianDistribution], log_weights: np.ndarray | None = None
     ) -> FullKernel:
-        """``enc -> (K, N)`` log-densities (+ ``log_weights``), parameters prepared here once
-        per model (:class:`.frame.FullKernel`)."""
+        """The batched log-density kernel of several components of this family.
+
+        Parameters
+        ----------
+        dists : sequence of MultivariateGaussianDistribution
+            The components, K of them.
+        log_weights : numpy.ndarray, optional
+            ``(K,)`` log-weights added to each component's row (a mixture's joint).
+
+        Returns
+        -------
+        FullKernel
+            ``enc -> (K, N)`` log-densities (``mixle_nb.stats.frame.FullKernel``).
+        """
         return FullKernel(
             np.stack([m.mu for m in dists]),
             np.stack([m._prec_chol for m in dists]),
@@ -86,15 +123,56 @@ class MultivariateGaussianDistribution(Distribution):
         return rng.multivariate_normal(self.mu, self.covar, size=n, method="cholesky")
 
     def sampler(self, seed: int | np.random.SeedSequence | None = None) -> Sampler:
+        """A sampler drawing from this distribution.
+
+        Parameters
+        ----------
+        seed : int or numpy.random.SeedSequence, optional
+            The seed of its random source.
+
+        Returns
+        -------
+        Sampler
+            ``sample(n)`` draws ``n`` observations; ``sample()`` one.
+        """
         return Sampler(self.draw, seed)
 
 
 class MultivariateGaussianEstimator(Estimator):
     """M-step for a full-covariance Gaussian.
 
-    ``reg_covar`` is added to the covariance's diagonal (scikit-learn's meaning; with
-    ``covariance_key``, once to the pooled within-component covariance, scikit-learn's
-    ``"tied"``). ``keys`` ties all statistics; ``covariance_key`` ties only the covariance.
+    Parameters
+    ----------
+    dim : int, optional
+        The dimension D (default: taken from the data).
+    reg_covar : float, default 1e-6
+        Added to the covariance's diagonal (scikit-learn's meaning; with ``covariance_key``,
+        once to the pooled within-component covariance, scikit-learn's ``"tied"``).
+    keys : str, optional
+        Ties all statistics with every estimator of the same key.
+    covariance_key : str, optional
+        Ties only the covariance: components sharing one covariance, each with its own mean.
+
+    Raises
+    ------
+    ValueError
+        A ``reg_covar`` that is negative or not finite.
+
+    See Also
+    --------
+    MultivariateGaussianDistribution
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import MultivariateGaussianEstimator, seq_encode, seq_estimate
+    >>> x = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 3.0]])
+    >>> estimator = MultivariateGaussianEstimator(reg_covar=0.0)
+    >>> model = seq_estimate(seq_encode(x, estimator=estimator), estimator, None)
+    >>> model.mu.tolist()
+    [1.0, 1.25]
+    >>> bool(np.allclose(model.covar, np.cov(x.T, bias=True)))
+    True
     """
 
     def __init__(

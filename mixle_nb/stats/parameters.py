@@ -13,7 +13,41 @@ from .base import Distribution, Estimator
 
 
 def free_parameters(estimator: Estimator, model: Distribution) -> int:
-    """The number of free parameters of ``model`` as ``estimator`` fits it."""
+    """The number of free parameters of ``model`` as ``estimator`` fits it.
+
+    Statistics tied by a key (``keys``, ``variance_key``, ``covariance_key``) are counted once.
+
+    Parameters
+    ----------
+    estimator : Estimator
+        The estimator ``model`` was fitted with.
+    model : Distribution
+        The fitted model.
+
+    Returns
+    -------
+    int
+        The number of free parameters (what BIC and AIC charge).
+
+    Raises
+    ------
+    TypeError
+        A family this package cannot count (mixle's): pass ``n_parameters=`` to
+        :func:`~mixle_nb.inference.bic` instead.
+
+    Examples
+    --------
+    Three 1-D Gaussian components: 2 weights and 3 means and variances; with one shared
+    variance, 2 weights, 3 means and 1 variance:
+
+    >>> from mixle_nb.stats import GaussianDistribution, GaussianEstimator, free_parameters
+    >>> from mixle_nb.stats import MixtureDistribution, MixtureEstimator
+    >>> model = MixtureDistribution([GaussianDistribution(0.0, 1.0)] * 3, [1 / 3] * 3)
+    >>> free_parameters(MixtureEstimator([GaussianEstimator()] * 3), model)
+    8
+    >>> free_parameters(MixtureEstimator([GaussianEstimator(variance_key="v")] * 3), model)
+    6
+    """
     return ParameterCount().of(estimator, model)
 
 

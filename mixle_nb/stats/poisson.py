@@ -56,7 +56,30 @@ class PoissonEncoder(Encoder):
 
 
 class PoissonDistribution(Distribution):
-    """Rate ``lam`` > 0."""
+    """Poisson counts with rate ``lam``.
+
+    Parameters
+    ----------
+    lam : float
+        The rate, > 0.
+
+    Raises
+    ------
+    ValueError
+        A rate that is not finite or not > 0.
+
+    See Also
+    --------
+    PoissonEstimator
+
+    Examples
+    --------
+    >>> import math
+    >>> from mixle_nb.stats import PoissonDistribution
+    >>> model = PoissonDistribution(2.0)
+    >>> math.isclose(model.log_density(3), 3 * math.log(2.0) - 2.0 - math.log(6))
+    True
+    """
 
     def __init__(self, lam: float):
         if not (np.isfinite(lam) and lam > 0):
@@ -79,6 +102,18 @@ class PoissonDistribution(Distribution):
         return rng.poisson(self.lam, size=n)
 
     def sampler(self, seed: int | np.random.SeedSequence | None = None) -> Sampler:
+        """A sampler drawing from this distribution.
+
+        Parameters
+        ----------
+        seed : int or numpy.random.SeedSequence, optional
+            The seed of its random source.
+
+        Returns
+        -------
+        Sampler
+            ``sample(n)`` draws ``n`` counts; ``sample()`` one.
+        """
         return Sampler(self.draw, seed)
 
 
@@ -102,7 +137,26 @@ class PoissonAccumulator(ArrayAccumulator):
 
 
 class PoissonEstimator(Estimator):
-    """M-step ``lam = Σx / n``, floored at ``min_lam`` so an all-zero shard stays finite."""
+    """M-step ``lam = Σx / n``, floored at ``min_lam`` so an all-zero shard stays finite.
+
+    Parameters
+    ----------
+    min_lam : float, default 1e-10
+        The smallest rate estimated.
+    keys : str, optional
+        Ties all statistics with every estimator of the same key.
+
+    See Also
+    --------
+    PoissonDistribution
+
+    Examples
+    --------
+    >>> from mixle_nb.stats import PoissonEstimator, seq_encode, seq_estimate
+    >>> estimator = PoissonEstimator()
+    >>> seq_estimate(seq_encode([1, 2, 3, 6], estimator=estimator), estimator, None)
+    PoissonDistribution(lam=3.0)
+    """
 
     def __init__(self, min_lam: float = 1e-10, keys: str | None = None):
         self.min_lam, self.keys = float(min_lam), keys

@@ -21,7 +21,32 @@ if TYPE_CHECKING:
 
 
 class SphericalGaussianDistribution(DiagonalGaussianDistribution):
-    """Mean ``mu`` (D,) and one variance ``variance`` for every coordinate."""
+    """A Gaussian with one variance for every coordinate.
+
+    Parameters
+    ----------
+    mu : array_like
+        The means, ``(D,)``.
+    variance : float
+        The variance of every coordinate, > 0.
+
+    Raises
+    ------
+    ValueError
+        A mean or variance that is not finite, or a variance <= 0.
+
+    See Also
+    --------
+    SphericalGaussianEstimator, DiagonalGaussianDistribution
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import SphericalGaussianDistribution
+    >>> model = SphericalGaussianDistribution([0.0, 0.0], 1.0)
+    >>> bool(np.isclose(model.log_density([0.0, 0.0]), -np.log(2 * np.pi)))
+    True
+    """
 
     def __init__(self, mu: ArrayLike, variance: float):
         mu = np.atleast_1d(np.asarray(mu, dtype=np.float64))
@@ -39,10 +64,40 @@ class SphericalGaussianDistribution(DiagonalGaussianDistribution):
 
 
 class SphericalGaussianEstimator(Estimator):
-    """M-step for a spherical Gaussian: the variance is the mean of the coordinates' variances
-    plus ``reg_covar``, as scikit-learn's ``covariance_type="spherical"``. ``keys`` ties all
-    statistics; ``variance_key`` ties only the variance (components sharing one σ², each with
-    its own mean)."""
+    """M-step for a spherical Gaussian, as scikit-learn's ``covariance_type="spherical"``.
+
+    The variance is the mean of the coordinates' variances plus ``reg_covar``.
+
+    Parameters
+    ----------
+    dim : int, optional
+        The dimension D (default: taken from the data).
+    reg_covar : float, default 1e-6
+        Added to the estimated variance.
+    keys : str, optional
+        Ties all statistics with every estimator of the same key.
+    variance_key : str, optional
+        Ties only the variance: components sharing one σ², each with its own mean.
+
+    Raises
+    ------
+    ValueError
+        A ``reg_covar`` that is negative or not finite.
+
+    See Also
+    --------
+    SphericalGaussianDistribution
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.stats import SphericalGaussianEstimator, seq_encode, seq_estimate
+    >>> x = np.array([[0.0, 1.0], [2.0, 5.0]])
+    >>> estimator = SphericalGaussianEstimator(reg_covar=0.0)
+    >>> model = seq_estimate(seq_encode(x, estimator=estimator), estimator, None)
+    >>> model.mu.tolist(), model.variance
+    ([1.0, 3.0], 2.5)
+    """
 
     def __init__(
         self, dim: int | None = None, reg_covar: float = 1e-6, keys: str | None = None, variance_key: str | None = None

@@ -11,7 +11,40 @@ if TYPE_CHECKING:
 
 
 class ClusterPanel:
-    """Shows ``cluster.status()`` (one row per rank) and refreshes it on demand."""
+    """The cluster's status table (one row per rank) with a Refresh button.
+
+    Parameters
+    ----------
+    cluster : MixleCluster
+        The cluster whose ``status()`` is shown.
+
+    Attributes
+    ----------
+    table : ipywidgets.HTML
+        The status table.
+    widget : ipywidgets.VBox
+        What the notebook displays: the button above the table.
+
+    See Also
+    --------
+    mixle_nb.cluster.MixleCluster.status : The table's rows.
+
+    Examples
+    --------
+    Before :meth:`~mixle_nb.cluster.MixleCluster.start` the table has no rows; Refresh
+    after it shows one per rank (starting engines is skipped here):
+
+    >>> from mixle_nb.cluster import MixleCluster
+    >>> from mixle_nb.widgets import ClusterPanel
+    >>> cluster = MixleCluster(4)
+    >>> panel = ClusterPanel(cluster)
+    >>> panel.table.value.count("<tr>")
+    1
+    >>> cluster.start()  # doctest: +SKIP
+    >>> panel.refresh()  # doctest: +SKIP
+    >>> panel.table.value.count("<tr>")  # doctest: +SKIP
+    5
+    """
 
     def __init__(self, cluster: MixleCluster) -> None:
         self.cluster = cluster
@@ -23,6 +56,7 @@ class ClusterPanel:
         self.refresh()
 
     def refresh(self) -> None:
+        """Read ``cluster.status()`` again and show it."""
         self.table.value = self.cluster.status()._repr_html_()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:  # displays as its widget

@@ -39,8 +39,23 @@ class ModelChoice(Panel):
     _in_background: Callable[[Callable[[], Any]], None]
 
     def initialize(self, init: str = "kmeans++", seed: int = 0) -> None:
-        """Start again from the model ``init`` finds in the data (k-means++, run as k-means‖
-        where the data live; ``"random_from_data"``; ``"random"``): history cleared."""
+        """Start again from the model ``init`` finds in the data, clearing the history.
+
+        Parameters
+        ----------
+        init : {"kmeans++", "random_from_data", "random"}, default "kmeans++"
+            k-means++ (run as k-means‖ where the data live), K observations as centres, or random
+            responsibilities.
+        seed : int, default 0
+            The seed of ``init``.
+
+        Raises
+        ------
+        RuntimeError
+            A run is going.
+        ValueError
+            An unknown ``init`` or a negative ``seed``.
+        """
         if self.running:
             raise RuntimeError("a run is going: pause() it or wait() for it first")
         self._reinitialize(init, seed)
@@ -63,9 +78,42 @@ class ModelChoice(Panel):
         return self._await(call)[0]
 
     def choose_k(self, k_max: int, init: str = "kmeans++", seed: int = 0, block: bool = True) -> None:
-        """Fit K = 1..``k_max`` components (copies of the estimator's first component) on the
-        cluster (locally: on ``data_sample``), plot BIC and AIC against K, keep them in
-        ``k_choice`` (``k``, ``bic``, ``aic``, ``models``, ``best_k``)."""
+        """Fit K = 1..``k_max`` components and plot BIC and AIC against K.
+
+        The components are copies of the estimator's first component, fitted on the cluster
+        (locally: on ``data_sample``). The result is kept in ``k_choice``: ``k``, ``bic``, ``aic``,
+        ``models`` and ``best_k``.
+
+        Parameters
+        ----------
+        k_max : int
+            The largest K tried.
+        init : {"kmeans++", "random_from_data", "random"}, default "kmeans++"
+            How each fit starts.
+        seed : int, default 0
+            The seed of ``init``.
+        block : bool, default True
+            Wait for the fits; ``False`` returns at once, as the Choose K button does.
+
+        Raises
+        ------
+        ValueError
+            A bad ``k_max`` or ``init``.
+        RuntimeError
+            A run is going.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.stats import GaussianEstimator, MixtureEstimator
+        >>> from mixle_nb.widgets import EMPanel
+        >>> rng = np.random.default_rng(0)
+        >>> x = np.concatenate([rng.normal(-4, 1, 150), rng.normal(4, 1, 150)])
+        >>> panel = EMPanel(handle=x, estimator=MixtureEstimator([GaussianEstimator()] * 2), init="kmeans++")
+        >>> panel.choose_k(3)
+        >>> panel.k_choice["best_k"]
+        2
+        """
         k_max = validation.positive_int("k_max", k_max)
         init = validation.choice("init", init, INITS)
         if self.running:

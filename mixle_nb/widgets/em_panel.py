@@ -37,46 +37,122 @@ TIMED_STEPS = 20  # the E-step bars' axis fits this many steps' times: it does n
 
 
 class EMPanel(ModelChoice, Panel):
-    """Interactive EM. With a cluster, ``handle``/``estimator``/``model`` are the names those
-    objects have on the ranks: ``model`` names the current model there, and each step replaces
-    it (a model object is pushed under a private name instead). Without a cluster (none given
-    and none running) they are local objects: ``handle`` may then be the raw data (an array or
-    a list of observations, encoded here) or data encoded already; they are stepped through
-    the same rank functions, on a one-rank :class:`~mixle_nb.cluster.local_ranks.LocalRanks`
-    (one step a call). Models may be ours or the mixle package's.
+    """Step EM interactively and watch it: the log-density, the model against the data, per-rank times.
 
-    The start: ``model=`` (a model, or its name on the ranks) or ``init=`` (``"kmeans++"``:
-    k-means‖ where the data live, then a labelled M-step; ``"random_from_data"``: K observations
-    as centres; ``"random"``: random responsibilities), with ``seed``; exactly one of the two.
-    ``model_selection=True`` adds a row with an Init menu (start again from the data) and
-    Choose K (fit K = 1..K max copies of the estimator's first component, plot BIC and AIC
-    against K; ``choose_k(k_max)`` is its twin).
+    The panel steps a handle either on a cluster's ranks or locally. With a cluster,
+    ``handle``/``estimator``/``model`` are the names those objects have on the ranks: ``model``
+    names the current model there, and each step replaces it (a model object is pushed under a
+    private name instead). Without a cluster (none given and none running) they are local
+    objects: ``handle`` may then be the raw data (an array or a list of observations, encoded
+    here) or data encoded already; they are stepped through the same rank functions, on a
+    one-rank ``LocalRanks`` (``mixle_nb.cluster.local_ranks``) (one step a call). Models may be
+    ours or the mixle package's.
 
-    Buttons and their programmatic twins: Step ``step()``, Run N ``run(n)``, Pause ``pause()``,
-    Back ``back(k)``, Reset ``reset()``. ``history`` keeps every step; a failed step (a rank's
-    error, a dead rank, Ctrl-C) leaves it and the current model untouched. After a
-    ``restart()``, ``attach(...)`` continues on the new handle from the last good model.
+    Buttons and their programmatic twins: Step :meth:`step`, Run N :meth:`run`, Pause
+    :meth:`pause`, Back :meth:`back`, Reset :meth:`reset`. ``history`` keeps every step; a failed
+    step (a rank's error, a dead rank, Ctrl-C) leaves it and the current model untouched. After a
+    ``restart()``, :meth:`attach` continues on the new handle from the last good model.
 
-    ``picture_dims`` chooses the two dimensions drawn for D > 2 Gaussians (default: the data
-    sample's first two principal components).
+    On a cluster, :meth:`run` sends calls that each run several steps on the ranks, sized from
+    the measured step time so that one call lasts about ``batch_seconds``, and keeps the next
+    call queued behind the running one, so the ranks never wait on the client's round trip.
+    Pause therefore stops after the calls already sent (at most two); Ctrl-C still stops within
+    one step; a call failing part way keeps the steps it completed, and the call queued behind
+    it runs none.
 
-    On a cluster, ``run(n)`` sends calls that each run several steps on the ranks, sized from
-    the measured step time so that one call lasts about ``batch_seconds`` (0: one step a call,
-    none queued), and keeps the next call queued behind the running one, so the ranks never
-    wait on the client's round trip. Pause therefore stops after the calls already sent (at
-    most two); Ctrl-C still stops within one step; a call failing part way keeps the steps it
-    completed, and the call queued behind it runs none.
+    Parameters
+    ----------
+    cluster : MixleCluster, optional
+        The cluster whose ranks hold the handle. ``None``: the running cluster when ``handle`` is
+        a name, else run locally.
+    handle : str or object
+        With a cluster, the name of the handle on the ranks; locally, the handle itself, data
+        encoded already, or the raw observations (an array or a list, encoded here).
+    estimator : str or object
+        The estimator (its name on the ranks with a cluster).
+    model : str or object, optional
+        The start model, or its name on the ranks (then each step replaces it there). Give
+        exactly one of ``model`` and ``init``.
+    data_sample : array_like, optional
+        The observations drawn in the picture (default: up to 2000 evenly spaced ones taken from
+        rank 0's shard, or from the raw data).
+    picture_dims : sequence of int, optional
+        The two dimensions drawn for D > 2 Gaussians (default: the data sample's first two
+        principal components).
+    init : {"kmeans++", "random_from_data", "random"}, optional
+        Find the start model in the data instead: ``"kmeans++"`` runs k-means‖ where the data
+        live, then a labelled M-step; ``"random_from_data"`` takes K observations as centres;
+        ``"random"`` draws random responsibilities.
+    seed : int, default 0
+        The seed of ``init``.
+    model_selection : bool, default False
+        ``model_selection=True`` adds a row with an Init menu (start again from the data) and
+        Choose K (fit K = 1..K max copies of the estimator's first component, plot BIC and AIC
+        against K; ``choose_k`` is its twin).
+    batch_seconds : float, default 0.2
+        On a cluster, about how long one call of :meth:`run` lasts (0: one step a call, none
+        queued).
+    checkpoint : str or os.PathLike or EMCheckpoint, optional
+        A file keeping the start model and the history, replaced atomically every step (or
+        every ``EMCheckpoint.every``) and after Back, Reset and Init; a panel built with an
+        existing file continues from it (a new kernel after the old one died), pushing its model
+        to the ranks.
+    elastic : bool, default False
+        On a cluster, with a handle built ``elastic=True`` from files: when a rank dies during
+        :meth:`run`, the survivors take over its shards and the run goes on, the model bit for bit
+        that of a run without the failure; ``recoveries`` lists each
+        ``RecoveryEvent`` (``mixle_nb.cluster.elastic``) and the step taken again after one
+        carries it (``history_rows()``' ``recovery``).
 
-    ``checkpoint`` (a path or an :class:`~mixle_nb.checkpoint.EMCheckpoint`) keeps the start
-    model and the history in a file, replaced atomically every step (or every
-    ``EMCheckpoint.every``) and after Back, Reset and Init; a panel built with an existing
-    file continues from it (a new kernel after the old one died), pushing its model to the ranks.
+    Attributes
+    ----------
+    history : list of EMStep
+        Every step taken, oldest first.
+    model : object
+        The current model: the last step's, or the start.
+    start_model : object
+        The model the first step starts from.
+    k_choice : dict or None
+        After Choose K: ``k``, ``bic``, ``aic``, ``models`` and ``best_k``.
+    recoveries : list of RecoveryEvent
+        The elastic recoveries so far.
+    error : BaseException or None
+        The last failure shown, ``None`` after a good step.
+    widget : ipywidgets.VBox
+        What the notebook displays.
 
-    ``elastic=True`` (on a cluster, with a handle built ``elastic=True`` from files): when a rank
-    dies during ``run(n)``, the survivors take over its shards and the run goes on, the model
-    bit for bit that of a run without the failure (mixle_nb/cluster/elastic.py); ``recoveries``
-    lists each :class:`~mixle_nb.cluster.elastic.RecoveryEvent` and the step taken again after
-    one carries it (``history_rows()``' ``recovery``).
+    Raises
+    ------
+    ValueError
+        Neither or both of ``model`` and ``init``; ``elastic=True`` without a cluster; a bad
+        ``batch_seconds``; a handle named on the ranks with no cluster running.
+    TypeError
+        Objects rather than names with a cluster.
+
+    See Also
+    --------
+    mixle_nb.inference.fit : The same EM run to convergence without a panel.
+    TrainPanel : The panel for streaming training.
+
+    Examples
+    --------
+    A local panel on raw data (with a cluster, pass the names the handle and estimator have on
+    the ranks instead):
+
+    >>> import numpy as np
+    >>> from mixle_nb.stats import GaussianEstimator, MixtureEstimator
+    >>> from mixle_nb.widgets import EMPanel
+    >>> x = np.random.default_rng(0).normal(size=200)
+    >>> estimator = MixtureEstimator([GaussianEstimator()] * 2)
+    >>> panel = EMPanel(handle=x, estimator=estimator, init="kmeans++", seed=0)
+    >>> panel.step().step
+    1
+    >>> panel.run(4)
+    >>> len(panel.history)
+    5
+    >>> panel.back(2)
+    >>> len(panel.history)
+    3
     """
 
     def __init__(
@@ -184,9 +260,27 @@ class EMPanel(ModelChoice, Panel):
         return self.history[-1].model if self.history else self.start_model
 
     def history_rows(self) -> list[dict]:
-        """One dict per step: ``step``, ``log_density`` (of the model the step started from),
-        ``gain`` over the previous step, ``count`` (observations), ``e_step_s_rank<r>`` and
-        ``model`` (its repr)."""
+        """The history as rows, one dict per step.
+
+        Returns
+        -------
+        list of dict
+            Per step: ``step``, ``log_density`` (of the model the step started from), ``gain`` over
+            the previous step (NaN for the first), ``count`` (observations), ``e_step_s_rank<r>``
+            (each rank's E-step seconds), ``model`` (its repr) and ``recovery`` (the elastic recovery
+            the step followed, described, or ``None``).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.stats import GaussianEstimator, MixtureEstimator
+        >>> from mixle_nb.widgets import EMPanel
+        >>> x = np.random.default_rng(0).normal(size=100)
+        >>> panel = EMPanel(handle=x, estimator=MixtureEstimator([GaussianEstimator()] * 2), init="kmeans++")
+        >>> _ = panel.step()
+        >>> sorted(panel.history_rows()[0])
+        ['count', 'e_step_s_rank0', 'gain', 'log_density', 'model', 'recovery', 'step']
+        """
         rows, previous = [], None
         for r in list(self.history):
             row: dict[str, Any] = {
@@ -205,7 +299,22 @@ class EMPanel(ModelChoice, Panel):
     # -- the programmatic twins of the buttons ----------------------------------------------
 
     def step(self) -> EMStep:
-        """One EM step on every rank; blocks until it is recorded."""
+        """Take one EM step on every rank, blocking until it is recorded.
+
+        Returns
+        -------
+        EMStep
+            The step: its number, the model it produced, the log-density of the model it started
+            from, the count and the per-rank E-step times.
+
+        Raises
+        ------
+        RankError
+            A rank's step failed (the history and the model stay as they were).
+        NameError
+            The handle is missing on the ranks (after a restart): the message says how to rebuild it
+            and :meth:`attach`.
+        """
         self._interrupted.clear()
         with self._lock:
             self.calls.send(1)
@@ -214,10 +323,26 @@ class EMPanel(ModelChoice, Panel):
         return record
 
     def run(self, n: int, block: bool = True) -> None:
-        """``n`` steps; ``block=False`` returns at once (the Run button) and ``pause()`` stops
-        the run after the calls already sent (on a cluster: at most two, of about
-        ``batch_seconds`` each; locally: one step). Ctrl-C during a blocking run stops it
-        within one step."""
+        """Take ``n`` steps, in the background or blocking.
+
+        ``pause()`` stops the run after the calls already sent (on a cluster: at most two, of about
+        ``batch_seconds`` each; locally: one step). Ctrl-C during a blocking run stops it within one
+        step.
+
+        Parameters
+        ----------
+        n : int
+            The number of steps, at least 1.
+        block : bool, default True
+            Wait for the run to end; ``False`` returns at once, as the Run N button does.
+
+        Raises
+        ------
+        ValueError
+            ``n`` is not a positive integer.
+        RuntimeError
+            A run is already going.
+        """
         n = validation.positive_int("run(n)", n)
         if self.running:
             raise RuntimeError("a run is already going: pause() it or wait() for it first")
@@ -231,7 +356,18 @@ class EMPanel(ModelChoice, Panel):
         self._pause.set()
 
     def back(self, k: int = 1) -> None:
-        """Rewind ``k`` steps (dropping them from ``history``) and push that model to the ranks."""
+        """Rewind ``k`` steps, dropping them from ``history``, and push that model to the ranks.
+
+        Parameters
+        ----------
+        k : int, default 1
+            How many steps to go back, from 1 to ``len(history)``.
+
+        Raises
+        ------
+        ValueError
+            ``k`` is not in ``1..len(history)``.
+        """
         k = validation.positive_int("back(k)", k)
         if k > len(self.history):
             raise ValueError(f"can go back 1..{len(self.history)} steps; got {k!r}")
@@ -257,8 +393,27 @@ class EMPanel(ModelChoice, Panel):
         estimator: Any,
         data_sample: ArrayLike | None = None,
     ) -> None:
-        """Continue on a new handle (after ``cluster.restart()``, a re-push and a rebuild of the
-        handle): the last good model is pushed to the new ranks and the history is kept."""
+        """Continue on a new handle, keeping the history.
+
+        After ``cluster.restart()``, a re-push and a rebuild of the handle, the last good model is
+        pushed to the new ranks and stepping goes on from it.
+
+        Parameters
+        ----------
+        cluster : MixleCluster, optional
+            As for the constructor.
+        handle : str or object
+            The new handle (its name on the ranks with a cluster).
+        estimator : str or object
+            The estimator (its name on the ranks with a cluster).
+        data_sample : array_like, optional
+            The observations drawn in the picture (default: the panel's current sample).
+
+        Raises
+        ------
+        RuntimeError
+            A run is going.
+        """
         if self.running:
             raise RuntimeError("a run is going: pause() it or wait() for it first")
         with self._lock:

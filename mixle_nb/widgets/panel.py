@@ -77,11 +77,20 @@ class Panel:
 
     @property
     def running(self) -> bool:
+        """Whether background work (a run, training, Choose K) is going."""
         return self._worker is not None and not self._done.is_set()
 
     def wait(self, timeout: float | None = None) -> None:
-        """Block until the background work ends (or ``timeout`` s). Ctrl-C here stops the
-        worker and the ranks it is waiting on, then raises KeyboardInterrupt."""
+        """Block until the background work ends, or for ``timeout`` seconds.
+
+        Ctrl-C here stops the worker and the ranks it is waiting on, then raises
+        ``KeyboardInterrupt``.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            The most seconds to wait (default: however long it takes).
+        """
         if self._worker is None:
             return
         # an Event, not Thread.join: a join interrupted by Ctrl-C can report a live thread as ended
@@ -137,9 +146,12 @@ class Panel:
     # -- drawing -----------------------------------------------------------------------------
 
     def request_redraw(self) -> None:
-        """Redraw soon, never more often than every REDRAW_INTERVAL_S nor so often that redraws
-        take more than REDRAW_CPU_SHARE of a core (up to REDRAW_MAX_INTERVAL_S); never blocks.
-        One timer at a time: requests while it waits or draws are folded into it or the next one."""
+        """Redraw soon, without blocking.
+
+        Never more often than every ``REDRAW_INTERVAL_S`` nor so often that redraws take more than
+        ``REDRAW_CPU_SHARE`` of a core (up to ``REDRAW_MAX_INTERVAL_S``). One timer at a time:
+        requests while it waits or draws are folded into it or the next one.
+        """
         with self._timer_lock:
             self._dirty = True
             if self._timer is None:
@@ -173,6 +185,7 @@ class Panel:
         self.redraw()
 
     def redraw(self) -> None:
+        """Render the plot now, in this thread, and send it to the front end."""
         with self._redraw_lock:
             self._last_draw = time.monotonic()  # from the start: requests meanwhile wait a full interval
             cpu = time.thread_time()
@@ -193,7 +206,13 @@ class Panel:
         raise NotImplementedError
 
     def to_csv(self, path: str | os.PathLike) -> None:
-        """Write :meth:`history_rows` as CSV (one column per key, in first-seen order)."""
+        """Write :meth:`history_rows` as CSV, one column per key in first-seen order.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file to write (replaced if it exists).
+        """
         rows = self.history_rows()
         columns = list(dict.fromkeys(key for row in rows for key in row))
         with open(path, "w", newline="") as f:
@@ -202,7 +221,13 @@ class Panel:
             writer.writerows(rows)
 
     def snapshot(self) -> Image:
-        """The current plot as a static image, for reports and exported HTML."""
+        """The current plot as a static image, for reports and exported HTML.
+
+        Returns
+        -------
+        IPython.display.Image
+            The last rendered PNG.
+        """
         from IPython.display import Image
 
         return Image(data=self.image.value, format="png")

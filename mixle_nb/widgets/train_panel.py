@@ -26,36 +26,117 @@ LOCAL_HANDLE, LOCAL_ESTIMATOR, LOCAL_VALIDATION, LOCAL_STOP = "handle", "estimat
 
 
 class TrainPanel(Panel):
-    """Train / Stop a ``StreamingTokenEncodedData`` handle.
+    """Train a ``StreamingTokenEncodedData`` handle with a live loss plot, then sample text.
+
+    The plot shows each rank's loss faint, a smoothed mean over ranks bold, held-out loss
+    points and the entropy floor, drawn from what the ranks publish (no extra collective).
 
     With a cluster, ``handle``, ``estimator`` and ``validation`` are names on the ranks;
     training runs in calls of ``chunk_steps`` optimizer steps, and Stop takes effect after the
-    current chunk (Ctrl-C during a blocking ``train()`` within one step). Without a cluster they
+    current chunk (Ctrl-C during a blocking :meth:`train` within one step). Without a cluster they
     are local objects, trained through the same rank functions on a one-rank
-    :class:`~mixle_nb.cluster.local_ranks.LocalRanks`, in one call to the end of the epochs:
+    ``LocalRanks`` (``mixle_nb.cluster.local_ranks``), in one call to the end of the epochs:
     the training loop there polls the Stop flag itself, so Stop takes effect after the current
-    step (chunks would only add a held-out pass and a copy of the weights each). ``validation``
-    (a token handle of held-out text) adds a held-out loss point after every call (every chunk;
-    locally: at the end).
-    ``entropy_floor`` (nats), where the source's entropy is known, is drawn as the line no
-    model can go below. ``fit_recent`` (also a checkbox) fits the loss axis to the latest half of
-    the steps, so that the slow fall late in training is not squashed under the first steps'
-    fast one. ``tokenizer`` (a ``CharTokenizer``) decodes the sample generated from
-    ``prompt`` after training.
+    step.
 
-    ``curves`` maps rank -> [(step, loss)]; ``points`` rank -> [(step, targets, loss)] where
-    targets count the tokens whose loss was taken; ``held_out`` [(step, targets, loss)].
-    ``train()`` and ``stop()`` are the buttons' twins; after a ``restart()``, ``attach(...)``
-    continues the curves on a new handle, and the training from the last weights the panel
-    kept: ``model_state`` (a ``state_dict`` of CPU tensors) is taken from rank 0 after every
-    call, ``model_state_step`` is the step it was taken at.
+    :meth:`train` and :meth:`stop` are the buttons' twins; after a ``restart()``, :meth:`attach`
+    continues the curves on a new handle, and the training from the last weights the panel kept.
 
-    ``elastic=True`` (on a cluster, with a handle built by ``from_file(..., checkpoint=DIR)``):
-    when a rank dies mid-chunk, the survivors form a group of their own, each takes its slice
-    of the token file for the new world size, and training goes on from the newest complete
-    checkpoint (module, optimizer, data position, RNG; mixle_nb/cluster/elastic.py). The curves
-    are cut back to its step; ``recoveries`` lists each
-    :class:`~mixle_nb.cluster.elastic.RecoveryEvent` (also in ``history_rows()``).
+    Parameters
+    ----------
+    cluster : MixleCluster, optional
+        The cluster whose ranks hold the handle. ``None``: the running cluster when ``handle`` is
+        a name, else train locally.
+    handle : str or StreamingTokenEncodedData
+        The token handle (its name on the ranks with a cluster).
+    estimator : str or StreamingTransformerLeafEstimator
+        The estimator holding the module (its name on the ranks with a cluster).
+    tokenizer : CharTokenizer, optional
+        Decodes the sample generated from ``prompt`` after training (no sample without it).
+    prompt : str, default ""
+        The start of the sample.
+    sample_chars : int, default 200
+        The length of the sample.
+    chunk_steps : int, default 20
+        Optimizer steps per call on a cluster (Stop takes effect between calls).
+    report_every : int, default 5
+        Steps between the loss reports each rank publishes.
+    temperature : float, default 0.8
+        The sampling temperature (0: greedy).
+    validation : str or StreamingTokenEncodedData, optional
+        A token handle of held-out text: a held-out loss point after every call (every chunk;
+        locally: at the end).
+    entropy_floor : float, optional
+        The source's entropy in nats, where it is known, drawn as the line no model can go below.
+    x_axis : {"steps", "targets"}, default "steps"
+        What the loss is plotted against (also a toggle).
+    log_scale : bool, default False
+        A logarithmic loss axis (also a checkbox).
+    smoothing : float, default 0.8
+        The exponential smoothing of the mean curve, in ``[0, 0.99]`` (0: none).
+    fit_recent : bool, default False
+        Fit the loss axis to the latest half of the steps (also a checkbox), so that the slow
+        fall late in training is not squashed under the first steps' fast one.
+    elastic : bool, default False
+        On a cluster, with a handle built by ``from_file(..., checkpoint=DIR)``: when a rank dies
+        mid-chunk, the survivors form a group of their own, each takes its slice of the token file
+        for the new world size, and training goes on from the newest complete checkpoint. The
+        curves are cut back to its step.
+
+    Attributes
+    ----------
+    curves : dict
+        Rank -> ``[(step, loss)]``, as drawn.
+    points : dict
+        Rank -> ``[(step, targets, loss)]``; targets count the tokens whose loss was taken.
+    held_out : list
+        ``[(step, targets, loss)]`` of the held-out evaluations.
+    model_state : dict or None
+        A ``state_dict`` of CPU tensors taken from rank 0 after every call.
+    model_state_step : int
+        The step ``model_state`` was taken at.
+    sample_text : str
+        The text generated after the last training.
+    recoveries : list of RecoveryEvent
+        The elastic recoveries so far.
+    widget : ipywidgets.VBox
+        What the notebook displays.
+
+    Raises
+    ------
+    ValueError
+        A bad number (``chunk_steps``, ``report_every``, ``sample_chars``, ``temperature``,
+        ``smoothing``, ``entropy_floor``), an unknown ``x_axis``, ``elastic=True`` without a
+        cluster, or a handle named on the ranks with no cluster running.
+    TypeError
+        Objects rather than names with a cluster.
+
+    See Also
+    --------
+    mixle_nb.parallel.StreamingTokenEncodedData : The handle it trains.
+    EMPanel : The panel for EM.
+
+    Examples
+    --------
+    A local panel on a one-process handle:
+
+    >>> from mixle_nb.neural import CharTokenizer, StreamingTransformerLeafEstimator, build_causal_lm
+    >>> from mixle_nb.parallel import StreamingTokenEncodedData
+    >>> from mixle_nb.widgets import TrainPanel
+    >>> text = "the quick brown fox jumps over the lazy dog. " * 4
+    >>> tok = CharTokenizer.fit(text)
+    >>> lm = StreamingTransformerLeafEstimator(
+    ...     build_causal_lm(tok.vocab_size, d_model=16, n_layer=1, n_head=2, block=8, seed=0), lr=1e-2
+    ... )
+    >>> th = StreamingTokenEncodedData(tok.encode(text), block=8, batch_size=4, init_process_group=False)
+    >>> panel = TrainPanel(handle=th, estimator=lm, tokenizer=tok, prompt="the ", sample_chars=10)
+    >>> panel.train()
+    >>> rows = panel.history_rows()
+    >>> rows[0]["kind"], rows[0]["rank"], rows[0]["step"]
+    ('train', 0, 5)
+    >>> len(panel.sample_text)
+    14
+    >>> th.close()
     """
 
     def __init__(
@@ -136,8 +217,18 @@ class TrainPanel(Panel):
             self.ranks.run(rank_side.check_elastic_on_rank, handle, True)
 
     def train(self, block: bool = True) -> None:
-        """Train to the end of the handle's epochs (or until ``stop()``); ``block=False``
-        returns at once, as the Train button does."""
+        """Train to the end of the handle's epochs, or until :meth:`stop`.
+
+        Parameters
+        ----------
+        block : bool, default True
+            Wait for the training to end; ``False`` returns at once, as the Train button does.
+
+        Raises
+        ------
+        RuntimeError
+            Training is already running.
+        """
         if self.running:
             raise RuntimeError("training is already running: stop() it or wait() for it first")
         self._stop.clear()
@@ -152,13 +243,31 @@ class TrainPanel(Panel):
     def attach(
         self, cluster: MixleCluster | None = None, *, handle: Any, estimator: Any, validation: Any = None
     ) -> None:
-        """Continue on a new handle (after ``restart()`` and a rebuild): the curves are kept,
-        the new handle's steps and targets are counted on from the last ones seen, and the kept
+        """Continue on a new handle (after ``restart()`` and a rebuild), keeping the curves.
+
+        The new handle's steps and targets are counted on from the last ones seen, and the kept
         weights (``model_state``) are loaded into the new estimator's module before training
         continues. After a rank died mid-chunk those are the weights of the last finished chunk;
         the optimizer's moments start afresh. A handle with a complete checkpoint (``checkpoint=``)
         resumes from it instead, module, optimizer and data position together: the curves are
-        cut back to its step, and continue from there as the lost steps did."""
+        cut back to its step, and continue from there as the lost steps did.
+
+        Parameters
+        ----------
+        cluster : MixleCluster, optional
+            As for the constructor.
+        handle : str or StreamingTokenEncodedData
+            The new token handle (its name on the ranks with a cluster).
+        estimator : str or StreamingTransformerLeafEstimator
+            The estimator (its name on the ranks with a cluster).
+        validation : str or StreamingTokenEncodedData, optional
+            The held-out handle.
+
+        Raises
+        ------
+        RuntimeError
+            Training is running.
+        """
         if self.running:
             raise RuntimeError("training is running: stop() it or wait() for it first")
         last = [pts[-1] for pts in self.points.values() if pts]
@@ -189,8 +298,14 @@ class TrainPanel(Panel):
         self._offset = (0, 0)
 
     def history_rows(self) -> list[dict]:
-        """One dict per progress report (``kind="train"``, per rank) and per held-out
-        evaluation (``kind="held-out"``): ``kind``, ``rank``, ``step``, ``targets``, ``loss``."""
+        """The history as rows: each progress report, held-out evaluation and recovery.
+
+        Returns
+        -------
+        list of dict
+            ``kind`` (``"train"`` per rank, ``"held-out"``, ``"recovery"``), ``rank``, ``step``,
+            ``targets`` and ``loss``; a recovery's row also has ``recovery`` (its description).
+        """
         rows = [
             {"kind": "train", "rank": rank, "step": s, "targets": t, "loss": loss}
             for rank, pts in sorted(self.points.items())

@@ -28,13 +28,48 @@ BATCH_ELEMENTS = 1 << 23
 
 @dataclass(frozen=True, eq=False)
 class PackedBatch:
-    """Sequences ``order`` (indices into the shard, longest first) of ``lengths``, packed time-major.
+    """Sequences packed time-major for a batched forward–backward, as ``PackedSequence``.
 
-    ``segments`` are the runs of steps with equal ``sizes`` (first column, steps, size);
-    ``source`` is each packed row's position in the shard's concatenated observations;
-    ``offsets[t]`` is the first row of time step ``t`` and ``sizes[t]`` the number of sequences
-    still running there (non-increasing); ``seq_of_row`` (on the device) names each row's
-    sequence within the batch; ``emissions`` is the emission family's encoding of the packed rows.
+    Time step ``t`` holds one row for each of the ``sizes[t]`` sequences still running, so one loop
+    over time steps updates every sequence of the batch with no padding and no masks.
+
+    Parameters
+    ----------
+    order : numpy.ndarray
+        The batch's sequences, as indices into the shard, longest first.
+    lengths : numpy.ndarray
+        Their lengths.
+    offsets : numpy.ndarray
+        ``offsets[t]``: the first packed row of time step ``t``.
+    sizes : numpy.ndarray
+        ``sizes[t]``: the sequences still running at step ``t`` (non-increasing).
+    seq_of_row : torch.Tensor
+        Each packed row's sequence within the batch (on the device).
+    emissions : encoding
+        The emission family's encoding of the packed rows.
+    rows : int
+        The number of packed rows.
+    previous : torch.Tensor or None
+        Each row's predecessor (see :meth:`previous_rows`); ``None`` when every sequence has one
+        length.
+    source : numpy.ndarray
+        Each packed row's position in the shard's concatenated observations.
+    segments : tuple
+        The runs of steps with equal ``sizes``: ``(first column, steps, size)``.
+
+    See Also
+    --------
+    SequenceEncoding, HiddenMarkovEncoder
+
+    Examples
+    --------
+    >>> from mixle_nb.stats.gaussian import GaussianEncoder
+    >>> from mixle_nb.stats.hmm import HiddenMarkovEncoder
+    >>> batch = HiddenMarkovEncoder(GaussianEncoder(), 2).seq_encode([[0.0, 1.0, 2.0], [5.0]]).batches[0]
+    >>> batch.order.tolist(), batch.sizes.tolist(), batch.offsets.tolist()
+    ([0, 1], [2, 1, 1], [0, 2, 3])
+    >>> batch.last_rows().tolist()
+    [3, 1]
     """
 
     order: np.ndarray
@@ -50,31 +85,69 @@ class PackedBatch:
 
     @property
     def batch(self) -> int:
+        """The number of sequences in the batch."""
         return len(self.order)
 
     @property
     def steps(self) -> int:
+        """The number of time steps (the longest sequence's length)."""
         return len(self.sizes)
 
     @property
     def equal_lengths(self) -> bool:
+        """Whether every sequence of the batch has one length."""
         return bool(self.sizes[0] == self.sizes[-1])
 
     def previous_rows(self) -> slice | torch.Tensor:
-        """For every row after time step 0, its sequence's row one step earlier: a slice when
-        all the batch's sequences have one length, else an index."""
+        """For every row after time step 0, its sequence's row one step earlier.
+
+        Returns
+        -------
+        slice or torch.Tensor
+            A slice when all the batch's sequences have one length, else an index.
+        """
         if self.previous is None:
             return slice(0, self.rows - self.batch)
         return self.previous
 
     def last_rows(self) -> np.ndarray:
-        """Each sequence's row at its last time step."""
+        """Each sequence's row at its last time step.
+
+        Returns
+        -------
+        numpy.ndarray
+            One packed row per sequence, in batch order.
+        """
         return self.offsets[self.lengths - 1] + np.arange(self.batch)
 
 
 @dataclass(frozen=True, eq=False)
 class SequenceEncoding:
-    """A shard of ``count`` sequences as :class:`PackedBatch` es (``observations`` rows in all)."""
+    """A shard of sequences, packed in batches for the forward–backward.
+
+    Parameters
+    ----------
+    batches : tuple of PackedBatch
+        The batches, longest sequences first.
+    count : int
+        The number of sequences (``len()``).
+    observations : int
+        The number of observations, all sequences together.
+    device : torch.device
+        Where its tensors live.
+
+    See Also
+    --------
+    HiddenMarkovEncoder : What makes it.
+
+    Examples
+    --------
+    >>> from mixle_nb.stats.gaussian import GaussianEncoder
+    >>> from mixle_nb.stats.hmm import HiddenMarkovEncoder
+    >>> enc = HiddenMarkovEncoder(GaussianEncoder(), 2).seq_encode([[0.0, 1.0, 2.0], [5.0]])
+    >>> len(enc), enc.observations, len(enc.batches)
+    (2, 4, 1)
+    """
 
     batches: tuple
     count: int
@@ -154,7 +227,7 @@ class HiddenMarkovEncoder(Encoder):
     states : int
         Number of states: sizes the batches with ``batch_elements``.
     batch_elements : int, optional
-        Observations x states of one batch (default :data:`BATCH_ELEMENTS`).
+        Observations x states of one batch (default ``BATCH_ELEMENTS``, 2**23).
 
     Raises
     ------
@@ -165,6 +238,7 @@ class HiddenMarkovEncoder(Encoder):
     Examples
     --------
     >>> from mixle_nb.stats.gaussian import GaussianEncoder
+    >>> from mixle_nb.stats.hmm import HiddenMarkovEncoder
     >>> enc = HiddenMarkovEncoder(GaussianEncoder(), 2).seq_encode([[0.0, 1.0, 2.0], [5.0]])
     >>> enc.count, enc.observations, enc.batches[0].sizes.tolist()
     (2, 4, [2, 1, 1])
@@ -175,18 +249,77 @@ class HiddenMarkovEncoder(Encoder):
         self.batch_elements = batch_elements
 
     def row_count(self, enc: SequenceEncoding) -> int:
-        """Sequences in an encoding (what a handle counts)."""
+        """The number of sequences in an encoding (what a handle counts).
+
+        Parameters
+        ----------
+        enc : SequenceEncoding
+            An encoding of this encoder.
+
+        Returns
+        -------
+        int
+            Its sequence count.
+        """
         return enc.count
 
     def seq_encode(self, data: Any, device: Any = None) -> SequenceEncoding:
-        """``data``: a list of sequences, each an array-like of observations."""
+        """Encode a list of sequences.
+
+        Parameters
+        ----------
+        data : sequence of array_like
+            The sequences, each an array-like of observations.
+        device : str or torch.device, optional
+            Where the encoding lives (``None``: the CPU).
+
+        Returns
+        -------
+        SequenceEncoding
+            The packed batches.
+
+        Raises
+        ------
+        ValueError
+            An empty sequence, or a NaN or infinite value (named by sequence and position).
+        """
         seqs = [np.asarray(s) for s in data]
         lengths = np.array([len(s) for s in seqs], dtype=np.int64)
         x = np.concatenate(seqs) if seqs else np.zeros(0)
         return self.encode_concatenated(x, lengths, device)
 
     def encode_concatenated(self, x: ArrayLike, lengths: ArrayLike, device: Any = None) -> SequenceEncoding:
-        """Sequences given as their concatenation ``x`` (rows) and their ``lengths``."""
+        """Encode sequences given as their concatenation and their lengths (hmmlearn's form).
+
+        Parameters
+        ----------
+        x : array_like
+            Every sequence's observations, one after another.
+        lengths : array_like of int
+            Each sequence's length.
+        device : str or torch.device, optional
+            Where the encoding lives (``None``: the CPU).
+
+        Returns
+        -------
+        SequenceEncoding
+            The packed batches.
+
+        Raises
+        ------
+        ValueError
+            A length of 0, lengths that do not sum to the observations, or a NaN or infinite value
+            (named by sequence and position).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.stats.gaussian import GaussianEncoder
+        >>> from mixle_nb.stats.hmm import HiddenMarkovEncoder
+        >>> enc = HiddenMarkovEncoder(GaussianEncoder(), 2).encode_concatenated(np.array([0.1, 4.9, 5.2, 0.0]), [3, 1])
+        >>> len(enc), enc.observations
+        (2, 4)
+        """
         x = np.asarray(x)
         lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
         device = resolve_device(device)

@@ -34,6 +34,8 @@ import torch
 
 from .encoding import PackedBatch
 
+#: The forward–backward arithmetics: "log" (log-space) and "scaling" (probabilities rescaled
+#: every few steps, as hmmlearn's ``implementation="scaling"``).
 IMPLEMENTATIONS = ("log", "scaling")
 # The scaled forward pass divides by the column sums every this many steps (and derives every
 # step's scaling factor afterwards); should a column sum fall below SAFE_SUM between two
@@ -48,10 +50,31 @@ LOWEST = torch.finfo(torch.float64).min
 
 @dataclass
 class BatchPosteriors:
-    """One batch's results: per sequence ``log_likelihood`` (B,) in batch order; when asked for,
-    ``gamma`` (K, rows) state posteriors (times the sequence weights; the scaled pass's is a
-    reused buffer, valid until this thread's next pass: see :func:`workspace`), ``start``
-    (K,) and ``transitions`` (K, K) their expected counts (weighted)."""
+    """One batch's forward–backward results.
+
+    Parameters
+    ----------
+    log_likelihood : torch.Tensor
+        ``(B,)``: each sequence's log-likelihood, in batch order.
+    gamma : torch.Tensor, optional
+        ``(K, rows)`` state posteriors (times the sequence weights); the scaled pass's is a
+        reused buffer, valid until this thread's next pass.
+    start : torch.Tensor, optional
+        ``(K,)`` expected (weighted) counts of the first state.
+    transitions : torch.Tensor, optional
+        ``(K, K)`` expected (weighted) transition counts.
+
+    See Also
+    --------
+    forward_backward : What returns it.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mixle_nb.stats.hmm import BatchPosteriors
+    >>> BatchPosteriors(torch.tensor([-6.0])).gamma is None  # the forward pass alone
+    True
+    """
 
     log_likelihood: torch.Tensor
     gamma: torch.Tensor | None = None
@@ -68,10 +91,48 @@ def forward_backward(
     weights: torch.Tensor | None = None,
     posteriors: bool = True,
 ) -> BatchPosteriors:
-    """Forward–backward on ``batch`` with emission log-likelihoods ``log_b`` (K, rows).
+    """Forward–backward on one packed batch.
 
-    ``weights`` (B,) weigh each sequence's statistics (``None``: 1 each); ``posteriors=False``
-    runs the forward pass alone (the log-likelihood).
+    Parameters
+    ----------
+    batch : PackedBatch
+        The batch.
+    log_b : torch.Tensor
+        ``(K, rows)`` emission log-likelihoods (:meth:`HiddenMarkovDistribution.log_b`).
+    startprob : torch.Tensor
+        ``(K,)`` first-state probabilities.
+    transmat : torch.Tensor
+        ``(K, K)`` transition probabilities.
+    implementation : {"log", "scaling"}, default "log"
+        Log-space arithmetic, or probabilities scaled every few steps (faster).
+    weights : torch.Tensor, optional
+        ``(B,)`` weights of each sequence's statistics (``None``: 1 each).
+    posteriors : bool, default True
+        ``False`` runs the forward pass alone (the log-likelihood).
+
+    Returns
+    -------
+    BatchPosteriors
+        The log-likelihoods and, with ``posteriors``, the state posteriors and expected counts.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``implementation``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from mixle_nb.stats import GaussianDistribution
+    >>> from mixle_nb.stats.hmm import HiddenMarkovDistribution, forward_backward
+    >>> hmm = HiddenMarkovDistribution(
+    ...     [GaussianDistribution(0.0, 1.0), GaussianDistribution(5.0, 1.0)], [0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]]
+    ... )
+    >>> batch = hmm.dist_to_encoder().seq_encode([[0.1, 4.9, 5.2], [0.0]]).batches[0]
+    >>> log_b, _ = hmm.log_b(batch)
+    >>> result = forward_backward(batch, log_b, *hmm.parameters_on(torch.device("cpu")), implementation="scaling")
+    >>> result.log_likelihood.round(decimals=4).tolist(), tuple(result.gamma.shape)
+    ([-6.0056, -1.6121], (2, 4))
     """
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}; got {implementation!r}")

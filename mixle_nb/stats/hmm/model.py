@@ -61,6 +61,7 @@ class HiddenMarkovDistribution(Distribution):
     Examples
     --------
     >>> from mixle_nb.stats import GaussianDistribution
+    >>> from mixle_nb.stats.hmm import HiddenMarkovDistribution
     >>> hmm = HiddenMarkovDistribution(
     ...     [GaussianDistribution(0.0, 1.0), GaussianDistribution(5.0, 1.0)], [0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]]
     ... )
@@ -104,10 +105,24 @@ class HiddenMarkovDistribution(Distribution):
 
     @property
     def n_states(self) -> int:
+        """The number of states K."""
         return len(self.emissions)
 
     def parameters_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """``startprob`` and ``transmat`` as float64 tensors on ``device`` (copied once)."""
+        """``startprob`` and ``transmat`` as float64 tensors on a device, copied there once.
+
+        Parameters
+        ----------
+        device : torch.device
+            Where the forward–backward runs.
+
+        Returns
+        -------
+        startprob : torch.Tensor
+            ``(K,)``.
+        transmat : torch.Tensor
+            ``(K, K)``.
+        """
         found = self._on.get(device)
         if found is None:
             found = self._on[device] = (
@@ -117,16 +132,47 @@ class HiddenMarkovDistribution(Distribution):
         return found
 
     def emission_kernel(self) -> EmissionKernel:
+        """The batched emission kernel of the states (built once, then kept).
+
+        Returns
+        -------
+        EmissionKernel
+            What computes every state's emission log-likelihoods of a batch at once.
+        """
         if self._kernel is None:
             self._kernel = EmissionKernel(self.emissions)
         return self._kernel
 
     def log_b(self, batch: PackedBatch) -> tuple[torch.Tensor, Any]:
-        """A batch's (K, rows) emission log-likelihoods and the kernel's reusable terms."""
+        """A batch's emission log-likelihoods, every state and row.
+
+        Parameters
+        ----------
+        batch : PackedBatch
+            A batch of a :class:`SequenceEncoding`.
+
+        Returns
+        -------
+        log_b : torch.Tensor
+            ``(K, rows)`` emission log-likelihoods.
+        terms : object
+            What the kernel computed on the way that the emission accumulators reuse (or ``None``).
+        """
         return self.emission_kernel()(batch.emissions)
 
     def device_log_density(self, enc: SequenceEncoding) -> torch.Tensor:
-        """Each sequence's log-likelihood (forward pass only), in the shard's order."""
+        """Each sequence's log-likelihood (forward pass only), in the shard's order.
+
+        Parameters
+        ----------
+        enc : SequenceEncoding
+            The encoded sequences.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(count,)`` float64, on the encoding's device.
+        """
         out = torch.empty(enc.count, dtype=torch.float64, device=enc.device)
         for batch in enc.batches:
             startprob, transmat = self.parameters_on(enc.device)
@@ -137,8 +183,31 @@ class HiddenMarkovDistribution(Distribution):
         return out
 
     def seq_posteriors(self, enc: SequenceEncoding) -> tuple[np.ndarray, np.ndarray]:
-        """Each sequence's log-likelihood (count,) and each observation's state posteriors
-        (observations, K), in the shard's order."""
+        """Each sequence's log-likelihood and each observation's state posteriors.
+
+        Parameters
+        ----------
+        enc : SequenceEncoding
+            The encoded sequences.
+
+        Returns
+        -------
+        log_likelihood : numpy.ndarray
+            ``(count,)``, in the shard's order.
+        posteriors : numpy.ndarray
+            ``(observations, K)``, in the shard's order, each row summing to 1.
+
+        Examples
+        --------
+        >>> from mixle_nb.stats import GaussianDistribution
+        >>> from mixle_nb.stats.hmm import HiddenMarkovDistribution
+        >>> hmm = HiddenMarkovDistribution(
+        ...     [GaussianDistribution(0.0, 1.0), GaussianDistribution(5.0, 1.0)], [0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]]
+        ... )
+        >>> log_likelihood, posteriors = hmm.seq_posteriors(hmm.dist_to_encoder().seq_encode([[0.1, 4.9, 5.2], [0.0]]))
+        >>> posteriors.argmax(axis=1).tolist()
+        [0, 1, 1, 0]
+        """
         ll = np.empty(enc.count)
         post = np.empty((enc.observations, self.n_states))
         for batch in enc.batches:
@@ -151,8 +220,31 @@ class HiddenMarkovDistribution(Distribution):
         return ll, post
 
     def seq_viterbi(self, enc: SequenceEncoding) -> tuple[np.ndarray, np.ndarray]:
-        """Each sequence's most likely state path: its log-probability (count,) and the states
-        (observations,), in the shard's order."""
+        """Each sequence's most likely state path (Viterbi).
+
+        Parameters
+        ----------
+        enc : SequenceEncoding
+            The encoded sequences.
+
+        Returns
+        -------
+        log_probability : numpy.ndarray
+            ``(count,)``: each path's log-probability, in the shard's order.
+        states : numpy.ndarray
+            ``(observations,)``: the states, in the shard's order.
+
+        Examples
+        --------
+        >>> from mixle_nb.stats import GaussianDistribution
+        >>> from mixle_nb.stats.hmm import HiddenMarkovDistribution
+        >>> hmm = HiddenMarkovDistribution(
+        ...     [GaussianDistribution(0.0, 1.0), GaussianDistribution(5.0, 1.0)], [0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]]
+        ... )
+        >>> log_probability, states = hmm.seq_viterbi(hmm.dist_to_encoder().seq_encode([[0.1, 4.9, 5.2], [0.0]]))
+        >>> states.tolist()
+        [0, 1, 1, 0]
+        """
         log_prob = np.empty(enc.count)
         states = np.empty(enc.observations, dtype=np.int64)
         for batch in enc.batches:
@@ -172,8 +264,24 @@ class HiddenMarkovDistribution(Distribution):
     def sample_sequence(
         self, rng: np.random.Generator, length: int, state: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """One sequence of ``length`` observations and its states, started in ``state`` (else
-        drawn from ``startprob``)."""
+        """One sequence and its states.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The random source.
+        length : int
+            The number of observations.
+        state : int, optional
+            The first state (default: drawn from ``startprob``).
+
+        Returns
+        -------
+        observations : numpy.ndarray
+            ``length`` observations.
+        states : numpy.ndarray
+            The state of each.
+        """
         rng = random_source(rng)
         states = np.empty(length, dtype=np.int64)
         current = int(rng.choice(self.n_states, p=self.startprob)) if state is None else int(state)
@@ -189,7 +297,25 @@ class HiddenMarkovDistribution(Distribution):
         return sample, states
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """``n`` sequences of ``length`` observations, as an object array of arrays."""
+        """Draw ``n`` sequences of ``length`` observations.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The random source.
+        n : int
+            How many sequences.
+
+        Returns
+        -------
+        numpy.ndarray
+            An object array of ``n`` arrays.
+
+        Raises
+        ------
+        ValueError
+            The model was built without ``length``.
+        """
         if self.length is None:
             raise ValueError("sampling whole sequences needs their length: HiddenMarkovDistribution(..., length=T)")
         out = np.empty(n, dtype=object)
@@ -198,12 +324,47 @@ class HiddenMarkovDistribution(Distribution):
         return out
 
     def sampler(self, seed: Any = None) -> Sampler:
+        """A sampler drawing whole sequences of ``length`` observations.
+
+        Parameters
+        ----------
+        seed : int or numpy.random.SeedSequence, optional
+            The seed of its random source.
+
+        Returns
+        -------
+        Sampler
+            ``sample(n)`` draws ``n`` sequences; ``sample()`` one.
+        """
         return Sampler(self.draw, seed)
 
 
 class HiddenMarkovAccumulator(Accumulator):
-    """Expected starts (K,), transitions (K, K) and state occupancies (K,), plus one emission
-    accumulator per state. ``keys`` ties the start and transition counts across models."""
+    """Expected starts, transitions and state occupancies, plus one emission accumulator per state.
+
+    Parameters
+    ----------
+    accumulators : list of Accumulator
+        One emission accumulator per state.
+    keys : str, optional
+        Ties the start and transition counts across models with the same key.
+
+    See Also
+    --------
+    HiddenMarkovEstimator : Makes it and estimates from its value.
+
+    Examples
+    --------
+    >>> from mixle_nb.stats import GaussianDistribution
+    >>> from mixle_nb.stats.hmm import HiddenMarkovDistribution
+    >>> hmm = HiddenMarkovDistribution(
+    ...     [GaussianDistribution(0.0, 1.0), GaussianDistribution(5.0, 1.0)], [0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]]
+    ... )
+    >>> acc = hmm.estimator().accumulator_factory().make()
+    >>> log_likelihood = acc.seq_update(hmm.dist_to_encoder().seq_encode([[0.1, 4.9, 5.2], [0.0]]), None, hmm)
+    >>> acc.occupancy.round(3).tolist(), acc.transitions.sum().round(3)
+    ([2.0, 2.0], np.float64(2.0))
+    """
 
     def __init__(self, accumulators: list, keys: str | None = None):
         k = len(accumulators)
@@ -213,7 +374,22 @@ class HiddenMarkovAccumulator(Accumulator):
     def seq_update(
         self, enc: SequenceEncoding, weights: np.ndarray | torch.Tensor | None, model: HiddenMarkovDistribution
     ) -> np.ndarray | torch.Tensor:
-        """The E-step on every batch; returns each sequence's log-likelihood under ``model``."""
+        """The E-step on every batch: add the expected counts under ``model``.
+
+        Parameters
+        ----------
+        enc : SequenceEncoding
+            The encoded sequences.
+        weights : numpy.ndarray or torch.Tensor or None
+            One weight per sequence (``None``: 1 each).
+        model : HiddenMarkovDistribution
+            The model the E-step runs under.
+
+        Returns
+        -------
+        numpy.ndarray or torch.Tensor
+            Each sequence's log-likelihood under ``model``.
+        """
         out = torch.empty(enc.count, dtype=torch.float64, device=enc.device)
         w_all = None if weights is None else device_tensor(weights, enc.device)
         startprob, transmat = model.parameters_on(enc.device)
@@ -234,8 +410,20 @@ class HiddenMarkovAccumulator(Accumulator):
     def seq_initialize(
         self, enc: SequenceEncoding, weights: np.ndarray | torch.Tensor | None, rng: np.random.Generator
     ) -> None:
-        """Random posteriors: each observation mostly one state's (a sparse Dirichlet, as a
-        mixture's random start), transitions counted between consecutive posteriors."""
+        """A random start: random posteriors, with transitions counted between them.
+
+        Each observation is mostly one state's (a sparse Dirichlet, as a mixture's random start);
+        transitions are counted between consecutive posteriors.
+
+        Parameters
+        ----------
+        enc : SequenceEncoding
+            The encoded sequences.
+        weights : numpy.ndarray or None
+            One weight per sequence (``None``: 1 each).
+        rng : numpy.random.Generator
+            The random source.
+        """
         k = len(self.accumulators)
         w_all = np.ones(enc.count) if weights is None else np.asarray(weights, dtype=np.float64)
         for batch in enc.batches:
@@ -323,6 +511,7 @@ class HiddenMarkovEstimator(Estimator):
     --------
     >>> from mixle_nb.stats import GaussianEstimator, em_step, seq_encode
     >>> from mixle_nb.stats import GaussianDistribution
+    >>> from mixle_nb.stats.hmm import HiddenMarkovDistribution, HiddenMarkovEstimator
     >>> start = HiddenMarkovDistribution(
     ...     [GaussianDistribution(0.0, 1.0), GaussianDistribution(3.0, 1.0)], [0.5, 0.5], [[0.8, 0.2], [0.2, 0.8]]
     ... )
@@ -352,7 +541,27 @@ class HiddenMarkovEstimator(Estimator):
         return HiddenMarkovAccumulator([foreign.accumulator(e) for e in self.estimators], self.keys)
 
     def estimate_emissions(self, occupancy: np.ndarray, values: list) -> list:
-        """Each state's emission model from its statistics (a subclass may estimate them together)."""
+        """Each state's emission model from its statistics.
+
+        A subclass may estimate them together.
+
+        Parameters
+        ----------
+        occupancy : numpy.ndarray
+            ``(K,)`` expected observations per state.
+        values : list
+            Each state's emission accumulator value.
+
+        Returns
+        -------
+        list of Distribution
+            One emission model per state.
+
+        Raises
+        ------
+        DegenerateComponentError
+            Naming the state whose emission cannot be estimated.
+        """
         emissions = []
         for k, (e, n, v) in enumerate(zip(self.estimators, occupancy, values)):
             try:
@@ -372,7 +581,22 @@ class HiddenMarkovEstimator(Estimator):
         )
 
     def free_parameters(self, model: Distribution, count: Any) -> int:
-        """``K - 1`` start and ``K(K - 1)`` transition probabilities, and each state's emission."""
+        """How many free parameters ``model`` has as this estimator fits it.
+
+        ``K - 1`` start and ``K(K - 1)`` transition probabilities, and each state's emission.
+
+        Parameters
+        ----------
+        model : HiddenMarkovDistribution
+            A fitted model.
+        count : ParameterCount
+            The count in progress (which keys were counted already).
+
+        Returns
+        -------
+        int
+            The number of free parameters.
+        """
         assert isinstance(model, HiddenMarkovDistribution)
         k = model.n_states
         chain = 0 if count.tied("chain", self.keys) else (k - 1) + k * (k - 1)

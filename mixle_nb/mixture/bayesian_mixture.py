@@ -1,0 +1,652 @@
+"""``BayesianGaussianMixture`` with scikit-learn's signature, attributes, warnings and errors,
+fitted by variational inference on our EM core: every iteration is one :func:`~mixle_nb.stats.em_step`
+of :class:`~mixle_nb.stats.variational_gaussian.VariationalGaussianMixtureEstimator` (the
+Gaussian mixture's E-step and statistics, the variational update in place of the M-step), on
+an array, a handle (``TorchRunEncodedData``, called on every rank) or a reference to a handle
+on the cluster's ranks (``mixle.handle("h")``)."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike
+from sklearn.base import BaseEstimator, DensityMixin
+from sklearn.cluster import KMeans, kmeans_plusplus
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+
+from .. import inference
+from ..inference.fitting import streaming_accumulate
+from ..stats import MixtureDistribution, em_step, seq_encode
+from ..stats.centred_moments import _split
+from ..stats.estimation import is_handle
+from ..stats.handle import EncodedDataHandle
+from ..stats.variational_gaussian import (
+    VariationalGaussianMixture,
+    VariationalGaussianMixtureEstimator,
+    VariationalPriors,
+    full_statistics,
+    gaussian_components,
+)
+from . import scikit_internals
+from .gaussian_mixture import STARTS, _handle_features, is_reference
+from .initial_parameters import checked_precisions
+from .translation import mixture_estimator, precisions_from_cholesky
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+PRIORS = (
+    "weight_concentration_prior_",
+    "mean_precision_prior_",
+    "mean_prior_",
+    "degrees_of_freedom_prior_",
+    "covariance_prior_",
+)
+FITTED = (
+    "weight_concentration_",
+    "mean_precision_",
+    "means_",
+    "degrees_of_freedom_",
+    "covariances_",
+    "precisions_",
+    "precisions_cholesky_",
+    "weights_",
+    "converged_",
+    "n_iter_",
+    "lower_bound_",
+    "lower_bounds_",
+    "n_features_in_",
+    "feature_names_in_",
+    *PRIORS,
+)
+
+
+def _on_rank(handle: EncodedDataHandle, estimator: BayesianGaussianMixture, method: str, *args: Any) -> Any:
+    """What a cluster reference runs on every rank: the same method on the rank's handle."""
+    out = getattr(estimator, method)(handle, *args)
+    return {name: value for name, value in vars(estimator).items() if name in FITTED} if method == "fit" else out
+
+
+def _checked_shape(values: object, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """``values`` as a float array of ``shape``, with scikit-learn's message otherwise."""
+    array = check_array(values, dtype=[np.float64, np.float32], ensure_2d=False)
+    if array.shape != shape:
+        raise ValueError(f"The parameter '{name}' should have the shape of {shape}, but got {array.shape}")
+    return np.asarray(array, dtype=np.float64)
+
+
+class BayesianGaussianMixture(DensityMixin, BaseEstimator):
+    """scikit-learn's ``sklearn.mixture.BayesianGaussianMixture``, on our EM core.
+
+    Variational inference of a Gaussian mixture with a Dirichlet-process (stick-breaking) or
+    Dirichlet prior on the weights and Gaussian-Wishart priors on the components: with more
+    components than the data need, the fit leaves the extra ones with weights near 0. Each
+    iteration is one E-step of the Gaussian mixture's kernel (the expected log-joint in place
+    of ``log w_k + log p_k(x)``) and its statistics, folded across ranks on a handle, then the
+    variational update; the lower bound comes from the same statistics.
+
+    ``X`` is an ``(n_samples, n_features)`` array, a ``TorchRunEncodedData`` (every rank calls
+    the method and gets the same answer) or a cluster reference (``mixle.handle("h")``: the
+    call runs on the ranks). On an array every start is scikit-learn's own (its ``KMeans``,
+    ``kmeans_plusplus`` and random draws from ``random_state``), so a fit equals
+    scikit-learn's; on a handle the k-means starts are our k-means‖ and ``"random"`` our
+    random responsibilities, taken where the data live. A handle holds Gaussian observations:
+    build it with ``estimator=bgm.mixture_estimator(n_features)``.
+
+    Parameters
+    ----------
+    n_components : int, default 1
+        The most components the fit may use.
+    covariance_type : {"full", "tied", "diag", "spherical"}, default "full"
+        The components' covariance structure.
+    tol : float, default 1e-3
+        The fit stops when the lower bound changes by less than this in an iteration.
+    reg_covar : float, default 1e-6
+        Added to the diagonal of each component's data covariance.
+    max_iter : int, default 100
+        Iterations per start at most.
+    n_init : int, default 1
+        Starts to run; the one with the highest lower bound is kept.
+    init_params : {"kmeans", "k-means++", "random", "random_from_data"}, default "kmeans"
+        How the starting responsibilities are drawn.
+    weight_concentration_prior_type : {"dirichlet_process", "dirichlet_distribution"}
+        The prior on the weights; default ``"dirichlet_process"``.
+    weight_concentration_prior : float, optional
+        The concentration of the weights' prior (``None``: ``1 / n_components``).
+    mean_precision_prior : float, optional
+        The precision prior on the means (``None``: 1).
+    mean_prior : array-like of shape (n_features,), optional
+        The prior mean of the means (``None``: the data's mean).
+    degrees_of_freedom_prior : float, optional
+        The Wishart's degrees of freedom (``None``: ``n_features``); more than ``n_features - 1``.
+    covariance_prior : float or array-like, optional
+        The Wishart's scale, shaped for ``covariance_type`` (``None``: the data's covariance).
+    random_state : int, RandomState or None, default None
+        The random source of the starts.
+    warm_start : bool, default False
+        Continue from the last fit's parameters (and its lower bound).
+    verbose : int, default 0
+        1 prints each start, 2 also every ``verbose_interval`` iterations.
+    verbose_interval : int, default 10
+        Iterations between progress lines.
+    device : str or torch.device, optional
+        Keyword-only: where an array is encoded and the E-step runs (``None``: the CPU).
+
+    Attributes
+    ----------
+    weights_ : ndarray of shape (n_components,)
+        The posterior mean of each component's weight.
+    means_ : ndarray of shape (n_components, n_features)
+        The posterior means of the components' means.
+    covariances_ : ndarray
+        The components' covariances (the Wishart scale over the degrees of freedom), in
+        scikit-learn's shape for ``covariance_type``.
+    precisions_, precisions_cholesky_ : ndarray
+        Their inverses and the inverses' Cholesky factors.
+    weight_concentration_ : tuple of two ndarrays or ndarray
+        The Beta pairs of the stick-breaking posterior, or the Dirichlet's concentrations.
+    mean_precision_ : ndarray of shape (n_components,)
+        The precisions of the means' posteriors.
+    degrees_of_freedom_ : ndarray of shape (n_components,) or float
+        The Wishart posteriors' degrees of freedom (one for ``"tied"``).
+    converged_ : bool
+        Whether the best start met ``tol``.
+    n_iter_ : int
+        Iterations of the best start.
+    lower_bound_ : float
+        The best start's final lower bound (``-inf`` with ``max_iter=0``).
+    lower_bounds_ : list of float
+        The lower bound after each iteration of the best start.
+    weight_concentration_prior_, mean_precision_prior_, mean_prior_, degrees_of_freedom_prior_, covariance_prior_
+        The priors the fit used.
+    n_features_in_ : int
+        Features seen in ``fit``.
+    feature_names_in_ : ndarray of str
+        Their names, when ``X`` had string column names.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.mixture import BayesianGaussianMixture
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.concatenate([rng.normal(-4, 1, (100, 2)), rng.normal(4, 1, (100, 2))])
+    >>> bgm = BayesianGaussianMixture(n_components=5, random_state=0).fit(X)
+    >>> int(np.sum(bgm.weights_ > 0.05))
+    2
+    >>> bgm.predict([[-4.0, -4.0], [4.0, 4.0]]).tolist() != [0, 0]
+    True
+    """
+
+    _parameter_constraints: dict = {
+        **scikit_internals.bayesian_parameter_constraints(),
+        "device": [None, str, torch.device],
+    }
+
+    def __init__(
+        self,
+        *,
+        n_components: int = 1,
+        covariance_type: str = "full",
+        tol: float = 1e-3,
+        reg_covar: float = 1e-6,
+        max_iter: int = 100,
+        n_init: int = 1,
+        init_params: str = "kmeans",
+        weight_concentration_prior_type: str = "dirichlet_process",
+        weight_concentration_prior: float | None = None,
+        mean_precision_prior: float | None = None,
+        mean_prior: ArrayLike | None = None,
+        degrees_of_freedom_prior: float | None = None,
+        covariance_prior: float | ArrayLike | None = None,
+        random_state: int | np.random.RandomState | None = None,
+        warm_start: bool = False,
+        verbose: int = 0,
+        verbose_interval: int = 10,
+        device: str | torch.device | None = None,
+    ) -> None:
+        self.n_components = n_components
+        self.covariance_type = covariance_type
+        self.tol = tol
+        self.reg_covar = reg_covar
+        self.max_iter = max_iter
+        self.n_init = n_init
+        self.init_params = init_params
+        self.weight_concentration_prior_type = weight_concentration_prior_type
+        self.weight_concentration_prior = weight_concentration_prior
+        self.mean_precision_prior = mean_precision_prior
+        self.mean_prior = mean_prior
+        self.degrees_of_freedom_prior = degrees_of_freedom_prior
+        self.covariance_prior = covariance_prior
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.verbose = verbose
+        self.verbose_interval = verbose_interval
+        self.device = device
+
+    def mixture_estimator(self, n_features: int) -> Any:
+        """The Gaussian mixture estimator whose encoding the fit reads (to build a handle with).
+
+        Parameters
+        ----------
+        n_features : int
+            The observations' dimension.
+
+        Returns
+        -------
+        MixtureEstimator
+            ``GaussianMixture``'s estimator for the same ``covariance_type``.
+
+        Examples
+        --------
+        >>> from mixle_nb.mixture import BayesianGaussianMixture
+        >>> len(BayesianGaussianMixture(n_components=3).mixture_estimator(2).estimators)
+        3
+        """
+        return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar)
+
+    # -- fitting ----------------------------------------------------------------------------
+
+    def fit(self, X: Any, y: ArrayLike | None = None) -> Self:
+        """Fit the variational posterior from ``n_init`` starts; keep the best lower bound.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), handle or cluster reference
+            The observations (see the class docstring).
+        y : None
+            Ignored (scikit-learn's signature).
+
+        Returns
+        -------
+        BayesianGaussianMixture
+            ``self``, fitted.
+
+        Raises
+        ------
+        ValueError
+            On a bad parameter, prior or ``X`` (scikit-learn's messages), or when a
+            component's covariance is not positive definite.
+        """
+        scikit_internals.validate_params(self)
+        if is_reference(X):
+            fitted = X.call_with_handle(_on_rank, self, "fit")
+            for name in FITTED:
+                self.__dict__.pop(name, None)
+            self.__dict__.update(fitted)
+            self._warn_unless_converged()
+            return self
+        data, count, n_features = self._fit_data(X)
+        estimator = VariationalGaussianMixtureEstimator(self.n_components, n_features, self._priors(data, n_features))
+        enc = data if is_handle(data) else seq_encode(data, estimator=estimator, device=self.device)
+        warm = self.warm_start and hasattr(self, "converged_")
+        rng = check_random_state(self.random_state)
+        best: tuple | None = None
+        for start in range(1 if warm else self.n_init):
+            if self.verbose:
+                print(f"Initialization {start}")
+            model = self._model(estimator.priors) if warm else self._start(data, enc, estimator, rng)
+            run = self._iterate(enc, estimator, model, self.lower_bound_ if warm else -math.inf)
+            if best is None or run[1] > best[1] or best[1] == -math.inf:
+                best = run
+        assert best is not None  # n_init >= 1: a start ran
+        self._set_fitted(*best)
+        self._warn_unless_converged()
+        return self
+
+    def fit_predict(self, X: Any, y: ArrayLike | None = None) -> np.ndarray:
+        """``fit(X).predict(X)``: the labels of a final E-step under the fitted posterior.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), handle or cluster reference
+            The observations.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            Each observation's most responsible component.
+        """
+        return self.fit(X).predict(X)
+
+    def _warn_unless_converged(self) -> None:
+        if not self.converged_ and self.max_iter > 0:
+            warnings.warn(
+                "Best performing initialization did not converge. Try different init parameters, "
+                "or increase max_iter, tol, or check for degenerate data.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+
+    def _fit_data(self, X: Any) -> tuple[Any, int, int]:
+        """``(data, count, n_features)``, checked as scikit-learn does."""
+        if is_handle(X):
+            count, n_features = len(X), _handle_features(X)
+            self.__dict__.pop("feature_names_in_", None)
+            self.n_features_in_ = n_features
+            if count < 2:
+                raise ValueError(
+                    f"Found array with {count} sample(s) while a minimum of 2 is required by BayesianGaussianMixture."
+                )
+        else:
+            X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2), np.float64)
+            count, n_features = len(X), X.shape[1]
+        if count < self.n_components:
+            raise ValueError(
+                f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {count}"
+            )
+        return X, count, n_features
+
+    def _priors(self, data: Any, n_features: int) -> VariationalPriors:
+        """The priors, checked with scikit-learn's messages; those left ``None`` from the data."""
+        d, kind = n_features, self.covariance_type
+        if self.degrees_of_freedom_prior is not None and not self.degrees_of_freedom_prior > d - 1.0:
+            raise ValueError(
+                f"The parameter 'degrees_of_freedom_prior' should be greater than {d - 1}, "
+                f"but got {self.degrees_of_freedom_prior:.3f}."
+            )
+        mean = None if self.mean_prior is None else _checked_shape(self.mean_prior, (d,), "means")
+        covariance: Any = None
+        if self.covariance_prior is not None and kind in ("full", "tied"):
+            covariance = _checked_shape(self.covariance_prior, (d, d), f"{kind} covariance_prior")
+            checked_precisions(covariance if kind == "tied" else covariance[None], kind, 1, d)  # scikit-learn's check
+        elif self.covariance_prior is not None and kind == "diag":
+            covariance = _checked_shape(self.covariance_prior, (d,), f"{kind} covariance_prior")
+            if np.any(covariance <= 0):
+                raise ValueError(f"'{kind} precision' should be positive")
+        elif self.covariance_prior is not None:
+            covariance = float(self.covariance_prior)  # type: ignore[arg-type]  # a real, by the constraints
+        if mean is None or covariance is None:
+            data_mean, data_covariance = _data_moments(data, d, full_statistics(kind, d))
+            mean = data_mean if mean is None else mean
+            if covariance is None:
+                covariance = {
+                    "full": np.atleast_2d(data_covariance),
+                    "tied": np.atleast_2d(data_covariance),
+                    "diag": np.diag(np.atleast_2d(data_covariance)).copy(),
+                    "spherical": float(np.diag(np.atleast_2d(data_covariance)).mean()),
+                }[kind]
+        self.weight_concentration_prior_ = (
+            1.0 / self.n_components if self.weight_concentration_prior is None else self.weight_concentration_prior
+        )
+        self.mean_precision_prior_ = 1.0 if self.mean_precision_prior is None else self.mean_precision_prior
+        self.mean_prior_ = mean
+        self.degrees_of_freedom_prior_ = d if self.degrees_of_freedom_prior is None else self.degrees_of_freedom_prior
+        self.covariance_prior_ = covariance
+        return VariationalPriors(
+            kind,
+            self.weight_concentration_prior_type,
+            float(self.weight_concentration_prior_),
+            float(self.mean_precision_prior_),
+            np.asarray(mean, dtype=np.float64),
+            float(self.degrees_of_freedom_prior_),
+            covariance,
+            float(self.reg_covar),
+        )
+
+    def _start(
+        self, data: Any, enc: Any, estimator: VariationalGaussianMixtureEstimator, rng: np.random.RandomState
+    ) -> VariationalGaussianMixture:
+        """The start, scikit-learn's ``_initialize`` from starting responsibilities: on an array
+        scikit-learn's own draws; on a handle our start's model's responsibilities."""
+        if is_handle(data):
+            start = inference.initial_model(
+                enc, self.mixture_estimator(estimator.n_features), STARTS[self.init_params], rng, init_p=1.0
+            )
+            _, folded = streaming_accumulate(enc, estimator.gaussian_estimator(), start)
+            return estimator.start(folded.value())
+        resp = _starting_responsibilities(self.init_params, data, self.n_components, rng)
+        unassigned = None
+        rows = np.flatnonzero(resp.any(axis=1))
+        if self.covariance_type == "tied" and len(rows) < len(data):
+            # scikit-learn's tied start takes XᵀX over every row, those without responsibility too
+            left = np.delete(data, rows, axis=0)
+            unassigned = left.T @ left
+        if len(rows) < len(data):  # observations as centres: only their rows count
+            enc, data, resp = seq_encode(data[rows], estimator=estimator, device=self.device), data[rows], resp[rows]
+        acc = estimator.gaussian_estimator().make_accumulator()
+        counts = resp.sum(axis=0)
+        references = (resp.T @ data) / np.where(counts > 0, counts, 1.0)[:, None]
+        acc.seq_update_responsibilities(enc, torch.from_numpy(np.ascontiguousarray(resp.T)), references)
+        return estimator.start(acc.value(), unassigned)
+
+    def _iterate(
+        self, enc: Any, estimator: VariationalGaussianMixtureEstimator, model: VariationalGaussianMixture, bound: float
+    ) -> tuple[VariationalGaussianMixture, float, list[float], bool, int]:
+        """One start's iterations (each one ``em_step``) with scikit-learn's stopping rule on the
+        lower bound: ``(model, lower bound, lower bounds, converged, iterations)``."""
+        if self.max_iter == 0:
+            return model, -math.inf, [], False, 0
+        bounds: list[float] = []
+        clock = time.perf_counter()
+        for iteration in range(1, self.max_iter + 1):
+            previous = bound
+            model = em_step(enc, estimator, model).model  # type: ignore[assignment]  # the estimator's model
+            bound = model.lower_bound
+            bounds.append(bound)
+            if self.verbose >= 2 and iteration % self.verbose_interval == 0:
+                now = time.perf_counter()
+                print(f"  Iteration {iteration}\t time lapse {now - clock:.5f}s\t ll change {bound - previous:.5f}")
+                clock = now
+            if abs(bound - previous) < self.tol:
+                converged = True
+                break
+        else:
+            converged = False
+        if self.verbose:
+            print(f"Initialization {'converged' if converged else 'did not converge'}. lower bound {bound:.5f}.")
+        return model, bound, bounds, converged, iteration
+
+    def _set_fitted(
+        self, model: VariationalGaussianMixture, bound: float, bounds: list[float], converged: bool, n_iter: int
+    ) -> None:
+        kind = self.covariance_type
+        self.weight_concentration_ = model.weight_concentration
+        self.mean_precision_ = model.mean_precision
+        self.means_ = model.means
+        self.degrees_of_freedom_ = model.degrees_of_freedom
+        self.covariances_ = model.covariances
+        self.precisions_cholesky_ = model.precisions_cholesky
+        self.precisions_ = precisions_from_cholesky(kind, self.precisions_cholesky_)
+        self.weights_ = model.weights()
+        self.converged_ = bool(converged)
+        self.n_iter_ = int(n_iter)
+        self.lower_bound_ = float(bound)
+        self.lower_bounds_ = [float(b) for b in bounds]
+
+    def _model(self, priors: VariationalPriors | None = None) -> VariationalGaussianMixture:
+        """The fitted posterior, as the E-step's model."""
+        if priors is None:
+            priors = VariationalPriors(
+                self.covariance_type,
+                self.weight_concentration_prior_type,
+                float(self.weight_concentration_prior_),
+                float(self.mean_precision_prior_),
+                np.asarray(self.mean_prior_, dtype=np.float64),
+                float(self.degrees_of_freedom_prior_),
+                self.covariance_prior_,
+                float(self.reg_covar),
+            )
+        return VariationalGaussianMixture(
+            priors,
+            self.weight_concentration_,
+            self.mean_precision_,
+            self.means_,
+            self.degrees_of_freedom_,
+            self.covariances_,
+            self.lower_bound_,
+        )
+
+    # -- using a fit --------------------------------------------------------------------------
+
+    def _scoring(self, X: Any) -> tuple[Any, VariationalGaussianMixture]:
+        """``(data, model)`` for scoring ``X``, an array or a handle."""
+        check_is_fitted(self)
+        if is_handle(X):
+            n_features = _handle_features(X)
+            if n_features != self.n_features_in_:
+                raise ValueError(
+                    f"X has {n_features} features, but BayesianGaussianMixture is expecting "
+                    f"{self.n_features_in_} features as input."
+                )
+            return X, self._model()
+        X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=False), dtype=np.float64)
+        return X, self._model()
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Each observation's responsibilities under the fitted posterior.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), handle or cluster reference
+            The observations.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_components)
+            The responsibilities (rows sum to 1).
+        """
+        if is_reference(X):
+            return np.asarray(X.call_with_handle(_on_rank, self, "predict_proba"))
+        data, model = self._scoring(X)
+        return inference.predict_proba(data, model, gather=True)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Each observation's most responsible component.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), handle or cluster reference
+            The observations.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            Component labels.
+        """
+        if is_reference(X):
+            return np.asarray(X.call_with_handle(_on_rank, self, "predict"))
+        data, model = self._scoring(X)
+        return inference.predict(data, model, gather=True)
+
+    def score_samples(self, X: Any) -> np.ndarray:
+        """Each observation's log of the summed expected joint (scikit-learn's ``score_samples``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), handle or cluster reference
+            The observations.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+            ``log Σ_k exp(E[log π_k] + E[log N(x | μ_k, Λ_k)])``.
+        """
+        if is_reference(X):
+            return np.asarray(X.call_with_handle(_on_rank, self, "score_samples"))
+        data, model = self._scoring(X)
+        return inference.score_samples(data, model, gather=True)
+
+    def score(self, X: Any, y: ArrayLike | None = None) -> float:
+        """The mean of :meth:`score_samples`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), handle or cluster reference
+            The observations.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        float
+            The mean per observation.
+        """
+        return float(np.mean(self.score_samples(X)))
+
+    def sample(self, n_samples: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """``(X, y)``: ``n_samples`` draws from the Gaussians of ``weights_``, ``means_`` and
+        ``covariances_``, grouped by component as scikit-learn's are.
+
+        Parameters
+        ----------
+        n_samples : int, default 1
+            How many to draw.
+
+        Returns
+        -------
+        X : ndarray of shape (n_samples, n_features)
+            The draws.
+        y : ndarray of shape (n_samples,)
+            Their components.
+
+        Raises
+        ------
+        ValueError
+            If ``n_samples < 1``.
+        """
+        check_is_fitted(self)
+        if n_samples < 1:
+            raise ValueError(f"Invalid value for 'n_samples': {n_samples} . The sampling requires at least one sample.")
+        rng = check_random_state(self.random_state)
+        counts = rng.multinomial(n_samples, self.weights_)
+        generator = np.random.default_rng(rng.randint(2**31 - 1))
+        components = gaussian_components(self.covariance_type, self.means_, self.covariances_)
+        x = np.concatenate([c.draw(generator, int(m)).reshape(int(m), -1) for c, m in zip(components, counts)])
+        return x, np.repeat(np.arange(self.n_components), counts)
+
+
+def _starting_responsibilities(
+    init_params: str, X: np.ndarray, n_components: int, rng: np.random.RandomState
+) -> np.ndarray:
+    """scikit-learn's starting responsibilities (``BaseMixture._initialize_parameters``)."""
+    n = len(X)
+    resp = np.zeros((n, n_components))
+    if init_params == "kmeans":
+        labels = KMeans(n_clusters=n_components, n_init=1, random_state=rng).fit(X).labels_
+        resp[np.arange(n), labels] = 1.0
+    elif init_params == "random":
+        resp = rng.uniform(size=(n, n_components))
+        resp /= resp.sum(axis=1)[:, None]
+    elif init_params == "random_from_data":
+        resp[rng.choice(n, size=n_components, replace=False), np.arange(n_components)] = 1.0
+    else:
+        _, indices = kmeans_plusplus(X, n_components, random_state=rng)
+        resp[indices, np.arange(n_components)] = 1.0
+    return resp
+
+
+def _data_moments(data: Any, n_features: int, full: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The data's mean and covariance (``ddof=1``; its diagonal only unless ``full``): on an
+    array numpy's, as scikit-learn's priors; on a handle two folded passes, about the origin
+    for the mean and then about the mean."""
+    if not is_handle(data):
+        return data.mean(axis=0), np.atleast_2d(np.cov(data.T))
+    kind = "full" if full else "diag"
+    estimator = mixture_estimator(kind, 1, n_features, 0.0)
+    mean = np.zeros(n_features)
+    for _ in range(2):
+        model = MixtureDistribution(gaussian_components(kind, mean[None], _unit(n_features, full)), [1.0])
+        _, folded = streaming_accumulate(data, estimator, model)
+        n, nc, s1, s2 = _split(np.asarray(folded.value()[1][0], dtype=np.float64), full)
+        centre = nc / n
+        mean = centre + s1 / n
+    offset = mean - centre
+    if full:
+        scatter = s2 - np.outer(s1, offset) - np.outer(offset, s1) + n * np.outer(offset, offset)
+    else:
+        scatter = np.diag(s2 - 2.0 * offset * s1 + n * offset * offset)
+    return mean, scatter / (n - 1.0)
+
+
+def _unit(n_features: int, full: bool) -> np.ndarray:
+    """One unit covariance, shaped for ``gaussian_components``."""
+    return np.eye(n_features)[None] if full else np.ones((1, n_features))
