@@ -21,6 +21,7 @@ ATTRIBUTES = (
     "lower_bounds_",
 )
 CASES = [(t, d) for t in TYPES for d in (1, 3)]
+CHUNKS = 3  # partial_fit's chunks in weighted_rank_fits
 
 
 def blobs(n: int, d: int, k: int, seed: int = 0) -> np.ndarray:
@@ -90,7 +91,8 @@ def rank_fits(rank, world):
 def weighted_rank_fits(rank, world, path, bad_path):
     """Each rank reads its rows of ``path`` (points, then the weight column) with the weighted-rows
     encoder and fits every covariance type from the same start; then builds a handle of
-    ``bad_path`` (a negative weight on one rank). Returns the fitted attributes and the error."""
+    ``bad_path`` (a negative weight on one rank); then partial_fit over :data:`CHUNKS` chunks of
+    the points, a handle each. Returns the fitted attributes, the error and the online fit."""
     import torch.distributed as dist
 
     from mixle_nb.parallel import TorchRunEncodedData
@@ -108,5 +110,9 @@ def weighted_rank_fits(rank, world, path, bad_path):
         error = "no error"
     except Exception as exc:  # every rank raises together: the failed rank its own error
         error = f"{type(exc).__name__}: {exc}"
+    online = GaussianMixture(**settings("full", x))
+    for part in np.array_split(np.arange(len(x)), CHUNKS):
+        with TorchRunEncodedData(x[part], estimator=online.mixture_estimator(x.shape[1])) as h:
+            online.partial_fit(h)
     dist.destroy_process_group()
-    return fits, error
+    return fits, error, fitted(online)

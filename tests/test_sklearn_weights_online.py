@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
-from sklearn_ranks import TYPES, blobs, settings, weighted_rank_fits
+from sklearn_ranks import CHUNKS, TYPES, blobs, settings, weighted_rank_fits
 
 from mixle_nb.mixture import GaussianMixture
 from mixle_nb.parallel.local_launch import run_local
@@ -100,7 +100,9 @@ def test_partial_fit_with_weights_equals_the_rows_repeated_and_refuses_other_fea
 
 
 @pytest.mark.ranks
-def test_weights_beside_the_rows_on_two_ranks_fit_as_the_rows_repeated_and_bad_ones_name_rank_and_row(tmp_path):
+def test_on_two_ranks_weights_beside_the_rows_and_partial_fit_of_handles_equal_one_process(tmp_path):
+    # one spawn of 2 ranks for three checks: weighted rows fit as the rows repeated, a bad weight
+    # names its rank and row, and partial_fit over handles equals partial_fit over the arrays
     x = blobs(301, 3, 3)
     w = np.random.default_rng(1).integers(0, 4, size=len(x)).astype(np.float64)
     path, bad_path = tmp_path / "weighted.npy", tmp_path / "bad.npy"
@@ -109,7 +111,7 @@ def test_weights_beside_the_rows_on_two_ranks_fit_as_the_rows_repeated_and_bad_o
     bad[13, -1] = -2.0  # row 13 lies on rank 1 of 2 (rows rank, rank + 2, ...): its row 6
     np.save(bad_path, bad)
     ranks = run_local(weighted_rank_fits, 2, path=str(path), bad_path=str(bad_path))
-    for covariance_type, *per_rank in zip(TYPES, *(fits for fits, _ in ranks)):
+    for covariance_type, *per_rank in zip(TYPES, *(fits for fits, _, _ in ranks)):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             repeated = GaussianMixture(**settings(covariance_type, x)).fit(np.repeat(x, w.astype(int), axis=0))
@@ -117,6 +119,13 @@ def test_weights_beside_the_rows_on_two_ranks_fit_as_the_rows_repeated_and_bad_o
             for name in ATTRIBUTES:
                 assert relative_difference(fit[name], getattr(repeated, name)) <= RTOL, (covariance_type, name)
             assert fit["n_iter_"] == repeated.n_iter_
-    (_, peer), (_, own) = ranks
+    (_, peer, _), (_, own, _) = ranks
     assert "rank 1" in peer, peer
     assert "sample weight of row 6 of rank 1's rows is -2.0" in own, own
+    online = GaussianMixture(**settings("full", x))
+    for part in np.array_split(np.arange(len(x)), CHUNKS):
+        online.partial_fit(x[part])
+    for _, _, on_ranks in ranks:
+        for name in ATTRIBUTES:
+            assert relative_difference(on_ranks[name], getattr(online, name)) <= RTOL, name
+        assert on_ranks["n_iter_"] == CHUNKS

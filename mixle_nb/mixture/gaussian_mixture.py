@@ -56,6 +56,10 @@ ILL_DEFINED = (
     "(for instance caused by singleton or collapsed samples). Try to decrease the number of components, "
     "increase reg_covar, or scale the input data."
 )
+SAMPLE_WEIGHT_ON_RANKS = (
+    "sample_weight is taken with an array X only: on ranks the weights live beside the rows, "
+    "as their last column; build the handle with encoder=gm.weighted_rows_encoder(n_features)"
+)
 # scikit-learn's start names, as our starts (mixle_nb.inference.initial_model). Both k-means
 # names take our k-means‖ start (k-means++ seeding where the data live, one Lloyd pass, then a
 # labelled M-step); "random" gives every observation random responsibilities.
@@ -99,7 +103,10 @@ def _handle_features(handle: Any) -> int:
 def _on_rank(handle: EncodedDataHandle, estimator: GaussianMixture, method: str) -> Any:
     """What a cluster reference runs on every rank: the same method on the rank's handle."""
     out = getattr(estimator, method)(handle)
-    return out if method != "fit" else {name: value for name, value in vars(out).items() if name in FITTED}
+    if method not in ("fit", "partial_fit"):
+        return out
+    kept = (*FITTED, "_stepwise", "_weight_total")  # partial_fit's running statistics travel too
+    return {name: value for name, value in vars(out).items() if name in kept}
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -135,6 +142,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     """
 
     lower_bounds_: list[float]
+    n_features_in_: int
     _parameter_constraints: dict = {**scikit_internals.parameter_constraints(), "device": [None, str, torch.device]}
 
     def __init__(
@@ -245,9 +253,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         """
         scikit_internals.validate_params(self)
         if sample_weight is not None and (is_reference(X) or is_handle(X)):
-            raise ValueError(
-                "sample_weight is taken with an array X only; on ranks, fit the rows repeated, or fit in one process"
-            )
+            raise ValueError(SAMPLE_WEIGHT_ON_RANKS)
         if is_reference(X):
             fitted = X.call_with_handle(_on_rank, self, "fit")
             for name in FITTED:
@@ -279,7 +285,7 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self._warn_unless_converged()
         return self
 
-    def partial_fit(self, X: ArrayLike, y: ArrayLike | None = None, sample_weight: ArrayLike | None = None) -> Self:
+    def partial_fit(self, X: Any, y: ArrayLike | None = None, sample_weight: ArrayLike | None = None) -> Self:
         """Fold one chunk of rows into the fit: one step of stepwise EM (online EM).
 
         The running sufficient statistics move towards the chunk's, taken under the current
@@ -294,12 +300,18 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            One chunk of rows (at least ``n_components`` in the first).
+        X : array-like of shape (n_samples, n_features), handle or cluster reference
+            One chunk of rows (at least ``n_components`` in the first); or a handle holding
+            every rank's rows of the chunk (a ``TorchRunEncodedData`` built for this chunk,
+            e.g. ``from_npy`` of the chunk's file, and ``partial_fit`` called on every rank),
+            whose statistics are folded across the ranks; or ``mixle.handle(name)``, a
+            reference to such a handle on the cluster's ranks. The lower bound of a handle's
+            chunk takes a second pass.
         y : None
             Ignored (scikit-learn's signature).
         sample_weight : array-like of shape (n_samples,), optional
-            A non-negative weight per row (see :meth:`fit`).
+            A non-negative weight per row of an array (see :meth:`fit`; on ranks, weighted
+            rows: :meth:`weighted_rows_encoder`).
 
         Returns
         -------
@@ -326,19 +338,15 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         array([0., 8.])
         """
         scikit_internals.validate_params(self)
+        if sample_weight is not None and (is_reference(X) or is_handle(X)):
+            raise ValueError(SAMPLE_WEIGHT_ON_RANKS)
+        if is_reference(X):
+            self.__dict__.update(X.call_with_handle(_on_rank, self, "partial_fit"))
+            return self
         running = getattr(self, "_stepwise", None)
         fitted = hasattr(self, "converged_")
-        X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=not fitted), dtype=np.float64)
-        count, n_features = X.shape
-        if not fitted and count < self.n_components:
-            raise ValueError(
-                f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {count}"
-            )
-        weights = None if sample_weight is None else checked_sample_weight(sample_weight, count)
+        enc, n_features = self._chunk(X, fitted, sample_weight)
         estimator = self.mixture_estimator(n_features)
-        enc = seq_encode(X, estimator=estimator, device=self.device)
-        if weights is not None:
-            enc = with_weights(cast(PointEncoding, enc), weights)  # an array X: our Gaussian encoding
         if fitted:
             model = self._model()
         else:
@@ -356,6 +364,30 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.lower_bounds_ = [*bounds, self.lower_bound_]
         self._stepwise = (value, step + 1)
         return self
+
+    def _chunk(self, X: Any, fitted: bool, sample_weight: ArrayLike | None) -> tuple[Any, int]:
+        """``(encoding or handle, n_features)`` of a ``partial_fit`` chunk, checked as
+        scikit-learn checks it (the first sets ``n_features_in_``, the rest must match)."""
+        if is_handle(X):
+            count, n_features = len(X), _handle_features(X)
+            if fitted and n_features != self.n_features_in_:
+                raise ValueError(
+                    f"X has {n_features} features, but GaussianMixture is expecting "
+                    f"{self.n_features_in_} features as input."
+                )
+            self.n_features_in_ = n_features
+            enc: Any = X
+        else:
+            X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=not fitted), dtype=np.float64)
+            count, n_features = X.shape
+            enc = seq_encode(X, estimator=self.mixture_estimator(n_features), device=self.device)
+            if sample_weight is not None:
+                enc = with_weights(cast(PointEncoding, enc), checked_sample_weight(sample_weight, count))
+        if not fitted and count < self.n_components:
+            raise ValueError(
+                f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {count}"
+            )
+        return enc, n_features
 
     def _warn_unless_converged(self) -> None:
         if not self.converged_ and self.max_iter > 0:

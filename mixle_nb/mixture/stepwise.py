@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..inference import streaming_accumulate
 from ..stats.base import Distribution, Estimator
-from ..stats.estimation import accumulate, tie_keys
+from ..stats.estimation import accumulate, is_handle, seq_log_density_sum, tie_keys
 from ..stats.values import flatten_value, unflatten_value, value_layout
 
 STEP_EXPONENT = 0.3
@@ -50,13 +51,19 @@ def scaled(value: Any, factor: float) -> Any:
 def stepwise_update(
     enc: Any, estimator: Estimator, model: Distribution, running: Any, step: int
 ) -> tuple[Distribution, Any, float, float]:
-    """Fold one chunk into the running statistics.
+    """Fold one chunk into the running statistics: local encoded rows, or a handle (every
+    rank's rows of the chunk, folded across the ranks; called on every rank).
 
     Returns ``(model, running, weight, log_density)``: the M-step of the new running
     statistics, those statistics, the chunk's weight and its total log-density under
-    ``model`` (the model it was folded under)."""
-    summed = accumulate([enc], estimator, model)
-    chunk = scaled(tie_keys(summed.accumulator).value(), 1.0 / summed.count)
+    ``model`` (the model it was folded under; on a handle a second pass, unweighted)."""
+    if is_handle(enc):
+        weight, folded = streaming_accumulate(enc, estimator, model)
+        _, log_density = seq_log_density_sum(enc, model)
+    else:
+        summed = accumulate([enc], estimator, model)
+        weight, folded, log_density = summed.count, tie_keys(summed.accumulator), summed.log_density
+    chunk = scaled(folded.value(), 1.0 / weight)
     rate = step_size(step)
     acc = estimator.accumulator_factory().make()
     if running is None or rate == 1.0:
@@ -65,4 +72,4 @@ def stepwise_update(
         acc.from_value(scaled(running, 1.0 - rate))
         acc.combine(scaled(chunk, rate))
     value = acc.value()
-    return estimator.estimate(1.0, value), value, summed.count, summed.log_density
+    return estimator.estimate(1.0, value), value, weight, log_density
