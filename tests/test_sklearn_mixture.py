@@ -220,6 +220,11 @@ def test_a_fit_through_a_cluster_reference_equals_the_in_process_fit(cluster2):
         assert np.array_equal(copy.predict(x), local.predict(x))
         with pytest.raises(TypeError, match="cannot be pickled"):
             pickle.dumps(reference)
+        for _ in range(2):  # partial_fit through the reference: the ranks' chunk, folded there
+            estimator.partial_fit(reference)
+            local.partial_fit(x)
+        for name in ATTRIBUTES:
+            assert relative_difference(getattr(local, name), getattr(estimator, name)) <= 1e-10, name
     finally:
         cluster2.execute_async("h_sklearn.close(); del h_sklearn, x, est").result()
 
