@@ -101,8 +101,9 @@ def test_partial_fit_with_weights_equals_the_rows_repeated_and_refuses_other_fea
 
 @pytest.mark.ranks
 def test_on_two_ranks_weights_beside_the_rows_and_partial_fit_of_handles_equal_one_process(tmp_path):
-    # one spawn of 2 ranks for three checks: weighted rows fit as the rows repeated, a bad weight
-    # names its rank and row, and partial_fit over handles equals partial_fit over the arrays
+    # one spawn of 2 ranks for four checks: weighted rows fit as the rows repeated, a bad weight
+    # names its rank and row, all-zero weights are refused, and partial_fit over handles equals
+    # partial_fit over the arrays
     x = blobs(301, 3, 3)
     w = np.random.default_rng(1).integers(0, 4, size=len(x)).astype(np.float64)
     path, bad_path = tmp_path / "weighted.npy", tmp_path / "bad.npy"
@@ -111,7 +112,7 @@ def test_on_two_ranks_weights_beside_the_rows_and_partial_fit_of_handles_equal_o
     bad[13, -1] = -2.0  # row 13 lies on rank 1 of 2 (rows rank, rank + 2, ...): its row 6
     np.save(bad_path, bad)
     ranks = run_local(weighted_rank_fits, 2, path=str(path), bad_path=str(bad_path))
-    for covariance_type, *per_rank in zip(TYPES, *(fits for fits, _, _ in ranks)):
+    for covariance_type, *per_rank in zip(TYPES, *(fits for fits, *_ in ranks)):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             repeated = GaussianMixture(**settings(covariance_type, x)).fit(np.repeat(x, w.astype(int), axis=0))
@@ -119,13 +120,14 @@ def test_on_two_ranks_weights_beside_the_rows_and_partial_fit_of_handles_equal_o
             for name in ATTRIBUTES:
                 assert relative_difference(fit[name], getattr(repeated, name)) <= RTOL, (covariance_type, name)
             assert fit["n_iter_"] == repeated.n_iter_
-    (_, peer, _), (_, own, _) = ranks
+    (_, peer, *_), (_, own, *_) = ranks
     assert "rank 1" in peer, peer
     assert "sample weight of row 6 of rank 1's rows is -2.0" in own, own
     online = GaussianMixture(**settings("full", x))
     for part in np.array_split(np.arange(len(x)), CHUNKS):
         online.partial_fit(x[part])
-    for _, _, on_ranks in ranks:
+    for _, _, on_ranks, error_of_zeros in ranks:
+        assert "Sample weights must contain at least one non-zero number" in error_of_zeros, error_of_zeros
         for name in ATTRIBUTES:
             assert relative_difference(on_ranks[name], getattr(online, name)) <= RTOL, name
         assert on_ranks["n_iter_"] == CHUNKS

@@ -387,6 +387,13 @@ def kmeans_init(
     seed, sizes, proposals = _open(shard, random_source(rng), exchange)
     if sizes.sum() == 0:
         raise ValueError("no observations to start from")
+    if any(w is not None for w in shard.weights):  # rows that carry sample weights (on every rank alike)
+        local = sum(float(w.sum()) for w in shard.weights if w is not None)
+        if exchange.sum(np.array([local]))[0] <= 0:
+            raise ValueError(
+                f"Sample weights must contain at least one non-zero number: every row's weight is 0 "
+                f"(on all {exchange.world} rank(s))"
+            )
     if init == "random_from_data":
         centres = random_centres(shard, k, seed, sizes, exchange)
         shard.set_origin(centres[0])
