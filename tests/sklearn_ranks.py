@@ -21,6 +21,7 @@ ATTRIBUTES = (
     "lower_bounds_",
 )
 CASES = [(t, d) for t in TYPES for d in (1, 3)]
+CHUNKS = 3  # partial_fit's chunks in weighted_rank_fits
 
 
 def blobs(n: int, d: int, k: int, seed: int = 0) -> np.ndarray:
@@ -85,3 +86,40 @@ def rank_fits(rank, world):
             )
     dist.destroy_process_group()
     return out
+
+
+def weighted_rank_fits(rank, world, path, bad_path):
+    """Each rank reads its rows of ``path`` (points, then the weight column) with the weighted-rows
+    encoder and fits every covariance type from the same start; then builds a handle of
+    ``bad_path`` (a negative weight on one rank); then partial_fit over :data:`CHUNKS` chunks of
+    the points, a handle each. Returns the fitted attributes, the error, the online fit and the error of all-zero weights."""
+    import torch.distributed as dist
+
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    dist.init_process_group("gloo")
+    x = np.load(path)[:, :-1]
+    fits = []
+    fits_encoder = GaussianMixture(2).weighted_rows_encoder(x.shape[1])
+    for covariance_type in TYPES:
+        estimator = GaussianMixture(**settings(covariance_type, x))
+        with TorchRunEncodedData.from_npy(path, encoder=estimator.weighted_rows_encoder(x.shape[1])) as h:
+            fit_quietly(estimator, h)
+            fits.append(fitted(estimator))
+    try:
+        TorchRunEncodedData.from_npy(bad_path, encoder=GaussianMixture(2).weighted_rows_encoder(x.shape[1]))
+        error = "no error"
+    except Exception as exc:  # every rank raises together: the failed rank its own error
+        error = f"{type(exc).__name__}: {exc}"
+    with TorchRunEncodedData(np.column_stack([x, np.zeros(len(x))]), encoder=fits_encoder) as zero:
+        try:
+            GaussianMixture(2, random_state=0).fit(zero)
+            error_of_zeros = "no error"
+        except ValueError as exc:
+            error_of_zeros = str(exc)
+    online = GaussianMixture(**settings("full", x))
+    for part in np.array_split(np.arange(len(x)), CHUNKS):
+        with TorchRunEncodedData(x[part], estimator=online.mixture_estimator(x.shape[1])) as h:
+            online.partial_fit(h)
+    dist.destroy_process_group()
+    return fits, error, fitted(online), error_of_zeros

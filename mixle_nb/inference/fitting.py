@@ -165,6 +165,7 @@ def fit(
     on_step: Callable[[EMStep], None] | None = None,
     device: Any = None,
     checkpoint: str | os.PathLike | EMCheckpoint | None = None,
+    previous_log_density: float | None = None,
 ) -> FitResult:
     """EM from ``n_init`` starts, keeping the one with the best final log-density.
 
@@ -204,6 +205,11 @@ def fit(
     checkpoint : path or EMCheckpoint, optional
         Save the run atomically every step (or every ``EMCheckpoint.every``); if the file
         exists, continue from it, step for step the run it saved.
+    previous_log_density : float, optional
+        Continue a run that ended at ``init`` (a model): its last ``FitResult.log_density``
+        over the same data. The first iteration's gain is taken against it, so a run that had
+        converged stops after one iteration (scikit-learn's ``warm_start``); ``None``: against
+        ``-inf``, so the first iteration never stops a run.
 
     Returns
     -------
@@ -248,6 +254,8 @@ def fit(
             "n_init > 1 needs a start name (init='kmeans++', ...), not a model: "
             "every restart would start from the same model"
         )
+    if previous_log_density is not None and start_model is None:
+        raise ValueError("previous_log_density continues a run from its model: pass init=<that model>")
     if is_handle(data):
         if enc_data is not None:
             raise ValueError("fit got a handle as data and enc_data= too: pass the handle once, fit(h, est)")
@@ -269,6 +277,8 @@ def fit(
     finals = resumed["finals"] if resumed else []
     for start in range(resumed["start"] if resumed else 0, n_init):
         begun = resumed["run"] if resumed and start == resumed["start"] else None
+        if begun is None and previous_log_density is not None and start_model is not None:
+            begun = (start_model, float(previous_log_density), [])
         model = (
             begun[0]
             if begun
@@ -314,7 +324,8 @@ def optimize(
         The start model: the same as ``init=<model>``.
     **fit_options
         Any keyword of :func:`fit` (``enc_data``, ``init``, ``n_init``, ``max_its``,
-        ``delta``, ``tol``, ``init_p``, ``rng``, ``out``, ``on_step``, ``device``, ``checkpoint``).
+        ``delta``, ``tol``, ``init_p``, ``rng``, ``out``, ``on_step``, ``device``, ``checkpoint``,
+        ``previous_log_density``).
 
     Returns
     -------

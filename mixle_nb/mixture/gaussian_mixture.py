@@ -20,13 +20,23 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import inference
-from ..stats import EMStep, MixtureDistribution, MixtureEstimator, seq_encode, seq_log_density_sum
+from ..stats import (
+    DegenerateComponentError,
+    EMStep,
+    MixtureDistribution,
+    MixtureEstimator,
+    seq_encode,
+    seq_log_density_sum,
+)
 from ..stats.base import Distribution, Estimator
 from ..stats.estimation import is_handle
+from ..stats.frame import PointEncoding, with_weights
 from ..stats.handle import EncodedDataHandle
 from ..stats.kmeans import encoded_points
 from . import scikit_internals
 from .initial_parameters import checked_means, checked_precisions, checked_weights
+from .sample_weights import checked_sample_weight
+from .stepwise import stepwise_update
 from .translation import (
     covariances_from_precisions,
     mixture_estimator,
@@ -35,10 +45,21 @@ from .translation import (
     precisions_cholesky,
     precisions_from_cholesky,
 )
+from .weighted_rows import WeightedRowsEncoder
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
+# scikit-learn's message when a component's covariance cannot be estimated
+ILL_DEFINED = (
+    "Fitting the mixture model failed because some components have ill-defined empirical covariance "
+    "(for instance caused by singleton or collapsed samples). Try to decrease the number of components, "
+    "increase reg_covar, or scale the input data."
+)
+SAMPLE_WEIGHT_ON_RANKS = (
+    "sample_weight is taken with an array X only: on ranks the weights live beside the rows, "
+    "as their last column; build the handle with encoder=gm.weighted_rows_encoder(n_features)"
+)
 # scikit-learn's start names, as our starts (mixle_nb.inference.initial_model). Both k-means
 # names take our k-means‖ start (k-means++ seeding where the data live, one Lloyd pass, then a
 # labelled M-step); "random" gives every observation random responsibilities.
@@ -82,7 +103,10 @@ def _handle_features(handle: Any) -> int:
 def _on_rank(handle: EncodedDataHandle, estimator: GaussianMixture, method: str) -> Any:
     """What a cluster reference runs on every rank: the same method on the rank's handle."""
     out = getattr(estimator, method)(handle)
-    return out if method != "fit" else {name: value for name, value in vars(out).items() if name in FITTED}
+    if method not in ("fit", "partial_fit"):
+        return out
+    kept = (*FITTED, "_stepwise", "_weight_total")  # partial_fit's running statistics travel too
+    return {name: value for name, value in vars(out).items() if name in kept}
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -110,14 +134,15 @@ class GaussianMixture(DensityMixin, BaseEstimator):
     original observation order. Where ours differ: the k-means starts (``init_params="kmeans"``
     and ``"k-means++"``) are our k-means‖ start, and ``"random"`` our random responsibilities,
     so a fit agrees with scikit-learn's exactly from a given start (``weights_init``,
-    ``means_init``, ``precisions_init``); with ``warm_start`` the first iteration is never
-    taken as converged. ``device`` (keyword-only; ``"cpu"``, ``"cuda"``, a ``torch.device``)
+    ``means_init``, ``precisions_init``). ``device`` (keyword-only; ``"cpu"``, ``"cuda"``, a ``torch.device``)
     is where an array is encoded and the E-step runs.
 
     A handle holds Gaussian observations: build it with ``estimator=gm.mixture_estimator(n_features)``
     (or any of our Gaussian estimators).
     """
 
+    lower_bounds_: list[float]
+    n_features_in_: int
     _parameter_constraints: dict = {**scikit_internals.parameter_constraints(), "device": [None, str, torch.device]}
 
     def __init__(
@@ -159,9 +184,35 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         """The ``MixtureEstimator`` EM runs with (also what to build a handle with)."""
         return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar)
 
+    def weighted_rows_encoder(self, n_features: int) -> WeightedRowsEncoder:
+        """The encoder of rows that carry their sample weight as a last column.
+
+        Build a handle with it (``TorchRunEncodedData(rows, encoder=...)``, ``from_npy``,
+        ``from_files``) and ``fit`` weighs every row by its weight on the rank that holds it.
+
+        Parameters
+        ----------
+        n_features : int
+            ``D``: the rows are ``(n_samples, D + 1)``, the weight last.
+
+        Returns
+        -------
+        WeightedRowsEncoder
+            The encoder.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.mixture import GaussianMixture
+        >>> enc = GaussianMixture(2).weighted_rows_encoder(1).seq_encode(np.array([[0.0, 2.0], [1.0, 1.0]]))
+        >>> enc.weights.tolist()
+        [2.0, 1.0]
+        """
+        return WeightedRowsEncoder(self.mixture_estimator(n_features).accumulator_factory().make().acc_to_encoder())
+
     # -- fitting ----------------------------------------------------------------------------
 
-    def fit(self, X: Any, y: ArrayLike | None = None) -> Self:
+    def fit(self, X: Any, y: ArrayLike | None = None, sample_weight: ArrayLike | None = None) -> Self:
         """Estimate the parameters with EM from ``n_init`` starts; keep the best.
 
         Parameters
@@ -170,6 +221,12 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             The observations (see the class docstring).
         y : None
             Ignored (scikit-learn's signature).
+        sample_weight : array-like of shape (n_samples,), optional
+            A non-negative weight per row (an array ``X`` only): a row of integer weight ``w``
+            counts as ``w`` copies of it, in EM and in the k-means and random starts, and
+            ``lower_bound_`` is the weighted mean log-density. ``None``: every row weighs 1.
+            On ranks the weights live beside the rows instead: build the handle with
+            :meth:`weighted_rows_encoder`.
 
         Returns
         -------
@@ -179,10 +236,24 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            On a bad parameter or ``X`` (scikit-learn's messages, from its parameter
-            constraints, ``validate_data`` and the ``*_init`` checks).
+            On a bad parameter, ``X`` or ``sample_weight`` (scikit-learn's messages, from its
+            parameter constraints, ``validate_data`` and the ``*_init`` checks), before any
+            step; or when a start collapses a component (scikit-learn's "ill-defined empirical
+            covariance" message). A collapse in a later EM iteration instead keeps the last
+            good model, with a ``ConvergenceWarning`` (scikit-learn issue #18216).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.mixture import GaussianMixture
+        >>> x = np.array([[0.0], [0.2], [5.0], [5.2]])
+        >>> gm = GaussianMixture(2, random_state=0).fit(x, sample_weight=[1, 3, 1, 1])
+        >>> np.round(np.sort(gm.means_.ravel()), 2)
+        array([0.15, 5.1 ])
         """
         scikit_internals.validate_params(self)
+        if sample_weight is not None and (is_reference(X) or is_handle(X)):
+            raise ValueError(SAMPLE_WEIGHT_ON_RANKS)
         if is_reference(X):
             fitted = X.call_with_handle(_on_rank, self, "fit")
             for name in FITTED:
@@ -190,24 +261,133 @@ class GaussianMixture(DensityMixin, BaseEstimator):
             self.__dict__.update(fitted)
             self._warn_unless_converged()  # the ranks' warning stays on the ranks
             return self
-        data, count, n_features = self._fit_data(X)
+        self.__dict__.pop("_stepwise", None)  # a fit starts afresh; partial_fit continues from it
+        data, rows, n_features = self._fit_data(X)
+        weights = None if sample_weight is None else checked_sample_weight(sample_weight, rows)
+        count = float(rows) if weights is None else float(weights.sum())
         initial = self._initial_parameters(n_features)
         estimator = self.mixture_estimator(n_features)
         enc = data if is_handle(data) else seq_encode(data, estimator=estimator, device=self.device)
+        if weights is not None:
+            enc = with_weights(cast(PointEncoding, enc), weights)  # an array X: our Gaussian encoding
         warm = self.warm_start and hasattr(self, "converged_")
         rng = check_random_state(self.random_state)
         best = None
         for start in range(1 if warm else self.n_init):
-            if warm:
-                model = self._model()
+            if warm:  # scikit-learn's warm start: the first gain is against the last fit's bound
+                previous = self.lower_bound_ * getattr(self, "_weight_total", count)
+                result = self._em(enc, estimator, self._model(), count, start, previous)
             else:
-                model = self._start(enc, estimator, rng, initial)
-            result = self._em(enc, estimator, model, count, start)
+                result = self._em(enc, estimator, self._start(enc, estimator, rng, initial), count, start)
             if best is None or result.log_density > best.log_density or best.log_density == -np.inf:
                 best = result
         self._set_fitted(cast(inference.FitResult, best), count)  # n_init >= 1: a start ran
         self._warn_unless_converged()
         return self
+
+    def partial_fit(self, X: Any, y: ArrayLike | None = None, sample_weight: ArrayLike | None = None) -> Self:
+        """Fold one chunk of rows into the fit: one step of stepwise EM (online EM).
+
+        The running sufficient statistics move towards the chunk's, taken under the current
+        model, by a step ``η_t = (t + 2)^-0.3`` (``t`` chunks folded before; Cappé and Moulines,
+        Liang and Klein), and the model is their M-step: see :mod:`mixle_nb.mixture.stepwise`,
+        which says why stepwise rather than incremental EM. The first call starts from its
+        chunk (the start of ``init_params`` and any ``*_init`` on it), or from the fitted
+        parameters after :meth:`fit`; :meth:`fit` starts afresh. Passes over the chunks of a
+        dataset reach its batch fit. ``n_iter_`` counts the chunks folded, ``lower_bound_``
+        is the last chunk's mean log-density under the model it was folded under (and
+        ``lower_bounds_`` every chunk's); ``converged_`` stays ``False``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), handle or cluster reference
+            One chunk of rows (at least ``n_components`` in the first); or a handle holding
+            every rank's rows of the chunk (a ``TorchRunEncodedData`` built for this chunk,
+            e.g. ``from_npy`` of the chunk's file, and ``partial_fit`` called on every rank),
+            whose statistics are folded across the ranks; or ``mixle.handle(name)``, a
+            reference to such a handle on the cluster's ranks. The lower bound of a handle's
+            chunk takes a second pass.
+        y : None
+            Ignored (scikit-learn's signature).
+        sample_weight : array-like of shape (n_samples,), optional
+            A non-negative weight per row of an array (see :meth:`fit`; on ranks, weighted
+            rows: :meth:`weighted_rows_encoder`).
+
+        Returns
+        -------
+        GaussianMixture
+            ``self``, updated.
+
+        Raises
+        ------
+        ValueError
+            On a bad parameter, chunk or ``sample_weight``, and on a chunk whose number of
+            features differs from the first's (scikit-learn's messages), before any work.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.mixture import GaussianMixture
+        >>> rng = np.random.default_rng(0)
+        >>> x = np.concatenate([rng.normal(0, 1, (500, 1)), rng.normal(8, 1, (500, 1))])
+        >>> rng.shuffle(x)
+        >>> gm = GaussianMixture(2, random_state=0)
+        >>> for chunk in np.array_split(x, 10):
+        ...     gm = gm.partial_fit(chunk)
+        >>> np.round(np.sort(gm.means_.ravel()))
+        array([0., 8.])
+        """
+        scikit_internals.validate_params(self)
+        if sample_weight is not None and (is_reference(X) or is_handle(X)):
+            raise ValueError(SAMPLE_WEIGHT_ON_RANKS)
+        if is_reference(X):
+            self.__dict__.update(X.call_with_handle(_on_rank, self, "partial_fit"))
+            return self
+        running = getattr(self, "_stepwise", None)
+        fitted = hasattr(self, "converged_")
+        enc, n_features = self._chunk(X, fitted, sample_weight)
+        estimator = self.mixture_estimator(n_features)
+        if fitted:
+            model = self._model()
+        else:
+            initial = self._initial_parameters(n_features)
+            model = self._start(enc, estimator, check_random_state(self.random_state), initial)
+        step = 0 if running is None else running[1]
+        try:
+            new, value, weight, log_density = stepwise_update(
+                enc, estimator, model, None if running is None else running[0], step
+            )
+        except DegenerateComponentError as error:
+            raise ValueError(f"{ILL_DEFINED} ({error}.)") from error
+        bounds = [*self.lower_bounds_] if running is not None else []
+        self._set_fitted(inference.FitResult(new, log_density, [], False, step + 1, "model"), weight)
+        self.lower_bounds_ = [*bounds, self.lower_bound_]
+        self._stepwise = (value, step + 1)
+        return self
+
+    def _chunk(self, X: Any, fitted: bool, sample_weight: ArrayLike | None) -> tuple[Any, int]:
+        """``(encoding or handle, n_features)`` of a ``partial_fit`` chunk, checked as
+        scikit-learn checks it (the first sets ``n_features_in_``, the rest must match)."""
+        if is_handle(X):
+            count, n_features = len(X), _handle_features(X)
+            if fitted and n_features != self.n_features_in_:
+                raise ValueError(
+                    f"X has {n_features} features, but GaussianMixture is expecting "
+                    f"{self.n_features_in_} features as input."
+                )
+            self.n_features_in_ = n_features
+            enc: Any = X
+        else:
+            X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=not fitted), dtype=np.float64)
+            count, n_features = X.shape
+            enc = seq_encode(X, estimator=self.mixture_estimator(n_features), device=self.device)
+            if sample_weight is not None:
+                enc = with_weights(cast(PointEncoding, enc), checked_sample_weight(sample_weight, count))
+        if not fitted and count < self.n_components:
+            raise ValueError(
+                f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {count}"
+            )
+        return enc, n_features
 
     def _warn_unless_converged(self) -> None:
         if not self.converged_ and self.max_iter > 0:
@@ -218,9 +398,38 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 stacklevel=3,
             )
 
-    def fit_predict(self, X: Any, y: ArrayLike | None = None) -> np.ndarray:
-        """``fit(X).predict(X)``."""
-        return self.fit(X).predict(X)
+    def fit_predict(self, X: Any, y: ArrayLike | None = None, sample_weight: ArrayLike | None = None) -> np.ndarray:
+        """``fit(X, sample_weight=sample_weight).predict(X)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), handle or cluster reference
+            The observations (see the class docstring).
+        y : None
+            Ignored (scikit-learn's signature).
+        sample_weight : array-like of shape (n_samples,), optional
+            A non-negative weight per row (see :meth:`fit`).
+
+        Returns
+        -------
+        numpy.ndarray
+            Each row's most responsible component, shape ``(n_samples,)``.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`fit` does.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.mixture import GaussianMixture
+        >>> x = np.array([[0.0], [0.2], [5.0], [5.2]])
+        >>> labels = GaussianMixture(2, random_state=0).fit_predict(x, sample_weight=[1, 3, 1, 1])
+        >>> bool(labels[0] == labels[1] and labels[1] != labels[2])
+        True
+        """
+        return self.fit(X, sample_weight=sample_weight).predict(X)
 
     def _fit_data(self, X: Any) -> tuple[Any, int, int]:
         """``(data, count, n_features)``, checked as scikit-learn does."""
@@ -256,16 +465,29 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         return given
 
     def _start(self, enc: Any, estimator: Estimator, rng: Any, initial: dict) -> MixtureDistribution:
-        """The start: the given parameters over our start of ``init_params`` for the rest."""
+        """The start: the given parameters over our start of ``init_params`` for the rest; a
+        start whose M-step collapses a component raises scikit-learn's ``ValueError``."""
         if len(initial) < 3:
-            started = inference.initial_model(enc, estimator, STARTS[self.init_params], rng, init_p=1.0)
+            try:
+                started = inference.initial_model(enc, estimator, STARTS[self.init_params], rng, init_p=1.0)
+            except DegenerateComponentError as error:
+                raise ValueError(f"{ILL_DEFINED} (The start's {error}.)") from error
             initial = {
                 **dict(zip(("weights", "means", "covariances"), parameters_from_model(self.covariance_type, started))),
                 **initial,
             }
         return model_from_parameters(self.covariance_type, initial["weights"], initial["means"], initial["covariances"])
 
-    def _em(self, enc: Any, estimator: Estimator, model: Distribution, count: int, start: int) -> inference.FitResult:
+    def _em(
+        self,
+        enc: Any,
+        estimator: Estimator,
+        model: Distribution,
+        count: float,
+        start: int,
+        previous: float | None = None,
+    ) -> inference.FitResult:
+        """One start's EM (``previous``: the total log-density a warm start continues from)."""
         if self.verbose:
             print(f"Initialization {start}")
         if self.max_iter == 0:
@@ -279,22 +501,47 @@ class GaussianMixture(DensityMixin, BaseEstimator):
                 clock[0] = now
 
         # scikit-learn's stopping rule is ours: |change in the mean log-density| < tol (0: never)
-        result = inference.fit(
-            None,
-            estimator,
-            enc_data=enc,
-            init=model,
-            max_its=self.max_iter,
-            tol=self.tol,
-            out=None,
-            on_step=report,
-        )
+        try:
+            result = inference.fit(
+                None,
+                estimator,
+                enc_data=enc,
+                init=model,
+                max_its=self.max_iter,
+                tol=self.tol,
+                out=None,
+                on_step=report,
+                previous_log_density=previous,
+            )
+        except inference.FitError as error:
+            if not isinstance(error.__cause__, DegenerateComponentError):
+                raise
+            result = self._kept_before_collapse(enc, error, count)
         if self.verbose:
             state = "converged" if result.converged else "did not converge"
             print(f"Initialization {state}. lower bound {result.log_density / count:.5f}.")
         return result
 
-    def _set_fitted(self, result: inference.FitResult, count: int) -> None:
+    def _kept_before_collapse(self, enc: Any, error: inference.FitError, count: float) -> inference.FitResult:
+        """The last good model of a start whose M-step collapsed a component (scikit-learn
+        issue #18216): the failed iteration counts, its E-step's log-density is the bound."""
+        kept = len(error.history) + 1
+        warnings.warn(
+            f"EM iteration {kept} collapsed a component ({error.__cause__}); keeping the model of "
+            f"iteration {kept - 1}. Try to decrease the number of components, increase reg_covar, "
+            "or scale the input data.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+        _, total = seq_log_density_sum(enc, error.model)
+        last = EMStep(error.model, count, float(total), step=kept)
+        return inference.FitResult(error.model, float(total), [*error.history, last], False, kept, "model")
+
+    def _set_fitted(self, result: inference.FitResult, count: float) -> None:
+        """The fitted attributes from ``result``; the bounds are per unit of weight (the
+        steps' own count: on a handle of weighted rows, the ranks' total weight)."""
+        count = result.history[-1].count if result.history else count
+        self._weight_total = count
         kind = self.covariance_type
         self.weights_, self.means_, self.covariances_ = parameters_from_model(kind, result.model)
         self.precisions_cholesky_ = precisions_cholesky(kind, self.covariances_)
@@ -371,5 +618,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         counts = rng.multinomial(n_samples, self.weights_)
         generator = np.random.default_rng(rng.randint(2**31 - 1))
         model = self._model()
-        x = np.concatenate([c.draw(generator, int(m)).reshape(int(m), -1) for c, m in zip(model.components, counts)])
+        d = self.means_.shape[1]
+        x = np.concatenate([c.draw(generator, int(m)).reshape(int(m), d) for c, m in zip(model.components, counts)])
         return x, np.repeat(np.arange(self.n_components), counts)

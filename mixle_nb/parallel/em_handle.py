@@ -40,6 +40,7 @@ from ..stats.estimation import (
     accumulate,
     log_density_total,
     m_step,
+    sample_weights,
     takes_device,
     tie_keys,
 )
@@ -665,6 +666,9 @@ class TorchRunEncodedData(GroupHandle):
                     acc, included = estimator.accumulator_factory().make(), 0.0
                     for enc, n in zip(self.chunks[first:end], self.resident.counts[first:end]):
                         weights = (weight_rng.rand(n) <= p).astype(np.float64)
+                        carried = sample_weights(enc)  # rows that carry sample weights weigh by them
+                        if carried is not None:
+                            weights = weights * carried.cpu().numpy()
                         acc.seq_initialize(enc, weights, local_rng)
                         included += float(weights.sum())
                     pieces.append(Accumulated(included, acc, 0.0))

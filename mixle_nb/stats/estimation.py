@@ -6,9 +6,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
 import numpy as np
+import torch
 
 from . import foreign
 from .base import Accumulator, Distribution, Estimator, random_source, total
@@ -208,7 +209,9 @@ def accumulate(
     """The E-step over encoded chunks into one accumulator, and the log-density of ``model``.
 
     Unit weights are ``None``, so no array of ones is built or sent to the encoding's device
-    every step (another package's accumulator gets the array it requires).
+    every step (another package's accumulator gets the array it requires). A chunk whose rows
+    carry sample weights (:func:`~mixle_nb.stats.frame.with_weights`) counts their sum, and its
+    log-density is their weighted sum.
 
     Parameters
     ----------
@@ -248,15 +251,26 @@ def accumulate(
     acc = foreign.accumulator(estimator)
     if counts is None:
         counts = [encoded_count(enc, estimator) for enc in chunks]
+    counted: list[float] = []
     summed = 0.0
-    for enc in chunks:
-        log_density = acc.seq_update(enc, None, model)
+    for enc, n in zip(chunks, counts):
+        weights = sample_weights(enc)
+        counted.append(float(n) if weights is None else total(weights))
+        log_density = acc.seq_update(enc, cast(Any, weights), model)  # ours take weights on the encoding's device
         if model is not None:
             if log_density is None and with_log_density:
                 summed += log_density_total(model, enc)
+            elif log_density is not None and weights is not None:
+                kept = weights > 0  # a row of weight 0 adds nothing, even where impossible (-inf)
+                summed += total(weights[kept] * torch.as_tensor(log_density, device=weights.device)[kept])
             else:
                 summed += total(log_density) if log_density is not None else float("nan")
-    return Accumulated(float(sum(counts)), acc, summed if model is not None else float("nan"))
+    return Accumulated(float(sum(counted)), acc, summed if model is not None else float("nan"))
+
+
+def sample_weights(enc: Any) -> torch.Tensor | None:
+    """The sample weights ``enc``'s rows carry (``None``: every row weighs 1)."""
+    return enc.weights if isinstance(enc, PointEncoding) else None
 
 
 def log_density_total(model: Distribution, enc: Any) -> float:
@@ -444,6 +458,9 @@ def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distri
     if not isinstance(rng, np.random.RandomState):  # ours take either; a RandomState passes
         rng = random_source(rng)  # through unchanged to mixle's (foreign.ForeignAccumulator)
     weights = initial_weights(encoded_count(enc, estimator), rng, p)
+    rows_weights = sample_weights(enc)
+    if rows_weights is not None:
+        weights = weights * rows_weights.cpu().numpy()
     acc = foreign.accumulator(estimator)
     if isinstance(enc, PointEncoding) and len(enc) and hasattr(acc, "set_reference"):
         acc.set_reference(enc.points[:, 0].cpu().numpy())  # one process: centre on the data (see centred_moments)

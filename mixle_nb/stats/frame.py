@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -61,11 +61,13 @@ STORED_FEATURES_MAX_DIM = 16
 class PointEncoding:
     """Observations as the columns of ``points`` (D, N), contiguous on their device; a full
     family's also with ``features`` (1 + D + D(D+1)/2, N) of ``y = x - origin``
-    (:func:`frame_features`)."""
+    (:func:`frame_features`); ``weights`` (N,), where given, are the rows' sample weights
+    (:func:`with_weights`)."""
 
     points: torch.Tensor
     origin: np.ndarray | None = None
     features: torch.Tensor | None = None
+    weights: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.points.shape[1]
@@ -85,7 +87,14 @@ class PointEncoding:
 
     def rows(self, start: int, stop: int) -> PointEncoding:
         features = None if self.features is None else self.features[:, start:stop]
-        return PointEncoding(self.points[:, start:stop], self.origin, features)
+        weights = None if self.weights is None else self.weights[start:stop]
+        return PointEncoding(self.points[:, start:stop], self.origin, features, weights)
+
+
+def with_weights(enc: PointEncoding, weights: np.ndarray) -> PointEncoding:
+    """``enc`` whose rows carry the sample ``weights`` (N,), placed on its device: every E-step,
+    count and k-means start then weighs each row by its weight."""
+    return replace(enc, weights=float_tensor(weights).to(enc.device))
 
 
 def point_encoding(x: np.ndarray, device: torch.device, products: bool = False) -> PointEncoding:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .base import CPU, Distribution, Estimator, random_source
-from .estimation import m_step
+from .estimation import m_step, sample_weights
 from .frame import PointEncoding
 from .mixture import MixtureAccumulator, block_rows, blocks
 
@@ -81,10 +81,12 @@ class _Shard:
     """A rank's points, (D, N) per chunk. Distances are taken relative to an ``origin`` shared
     by every rank (the first centre), so data far from zero keep their precision: squared
     norms ``|x - origin|²`` are computed once, when the origin is set. Distances are taken on
-    the encodings' device; centres, candidates and per-centre sums are small host arrays."""
+    the encodings' device; centres, candidates and per-centre sums are small host arrays.
+    ``weights``: each chunk's sample weights (``None``: every row weighs 1)."""
 
     def __init__(self, chunks: Sequence[Any]):
         self.points = [encoded_points(enc) for enc in chunks]
+        self.weights = [sample_weights(enc) for enc in chunks]
         self.sizes = [x.shape[1] for x in self.points]
         self.dim = self.points[0].shape[0] if self.points else 0
         self.device = self.points[0].device if self.points else CPU
@@ -105,6 +107,11 @@ class _Shard:
         """Per chunk, each point's squared distance to its nearest centre and that centre's index."""
         origin, norms = self.frame()
         return [_nearest(x, norm, centres, origin) for x, norm in zip(self.points, norms)]
+
+
+def _host(weights: torch.Tensor | None) -> np.ndarray | None:
+    """Sample weights as a host array (``None`` stays ``None``)."""
+    return None if weights is None else weights.cpu().numpy()
 
 
 def squared_norms(x: torch.Tensor, origin: np.ndarray) -> torch.Tensor:
@@ -223,9 +230,11 @@ def kmeans_parallel_centres(
     ell = oversampling * k
     cap = int(math.ceil(4 * ell))
     for _ in range(rounds):
-        local_cost = sum(float(d2.sum()) for d2, _ in nearest)
-        # u / d² (inf at d² = 0); u drawn on the host, so a seed gives the same start on any device
-        ratio = [torch.from_numpy(local_rng.random(len(d2))).to(d2.device).div_(d2) for d2, _ in nearest]
+        # a row's cost is w·d², its sample weight times its squared distance
+        costs = [d2 if w is None else d2 * w for (d2, _), w in zip(nearest, shard.weights)]
+        local_cost = sum(float(c.sum()) for c in costs)
+        # u / cost (inf at 0); u drawn on the host, so a seed gives the same start on any device
+        ratio = [torch.from_numpy(local_rng.random(len(c))).to(c.device).div_(c) for c in costs]
         ratio_all = torch.cat(ratio) if ratio else torch.zeros(0, dtype=torch.float64)
         order = torch.nonzero(ratio_all * local_cost < ell).flatten()
         if len(order) > cap:
@@ -249,8 +258,8 @@ def kmeans_parallel_centres(
             nearest[i] = (torch.where(closer, d2_new, d2), torch.where(closer, index_new + len(candidates), index))
         candidates = np.concatenate([candidates, new])
     counts = np.zeros(len(candidates))
-    for _, index in nearest:
-        counts += np.bincount(index.cpu().numpy(), minlength=len(candidates))
+    for (_, index), w in zip(nearest, shard.weights):
+        counts += np.bincount(index.cpu().numpy(), weights=_host(w), minlength=len(candidates))
     weights = exchange.sum(counts)
     reduced = np.zeros((k, candidates.shape[1]))
     if exchange.rank == 0:
@@ -302,13 +311,14 @@ def lloyd(shard: _Shard, centres: np.ndarray, exchange: Exchange, iterations: in
     k, d = centres.shape
     for _ in range(iterations):
         stats = np.zeros((k, d + 1))
-        for x, (_, index) in zip(shard.points, shard.nearest(centres)):
-            stats[:, 0] += np.bincount(index.cpu().numpy(), minlength=k)
-            sums = torch.zeros(k, d, dtype=torch.float64, device=x.device).index_add_(0, index, x.T)
+        for x, w, (_, index) in zip(shard.points, shard.weights, shard.nearest(centres)):
+            stats[:, 0] += np.bincount(index.cpu().numpy(), weights=_host(w), minlength=k)
+            rows = x.T if w is None else x.T * w[:, None]
+            sums = torch.zeros(k, d, dtype=torch.float64, device=x.device).index_add_(0, index, rows)
             stats[:, 1:] += sums.cpu().numpy()
         stats = exchange.sum(stats.ravel()).reshape(k, d + 1)
         mass = stats[:, :1]
-        moved = np.where(mass > 0, stats[:, 1:] / np.maximum(mass, 1.0), centres)
+        moved = np.where(mass > 0, stats[:, 1:] / np.where(mass > 0, mass, 1.0), centres)
         shift = float(((moved - centres) ** 2).sum())
         centres = moved
         if shift <= tol * tol * float(((centres - centres.mean(axis=0)) ** 2).sum()):
@@ -320,21 +330,39 @@ def model_from_centres(
     chunks: Sequence[Any], shard: _Shard, estimator: Estimator, centres: np.ndarray, exchange: Exchange
 ) -> Distribution:
     """The mixture estimated from hard labels: each observation wholly in its nearest centre's
-    component. One pass and one fold; the same model on every rank."""
+    component, shared equally among centres that coincide (fewer distinct points than
+    components), so that none is left empty. One pass and one fold; the same model on every rank."""
     acc = estimator.accumulator_factory().make()
     k = len(centres)
     count = 0.0
     if not isinstance(acc, MixtureAccumulator):
         raise TypeError(f"a k-means start needs our mixture estimator; got {type(estimator).__name__}")
     origin, chunk_norms = shard.frame()
+    shares = _shares(centres)
     for enc, norms in zip(chunks, chunk_norms):
         for start, stop, block in blocks(enc, k):
             _, index = _nearest(encoded_points(block), norms[start:stop], centres, origin)
-            resp = torch.zeros(k, stop - start, dtype=torch.float64, device=index.device)
-            resp[index, torch.arange(stop - start, device=index.device)] = 1.0
+            weights = sample_weights(block)
+            if shares is None:
+                resp = torch.zeros(k, stop - start, dtype=torch.float64, device=index.device)
+                resp[index, torch.arange(stop - start, device=index.device)] = 1.0 if weights is None else weights
+            else:
+                resp = shares.to(index.device)[:, index]
+                if weights is not None:
+                    resp *= weights
             acc.seq_update_responsibilities(block, resp, references=centres)  # the same on every rank
-            count += stop - start
+            count += stop - start if weights is None else float(weights.sum())
     return m_step(estimator, exchange.fold(estimator, count, acc), acc)
+
+
+def _shares(centres: np.ndarray) -> torch.Tensor | None:
+    """``(K, K)``: column ``j`` spreads a point nearest centre ``j`` evenly over the centres
+    equal to it; ``None`` when the centres are distinct (each point wholly its nearest's)."""
+    _, group, sizes = np.unique(centres, axis=0, return_inverse=True, return_counts=True)
+    if len(sizes) == len(centres):
+        return None
+    group = group.ravel()
+    return torch.from_numpy((group[:, None] == group[None, :]) / sizes[group][None, :])
 
 
 def kmeans_init(
@@ -359,6 +387,13 @@ def kmeans_init(
     seed, sizes, proposals = _open(shard, random_source(rng), exchange)
     if sizes.sum() == 0:
         raise ValueError("no observations to start from")
+    if any(w is not None for w in shard.weights):  # rows that carry sample weights (on every rank alike)
+        local = sum(float(w.sum()) for w in shard.weights if w is not None)
+        if exchange.sum(np.array([local]))[0] <= 0:
+            raise ValueError(
+                f"Sample weights must contain at least one non-zero number: every row's weight is 0 "
+                f"(on all {exchange.world} rank(s))"
+            )
     if init == "random_from_data":
         centres = random_centres(shard, k, seed, sizes, exchange)
         shard.set_origin(centres[0])
