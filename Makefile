@@ -67,10 +67,22 @@ check: venv
 	$(PY) -m mypy
 	OMP_NUM_THREADS=1 MIXLE_STRICT=1 $(PY) -m pytest -q -p no:cacheprovider -m "$(FAST)"
 
-# Coverage of mixle_nb's lines in every process the tests start (engines, kernels, ranks: see
-# [tool.coverage.run] in pyproject.toml), combined; below [tool.coverage.report] fail_under, it fails.
+# The whole suite in two lanes, one per core: the tests that mostly wait on other programs
+# (SIDE: the simulated hosts' sshd, Slurm and MPI; the suites of scikit-learn and hmmlearn in
+# subprocesses) beside all the others. Coverage of mixle_nb's lines in every process either lane
+# starts (engines, kernels, ranks: see [tool.coverage.run] in pyproject.toml) is combined at the
+# end; below [tool.coverage.report] fail_under, it fails, as does a failure in either lane.
+SIDE := multihost or mpi or slurm or subprocess
+TEST_ENV := OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM)
+SIDE_LOG := .side-lane.log
+
 test: venv browser multihost slurm mpi
-	OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q --cov --cov-report=term-missing --durations=25
+	rm -f .coverage .coverage.* $(SIDE_LOG)
+	$(TEST_ENV) $(PY) -m coverage run -m pytest -q -p no:cacheprovider -m "$(SIDE)" --durations=10 > $(SIDE_LOG) 2>&1 & side=$$!; \
+	$(TEST_ENV) $(PY) -m coverage run -m pytest -q -m "not ($(SIDE))" --durations=25; main=$$?; \
+	wait $$side; side_rc=$$?; echo "=== beside it, the tests marked $(SIDE):"; cat $(SIDE_LOG); \
+	$(PY) -m coverage combine -q && $(PY) -m coverage report; cov=$$?; \
+	test $$main -eq 0 && test $$side_rc -eq 0 && test $$cov -eq 0
 
 demo: venv
 	$(PY) -m mixle_nb.demo

@@ -1,13 +1,13 @@
 """Shared fixtures: one 2-engine MixleCluster for the whole session (starting one costs seconds),
-and the fast tier's guard (tests/fast_tier.py): under a ``-m`` that deselects the process
-markers, starting such a process fails the test that did, naming the marker it lacks."""
+and the fast tier's guard (tests/fast_tier.py): under a ``-m`` that deselects every process
+marker, starting such a process fails the test that did, naming the marker it lacks."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-from fast_tier import FIXTURE_MARKERS, Guard, deselected_markers
+from fast_tier import FIXTURE_MARKERS, PROCESS_MARKERS, Guard, starts_nothing
 
 # Engines are child processes and inherit this: functions defined in test modules pickle by
 # reference (module + name), so the engines must be able to import those modules.
@@ -19,9 +19,8 @@ _guard: Guard | None = None
 
 def pytest_configure(config: pytest.Config) -> None:
     global _guard
-    guarded = deselected_markers(config)
-    if guarded:
-        _guard = Guard(guarded)
+    if starts_nothing(config):
+        _guard = Guard(PROCESS_MARKERS)
         _guard.install()
 
 

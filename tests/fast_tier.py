@@ -5,9 +5,11 @@ Every test that starts processes carries the marker of what it starts (pyproject
 a JupyterLab server), ``ranks`` (torch.distributed ranks in subprocesses: ``run_local``, torchrun,
 a script that runs them), ``subprocess`` (any other Python program: another package's test
 suite), ``browser``, ``multihost``, ``mpi``, ``slurm``. ``make check`` deselects
-them all; in a run whose ``-m`` deselects a kind, :class:`Guard` makes starting that kind raise,
+them all; in such a run (:func:`starts_nothing`), :class:`Guard` makes starting any of them raise,
 naming the missing marker, so a test that starts something without its marker fails the fast
-tier instead of slowing it down unnoticed. tests/conftest.py installs it.
+tier instead of slowing it down unnoticed. tests/conftest.py installs it. A run that deselects
+only some kinds (``make test``'s two lanes) is not guarded: there a test selected by one marker
+may start processes of another kind (a ``multihost`` test starts a cluster on its hosts).
 """
 
 from __future__ import annotations
@@ -135,3 +137,8 @@ def deselected_markers(config: pytest.Config) -> tuple[str, ...]:
 
     compiled = Expression.compile(expression)
     return tuple(m for m in PROCESS_MARKERS if not compiled.evaluate(lambda name, /, **kw: name == m))
+
+
+def starts_nothing(config: pytest.Config) -> bool:
+    """Whether the run's ``-m`` deselects every process marker (the fast tier, ``make check``)."""
+    return set(deselected_markers(config)) == set(PROCESS_MARKERS)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from fast_tier import PROCESS_MARKERS, Guard, deselected_markers, starter_kind
+from fast_tier import PROCESS_MARKERS, Guard, deselected_markers, starter_kind, starts_nothing
 
 from mixle_nb.parallel.local_launch import run_local
 
@@ -40,6 +40,15 @@ def test_the_fast_tier_expression_guards_every_process_marker_and_a_full_run_non
     assert deselected_markers(_Config(FAST)) == PROCESS_MARKERS
     assert deselected_markers(_Config("not cluster")) == ("cluster",)
     assert deselected_markers(_Config("")) == ()
+
+
+def test_only_a_run_that_selects_no_process_marker_is_guarded():
+    assert starts_nothing(_Config(FAST))
+    root = pathlib.Path(__file__).resolve().parent.parent
+    side = re.search(r"^SIDE := (.+)$", (root / "Makefile").read_text(), re.M)
+    assert side is not None, "the Makefile's SIDE expression (make test's second lane) is gone"
+    for lane in (side.group(1), f"not ({side.group(1)})", ""):
+        assert not starts_nothing(_Config(lane)), lane
 
 
 def test_python_and_launchers_are_starters_and_helper_tools_are_not():
