@@ -95,7 +95,6 @@ def test_a_local_panel_steps_an_hmm_and_draws_what_hmmlearn_computes():
 def test_categorical_and_poisson_states_draw_bars_and_viterbi_colours():
     from mixle_nb.hmm import CategoricalHMM, PoissonHMM
 
-    rng = np.random.default_rng(1)
     c = CategoricalHMM(2, init_params="")
     c.startprob_, c.transmat_ = np.array([0.5, 0.5]), np.array([[0.8, 0.2], [0.3, 0.7]])
     c.emissionprob_ = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]])

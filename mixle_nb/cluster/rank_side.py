@@ -162,7 +162,8 @@ def _observations(chunk: Any) -> np.ndarray | None:
     Gaussians' points (D, N), or an ``x`` (mixle's encodings, Poisson counts)."""
     if hasattr(chunk, "parts"):  # columns of one family each (a multi-feature Poisson HMM's)
         columns = [_observations(part) for part in chunk.parts]
-        return None if any(c is None for c in columns) else np.column_stack(columns)
+        kept = [c for c in columns if c is not None]
+        return np.column_stack(kept) if len(kept) == len(columns) else None
     if hasattr(chunk, "labels") and hasattr(chunk, "index"):  # categorical: each one's label
         return np.asarray(chunk.labels)[chunk.index.cpu().numpy()]
     if hasattr(chunk, "points"):

@@ -174,7 +174,7 @@ class EMPanel(ModelChoice, Panel):
         # encodes what it is given, so it cannot take a local encoding)
         self._scored_on = handle
         if self.cluster is None:
-            scored = self.data_sample if not sequences or self.data_sample is None else [self.data_sample]
+            scored: Any = self.data_sample if not sequences or self.data_sample is None else [self.data_sample]
             scored = scored if raw_sequences is None else raw_sequences
             self._scored_on = None if scored is None else LOCAL_DATA
             self.ranks.push(**{LOCAL_DATA: scored})

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.colors import to_rgba_array
 
 from ..stats.hmm.columns import ColumnsDistribution
 from .axis_limits import fit_limits
@@ -100,7 +99,7 @@ class HMMPicture:
         self._write_cells(model.transmat)
         weights, path = self._decode(model)
         if path is not None:
-            self.points.set_facecolors(state_colours(path))
+            self.points.set_facecolor(state_colours(path))
         return self.emissions.update(StateEmissions(weights, [single_column(e) for e in model.emissions]))
 
     def _decode(self, model: Any) -> tuple[np.ndarray, np.ndarray | None]:
@@ -155,6 +154,6 @@ class HMMPicture:
         fit_limits(ax, values)
 
 
-def state_colours(path: np.ndarray) -> np.ndarray:
-    """RGBA per time step: its state's colour."""
-    return to_rgba_array([colour(int(s)) for s in path])
+def state_colours(path: np.ndarray) -> list[str]:
+    """Per time step, its state's colour."""
+    return [colour(int(s)) for s in path]
