@@ -109,6 +109,36 @@ class BaseHMM(BaseEstimator):
     picklable callable), ``_set_emissions`` (attributes from a model), ``_init_emissions``,
     ``_check_emissions``, ``_prepare`` (``X`` checked for the family, as the encoder takes it),
     ``_get_n_fit_scalars_per_param`` and ``_generate_sample_from_state``.
+
+    Parameters
+    ----------
+    n_components : int, default 1
+        Number of states.
+    startprob_prior, transmat_prior : float or array-like, default 1.0
+        Dirichlet concentrations of the start and transition probabilities (1: maximum likelihood).
+    algorithm : {"viterbi", "map"}, default "viterbi"
+        The decoder of :meth:`decode` and :meth:`predict`.
+    random_state : int, RandomState or None
+        The random source of the starts and of :meth:`sample`.
+    n_iter : int, default 10
+        Most EM iterations.
+    tol : float, default 1e-2
+        Stop when the log-likelihood gains less than this.
+    verbose : bool, default False
+        Report each iteration's log-likelihood on standard error.
+    params, init_params : str
+        Letters of the parameters EM updates, and of those the start initialises
+        (``"s"`` start, ``"t"`` transitions, then the subclass's).
+    implementation : {"log", "scaling"}, default "log"
+        The forward–backward arithmetic.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.hmm import BaseHMM, PoissonHMM
+    >>> m = PoissonHMM(2, random_state=0).fit(np.array([[1], [2], [9], [8], [1], [10]]))
+    >>> isinstance(m, BaseHMM), m.transmat_.shape
+    (True, (2, 2))
     """
 
     def __init__(
