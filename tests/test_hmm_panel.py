@@ -131,13 +131,14 @@ def _make_sequence_handle():
 
     ns = rank_namespace()
     ns["hs"] = TorchRunEncodedData(ns["seqs"], estimator=ns["hmm_est"])
+    ns["hg"] = TorchRunEncodedData([s[:, None] for s in ns["seqs"]], estimator=ns["face"].family_estimator())
     return ns["hs"].local_count
 
 
 @pytest.mark.cluster
 def test_a_cluster_panel_steps_an_hmm_on_a_handle_of_sequences(cluster2):
     seqs = sequences()
-    cluster2.push(seqs=seqs, hmm_est=start().estimator(), hmm_start=start())
+    cluster2.push(seqs=seqs, hmm_est=start().estimator(), hmm_start=start(), face=face_of(start()))
     assert sorted(cluster2.run(_make_sequence_handle)) == [2, 2]
     panel = EMPanel(cluster2, handle="hs", estimator="hmm_est", model="hmm_start", model_selection=True)
     panel.run(4)
@@ -154,3 +155,20 @@ def test_a_cluster_panel_steps_an_hmm_on_a_handle_of_sequences(cluster2):
     x, lengths = np.concatenate(seqs)[:, None], [len(s) for s in seqs]
     best = panel.k_choice["models"][2]
     assert panel.k_choice["bic"][2] == pytest.approx(hmmlearn_of(best).bic(x, lengths), rel=1e-8)
+    # hmmlearn's API on the cluster: fit(cluster.handle(name)) runs where the sequences live
+    on_ranks, here = face_of(start()).fit(cluster2.handle("hg")), face_of(start()).fit(x, lengths)
+    for name in ("startprob_", "transmat_", "means_", "covars_"):
+        np.testing.assert_allclose(getattr(on_ranks, name), getattr(here, name), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(on_ranks.monitor_.history, here.monitor_.history, rtol=1e-10)
+
+
+def face_of(model: HiddenMarkovDistribution):
+    """Our GaussianHMM (hmmlearn's API) started at ``model``, 5 iterations."""
+    from mixle_nb.hmm import GaussianHMM
+
+    m = GaussianHMM(model.n_states, covariance_type="diag", init_params="", n_iter=5, tol=-np.inf)
+    m.startprob_, m.transmat_ = model.startprob, model.transmat
+    m.means_ = np.array([[e.mu] for e in model.emissions])
+    m.covars_ = np.array([[e.sigma2] for e in model.emissions])
+    m.n_features = 1  # a fit on a handle does not see the data's width
+    return m

@@ -38,6 +38,16 @@ def is_handle(data: Any) -> bool:
     return hasattr(data, "pysp_em_step") or hasattr(data, "pysp_seq_estimate")
 
 
+def is_reference(data: Any) -> bool:
+    """A reference to a handle on a cluster's ranks (``MixleCluster.handle(name)``)."""
+    return callable(getattr(data, "call_with_handle", None))
+
+
+def _fit_on_rank(handle: Any, estimator: BaseHMM) -> BaseHMM:
+    """What ``fit(cluster.handle(name))`` runs on every rank: the fit on the rank's handle."""
+    return estimator.fit(handle)
+
+
 def checked_lengths(lengths: ArrayLike | None, n_samples: int) -> np.ndarray:
     """``lengths`` as int64, summing to ``n_samples``, each >= 1 (hmmlearn's message for the sum)."""
     if lengths is None:
@@ -289,9 +299,11 @@ class BaseHMM(BaseEstimator):
 
         Parameters
         ----------
-        X : array-like, shape (n_samples, n_features), or a handle of sequences
+        X : array-like, shape (n_samples, n_features), a handle of sequences, or a cluster reference
             The samples, the sequences one after another; or a handle (``TorchRunEncodedData``
-            over a list of sequences, on every rank), whose ranks fold the statistics.
+            over a list of sequences, on every rank), whose ranks fold the statistics; or
+            ``cluster.handle(name)``, a reference to such a handle on a cluster's ranks, where
+            the fit then runs (this estimator gets rank 0's fitted attributes back).
         lengths : array-like of int, shape (n_sequences,), optional
             The sequences' lengths, summing to ``n_samples`` (arrays only).
 
@@ -315,6 +327,9 @@ class BaseHMM(BaseEstimator):
         >>> GaussianHMM(2, n_iter=5, random_state=0).fit(X, [25, 15]).monitor_.iter <= 5
         True
         """
+        if is_reference(X):  # the fit runs where the sequences live; rank 0's result comes back
+            self.__dict__.update(vars(X.call_with_handle(_fit_on_rank, self)))
+            return self
         if is_handle(X):
             enc, data = X, None
             self._init(None, None)
