@@ -294,7 +294,7 @@ class BaseHMM(BaseEstimator):
         self._init_emissions(X, lengths)
 
     # -- fitting -------------------------------------------------------------------------
-    def fit(self, X: ArrayLike, lengths: ArrayLike | None = None) -> Self:
+    def fit(self, X: Any, lengths: ArrayLike | None = None) -> Self:
         """Estimate the parameters with EM (Baum–Welch).
 
         Parameters
