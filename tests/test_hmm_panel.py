@@ -90,6 +90,10 @@ def test_a_local_panel_steps_an_hmm_and_draws_what_hmmlearn_computes():
     for model, score in zip(k["models"], k["bic"]):
         assert score == pytest.approx(hmmlearn_of(model).bic(x, lengths), rel=1e-10)
     assert "BIC chooses K = 3" in panel.status.value
+    # a k-means start for the states' emissions: centres near the true means, a uniform chain
+    started = EMPanel(handle=seqs, estimator=start().estimator(), init="kmeans++", seed=0).start_model
+    np.testing.assert_allclose(sorted(e.mu for e in started.emissions), [-3.0, 0.0, 4.0], atol=0.3)
+    np.testing.assert_array_equal(started.transmat, np.full((3, 3), 1 / 3))
 
 
 def test_categorical_and_poisson_states_draw_bars_and_viterbi_colours():

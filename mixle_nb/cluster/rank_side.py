@@ -255,8 +255,8 @@ def initial_model_on_rank(handle: str, estimator: str, model: str, init: str, se
 
 def choose_k_on_rank(handle: str, estimator: str, k_values: list, init: str, seed: int) -> dict:
     """Fit mixtures of K copies of the named mixture estimator's first component for each K
-    (for an HMM: K states emitting from copies of its first state's family, from random
-    posteriors, as the HMM has no k-means start yet), scored by BIC and AIC on the handle: ``{k, bic, aic, models, best_k}`` (the same on every
+    (for an HMM: K states emitting from copies of its first state's family), scored by BIC
+    and AIC on the handle: ``{k, bic, aic, models, best_k}`` (the same on every
     rank; ``best_k`` is :attr:`~mixle_nb.inference.KChoice.best_k`)."""
     from ..inference import choose_k
     from ..stats.hmm import HiddenMarkovEstimator, states_of_copies
@@ -266,7 +266,7 @@ def choose_k_on_rank(handle: str, estimator: str, k_values: list, init: str, see
     options: dict[str, Any] = {"init": init}
     if isinstance(est, HiddenMarkovEstimator):  # K states, each a copy of the first state's emission
         estimator_for: Callable[[int], Any] = functools.partial(states_of_copies, est)
-        options = {"init": "random", "init_p": 1.0}  # random posteriors over every sequence
+        options["init_p"] = 1.0  # a random start draws posteriors for every sequence
     elif is_mixture_estimator(est):
         estimator_for = functools.partial(mixture_of_copies, est)
     else:
