@@ -271,8 +271,8 @@ def choose_k_on_rank(handle: str, estimator: str, k_values: list, init: str, see
         estimator_for = functools.partial(mixture_of_copies, est)
     else:
         raise TypeError(
-            "choosing K needs a MixtureEstimator (ours or mixle's) or a HiddenMarkovEstimator; "
-            f"{estimator!r} is a {type(est).__name__}"
+            f"choosing K needs a MixtureEstimator (ours or mixle's); {estimator!r} is a {type(est).__name__} "
+            "(a HiddenMarkovEstimator also works: K is then its number of states)"
         )
     found = choose_k(lookup(handle), estimator_for, k_values, rng=seed, out=None, **options)
     models = [r.model for r in found.results]
