@@ -146,8 +146,11 @@ def recent_times_ms(earlier: Sequence[Sequence[float]], last_ms: Sequence[float]
     return [t for t in times if t <= bound]
 
 
-def choose_k_png(k: Sequence[int], bic: Sequence[float], aic: Sequence[float], best_k: int) -> bytes:
-    """BIC (and AIC) against K, the chosen K (the lowest BIC) marked: drawn once, when the fits are done."""
+def choose_k_png(
+    k: Sequence[int], bic: Sequence[float], aic: Sequence[float], best_k: int, parts: str = "components"
+) -> bytes:
+    """BIC (and AIC) against K (``parts``: what K counts), the chosen K (the lowest BIC)
+    marked: drawn once, when the fits are done."""
     fig = Figure(figsize=(5.0, 3.0), dpi=DPI)
     ax = fig.subplots()
     fig.subplots_adjust(left=0.2, right=0.97, bottom=0.17, top=0.88)
@@ -156,7 +159,7 @@ def choose_k_png(k: Sequence[int], bic: Sequence[float], aic: Sequence[float], b
     best = list(k).index(best_k)
     ax.plot([k[best]], [bic[best]], "o", ms=12, mfc="none", mec="#c0392b", mew=2, label=f"best K = {k[best]}")
     ax.set_title("choose K: information criteria (lower is better)", fontsize=10)
-    ax.set_xlabel("K (components)", fontsize=9, labelpad=1)
+    ax.set_xlabel(f"K ({parts})", fontsize=9, labelpad=1)
     ax.set_xticks(list(k))
     ax.legend(fontsize=8)
     return static_png(fig)
