@@ -38,6 +38,11 @@ class StateEmissions:
     components: list
 
 
+def state_emissions(model: Any, weights: np.ndarray) -> StateEmissions:
+    """``model``'s states, weighted, as a mixture :class:`ModelPicture` draws."""
+    return StateEmissions(weights, [single_column(e) for e in model.emissions])
+
+
 def single_column(emission: Any) -> Any:
     """A one-column product (a one-feature ``PoissonHMM`` state) as its column's distribution."""
     if isinstance(emission, ColumnsDistribution) and len(emission.components) == 1:
@@ -80,7 +85,7 @@ class HMMPicture:
         self.emissions = ModelPicture(
             live,
             self.emissions_ax,
-            StateEmissions(weights, [single_column(e) for e in model.emissions]),
+            state_emissions(model, weights),
             emission_data,
             part="state",
         )
@@ -100,7 +105,7 @@ class HMMPicture:
         weights, path = self._decode(model)
         if path is not None:
             self.points.set_facecolor(state_colours(path))
-        return self.emissions.update(StateEmissions(weights, [single_column(e) for e in model.emissions]))
+        return self.emissions.update(state_emissions(model, weights))
 
     def _decode(self, model: Any) -> tuple[np.ndarray, np.ndarray | None]:
         """Each state's share of the sequence's posteriors (uniform without a sequence) and the
