@@ -184,6 +184,12 @@ def _two_rank_fit(rank, world):
         c.fit(handle)
         out["categorical"] = np.concatenate([c.startprob_, c.transmat_.ravel(), c.emissionprob_.ravel()])
         out["categorical_history"] = list(c.monitor_.history)
+    seqs[3] = seqs[3].copy()
+    seqs[3][2, 0] = np.nan  # sequence 3 of the data: rank 1's sequence 1
+    try:
+        TorchRunEncodedData(seqs, estimator=estimator)
+    except Exception as exc:
+        out["nan"] = str(exc)
     return out
 
 
@@ -231,6 +237,9 @@ def test_two_rank_handle_fit_equals_one_process():
             np.testing.assert_allclose(ranked_history, history, rtol=1e-10)
         assert np.all(np.diff(history) >= -1e-9 * np.abs(history[1:]))
         np.testing.assert_array_equal(results[0][implementation][0], results[1][implementation][0])
+    # a NaN names the sequence as the user numbers it, and the rank that holds it
+    assert "row 3 of the data is NaN or infinite" in results[1]["nan"] and "rank 1" in results[1]["nan"]
+    assert "sequence 1, position 2" in results[1]["nan"]  # the encoder's own words, within the rank's part
     # categorical statistics are dicts of symbol counts: the handle folds them by gathering
     symbols = symbol_sequences()
     single = start_categorical().fit(np.concatenate(symbols)[:, None], [len(x) for x in symbols])

@@ -34,12 +34,14 @@ NAMES = [
     "04_from_notebook_to_torchrun.ipynb",
     "05_mixle_hidden_markov.ipynb",
     "06_from_scikit_learn.ipynb",
+    "07_hidden_markov.ipynb",
 ]
 STARTS_A_CLUSTER = {
     "02_distributed_em.ipynb",
     "03_streaming_transformer.ipynb",
     "05_mixle_hidden_markov.ipynb",
     "06_from_scikit_learn.ipynb",
+    "07_hidden_markov.ipynb",
 }
 SUMMARY_CELLS = {"02_distributed_em.ipynb": 3, "03_streaming_transformer.ipynb": 1}
 PAIRING = "ipynb,py:percent"

@@ -39,6 +39,7 @@ DOC_PAGES = [
     "docs/guide/handles.md",
     "docs/guide/fitting.md",
     "docs/guide/scikit-learn.md",
+    "docs/guide/hmm.md",
     "docs/guide/hosts-and-schedulers.md",
 ]
 MAGICS_IN_ORDER = ["mixle_cluster", "mixle_push", "mixle_scatter", "mixle_pull", "mixle"]

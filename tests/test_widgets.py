@@ -401,6 +401,23 @@ def test_rank_bars_show_millisecond_steps_in_milliseconds_at_a_readable_height()
     assert low == 0.0 and 3.0 < high < 10.0 and "ms" in view.ranks.get_title()
 
 
+def test_one_slow_step_does_not_squash_the_rank_bars_of_the_steps_after_it():
+    """A 0.6 s first step (a warm-up) then 2-3 ms steps: the bars' axis fits the recent steps
+    (it stayed 0-0.7 s for 20 steps, the bars drawn as nothing), and a step as slow as the
+    others is still fitted."""
+    from mixle_nb.widgets.em_view import EMView
+
+    model = _gaussian_mixture(2, True)
+    view = EMView(model, model.sampler(0).sample(200), distributed=True)
+    times = [[0.6, 0.5]] + [[0.002, 0.003]] * 4
+    for step in range(1, len(times) + 1):
+        view.render([-10.0 + s for s in range(step)], model, times[step - 1], earlier_seconds=times[: step - 1])
+    low, high = view.ranks.get_ylim()
+    assert low == 0.0 and 3.0 < high < 10.0
+    view.render([-10.0] * 6, model, [0.004, 0.005], earlier_seconds=times[1:])
+    assert 5.0 < view.ranks.get_ylim()[1] < 12.0
+
+
 def test_categorical_and_poisson_mixtures_draw_bars_per_component():
     from scipy.stats import poisson
 

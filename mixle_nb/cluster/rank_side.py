@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -138,8 +139,16 @@ def rejoin_on_rank(handle: str) -> list:
 
 def data_sample_on_rank(handle: str, n: int) -> np.ndarray | None:
     """Up to ``n`` raw observations from this rank's encoded shard, for drawing; ``None`` if
-    the encoding does not keep them."""
-    chunks = getattr(lookup(handle), "chunks", None) or []
+    the encoding does not keep them. A shard of sequences (an HMM's) gives its first sequence,
+    up to ``n`` time steps, each observation as its encoding keeps it ((T, D), or (T,))."""
+    from ..stats.hmm import SequenceEncoding
+
+    data = lookup(handle)
+    chunks = [data] if isinstance(data, SequenceEncoding) else getattr(data, "chunks", None) or []
+    if chunks and isinstance(chunks[0], SequenceEncoding):
+        batch, rows = chunks[0].first_sequence()
+        kept = _observations(batch.emissions)
+        return None if kept is None else kept[rows[:n]]
     xs: list[np.ndarray] = [x for x in (_observations(c) for c in chunks) if x is not None]
     if not xs:
         return None
@@ -151,6 +160,12 @@ def data_sample_on_rank(handle: str, n: int) -> np.ndarray | None:
 def _observations(chunk: Any) -> np.ndarray | None:
     """An encoded chunk's observations (N, D) or (N,), where the encoding keeps them: the
     Gaussians' points (D, N), or an ``x`` (mixle's encodings, Poisson counts)."""
+    if hasattr(chunk, "parts"):  # columns of one family each (a multi-feature Poisson HMM's)
+        columns = [_observations(part) for part in chunk.parts]
+        kept = [c for c in columns if c is not None]
+        return np.column_stack(kept) if len(kept) == len(columns) else None
+    if hasattr(chunk, "labels") and hasattr(chunk, "index"):  # categorical: each one's label
+        return np.asarray(chunk.labels)[chunk.index.cpu().numpy()]
     if hasattr(chunk, "points"):
         return chunk.points.T.cpu().numpy()
     if hasattr(chunk, "x"):
@@ -239,17 +254,26 @@ def initial_model_on_rank(handle: str, estimator: str, model: str, init: str, se
 
 
 def choose_k_on_rank(handle: str, estimator: str, k_values: list, init: str, seed: int) -> dict:
-    """Fit mixtures of K copies of the named mixture estimator's first component for each K,
-    scored by BIC and AIC on the handle: ``{k, bic, aic, models, best_k}`` (the same on every
+    """Fit mixtures of K copies of the named mixture estimator's first component for each K
+    (for an HMM: K states emitting from copies of its first state's family), scored by BIC
+    and AIC on the handle: ``{k, bic, aic, models, best_k}`` (the same on every
     rank; ``best_k`` is :attr:`~mixle_nb.inference.KChoice.best_k`)."""
     from ..inference import choose_k
+    from ..stats.hmm import HiddenMarkovEstimator, states_of_copies
     from ..stats.mixture import is_mixture_estimator, mixture_of_copies
 
     est = lookup(estimator)
-    if not is_mixture_estimator(est):
+    options: dict[str, Any] = {"init": init}
+    if isinstance(est, HiddenMarkovEstimator):  # K states, each a copy of the first state's emission
+        estimator_for: Callable[[int], Any] = functools.partial(states_of_copies, est)
+        options["init_p"] = 1.0  # a random start draws posteriors for every sequence
+    elif is_mixture_estimator(est):
+        estimator_for = functools.partial(mixture_of_copies, est)
+    else:
         raise TypeError(
-            f"choosing K needs a MixtureEstimator (ours or mixle's); {estimator!r} is a {type(est).__name__}"
+            f"choosing K needs a MixtureEstimator (ours or mixle's); {estimator!r} is a {type(est).__name__} "
+            "(a HiddenMarkovEstimator also works: K is then its number of states)"
         )
-    found = choose_k(lookup(handle), lambda k: mixture_of_copies(est, k), k_values, init=init, rng=seed, out=None)
+    found = choose_k(lookup(handle), estimator_for, k_values, rng=seed, out=None, **options)
     models = [r.model for r in found.results]
     return {"k": found.k, "bic": found.bic, "aic": found.aic, "models": models, "best_k": found.best_k}

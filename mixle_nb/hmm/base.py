@@ -38,6 +38,16 @@ def is_handle(data: Any) -> bool:
     return hasattr(data, "pysp_em_step") or hasattr(data, "pysp_seq_estimate")
 
 
+def is_reference(data: Any) -> bool:
+    """A reference to a handle on a cluster's ranks (``MixleCluster.handle(name)``)."""
+    return callable(getattr(data, "call_with_handle", None))
+
+
+def _fit_on_rank(handle: Any, estimator: BaseHMM) -> BaseHMM:
+    """What ``fit(cluster.handle(name))`` runs on every rank: the fit on the rank's handle."""
+    return estimator.fit(handle)
+
+
 def checked_lengths(lengths: ArrayLike | None, n_samples: int) -> np.ndarray:
     """``lengths`` as int64, summing to ``n_samples``, each >= 1 (hmmlearn's message for the sum)."""
     if lengths is None:
@@ -109,6 +119,36 @@ class BaseHMM(BaseEstimator):
     picklable callable), ``_set_emissions`` (attributes from a model), ``_init_emissions``,
     ``_check_emissions``, ``_prepare`` (``X`` checked for the family, as the encoder takes it),
     ``_get_n_fit_scalars_per_param`` and ``_generate_sample_from_state``.
+
+    Parameters
+    ----------
+    n_components : int, default 1
+        Number of states.
+    startprob_prior, transmat_prior : float or array-like, default 1.0
+        Dirichlet concentrations of the start and transition probabilities (1: maximum likelihood).
+    algorithm : {"viterbi", "map"}, default "viterbi"
+        The decoder of :meth:`decode` and :meth:`predict`.
+    random_state : int, RandomState or None
+        The random source of the starts and of :meth:`sample`.
+    n_iter : int, default 10
+        Most EM iterations.
+    tol : float, default 1e-2
+        Stop when the log-likelihood gains less than this.
+    verbose : bool, default False
+        Report each iteration's log-likelihood on standard error.
+    params, init_params : str
+        Letters of the parameters EM updates, and of those the start initialises
+        (``"s"`` start, ``"t"`` transitions, then the subclass's).
+    implementation : {"log", "scaling"}, default "log"
+        The forward–backward arithmetic.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.hmm import BaseHMM, PoissonHMM
+    >>> m = PoissonHMM(2, random_state=0).fit(np.array([[1], [2], [9], [8], [1], [10]]))
+    >>> isinstance(m, BaseHMM), m.transmat_.shape
+    (True, (2, 2))
     """
 
     def __init__(
@@ -254,14 +294,16 @@ class BaseHMM(BaseEstimator):
         self._init_emissions(X, lengths)
 
     # -- fitting -------------------------------------------------------------------------
-    def fit(self, X: ArrayLike, lengths: ArrayLike | None = None) -> Self:
+    def fit(self, X: Any, lengths: ArrayLike | None = None) -> Self:
         """Estimate the parameters with EM (Baum–Welch).
 
         Parameters
         ----------
-        X : array-like, shape (n_samples, n_features), or a handle of sequences
+        X : array-like, shape (n_samples, n_features), a handle of sequences, or a cluster reference
             The samples, the sequences one after another; or a handle (``TorchRunEncodedData``
-            over a list of sequences, on every rank), whose ranks fold the statistics.
+            over a list of sequences, on every rank), whose ranks fold the statistics; or
+            ``cluster.handle(name)``, a reference to such a handle on a cluster's ranks, where
+            the fit then runs (this estimator gets rank 0's fitted attributes back).
         lengths : array-like of int, shape (n_sequences,), optional
             The sequences' lengths, summing to ``n_samples`` (arrays only).
 
@@ -285,6 +327,9 @@ class BaseHMM(BaseEstimator):
         >>> GaussianHMM(2, n_iter=5, random_state=0).fit(X, [25, 15]).monitor_.iter <= 5
         True
         """
+        if is_reference(X):  # the fit runs where the sequences live; rank 0's result comes back
+            self.__dict__.update(vars(X.call_with_handle(_fit_on_rank, self)))
+            return self
         if is_handle(X):
             enc, data = X, None
             self._init(None, None)

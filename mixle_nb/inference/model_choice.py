@@ -12,20 +12,38 @@ import numpy as np
 
 from ..stats.base import Distribution, Estimator
 from ..stats.estimation import is_handle, seq_encode, seq_log_density_sum
+from ..stats.hmm import HiddenMarkovDistribution, SequenceEncoding
 from ..stats.parameters import free_parameters
 from ..validation import integer, positive_int
 from .fitting import ROOT_STDOUT, FitResult, _output, _say, fit
 
 
 def _count_and_log_density(data_or_handle: Any, model: Distribution) -> tuple[float, float]:
+    """BIC's ``N`` and the log-density: the observations, or for an HMM (whose observations
+    are sequences) the samples in them, as hmmlearn counts."""
     enc = data_or_handle if is_handle(data_or_handle) else seq_encode(data_or_handle, model=model)
-    return seq_log_density_sum(enc, model)
+    count, total = seq_log_density_sum(enc, model)
+    if isinstance(model, HiddenMarkovDistribution):
+        count = _samples(enc, model)
+    return count, total
+
+
+def _samples(enc: Any, model: HiddenMarkovDistribution) -> float:
+    """The samples in sequences: counted in a local encoding; on a handle, the states'
+    occupancies after one E-step, which sum to them (one forward–backward pass and its fold)."""
+    if isinstance(enc, SequenceEncoding):
+        return float(enc.observations)
+    _, (_, _, occupancy, _) = enc.pysp_stream_accumulate(model.estimator(), model)
+    return float(np.sum(occupancy))
 
 
 def bic(
     data_or_handle: Any, model: Distribution, estimator: Estimator | None = None, *, n_parameters: int | None = None
 ) -> float:
     """Bayesian information criterion ``-2 log L + p log N`` (lower is better).
+
+    ``N`` counts observations; for a hidden Markov model, the samples in its sequences
+    (hmmlearn's count), not the sequences.
 
     ``p`` counts the free parameters as ``estimator`` fits ``model``. On a handle: one
     log-density all-reduce.

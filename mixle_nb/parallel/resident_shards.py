@@ -117,15 +117,27 @@ def _located(
     """``error`` (an encoder's), or, when ``part`` (shard rows from ``start``) holds a NaN or an
     infinity, an error naming the first such row as the user knows it (``locate(shard_row,
     part_row)``): the encoder's own message counts within the part."""
-    try:
-        values = np.asarray(part, dtype=np.float64)
-        bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
-    except (TypeError, ValueError):  # not numbers: the encoder's error stands
+    row = _first_non_finite(part)
+    if row is None:
         return error
-    if not len(bad):
-        return error
-    row = int(bad[0])
     return ValueError(
         f"{locate(start + row, row)} is NaN or infinite: drop or impute it first (rank {rank}'s "
         f"encoder, counting within its part: {failure_message(error)})"
     )
+
+
+def _first_non_finite(part: Any) -> int | None:
+    """The first row of ``part`` holding a NaN or an infinity; rows of different lengths (an
+    HMM's sequences) are looked at one by one. None if there is none, or the rows are not numbers."""
+    try:
+        values = np.asarray(part, dtype=np.float64)
+    except (TypeError, ValueError):  # ragged rows, or not numbers
+        for i, item in enumerate(part):
+            try:
+                if not np.all(np.isfinite(np.asarray(item, dtype=np.float64))):
+                    return i
+            except (TypeError, ValueError):  # not numbers: the encoder's error stands
+                return None
+        return None
+    bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
+    return int(bad[0]) if len(bad) else None

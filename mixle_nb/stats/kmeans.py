@@ -380,6 +380,12 @@ def kmeans_init(
     centres. Every rank passes its own chunks."""
     if init not in INITS:
         raise ValueError(f"init must be one of {', '.join(map(repr, INITS))}; got {init!r}")
+    from .hmm.model import HiddenMarkovEstimator  # here: the HMM family builds on this module
+
+    if isinstance(estimator, HiddenMarkovEstimator):  # k-means over the states' observations
+        from .hmm.starts import kmeans_states
+
+        return kmeans_states(list(chunks), estimator, rng, exchange, init, lloyd_iterations=lloyd_iterations)
     k = check_kmeans_estimator(estimator, chunks)
     if not chunks:  # even an empty shard has an (empty) chunk, which tells D
         raise ValueError(f"rank {exchange.rank} holds no encoded chunk; give every rank at least one")

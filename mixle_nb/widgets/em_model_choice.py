@@ -14,6 +14,7 @@ from ..cluster import rank_side
 from ..inference import INITS
 from ..stats.estimation import EMStep
 from .em_view import EMView, choose_k_png
+from .hmm_picture import is_hmm
 from .panel import Panel, plot_image
 
 
@@ -26,6 +27,7 @@ class ModelChoice(Panel):
     handle: str
     estimator: str
     model_name: str
+    model: Any  # the current model (EMPanel's property)
     _scored_on: str | None  # what Choose K fits: the handle, or locally the data sample's name
     _lock: threading.Lock
     history: list[EMStep]
@@ -144,7 +146,8 @@ class ModelChoice(Panel):
         if self.k_image is None:
             self.k_image = plot_image()
             self.widget.children = (*self.widget.children, self.k_image)
-        self.k_image.value = choose_k_png(found["k"], found["bic"], found["aic"], found["best_k"])
+        parts = "states" if is_hmm(self.model) else "components"
+        self.k_image.value = choose_k_png(found["k"], found["bic"], found["aic"], found["best_k"], parts)
         self.request_redraw()
 
     def _selection_controls(self, init: str, seed: int) -> w.HBox:

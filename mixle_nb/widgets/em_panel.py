@@ -20,6 +20,7 @@ from ..cluster.local_ranks import LocalRanks
 from ..cluster.step_calls import BATCH_SECONDS, StepCalls
 from ..inference import INITS
 from ..stats.estimation import EMStep, seq_encode
+from ..stats.hmm import HiddenMarkovEstimator
 from .em_model_choice import ModelChoice
 from .em_view import EMView
 from .panel import Panel, plot_image, resolve_cluster
@@ -211,9 +212,14 @@ class EMPanel(ModelChoice, Panel):
         local objects, bound under names of their own on a :class:`LocalRanks`, so both run
         the same rank functions (cluster/rank_side.py)."""
         self.cluster = resolve_cluster(cluster, handle, estimator)
+        sequences = isinstance(estimator, HiddenMarkovEstimator)  # an HMM's observations are sequences
+        raw_sequences = None
         if self.cluster is None:
             if isinstance(handle, (np.ndarray, list, tuple)):  # raw data: encode it here
-                data_sample = _evenly_spaced(handle, DATA_SAMPLE_SIZE) if data_sample is None else data_sample
+                if sequences:  # drawn: the first sequence (data_sample_on_rank); Choose K: them all
+                    raw_sequences = handle
+                elif data_sample is None:
+                    data_sample = _evenly_spaced(handle, DATA_SAMPLE_SIZE)
                 handle = seq_encode(handle, model=model, estimator=estimator)
             self.ranks = LocalRanks()
             self.ranks.push(**{LOCAL_HANDLE: handle, LOCAL_ESTIMATOR: estimator})
@@ -244,8 +250,10 @@ class EMPanel(ModelChoice, Panel):
         # encodes what it is given, so it cannot take a local encoding)
         self._scored_on = handle
         if self.cluster is None:
-            self._scored_on = None if self.data_sample is None else LOCAL_DATA
-            self.ranks.push(**{LOCAL_DATA: self.data_sample})
+            scored: Any = self.data_sample if not sequences or self.data_sample is None else [self.data_sample]
+            scored = scored if raw_sequences is None else raw_sequences
+            self._scored_on = None if scored is None else LOCAL_DATA
+            self.ranks.push(**{LOCAL_DATA: scored})
 
     # -- state -------------------------------------------------------------------------------
 

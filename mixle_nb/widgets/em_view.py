@@ -11,10 +11,13 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from .axis_limits import LOG_MIN_DECADES, fit_limits, fit_steps
+from .hmm_picture import HMMPicture, is_hmm
 from .live_figure import DPI, LiveFigure, static_png
 from .model_picture import ModelPicture
 
 FIGSIZE = (13.0, 3.1)
+SLOW_STEP = 3.0  # an earlier step's time over this many times the median is not fitted by the bars' axis
+HMM_FIGSIZE = (13.0, 6.4)  # a second row: transitions, emissions, a sequence by its states
 
 
 def gains(log_densities: Sequence[float]) -> np.ndarray:
@@ -25,15 +28,25 @@ def gains(log_densities: Sequence[float]) -> np.ndarray:
 
 
 class EMView:
-    """Draw with :meth:`render`; a new model of the same shape only updates artists."""
+    """Draw with :meth:`render`; a new model of the same shape only updates artists. A hidden
+    Markov model gets a second row (:class:`~.hmm_picture.HMMPicture`), ``data`` then being
+    one of its sequences."""
 
     def __init__(
         self, model: Any, data: np.ndarray | None, distributed: bool, picture_dims: Sequence[int] | None = None
     ) -> None:
-        self.live = live = LiveFigure(FIGSIZE)
+        hmm = is_hmm(model)
+        self.live = live = LiveFigure(HMM_FIGSIZE if hmm else FIGSIZE)
         fig = live.figure
-        self.objective, self.convergence, picture_ax, self.ranks = fig.subplots(1, 4)
-        fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.88, wspace=0.32)
+        self.picture: ModelPicture | HMMPicture
+        if hmm:
+            (self.objective, self.convergence, self.ranks), picture_axes = fig.subplots(2, 3)
+            fig.subplots_adjust(left=0.06, right=0.99, bottom=0.09, top=0.94, wspace=0.25, hspace=0.42)
+            self.picture = HMMPicture(live, picture_axes, model, data)
+        else:
+            self.objective, self.convergence, picture_ax, self.ranks = fig.subplots(1, 4)
+            fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.88, wspace=0.32)
+            self.picture = ModelPicture(live, picture_ax, model, data, picture_dims)
         self.objective.set_title(f"{'all-reduced ' if distributed else ''}log-density per EM step", fontsize=10)
         self.objective.set_xlabel("EM step", fontsize=9, labelpad=1)
         self.objective_line = live.dynamic(self.objective.plot([], [], "o-", color="#2c3e50", ms=3)[0])
@@ -43,7 +56,6 @@ class EMView:
         self.convergence.yaxis.set_minor_locator(NullLocator())  # minor log ticks cost a third of a full draw
         self.convergence.set_ylim(1e-3, 1e3)  # until there is a gain to fit
         self.gain_line = live.dynamic(self.convergence.plot([], [], "o-", color="#8e44ad", ms=3)[0])
-        self.picture = ModelPicture(live, picture_ax, model, data, picture_dims)
         self.ranks.set_title(f"E-step ms {'per rank' if distributed else '(this process)'}, last step", fontsize=10)
         self.ranks.set_xlabel("rank", fontsize=9, labelpad=1)
         self.bars: list = []
@@ -117,14 +129,28 @@ class EMView:
         ms = [1e3 * s for s in seconds]
         for bar, height in zip(self.bars, ms):
             bar.set_height(height)
-        shown = [0.0, *ms, *(1e3 * s for step in earlier for s in step)]
+        shown = [0.0, *ms, *recent_times_ms(earlier, ms)]
         if fit_limits(self.ranks, shown, floor=0.0):
             return changed or "y limits"
         return changed
 
 
-def choose_k_png(k: Sequence[int], bic: Sequence[float], aic: Sequence[float], best_k: int) -> bytes:
-    """BIC (and AIC) against K, the chosen K (the lowest BIC) marked: drawn once, when the fits are done."""
+def recent_times_ms(earlier: Sequence[Sequence[float]], last_ms: Sequence[float]) -> list[float]:
+    """The earlier steps' E-step times (seconds) in milliseconds, less those over
+    :data:`SLOW_STEP` times the median of them and the last step's: a warm-up or a run's first
+    step would otherwise keep the bars' axis tall, the bars squashed, for a window of steps."""
+    times = [1e3 * s for step in earlier for s in step]
+    if not times:
+        return []
+    bound = SLOW_STEP * float(np.median([*times, *last_ms]))
+    return [t for t in times if t <= bound]
+
+
+def choose_k_png(
+    k: Sequence[int], bic: Sequence[float], aic: Sequence[float], best_k: int, parts: str = "components"
+) -> bytes:
+    """BIC (and AIC) against K (``parts``: what K counts), the chosen K (the lowest BIC)
+    marked: drawn once, when the fits are done."""
     fig = Figure(figsize=(5.0, 3.0), dpi=DPI)
     ax = fig.subplots()
     fig.subplots_adjust(left=0.2, right=0.97, bottom=0.17, top=0.88)
@@ -133,7 +159,7 @@ def choose_k_png(k: Sequence[int], bic: Sequence[float], aic: Sequence[float], b
     best = list(k).index(best_k)
     ax.plot([k[best]], [bic[best]], "o", ms=12, mfc="none", mec="#c0392b", mew=2, label=f"best K = {k[best]}")
     ax.set_title("choose K: information criteria (lower is better)", fontsize=10)
-    ax.set_xlabel("K (components)", fontsize=9, labelpad=1)
+    ax.set_xlabel(f"K ({parts})", fontsize=9, labelpad=1)
     ax.set_xticks(list(k))
     ax.legend(fontsize=8)
     return static_png(fig)

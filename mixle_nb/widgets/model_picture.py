@@ -23,6 +23,11 @@ MAX_COUNT = 60  # Poisson bars stop here
 COLOURS = ["#c0392b", "#2980b9", "#27ae60", "#8e44ad", "#d35400", "#16a085", "#2c3e50", "#7f8c8d"]
 
 
+def colour(k: int) -> str:
+    """Component (or state) ``k``'s colour, the same in every picture."""
+    return COLOURS[k % len(COLOURS)]
+
+
 def components(model: Any) -> list:
     """``[(weight, component)]``: a mixture's, or the model itself with weight 1."""
     if hasattr(model, "components") and hasattr(model, "w"):
@@ -103,12 +108,21 @@ def projection(model: Any, data: np.ndarray | None, dims: Sequence[int] | None) 
 
 class ModelPicture:
     """Draws a model on ``ax`` of a :class:`LiveFigure`; :meth:`update` redraws it for a new
-    model of the same shape (the data, axes and labels stay in the background)."""
+    model of the same shape (the data, axes and labels stay in the background). ``part`` names
+    a mixture's parts in the labels; ``"state"`` (an HMM's emissions, weighted) also draws each
+    part's weighted density under the 1-D total."""
 
     def __init__(
-        self, live: LiveFigure, ax: Axes, model: Any, data: np.ndarray | None, dims: Sequence[int] | None = None
+        self,
+        live: LiveFigure,
+        ax: Axes,
+        model: Any,
+        data: np.ndarray | None,
+        dims: Sequence[int] | None = None,
+        part: str = "component",
     ) -> None:
-        self.live, self.ax = live, ax
+        self.live, self.ax, self.part = live, ax, part
+        self.part_lines: list = []
         self.data = None if data is None else np.asarray(data)
         self.kind = picture_kind(model)
         if self.kind == "density":
@@ -152,14 +166,23 @@ class ModelPicture:
             self.grid = np.linspace(min(mus) - 4 * max(sds), max(mus) + 4 * max(sds), 400)
             self._histogram_top = 0.0
         self.ax.set_xlim(self.grid[0], self.grid[-1])
-        self.line = self.live.dynamic(self.ax.plot(self.grid, np.zeros_like(self.grid), color="#c0392b", lw=2)[0])
+        if self.part == "state":
+            self.part_lines = [
+                self.live.dynamic(self.ax.plot(self.grid, np.zeros_like(self.grid), color=colour(k), lw=1.5)[0])
+                for k in range(len(components(model)))
+            ]
+        total_colour = "black" if self.part_lines else "#c0392b"
+        self.line = self.live.dynamic(self.ax.plot(self.grid, np.zeros_like(self.grid), color=total_colour, lw=2)[0])
         self._update_density(model)
 
     def _update_density(self, model: Any) -> bool:
         density = np.zeros_like(self.grid)
-        for w, mu, cov in gaussians(model):
+        for k, (w, mu, cov) in enumerate(gaussians(model)):
             var = cov[0, 0]
-            density += w * np.exp(-0.5 * (self.grid - mu[0]) ** 2 / var) / math.sqrt(2 * math.pi * var)
+            part = w * np.exp(-0.5 * (self.grid - mu[0]) ** 2 / var) / math.sqrt(2 * math.pi * var)
+            if self.part_lines:
+                self.part_lines[k].set_ydata(part)
+            density += part
         self.line.set_ydata(density)
         return fit_limits(self.ax, [0.0, self._histogram_top, density.max()], floor=0.0)
 
@@ -178,7 +201,7 @@ class ModelPicture:
             )
         self.ellipses = []
         for k in range(len(components(model))):
-            ellipse = Ellipse((0, 0), 1, 1, fill=False, color=COLOURS[k % len(COLOURS)])
+            ellipse = Ellipse((0, 0), 1, 1, fill=False, color=colour(k))
             self.ax.add_patch(ellipse)
             self.ellipses.append(self.live.dynamic(ellipse))
         self._update_ellipses(model)
@@ -208,7 +231,7 @@ class ModelPicture:
             for key, p in c.pmap.items():
                 totals[key] = totals.get(key, 0.0) + w * p
         self.labels = sorted(totals, key=lambda key: -totals[key])[:MAX_CATEGORIES]
-        self.ax.set_title("category probability per component", fontsize=10)
+        self.ax.set_title(f"category probability per {self.part}", fontsize=10)
         self._build_bars(model, [str(key) for key in self.labels])
 
     def _build_poisson(self, model: Any) -> None:
@@ -216,7 +239,7 @@ class ModelPicture:
         if self.data is not None and np.ndim(self.data) == 1 and len(self.data):
             top = max(top, float(np.max(self.data)))
         self.labels = list(range(int(min(math.ceil(top), MAX_COUNT)) + 1))
-        self.ax.set_title("count probability per component", fontsize=10)
+        self.ax.set_title(f"count probability per {self.part}", fontsize=10)
         if self.data is not None and np.ndim(self.data) == 1 and len(self.data):
             counts = np.bincount(
                 np.clip(np.asarray(self.data, dtype=int), 0, self.labels[-1]), minlength=len(self.labels)
@@ -234,8 +257,8 @@ class ModelPicture:
                 x - 0.4 + width * (j + 0.5),
                 np.zeros(len(x)),
                 width,
-                color=COLOURS[j % len(COLOURS)],
-                label=f"component {j}",
+                color=colour(j),
+                label=f"{self.part} {j}",
             )
             self.bars.append([self.live.dynamic(patch) for patch in container.patches])
         if tick_labels is not None:

@@ -3,7 +3,7 @@ batched forward–backward (log-space or scaled) in torch float64, Viterbi and p
 
 from .encoding import HiddenMarkovEncoder, PackedBatch, SequenceEncoding
 from .forward_backward import IMPLEMENTATIONS, BatchPosteriors, forward_backward
-from .model import HiddenMarkovAccumulator, HiddenMarkovDistribution, HiddenMarkovEstimator
+from .model import HiddenMarkovAccumulator, HiddenMarkovDistribution, HiddenMarkovEstimator, states_of_copies
 
 __all__ = [
     "IMPLEMENTATIONS",
@@ -15,4 +15,5 @@ __all__ = [
     "PackedBatch",
     "SequenceEncoding",
     "forward_backward",
+    "states_of_copies",
 ]

@@ -157,6 +157,16 @@ class SequenceEncoding:
     def __len__(self) -> int:
         return self.count
 
+    def first_sequence(self) -> tuple[PackedBatch, np.ndarray]:
+        """The batch holding the shard's first sequence, and that sequence's packed rows in
+        time order (its observations are ``batch.emissions`` at those rows)."""
+        for batch in self.batches:
+            where = np.flatnonzero(batch.order == 0)
+            if where.size:
+                column = int(where[0])
+                return batch, batch.offsets[: int(batch.lengths[column])] + column
+        raise ValueError("an encoding of no sequences has no first sequence")
+
 
 def packed_index(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For sequences sorted longest first (their ``starts`` in the concatenated data): the

@@ -603,10 +603,37 @@ class HiddenMarkovEstimator(Estimator):
         return chain + sum(count.of(e, m) for e, m in zip(self.estimators, model.emissions))
 
 
+def states_of_copies(estimator: HiddenMarkovEstimator, k: int) -> HiddenMarkovEstimator:
+    """An HMM estimator of ``k`` states, each emitting from a copy of ``estimator``'s first
+    state's family (as :func:`~mixle_nb.stats.mixture.mixture_of_copies` for mixtures), with
+    its arithmetic; what choosing the number of states fits.
+
+    Parameters
+    ----------
+    estimator : HiddenMarkovEstimator
+        The HMM family whose first emission estimator is copied.
+    k : int
+        The number of states.
+
+    Returns
+    -------
+    HiddenMarkovEstimator
+        ``k`` states, maximum-likelihood start and transitions.
+
+    Examples
+    --------
+    >>> from mixle_nb.stats import GaussianEstimator
+    >>> len(states_of_copies(HiddenMarkovEstimator([GaussianEstimator()]), 3).estimators)
+    3
+    """
+    return HiddenMarkovEstimator([estimator.estimators[0]] * k, implementation=estimator.implementation)
+
+
 __all__ = [
     "HiddenMarkovAccumulator",
     "HiddenMarkovDistribution",
     "HiddenMarkovEstimator",
     "normalized_rows",
+    "states_of_copies",
     "stochastic_rows",
 ]
