@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from traitlets.config import Config
 
 HEARTBEAT_MS = 500  # ipyparallel's default 3000 ms makes every engine registration wait ~3-6 s
+# Over TCP every ipyparallel socket authenticates its peers by the cluster's CurveZMQ key (made
+# by the controller at each start, kept in its owner-only connection files): a peer without it is
+# refused at the handshake instead of having its bytes parsed.
+CURVE_ARGS = ("--IPController.enable_curve=True",)
 # On one host the engines need neither a nanny (interrupts go by pid) nor a watch on the
 # controller's heartbeat (the lifeline ends them with it): both would listen on loopback TCP.
 LOCAL_ENGINE_ARGS = ("--IPEngine.enable_nanny=False", "--IPEngine.max_heartbeat_misses=0")
@@ -184,10 +188,14 @@ class LaunchSpec:
 
         With ``socket_dir`` (a private folder; only when :attr:`on_this_host`), the controller,
         engines and client talk over Unix sockets in it instead of loopback TCP, and the engines
-        start without a nanny or a heartbeat watch, which would each listen on loopback."""
+        start without a nanny or a heartbeat watch, which would each listen on loopback. Without
+        it, every socket uses CurveZMQ (:data:`CURVE_ARGS`)."""
         from traitlets.config import Config
 
-        sockets = [] if socket_dir is None else ["--IPController.transport=ipc", f"--IPController.ip={socket_dir}/c"]
+        if socket_dir is None:
+            sockets = list(CURVE_ARGS)
+        else:
+            sockets = ["--IPController.transport=ipc", f"--IPController.ip={socket_dir}/c"]
         arguments: dict[str, Any] = {
             "log_level": logging.WARNING,
             "shutdown_atexit": False,  # the lifeline ends the cluster at exit
