@@ -7,6 +7,14 @@ Start: time from start() until the torch.distributed group is ready, against
 Round trip: a no-op on every rank, ``MixleCluster.run`` against ``DirectView.apply_sync``,
 interleaved on the same engines so both see the same machine load.
 
+    .venv/bin/python benchmarks/cluster_bench.py --exposure [--sizes 2 4] [--rounds 3] [--calls 100]
+
+Exposure (docs/guide/network-exposure.md): start() to group ready, a no-op round trip and a
+step (an all-reduce of 100 000 floats on every rank), for the controller on Unix sockets (the
+default on one host), on loopback TCP as before (no CurveZMQ, the engines' nannies and
+heartbeat watches listening) and on loopback TCP with CurveZMQ (as across hosts), in
+interleaved rounds.
+
     .venv/bin/python benchmarks/cluster_bench.py --launchers [--hosts 2] [--per-host 2] [--rounds 3]
 
 Launchers (root: tests/multihost's simulated hosts, with Slurm on them): start() to group
@@ -69,6 +77,56 @@ def time_start(n, **options):
     return elapsed
 
 
+EXPOSURES = {
+    "unix sockets": {},
+    "tcp (before)": {"controller_ip": "127.0.0.1", "controller_args": ["--IPController.enable_curve=False"]},
+    "tcp + curve": {"controller_ip": "127.0.0.1"},
+}
+
+
+def allreduce_step():
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(100_000)
+    dist.all_reduce(t)
+    return float(t[0])
+
+
+def time_exposure(n, calls, options):
+    t0 = time.perf_counter()
+    cluster = MixleCluster(n, **options).start()
+    start_s = time.perf_counter() - t0
+    try:
+        for _ in range(10):  # warm up
+            cluster.run(noop)
+            cluster.run(allreduce_step)
+        noop_s, step_s = [], []
+        for _ in range(calls):
+            t = time.perf_counter()
+            cluster.run(noop)
+            noop_s.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            cluster.run(allreduce_step)
+            step_s.append(time.perf_counter() - t)
+    finally:
+        cluster.stop()
+    return start_s, statistics.median(noop_s), statistics.median(step_s)
+
+
+def compare_exposures(sizes, rounds, calls):
+    print(f"median of {rounds} interleaved rounds; round trips: median of {calls} calls")
+    print(f"{'n':>2} {'controller':>14} {'start s':>8} {'no-op ms':>9} {'step ms':>8}")
+    for n in sizes:
+        results = {name: [] for name in EXPOSURES}
+        for _ in range(rounds):
+            for name, options in EXPOSURES.items():
+                results[name].append(time_exposure(n, calls, options))
+        for name, values in results.items():
+            start_s, noop_s, step_s = (statistics.median(v) for v in zip(*values))
+            print(f"{n:>2} {name:>14} {start_s:>8.2f} {noop_s * 1e3:>9.2f} {step_s * 1e3:>8.2f}")
+
+
 def time_launchers(hosts, per_host, rounds):
     tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
     sys.path[:0] = [tests, os.path.join(tests, "multihost")]
@@ -108,7 +166,11 @@ def main():
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--per-host", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--exposure", action="store_true", help="unix sockets, tcp and tcp + curve")
     args = parser.parse_args()
+    if args.exposure:
+        compare_exposures(args.sizes, args.rounds, min(args.calls, 100))
+        return
     if args.launchers:
         time_launchers(args.hosts, args.per_host, args.rounds)
         return

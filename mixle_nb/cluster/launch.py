@@ -189,11 +189,13 @@ class LaunchSpec:
         With ``socket_dir`` (a private folder; only when :attr:`on_this_host`), the controller,
         engines and client talk over Unix sockets in it instead of loopback TCP, and the engines
         start without a nanny or a heartbeat watch, which would each listen on loopback. Without
-        it, every socket uses CurveZMQ (:data:`CURVE_ARGS`)."""
+        it, every socket uses CurveZMQ (:data:`CURVE_ARGS`) unless ``controller_args`` set
+        ``--IPController.enable_curve`` themselves."""
         from traitlets.config import Config
 
-        if socket_dir is None:
-            sockets = list(CURVE_ARGS)
+        if socket_dir is None:  # unless the caller's own arguments say otherwise (once only)
+            given = {arg.split("=")[0] for arg in self.controller_args}
+            sockets = [arg for arg in CURVE_ARGS if arg.split("=")[0] not in given]
         else:
             sockets = ["--IPController.transport=ipc", f"--IPController.ip={socket_dir}/c"]
         arguments: dict[str, Any] = {
