@@ -2,7 +2,7 @@
 bytes against every TCP port its processes listen on.
 
 Run as a script (the tests run it as uid ``nobody`` through ``setpriv``), it probes the ports
-it is given on 127.0.0.1 only, for a bounded number of rounds, each bounded in time and bytes,
+it is given (``PORT`` on 127.0.0.1, or ``HOST:PORT`` for a simulated host's address), for a bounded number of rounds, each bounded in time and bytes,
 and prints one JSON line of what it did. Each round sends, to each port, one of:
 
 - ``random``: up to 4 KiB of random bytes;
@@ -15,7 +15,8 @@ It also tries, once, to connect to each Unix socket and to read each file given 
 ``--unix`` and ``--files``, and counts those it could.
 
 Imported, :func:`listening_ports` is the inventory: the TCP ports that given processes listen
-on, read from ``/proc`` as another user would (``/proc/net/tcp`` is world-readable).
+on, read from ``/proc`` as another user would (``/proc/net/tcp`` is world-readable), and
+:func:`probe_while` runs the probe as ``nobody`` while the caller's calls run.
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import random
 import socket
 import struct
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 KINDS = ("random", "truncated", "garbage", "flood")
 PEER_TYPES = (b"DEALER", b"PUB", b"ROUTER", b"SUB")
@@ -110,11 +114,11 @@ def _frames(rng: random.Random) -> bytes:
     return out
 
 
-def _connect(port: int, deadline: float) -> socket.socket | None:
+def _connect(address: tuple[str, int], deadline: float) -> socket.socket | None:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(max(0.005, deadline - time.monotonic()))
     try:
-        s.connect(("127.0.0.1", port))
+        s.connect(address)
     except OSError:
         s.close()
         return None
@@ -129,15 +133,15 @@ def _send(s: socket.socket, data: bytes, deadline: float) -> None:
         pass
 
 
-def probe_port(port: int, kind: str, rng: random.Random) -> bool:
-    """One bounded burst of ``kind`` at ``port`` on 127.0.0.1; whether a connection was made."""
+def probe_port(address: tuple[str, int], kind: str, rng: random.Random) -> bool:
+    """One bounded burst of ``kind`` at ``address``; whether a connection was made."""
     deadline = time.monotonic() + ROUND_BUDGET_S
     if kind == "flood":
-        opened = [s for s in (_connect(port, deadline) for _ in range(20)) if s is not None]
+        opened = [s for s in (_connect(address, deadline) for _ in range(20)) if s is not None]
         for s in opened:
             s.close()
         return bool(opened)
-    s = _connect(port, deadline)
+    s = _connect(address, deadline)
     if s is None:
         return False
     try:
@@ -173,21 +177,45 @@ def _reachable(path: str, unix: bool) -> bool:
     return True
 
 
+def probe_while(call: Callable[[int], None], arguments: list[str], at_least: int) -> dict:
+    """Run this probe with ``arguments`` as uid ``nobody`` (needs root) while ``call(i)`` runs
+    for i = 0, 1, ... until the probe has finished and ``call`` ran ``at_least`` times. The
+    probe's report, with ``calls``: how many times ``call`` ran."""
+    nobody = pwd.getpwnam("nobody")
+    command = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
+    probe = subprocess.Popen(
+        [*command, sys.executable, os.path.abspath(__file__), *arguments], stdout=subprocess.PIPE, text=True
+    )
+    calls = 0
+    try:
+        while probe.poll() is None or calls < at_least:
+            call(calls)
+            calls += 1
+        report = json.loads(probe.communicate(timeout=60)[0])
+    finally:
+        if probe.poll() is None:
+            probe.kill()
+            probe.wait()
+    report["calls"] = calls
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     """Probe the ports on the command line for ``--rounds`` rounds; print what was done."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("ports", type=int, nargs="*")
+    parser.add_argument("ports", nargs="*", help="PORT (on 127.0.0.1) or HOST:PORT")
     parser.add_argument("--unix", nargs="*", default=[])
     parser.add_argument("--files", nargs="*", default=[])
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
+    addresses = [(host or "127.0.0.1", int(port)) for host, _, port in (p.rpartition(":") for p in args.ports)]
     connected = refused = 0
     t0 = time.monotonic()
     for r in range(args.rounds):
-        for port in args.ports:
-            if probe_port(port, KINDS[(r + port) % len(KINDS)], rng):
+        for address in addresses:
+            if probe_port(address, KINDS[(r + address[1]) % len(KINDS)], rng):
                 connected += 1
             else:
                 refused += 1

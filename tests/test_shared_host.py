@@ -15,16 +15,13 @@ from __future__ import annotations
 import glob
 import json
 import os
-import pwd
 import stat
-import subprocess
-import sys
 import threading
 import time
 
 import numpy as np
 import pytest
-from shared_host_probe import listening_ports, unix_listeners
+from shared_host_probe import listening_ports, probe_while, unix_listeners
 from sklearn_ranks import blobs, fit_quietly, settings
 from strictness import unavailable
 
@@ -32,7 +29,6 @@ from mixle_nb.cluster import MixleCluster
 from mixle_nb.cluster.stray_messages import malformed
 from mixle_nb.mixture import GaussianMixture
 
-PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shared_host_probe.py")
 ROUNDS = 50
 CALL_BOUND_S = 30.0  # the cluster's 20 s collective timeout, and time to answer
 FITS_AT_LEAST = 3
@@ -55,20 +51,9 @@ def fit_here(seed: int) -> tuple:
     return estimator.weights_, estimator.means_, estimator.covariances_
 
 
-def as_nobody(arguments: list[str]) -> list[str]:
-    """The probe's command line, as uid ``nobody``."""
+def require_root() -> None:
     if os.geteuid() != 0:
         unavailable("probing as another user needs root (setpriv to uid nobody)")
-    nobody = pwd.getpwnam("nobody")
-    return [
-        "setpriv",
-        f"--reuid={nobody.pw_uid}",
-        f"--regid={nobody.pw_gid}",
-        "--clear-groups",
-        sys.executable,
-        PROBE,
-        *arguments,
-    ]
 
 
 def cluster_files(cluster: MixleCluster) -> list[str]:
@@ -86,26 +71,21 @@ def inventory(cluster: MixleCluster) -> dict:
 def probe_while_fitting(cluster: MixleCluster, tcp_ports: list[int], unix: list[str], files: list[str]) -> dict:
     """Run the probe as nobody while the cluster fits; every fit within the bound and equal to
     this process's. The probe's report, with the fits done."""
-    expected = {seed: fit_here(seed) for seed in range(FITS_AT_LEAST)}
+    require_root()
+    expected = [fit_here(seed) for seed in range(FITS_AT_LEAST)]
+
+    def fit(i: int) -> None:
+        seed = i % FITS_AT_LEAST
+        t0 = time.monotonic()
+        got = cluster.run_async(fit_on_ranks, seed).result(timeout=CALL_BOUND_S)
+        assert time.monotonic() - t0 < CALL_BOUND_S
+        for rank_fit in got:
+            for value, reference in zip(rank_fit, expected[seed]):
+                np.testing.assert_allclose(value, reference, rtol=1e-9, atol=1e-12)
+
     arguments = [*map(str, tcp_ports), "--rounds", str(ROUNDS), "--unix", *unix, "--files", *files]
-    probe = subprocess.Popen(as_nobody(arguments), stdout=subprocess.PIPE, text=True)
-    fits = 0
-    try:
-        while probe.poll() is None or fits < FITS_AT_LEAST:
-            seed = fits % FITS_AT_LEAST
-            t0 = time.monotonic()
-            got = cluster.run_async(fit_on_ranks, seed).result(timeout=CALL_BOUND_S)
-            assert time.monotonic() - t0 < CALL_BOUND_S
-            for rank_fit in got:
-                for value, reference in zip(rank_fit, expected[seed]):
-                    np.testing.assert_allclose(value, reference, rtol=1e-9, atol=1e-12)
-            fits += 1
-        report = json.loads(probe.communicate(timeout=60)[0])
-    finally:
-        if probe.poll() is None:
-            probe.kill()
-            probe.wait()
-    report["fits"] = fits
+    report = probe_while(fit, arguments, FITS_AT_LEAST)
+    report["fits"] = report.pop("calls")
     return report
 
 

@@ -24,7 +24,7 @@ def main() -> None:
     from ipyparallel.controller.app import IPController
     from ipyparallel.controller.app import main as controller_main
 
-    IPController.construct_url = _endpoint  # type: ignore[method-assign]
+    IPController.construct_url = _endpoint
     controller_main()
 
 
