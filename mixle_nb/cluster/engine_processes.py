@@ -68,7 +68,7 @@ class EngineProcesses:
 
         if spec.slurm is not None:  # the batch script's private folder
             self._batch_dir = tempfile.mkdtemp(prefix="mixle-slurm-")
-        if spec.on_this_host:  # private (0700): no other user can connect to a socket in it
+        if spec.on_this_host and os.name == "posix":  # private (0700): no other user can connect there
             self._socket_dir = tempfile.mkdtemp(prefix="mixle-ipc-")
         self.ipp = ipp.Cluster(**spec.cluster_arguments(n, self._batch_dir, self._socket_dir))
         lifeline = self._start_lifeline()
