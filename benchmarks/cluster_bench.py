@@ -15,6 +15,12 @@ default on one host), on loopback TCP as before (no CurveZMQ, the engines' nanni
 heartbeat watches listening) and on loopback TCP with CurveZMQ (as across hosts), in
 interleaved rounds.
 
+    .venv/bin/python benchmarks/cluster_bench.py --probe [--trials 3] [--probe-rounds 50]
+
+Probe (root): for each of those three, ``trials`` fresh 2-engine clusters, each probed as uid
+``nobody`` (tests/shared_host_probe.py, ``probe-rounds`` rounds against every TCP port its processes
+listen on) while it runs all-reduce calls; a call that has not returned in 60 s counts as hung.
+
     .venv/bin/python benchmarks/cluster_bench.py --launchers [--hosts 2] [--per-host 2] [--rounds 3]
 
 Launchers (root: tests/multihost's simulated hosts, with Slurm on them): start() to group
@@ -26,6 +32,7 @@ import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 
 import ipyparallel as ipp
@@ -127,6 +134,61 @@ def compare_exposures(sizes, rounds, calls):
             print(f"{n:>2} {name:>14} {start_s:>8.2f} {noop_s * 1e3:>9.2f} {step_s * 1e3:>8.2f}")
 
 
+HUNG_S = 60.0
+
+
+def bounded_call(cluster, fn):
+    """``"ok"``, ``"hung"`` (no answer within HUNG_S) or the error's name, of ``cluster.run(fn)``."""
+    outcome = {}
+
+    def call():
+        try:
+            cluster.run(fn)
+            outcome["result"] = "ok"
+        except Exception as exc:
+            outcome["result"] = type(exc).__name__
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(HUNG_S)
+    return outcome.get("result", "hung")
+
+
+def probe_clusters(trials, rounds):
+    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+    sys.path.insert(0, tests)
+    from shared_host_probe import listening_ports, probe_while
+
+    print(f"2 engines; per trial: the probe as nobody, {rounds} rounds, all-reduce calls meanwhile")
+    print(f"{'controller':>14} {'tcp ports':>9} {'trials':>6} {'calls':>6} {'hung':>5} {'failed':>6}  dropped")
+    for name, options in EXPOSURES.items():
+        ports, calls, hung, failed, dropped = 0, 0, 0, 0, {}
+        for trial in range(trials):
+            cluster = MixleCluster(2, timeout=20.0, **options).start()
+            try:
+                targets = [str(port) for _, port, _ in listening_ports(cluster.pids)]
+                ports = len(targets)
+                outcomes = []
+
+                def step(i):
+                    if outcomes and outcomes[-1] != "ok":
+                        time.sleep(0.1)  # a hung or broken cluster: wait for the probe to end
+                        return
+                    outcomes.append(bounded_call(cluster, allreduce_step))
+
+                probe_while(step, [*targets, "--rounds", str(rounds), "--seed", str(trial)], 1)
+                if outcomes[-1] == "ok":
+                    outcomes.append(bounded_call(cluster, allreduce_step))  # the next call
+                calls += len(outcomes)
+                hung += outcomes.count("hung")
+                failed += len(outcomes) - outcomes.count("ok") - outcomes.count("hung")
+                for key, count in cluster.status().dropped.items():
+                    dropped[key] = dropped.get(key, 0) + count
+            finally:
+                cluster.stop()
+        print(f"{name:>14} {ports:>9} {trials:>6} {calls:>6} {hung:>5} {failed:>6}  {dropped or '-'}")
+
+
 def time_launchers(hosts, per_host, rounds):
     tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
     sys.path[:0] = [tests, os.path.join(tests, "multihost")]
@@ -167,7 +229,13 @@ def main():
     parser.add_argument("--per-host", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--exposure", action="store_true", help="unix sockets, tcp and tcp + curve")
+    parser.add_argument("--probe", action="store_true", help="the shared-host probe against each (root)")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--probe-rounds", type=int, default=50)
     args = parser.parse_args()
+    if args.probe:
+        probe_clusters(args.trials, args.probe_rounds)
+        return
     if args.exposure:
         compare_exposures(args.sizes, args.rounds, min(args.calls, 100))
         return
