@@ -7,6 +7,20 @@ Start: time from start() until the torch.distributed group is ready, against
 Round trip: a no-op on every rank, ``MixleCluster.run`` against ``DirectView.apply_sync``,
 interleaved on the same engines so both see the same machine load.
 
+    .venv/bin/python benchmarks/cluster_bench.py --exposure [--sizes 2 4] [--rounds 3] [--calls 100]
+
+Exposure (docs/guide/network-exposure.md): start() to group ready, a no-op round trip and a
+step (an all-reduce of 100 000 floats on every rank), for the controller on Unix sockets (the
+default on one host), on loopback TCP as before (no CurveZMQ, the engines' nannies and
+heartbeat watches listening) and on loopback TCP with CurveZMQ (as across hosts), in
+interleaved rounds.
+
+    .venv/bin/python benchmarks/cluster_bench.py --probe [--trials 3] [--probe-rounds 50]
+
+Probe (root): for each of those three, ``trials`` fresh 2-engine clusters, each probed as uid
+``nobody`` (tests/shared_host_probe.py, ``probe-rounds`` rounds against every TCP port its processes
+listen on) while it runs all-reduce calls; a call that has not returned in 60 s counts as hung.
+
     .venv/bin/python benchmarks/cluster_bench.py --launchers [--hosts 2] [--per-host 2] [--rounds 3]
 
 Launchers (root: tests/multihost's simulated hosts, with Slurm on them): start() to group
@@ -18,6 +32,7 @@ import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 
 import ipyparallel as ipp
@@ -69,6 +84,111 @@ def time_start(n, **options):
     return elapsed
 
 
+EXPOSURES = {
+    "unix sockets": {},
+    "tcp (before)": {"controller_ip": "127.0.0.1", "controller_args": ["--IPController.enable_curve=False"]},
+    "tcp + curve": {"controller_ip": "127.0.0.1"},
+}
+
+
+def allreduce_step():
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(100_000)
+    dist.all_reduce(t)
+    return float(t[0])
+
+
+def time_exposure(n, calls, options):
+    t0 = time.perf_counter()
+    cluster = MixleCluster(n, **options).start()
+    start_s = time.perf_counter() - t0
+    try:
+        for _ in range(10):  # warm up
+            cluster.run(noop)
+            cluster.run(allreduce_step)
+        noop_s, step_s = [], []
+        for _ in range(calls):
+            t = time.perf_counter()
+            cluster.run(noop)
+            noop_s.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            cluster.run(allreduce_step)
+            step_s.append(time.perf_counter() - t)
+    finally:
+        cluster.stop()
+    return start_s, statistics.median(noop_s), statistics.median(step_s)
+
+
+def compare_exposures(sizes, rounds, calls):
+    print(f"median of {rounds} interleaved rounds; round trips: median of {calls} calls")
+    print(f"{'n':>2} {'controller':>14} {'start s':>8} {'no-op ms':>9} {'step ms':>8}")
+    for n in sizes:
+        results = {name: [] for name in EXPOSURES}
+        for _ in range(rounds):
+            for name, options in EXPOSURES.items():
+                results[name].append(time_exposure(n, calls, options))
+        for name, values in results.items():
+            start_s, noop_s, step_s = (statistics.median(v) for v in zip(*values))
+            print(f"{n:>2} {name:>14} {start_s:>8.2f} {noop_s * 1e3:>9.2f} {step_s * 1e3:>8.2f}")
+
+
+HUNG_S = 60.0
+
+
+def bounded_call(cluster, fn):
+    """``"ok"``, ``"hung"`` (no answer within HUNG_S) or the error's name, of ``cluster.run(fn)``."""
+    outcome = {}
+
+    def call():
+        try:
+            cluster.run(fn)
+            outcome["result"] = "ok"
+        except Exception as exc:
+            outcome["result"] = type(exc).__name__
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(HUNG_S)
+    return outcome.get("result", "hung")
+
+
+def probe_clusters(trials, rounds):
+    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+    sys.path.insert(0, tests)
+    from shared_host_probe import listening_ports, probe_while
+
+    print(f"2 engines; per trial: the probe as nobody, {rounds} rounds, all-reduce calls meanwhile")
+    print(f"{'controller':>14} {'tcp ports':>9} {'trials':>6} {'calls':>6} {'hung':>5} {'failed':>6}  dropped")
+    for name, options in EXPOSURES.items():
+        ports, calls, hung, failed, dropped = 0, 0, 0, 0, {}
+        for trial in range(trials):
+            cluster = MixleCluster(2, timeout=20.0, **options).start()
+            try:
+                targets = [str(port) for _, port, _ in listening_ports(cluster.pids)]
+                ports = len(targets)
+                outcomes = []
+
+                def step(i):
+                    if outcomes and outcomes[-1] != "ok":
+                        time.sleep(0.1)  # a hung or broken cluster: wait for the probe to end
+                        return
+                    outcomes.append(bounded_call(cluster, allreduce_step))
+
+                probe_while(step, [*targets, "--rounds", str(rounds), "--seed", str(trial)], 1)
+                if outcomes[-1] == "ok":
+                    outcomes.append(bounded_call(cluster, allreduce_step))  # the next call
+                calls += len(outcomes)
+                hung += outcomes.count("hung")
+                failed += len(outcomes) - outcomes.count("ok") - outcomes.count("hung")
+                for key, count in cluster.status().dropped.items():
+                    dropped[key] = dropped.get(key, 0) + count
+            finally:
+                cluster.stop()
+        print(f"{name:>14} {ports:>9} {trials:>6} {calls:>6} {hung:>5} {failed:>6}  {dropped or '-'}")
+
+
 def time_launchers(hosts, per_host, rounds):
     tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
     sys.path[:0] = [tests, os.path.join(tests, "multihost")]
@@ -108,7 +228,17 @@ def main():
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--per-host", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--exposure", action="store_true", help="unix sockets, tcp and tcp + curve")
+    parser.add_argument("--probe", action="store_true", help="the shared-host probe against each (root)")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--probe-rounds", type=int, default=50)
     args = parser.parse_args()
+    if args.probe:
+        probe_clusters(args.trials, args.probe_rounds)
+        return
+    if args.exposure:
+        compare_exposures(args.sizes, args.rounds, min(args.calls, 100))
+        return
     if args.launchers:
         time_launchers(args.hosts, args.per_host, args.rounds)
         return

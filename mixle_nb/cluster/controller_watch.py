@@ -2,7 +2,8 @@
 
 The owner's lifeline (:mod:`mixle_nb.cluster.lifeline`) ends the controller when the owner
 dies, but cannot reach engines that ssh, Slurm or MPI started on other hosts. So each engine
-runs a thread that opens a TCP connection to the controller's registration port every
+runs a thread that opens a connection to the controller's registration socket (TCP, or a Unix
+socket when the whole cluster runs on one host) every
 :data:`PROBE_S` (closed again at once; the controller's socket drops it) and ends the engine
 when :data:`REFUSED` probes in a row are refused (the controller is gone, its host is up:
 about 1.5 s) or :data:`MISSES` in a row fail either way, unanswered within :data:`PROBE_S`
@@ -24,32 +25,40 @@ MISSES = 8
 _thread: threading.Thread | None = None
 
 
-def controller_address() -> tuple[str, int] | None:
-    """(host, port) of the controller's registration socket as this engine reached it; None
-    outside an ipyparallel engine."""
+def controller_address() -> tuple[str, int] | str | None:
+    """(host, port) of the controller's registration socket as this engine reached it, or the
+    path of its Unix socket; None outside an ipyparallel engine."""
     try:
         from ipyparallel.engine.app import IPEngine
     except ImportError:
         return None
     if not IPEngine.initialized():
         return None
-    url = IPEngine.instance().registration_url  # tcp://host:port
-    host, port = url.split("://", 1)[-1].rsplit(":", 1)
+    url = IPEngine.instance().registration_url  # tcp://host:port or ipc://path:port
+    transport, _, address = url.partition("://")
+    if transport == "ipc":
+        return address
+    host, port = address.rsplit(":", 1)
     return host, int(port)
 
 
-def probe(address: tuple[str, int]) -> str:
+def probe(address: tuple[str, int] | str) -> str:
     """``"up"``, ``"refused"`` (nothing listens: the controller is gone) or ``"silent"``."""
     try:
+        if isinstance(address, str):  # a Unix socket: gone with its file, or refused
+            with socket.socket(socket.AF_UNIX) as unix:
+                unix.settimeout(PROBE_S)
+                unix.connect(address)
+                return "up"
         with socket.create_connection(address, timeout=PROBE_S):
             return "up"
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, FileNotFoundError):
         return "refused"
     except OSError:
         return "silent"
 
 
-def _watch(address: tuple[str, int]) -> None:
+def _watch(address: tuple[str, int] | str) -> None:
     refused = misses = 0
     while refused < REFUSED and misses < MISSES:
         answer = probe(address)

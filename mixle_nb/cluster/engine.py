@@ -106,6 +106,15 @@ def rendezvous_address() -> tuple[str, int]:
         return address, probe.getsockname()[1]
 
 
+def _listening_socket(host: str, port: int) -> int:
+    """The file descriptor of a TCP socket listening on ``host:port`` only, for the store."""
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen()
+    return listener.detach()
+
+
 def form_group(
     rank: int,
     world: int,
@@ -140,7 +149,9 @@ def form_group(
         # gloo would otherwise bind to whatever this host's name resolves to (often nothing
         # the other hosts reach); a GLOO_SOCKET_IFNAME set on the host wins
         os.environ.setdefault("GLOO_SOCKET_IFNAME", interface_toward(host))
-        store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=timeout)
+        # engine 0 listens on that address only (torch's own bind would take every interface)
+        listen_fd = _listening_socket(host, port) if rank == 0 else None
+        store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=timeout, master_listen_fd=listen_fd)
     if device is not None:
         torch.cuda.set_device(device)
     init_default_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)

@@ -25,6 +25,7 @@ from .launch import LaunchSpec
 from .lifeline import TERM_GRACE_S, Lifeline
 from .processes import OwnedProcesses, RankProcess
 from .slurm import SlurmJob
+from .stray_messages import MessageGuard
 
 
 class EngineProcesses:
@@ -44,6 +45,8 @@ class EngineProcesses:
         Ends them all if this process dies (None once detached).
     job : SlurmJob or None
         The engines' batch job under ``launcher="slurm"``.
+    guard : MessageGuard or None
+        Drops and counts the stray messages that reach the client.
     """
 
     def __init__(self, here: str) -> None:
@@ -54,7 +57,9 @@ class EngineProcesses:
         self.owned = OwnedProcesses()
         self.lifeline: Lifeline | None = None
         self.job: SlurmJob | None = None
+        self.guard: MessageGuard | None = None
         self._batch_dir: str | None = None  # the job's batch script
+        self._socket_dir: str | None = None  # the controller's Unix sockets (all on this host)
 
     def launch(self, spec: LaunchSpec, n: int, threads: int, report: Callable[[str], None]) -> None:
         """Start the controller and ``n`` engines of ``threads`` threads each as ``spec`` says,
@@ -63,10 +68,13 @@ class EngineProcesses:
 
         if spec.slurm is not None:  # the batch script's private folder
             self._batch_dir = tempfile.mkdtemp(prefix="mixle-slurm-")
-        self.ipp = ipp.Cluster(**spec.cluster_arguments(n, self._batch_dir))
+        if spec.on_this_host and os.name == "posix":  # private (0700): no other user can connect there
+            self._socket_dir = tempfile.mkdtemp(prefix="mixle-ipc-")
+        self.ipp = ipp.Cluster(**spec.cluster_arguments(n, self._batch_dir, self._socket_dir))
         lifeline = self._start_lifeline()
-        if self._batch_dir:
-            lifeline.remove(self._batch_dir)
+        for folder in (self._batch_dir, self._socket_dir):
+            if folder:
+                lifeline.remove(folder)
         self.ipp.start_controller_sync()
         self.owned.own(self.ipp.controller.pid)
         report("controller started")
@@ -82,6 +90,7 @@ class EngineProcesses:
             if not isinstance(launcher, SSHLauncher):  # an ssh launcher's pid is on its host
                 self.owned.own(launcher.pid)
         self.client = self.ipp.connect_client_sync()
+        self.guard = MessageGuard(self.client)
         self._await_engines(n, report)
 
     def _start_lifeline(self) -> Lifeline:
@@ -142,6 +151,8 @@ class EngineProcesses:
             shutdown_atexit=False,
         )
         self.client = self.ipp.connect_client_sync()
+        self.guard = MessageGuard(self.client)
+        self._socket_dir = _socket_dir(self.client)
         self.client.wait_for_engines(record.n, timeout=self.ipp.engine_timeout)
         described = self.client[list(range(record.n))].apply_sync(engine.describe)
         for r, (rank, info) in enumerate(zip(record.ranks, described)):
@@ -243,13 +254,14 @@ class EngineProcesses:
                 job, self.job = self.job, None
                 job.cancel()
             self.owned.reap()  # whatever went wrong above, no process of ours outlives stop()
-            if self._batch_dir:
-                shutil.rmtree(self._batch_dir, ignore_errors=True)
-            self._batch_dir = None
+            for folder in (self._batch_dir, self._socket_dir):
+                if folder:
+                    shutil.rmtree(folder, ignore_errors=True)
+            self._batch_dir = self._socket_dir = None
             if self.lifeline is not None:
                 self.lifeline.close()
             self.owned.lifeline = self.lifeline = None
-            self.client = self.ipp = None
+            self.client = self.ipp = self.guard = None
             self.ranks = {}
 
     def _stop_ipyparallel(self, goodbye: Callable[[], None] | None) -> None:
@@ -276,3 +288,9 @@ class EngineProcesses:
                     launcher.signal(signal.SIGKILL)
                 except Exception:  # already gone
                     pass
+
+
+def _socket_dir(client: Any) -> str | None:
+    """The folder of the controller's Unix sockets that ``client`` connected to (None over TCP)."""
+    transport, _, path = client._config["interface"].partition("://")  # the connection file's
+    return os.path.dirname(path) if transport == "ipc" else None

@@ -11,8 +11,10 @@ drop it), and a launcher's option given to another launcher is a ``ValueError``.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import logging
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,13 @@ if TYPE_CHECKING:
     from traitlets.config import Config
 
 HEARTBEAT_MS = 500  # ipyparallel's default 3000 ms makes every engine registration wait ~3-6 s
+# Over TCP every ipyparallel socket authenticates its peers by the cluster's CurveZMQ key (made
+# by the controller at each start, kept in its owner-only connection files): a peer without it is
+# refused at the handshake instead of having its bytes parsed.
+CURVE_ARGS = ("--IPController.enable_curve=True",)
+# On one host the engines need neither a nanny (interrupts go by pid) nor a watch on the
+# controller's heartbeat (the lifeline ends them with it): both would listen on loopback TCP.
+LOCAL_ENGINE_ARGS = ("--IPEngine.enable_nanny=False", "--IPEngine.max_heartbeat_misses=0")
 # ipyparallel.Cluster options that MixleCluster sets itself, and what to give instead
 _RESERVED = {
     "n": "the number of engines is MixleCluster's first argument",
@@ -162,26 +171,48 @@ class LaunchSpec:
             ipyparallel_options=options,
         )
 
-    def cluster_arguments(self, n: int, batch_dir: str | None) -> dict[str, Any]:
+    @property
+    def on_this_host(self) -> bool:
+        """Whether every process runs on this host: the local launcher, with the controller
+        left on its default address (then they talk over Unix sockets, :meth:`cluster_arguments`)."""
+        return (
+            self.launcher == "local"
+            and self.controller_ip is None
+            and not {"controller_ip", "controller_location"} & set(self.ipyparallel_options)
+        )
+
+    def cluster_arguments(self, n: int, batch_dir: str | None, socket_dir: str | None = None) -> dict[str, Any]:
         """``ipyparallel.Cluster``'s keyword arguments for ``n`` engines (the Slurm batch script
         goes in ``batch_dir``). The controller's heartbeat comes first in its arguments, so the
-        caller's own ``controller_args`` still override it."""
+        caller's own ``controller_args`` still override it.
+
+        With ``socket_dir`` (a private folder; only when :attr:`on_this_host`), the controller,
+        engines and client talk over Unix sockets in it instead of loopback TCP, and the engines
+        start without a nanny or a heartbeat watch, which would each listen on loopback. Without
+        it, every socket uses CurveZMQ (:data:`CURVE_ARGS`) unless ``controller_args`` set
+        ``--IPController.enable_curve`` themselves."""
+        from traitlets.config import Config
+
+        if socket_dir is None:  # unless the caller's own arguments say otherwise (once only)
+            given = {arg.split("=")[0] for arg in self.controller_args}
+            sockets = [arg for arg in CURVE_ARGS if arg.split("=")[0] not in given]
+        else:
+            sockets = ["--IPController.transport=ipc", f"--IPController.ip={socket_dir}/c"]
         arguments: dict[str, Any] = {
             "log_level": logging.WARNING,
             "shutdown_atexit": False,  # the lifeline ends the cluster at exit
             **self.ipyparallel_options,
             "engines": self.launcher,
-            "controller_args": [f"--HeartMonitor.period={HEARTBEAT_MS}", *self.controller_args],
+            "controller_args": [f"--HeartMonitor.period={HEARTBEAT_MS}", *sockets, *self.controller_args],
         }
         if self.controller_ip is not None:
             arguments["controller_ip"] = self.controller_ip
-        if self.slurm is None and self.mpiexec_args is None:
-            if self.config is not None:
-                arguments["config"] = self.config
-            return arguments
-        from traitlets.config import Config
-
         config = arguments["config"] = self.config if self.config is not None else Config()
+        if socket_dir is not None:
+            config = arguments["config"] = copy.deepcopy(config)  # each start adds to a fresh copy
+            config.LocalControllerLauncher.controller_cmd = [sys.executable, "-m", "mixle_nb.cluster.ipc_controller"]
+            engine_args = list(config.LocalEngineSetLauncher.get("engine_args", []))
+            config.LocalEngineSetLauncher.engine_args = [*LOCAL_ENGINE_ARGS, *engine_args]
         if self.slurm is not None:
             if batch_dir is None:
                 raise ValueError("a Slurm cluster's batch script needs a folder (batch_dir)")

@@ -534,12 +534,15 @@ class MixleCluster(RankCalls):
         -------
         ClusterStatus
             A list of :class:`RankStatus` (pid, host, liveness, group membership, memory, the
-            last call's time on that rank), with a line about the Slurm job if there is one;
-            empty before :meth:`start`.
+            last call's time on that rank), with a line about the Slurm job if there is one,
+            and one counting the stray messages the client dropped (``dropped``, by stream and
+            reason) if there were any; empty before :meth:`start`.
         """
         rows = ClusterStatus()
         if self._processes.job is not None:
             rows.job = self._processes.job.describe()
+        if self._processes.guard is not None:
+            rows.dropped = self._processes.guard.counts()
         if not self._processes.ranks:
             return rows
         dead = set(self.dead_ranks(range(self.n)))

@@ -50,7 +50,9 @@ class RankStatus:
 class ClusterStatus(list):
     """A list of :class:`RankStatus` rows that renders as a table, as text or HTML.
 
-    ``job`` is a line about the scheduler's job the engines run in (Slurm), shown above the table.
+    ``job`` is a line about the scheduler's job the engines run in (Slurm), and ``dropped`` counts
+    the stray messages the client dropped (by ``"<stream>: <reason>"``), each shown above the
+    table when there is one.
 
     Parameters
     ----------
@@ -70,6 +72,14 @@ class ClusterStatus(list):
     """
 
     job = ""
+    dropped: dict[str, int] = {}  # noqa: RUF012 (replaced, never changed in place)
+
+    def _notes(self) -> list[str]:
+        notes = [self.job] if self.job else []
+        if self.dropped:
+            counts = ", ".join(f"{key} {count}" for key, count in sorted(self.dropped.items()))
+            notes.append(f"stray messages dropped: {counts}")
+        return notes
 
     _COLUMNS = ("engine_id", "rank", "pid", "host", "alive", "in_group", "rss_MiB", "last_call_s")
 
@@ -82,10 +92,10 @@ class ClusterStatus(list):
         rows = [list(self._COLUMNS)] + [self._cells(r) for r in self]
         widths = [max(len(r[i]) for r in rows) for i in range(len(self._COLUMNS))]
         table = "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows)
-        return f"{self.job}\n{table}" if self.job else table
+        return "\n".join([*self._notes(), table])
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{c}</th>" for c in self._COLUMNS)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>" for r in self)
-        job = f"<p>{html.escape(self.job)}</p>" if self.job else ""
-        return f"{job}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        notes = "".join(f"<p>{html.escape(note)}</p>" for note in self._notes())
+        return f"{notes}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
