@@ -203,6 +203,7 @@ RUN_ORDER = [
     "01_em_by_hand.ipynb",
     "03_streaming_transformer.ipynb",
     "04_from_notebook_to_torchrun.ipynb",
+    "07_hidden_markov.ipynb",
     "02_distributed_em.ipynb",
     "06_from_scikit_learn.ipynb",
 ]
