@@ -237,7 +237,7 @@ def _centred_parts(value: np.ndarray, full: bool) -> tuple[np.ndarray, np.ndarra
         )
     shift = s1 / n
     mean = nc / n + shift
-    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(s2))):
+    if not (np.isfinite(mean).all() and np.isfinite(s2).all()):
         raise DegenerateComponentError(f"has non-finite statistics in the M-step. Fix: {NO_WEIGHT_FIX}")
     return mean, shift, s2 / n
 
@@ -263,7 +263,7 @@ def diagonal_estimate(
     if spherical:
         variance = float(variance.mean())
     variance = variance + reg_covar
-    if np.any(variance <= 0):
+    if (np.asarray(variance) <= 0).any():
         where = "" if spherical else f" in coordinate {int(np.argmax(np.atleast_1d(variance) <= 0))}"
         raise DegenerateComponentError(
             f"collapsed onto a single point in the M-step: its variance{where} is 0 "
@@ -272,8 +272,9 @@ def diagonal_estimate(
     return mean, variance
 
 
-def full_estimate(value: np.ndarray, reg_covar: float) -> tuple[np.ndarray, np.ndarray]:
-    """Mean (D,) and covariance (D, D) from a full value, ``reg_covar`` added to the diagonal."""
+def full_estimate(value: np.ndarray, reg_covar: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean (D,), covariance (D, D) and its Cholesky factor from a full value, ``reg_covar``
+    added to the diagonal."""
     mean, shift, second = _centred_parts(value, True)
     covar = second - np.outer(shift, shift)
     covar = 0.5 * (covar + covar.T)
@@ -288,4 +289,4 @@ def full_estimate(value: np.ndarray, reg_covar: float) -> tuple[np.ndarray, np.n
             "collapsed in the M-step: its covariance is singular to within rounding (its data lie on "
             f"one point or a lower-dimensional set). Fix: {COLLAPSE_FIX}"
         )
-    return mean, covar
+    return mean, covar, chol

@@ -51,8 +51,16 @@ class DiagonalGaussianDistribution(Distribution):
         self.sigma2 = np.atleast_1d(np.asarray(sigma2, dtype=np.float64))
         if self.mu.shape != self.sigma2.shape or self.mu.ndim != 1:
             raise ValueError(f"mu {self.mu.shape} and sigma2 {self.sigma2.shape} must both be (D,)")
-        if not (np.all(np.isfinite(self.mu)) and np.all(self.sigma2 > 0) and np.all(np.isfinite(self.sigma2))):
+        if not (np.isfinite(self.mu).all() and (self.sigma2 > 0).all() and np.isfinite(self.sigma2).all()):
             raise ValueError("mu must be finite and every sigma2 finite and > 0")
+
+    @classmethod
+    def _estimated(cls, mu: np.ndarray, sigma2: np.ndarray) -> DiagonalGaussianDistribution:
+        """An M-step's estimate (:func:`.centred_moments.diagonal_estimate`: finite means,
+        variances > 0 by construction), without the checks again."""
+        dist = cls.__new__(cls)
+        dist.mu, dist.sigma2 = mu, sigma2
+        return dist
 
     def __repr__(self) -> str:
         return f"DiagonalGaussianDistribution(mu={self.mu.tolist()}, sigma2={self.sigma2.tolist()})"
@@ -99,7 +107,7 @@ class DiagonalGaussianEstimator(Estimator):
     def estimate(self, nobs: float | None, value: np.ndarray) -> DiagonalGaussianDistribution:
         if np.size(value) == 0:
             raise ValueError("DiagonalGaussianEstimator saw no data and has no dim; pass dim=D")
-        return DiagonalGaussianDistribution(*diagonal_estimate(value, self.reg_covar))
+        return DiagonalGaussianDistribution._estimated(*diagonal_estimate(value, self.reg_covar))
 
     def free_parameters(self, model: DiagonalGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         """Also the 1-D :class:`GaussianEstimator`'s (its ``mu`` a number)."""

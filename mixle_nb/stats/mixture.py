@@ -114,7 +114,7 @@ class MixtureDistribution(Distribution):
         self.w = np.asarray(w, dtype=np.float64).reshape(-1)
         if len(self.w) != len(self.components):
             raise ValueError(f"{len(self.components)} components but {len(self.w)} weights")
-        if np.any(~np.isfinite(self.w)) or np.any(self.w < 0) or abs(self.w.sum() - 1.0) > 1e-8:
+        if not np.isfinite(self.w).all() or (self.w < 0).any() or abs(self.w.sum() - 1.0) > 1e-8:
             raise ValueError(
                 f"mixture weights must be finite, >= 0 and sum to 1; they sum to {self.w.sum()!r}. "
                 "Normalise them with w / w.sum()"

@@ -45,17 +45,31 @@ class MultivariateGaussianDistribution(Distribution):
         d = len(self.mu)
         if self.covar.shape != (d, d):
             raise ValueError(f"covar must be ({d}, {d}) to match mu; got {self.covar.shape}")
-        if not (np.all(np.isfinite(self.mu)) and np.all(np.isfinite(self.covar))):
+        if not (np.isfinite(self.mu).all() and np.isfinite(self.covar).all()):
             raise ValueError("mu and covar must be finite")
-        if not np.allclose(self.covar, self.covar.T, rtol=1e-10, atol=0):
+        # np.allclose(covar, covar.T, rtol=1e-10, atol=0), without its per-call overhead
+        if not (np.abs(self.covar - self.covar.T) <= 1e-10 * np.abs(self.covar.T)).all():
             raise ValueError("covar must be symmetric")
         try:
             chol = np.linalg.cholesky(self.covar)
         except np.linalg.LinAlgError:
             raise ValueError("covar is not positive definite; add a small multiple of the identity") from None
+        self._set_cholesky(chol)
+
+    def _set_cholesky(self, chol: np.ndarray) -> None:
+        """The kernel's constants from the covariance's Cholesky factor ``chol``."""
         # Σ⁻¹ = U Uᵀ with U = L⁻ᵀ, so the Mahalanobis term is ‖(x - μ)ᵀ U‖².
         self._prec_chol = np.linalg.inv(chol).T
-        self._log_norm = -0.5 * d * LOG_2PI - np.log(np.diag(chol)).sum()
+        self._log_norm = -0.5 * len(self.mu) * LOG_2PI - np.log(np.diagonal(chol)).sum()
+
+    @classmethod
+    def _estimated(cls, mu: np.ndarray, covar: np.ndarray, chol: np.ndarray) -> MultivariateGaussianDistribution:
+        """An M-step's estimate: ``covar`` symmetric by construction and ``chol`` its Cholesky
+        factor, already computed (:func:`.centred_moments.full_estimate`), so no checks again."""
+        dist = cls.__new__(cls)
+        dist.mu, dist.covar = mu, covar
+        dist._set_cholesky(chol)
+        return dist
 
     def __repr__(self) -> str:
         return f"MultivariateGaussianDistribution(mu={self.mu.tolist()}, covar={self.covar.tolist()})"
@@ -114,7 +128,7 @@ class MultivariateGaussianEstimator(Estimator):
     def estimate(self, nobs: float | None, value: np.ndarray) -> MultivariateGaussianDistribution:
         if np.size(value) == 0:
             raise ValueError("MultivariateGaussianEstimator saw no data and has no dim; pass dim=D")
-        return MultivariateGaussianDistribution(*full_estimate(value, self.reg_covar))
+        return MultivariateGaussianDistribution._estimated(*full_estimate(value, self.reg_covar))
 
     def free_parameters(self, model: MultivariateGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         if count.tied("all", self.keys):
