@@ -37,8 +37,8 @@ JSON (``benchmarks/results/peer_grid.json``)::
 Libraries are ``mixle_nb``, ``scikit-learn``, ``pomegranate``, ``torchgmm``. A library's
 cell is ``trimmed`` (with the reason) where it does not apply (pomegranate's ``tied``), where
 the data would not fit the memory budget (``--max-gb``, for every library), or where a
-smaller ``N`` of the same column already took longer than ``--max-fit-s`` a fit, scaled
-linearly to this ``N`` (that library would take minutes).
+smaller ``N`` of the same column predicts a fit longer than ``--max-fit-s`` here (its fit's
+time plus 100 of its iterations scaled linearly to this ``N``: that library would take minutes).
 
 The heat map (``benchmarks/results/peer_grid.png``): our time over the fastest peer's per
 cell, per iteration and per fit, rows (covariance type, D, K), columns (N, threads); below
@@ -231,14 +231,15 @@ def ratios(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float | None],
     ratio: dict[str, float | None] = {}
     fastest: dict[str, str | None] = {}
     for what, key in (("iteration", "iteration_s"), ("fit", "fit_s")):
-        peers = {lib: r[key] for lib, r in results.items() if lib in PEERS and key in r}
+        # a difference at or below 0: that peer's iterations are below the noise of its set-up
+        peers = {lib: r[key] for lib, r in results.items() if lib in PEERS and r.get(key, 0.0) > 0.0}
         ours = results.get("mixle_nb", {}).get(key)
         if not peers or ours is None:
             ratio[what], fastest[what] = None, None
             continue
         best = min(peers, key=lambda lib: peers[lib])
         fastest[what] = best
-        ratio[what] = ours / peers[best] if peers[best] > 0 else None
+        ratio[what] = ours / peers[best]
     return ratio, fastest
 
 
@@ -290,10 +291,17 @@ def trimmed_reason(
             continue
         result = cell["results"].get(lib, {})
         if cell["n"] < n and "fit_s" in result:
-            predicted = max(result["fit_s"], result["iteration_s"] * (LOW + STEPS)) * n / cell["n"]
+            # the set-up as measured, the default fit's at most 100 iterations scaled with N
+            predicted = result["fit_s"] + 100 * result["iteration_s"] * n / cell["n"]
             if predicted > args.max_fit_s:
                 return f"a fit at N={cell['n']} took {result['fit_s']:.3g} s: about {predicted:.0f} s here"
     return None
+
+
+def with_ratios(cell: dict[str, Any]) -> dict[str, Any]:
+    """``cell`` with its ratios and fastest peers (re)computed from its results."""
+    ratio, fastest = ratios(cell["results"])
+    return {**cell, "iteration_ratio": ratio["iteration"], "fit_ratio": ratio["fit"], "fastest_peer": fastest}
 
 
 def plot(data: dict[str, Any], path: Path) -> None:
@@ -414,6 +422,8 @@ def main() -> None:
                                 data["cells"] = sorted(by_key.values(), key=cell_key)
                                 args.json.parent.mkdir(parents=True, exist_ok=True)
                                 args.json.write_text(json.dumps(data, indent=1))
+    data["cells"] = [with_ratios(cell) for cell in data["cells"]]
+    args.json.write_text(json.dumps(data, indent=1))
     plot(data, args.png)
 
 

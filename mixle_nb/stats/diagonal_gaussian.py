@@ -15,7 +15,7 @@ import torch
 from numpy.typing import ArrayLike
 
 from .base import Distribution, Encoder, Estimator, check_finite, resolve_device
-from .centred_moments import CentredMoments, check_reg_covar, diagonal_estimate
+from .centred_moments import CentredMoments, check_reg_covar, diagonal_estimate, stacked_estimate
 from .frame import DiagonalKernel, PointEncoding, point_encoding
 from .sampler import Sampler
 
@@ -108,6 +108,22 @@ class DiagonalGaussianEstimator(Estimator):
         if np.size(value) == 0:
             raise ValueError("DiagonalGaussianEstimator saw no data and has no dim; pass dim=D")
         return DiagonalGaussianDistribution._estimated(*diagonal_estimate(value, self.reg_covar))
+
+    @staticmethod
+    def stacked_estimate(
+        estimators: Sequence[DiagonalGaussianEstimator], values: Sequence[np.ndarray]
+    ) -> list[DiagonalGaussianDistribution] | None:
+        """Every component's :meth:`estimate` at once (:func:`.centred_moments.stacked_estimate`);
+        ``None`` for a subclass's estimators (the 1-D family's), when they differ in
+        ``reg_covar`` or when one is degenerate (each then estimates alone)."""
+        reg_covar = estimators[0].reg_covar
+        if type(estimators[0]) is not DiagonalGaussianEstimator or any(e.reg_covar != reg_covar for e in estimators):
+            return None
+        found = stacked_estimate(values, reg_covar, full=False)
+        if found is None:
+            return None
+        mean, variance, _ = found
+        return [DiagonalGaussianDistribution._estimated(m, v) for m, v in zip(mean, variance)]
 
     def free_parameters(self, model: DiagonalGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         """Also the 1-D :class:`GaussianEstimator`'s (its ``mu`` a number)."""
