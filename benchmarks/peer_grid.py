@@ -19,7 +19,9 @@ Run in slices (defaults: the whole grid)::
     .venv/bin/python benchmarks/peer_grid.py --n 1e2,1e3 --d 1,2 --k 2,8 --cov full,diag --threads 1,2
 
 Cells already in the JSON are replaced, the others kept, so slices add up to the grid.
-``--png`` redraws the heat map from the JSON alone.
+``--plot-only`` redraws the heat map from the JSON alone; ``--grid-search`` times
+``GridSearchCV(GaussianMixture(), {"n_components": range(1, 9)}, cv=5)`` on N = 1,000, D = 2,
+ours against scikit-learn's, into the JSON's ``grid_search``.
 
 JSON (``benchmarks/results/peer_grid.json``)::
 
@@ -32,7 +34,8 @@ JSON (``benchmarks/results/peer_grid.json``)::
                                       | {"trimmed": reason}},
                 "iteration_ratio": ours / fastest peer's (null without a peer),
                 "fit_ratio": the same for the whole fit,
-                "fastest_peer": {"iteration": library, "fit": library}}, ...]}
+                "fastest_peer": {"iteration": library, "fit": library}}, ...],
+     "grid_search": {"run": index, "threads": 1, "seconds": {"mixle_nb": s, "scikit-learn": s}}}
 
 Libraries are ``mixle_nb``, ``scikit-learn``, ``pomegranate``, ``torchgmm``. A library's
 cell is ``trimmed`` (with the reason) where it does not apply (pomegranate's ``tied``), where
@@ -342,6 +345,23 @@ def plot(data: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def grid_search(repeats: int, settle_s: float) -> dict[str, float]:
+    """Best-of-``repeats`` seconds of ``GridSearchCV(GaussianMixture(), {"n_components":
+    range(1, 9)}, cv=5)`` on N = 1,000, D = 2, ours and scikit-learn's, interleaved."""
+    from sklearn.mixture import GaussianMixture as Theirs
+    from sklearn.model_selection import GridSearchCV
+
+    from mixle_nb.mixture import GaussianMixture as Ours
+
+    x = make_data(1000, 2, 3)
+    times: dict[str, list[float]] = {"mixle_nb": [], "scikit-learn": []}
+    for _ in range(repeats):
+        for lib, estimator in (("mixle_nb", Ours), ("scikit-learn", Theirs)):
+            search = GridSearchCV(estimator(random_state=0), {"n_components": range(1, 9)}, cv=5)
+            times[lib].append(timed(lambda: search.fit(x), settle_s)[0])
+    return {lib: min(t) for lib, t in times.items()}
+
+
 def numbers(text: str, kind: Callable[[str], Any] = int) -> list:
     return [kind(float(v)) if kind is int else kind(v) for v in text.split(",") if v]
 
@@ -361,9 +381,19 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=RESULTS / "peer_grid.json")
     parser.add_argument("--png", type=Path, default=RESULTS / "peer_grid.png")
     parser.add_argument("--plot-only", action="store_true", help="redraw the heat map from the JSON")
+    parser.add_argument(
+        "--grid-search", action="store_true", help="time GridSearchCV over n_components 1-8 (N=1,000, D=2) instead"
+    )
     args = parser.parse_args()
     data = load(args.json)
-    if not args.plot_only:
+    if args.grid_search:
+        data["runs"].append(machine())
+        with threadpool_limits(limits=1):
+            torch.set_num_threads(1)
+            seconds = grid_search(args.repeats, args.settle)
+        data["grid_search"] = {"run": len(data["runs"]) - 1, "threads": 1, "seconds": seconds}
+        print(f"GridSearchCV, 1 thread: {seconds}", flush=True)
+    elif not args.plot_only:
         libraries = [lib for lib in args.libraries.split(",") if lib]
         data["runs"].append(machine())
         run = len(data["runs"]) - 1
