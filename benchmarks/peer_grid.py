@@ -40,8 +40,9 @@ JSON (``benchmarks/results/peer_grid.json``)::
 Libraries are ``mixle_nb``, ``scikit-learn``, ``pomegranate``, ``torchgmm``. A library's
 cell is ``trimmed`` (with the reason) where it does not apply (pomegranate's ``tied``), where
 the data would not fit the memory budget (``--max-gb``, for every library), or where a
-smaller ``N`` of the same column predicts a fit longer than ``--max-fit-s`` here (its fit's
-time plus 100 of its iterations scaled linearly to this ``N``: that library would take minutes).
+the largest smaller ``N`` of the same column predicts a round (a fit and ``2·LOW + STEPS``
+iterations) longer than ``--max-fit-s`` here, scaled linearly to this ``N``: that library would
+take minutes a cell.
 
 The heat map (``benchmarks/results/peer_grid.png``): our time over the fastest peer's per
 cell, per iteration and per fit, rows (covariance type, D, K), columns (N, threads); below
@@ -289,15 +290,17 @@ def trimmed_reason(
     gigabytes = n * d * 8 * (1 + k) / 1e9  # the data and one (K, N, D)-sized temporary
     if gigabytes > args.max_gb:
         return f"about {gigabytes:.0f} GB of data and temporaries over the --max-gb {args.max_gb:g} budget"
-    for cell in done:
-        if (cell["d"], cell["k"], cell["covariance_type"], cell["threads"]) != (d, k, cov, threads):
-            continue
+    previous = [
+        c for c in done if c["n"] < n and (c["d"], c["k"], c["covariance_type"], c["threads"]) == (d, k, cov, threads)
+    ]
+    if previous:
+        cell = max(previous, key=lambda c: c["n"])
         result = cell["results"].get(lib, {})
-        if cell["n"] < n and "fit_s" in result:
-            # the set-up as measured, the default fit's at most 100 iterations scaled with N
-            predicted = result["fit_s"] + 100 * result["iteration_s"] * n / cell["n"]
+        if "fit_s" in result:
+            # a round here: its fit and 2·LOW + STEPS iterations, scaled linearly from the last N
+            predicted = (result["fit_s"] + (2 * LOW + STEPS) * result["iteration_s"]) * n / cell["n"]
             if predicted > args.max_fit_s:
-                return f"a fit at N={cell['n']} took {result['fit_s']:.3g} s: about {predicted:.0f} s here"
+                return f"a round at N={cell['n']} took {result['fit_s']:.3g} s: about {predicted:.0f} s here"
     return None
 
 
