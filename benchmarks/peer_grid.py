@@ -31,7 +31,7 @@ JSON (``benchmarks/results/peer_grid.json``)::
      "cells": [{"n": int, "d": int, "k": int, "covariance_type": str, "threads": int,
                 "run": index into runs,
                 "results": {library: {"iteration_s": float, "fit_s": float, "fit_n_iter": int}
-                                      | {"trimmed": reason}},
+                                      | {"trimmed": reason} | {"failed": error}},
                 "iteration_ratio": ours / fastest peer's (null without a peer),
                 "fit_ratio": the same for the whole fit,
                 "fastest_peer": {"iteration": library, "fit": library}}, ...],
@@ -205,29 +205,42 @@ def timed(fn: Callable[[], Any], settle_s: float) -> tuple[float, Any]:
 def measure_cell(
     x: np.ndarray, k: int, cov: str, libraries: list[str], repeats: int, settle_s: float
 ) -> dict[str, dict[str, Any]]:
-    """Best-of-``repeats`` per-iteration and whole-fit times of each library, interleaved."""
-    fitters = {lib: FITTERS[lib](x, k, cov) for lib in libraries}
-    low: dict[str, list[float]] = {lib: [] for lib in libraries}
-    high: dict[str, list[float]] = {lib: [] for lib in libraries}
-    whole: dict[str, list[float]] = {lib: [] for lib in libraries}
+    """Best-of-``repeats`` per-iteration and whole-fit times of each library, interleaved; a
+    library whose fit raises (pomegranate's unregularised covariances on few points) is
+    ``{"failed": message}``."""
+    failed: dict[str, dict[str, Any]] = {}
+    fitters = {}
+    for lib in libraries:
+        try:
+            fitters[lib] = FITTERS[lib](x, k, cov)
+            fitters[lib][0](1)  # warm-up: imports, first-call caches
+        except Exception as error:
+            failed[lib] = {"failed": f"{type(error).__name__}: {error}"[:300]}
+    low: dict[str, list[float]] = {lib: [] for lib in fitters}
+    high: dict[str, list[float]] = {lib: [] for lib in fitters}
+    whole: dict[str, list[float]] = {lib: [] for lib in fitters}
     iterations: dict[str, int] = {}
-    for lib in libraries:  # warm-up: imports, first-call caches
-        fitters[lib][0](1)
     for _ in range(repeats):
-        for lib in libraries:
-            steps, fit = fitters[lib]
-            low[lib].append(timed(lambda: steps(LOW), settle_s)[0])
-            high[lib].append(timed(lambda: steps(LOW + STEPS), settle_s)[0])
-            seconds, iterations[lib] = timed(fit, settle_s)
-            whole[lib].append(seconds)
-    return {
+        for lib, (steps, fit) in fitters.items():
+            if lib in failed:
+                continue
+            try:
+                low[lib].append(timed(lambda: steps(LOW), settle_s)[0])
+                high[lib].append(timed(lambda: steps(LOW + STEPS), settle_s)[0])
+                seconds, iterations[lib] = timed(fit, settle_s)
+                whole[lib].append(seconds)
+            except Exception as error:
+                failed[lib] = {"failed": f"{type(error).__name__}: {error}"[:300]}
+    measured = {
         lib: {
-            "iteration_s": max(min(high[lib]) - min(low[lib]), 0.0) / STEPS,
+            "iteration_s": (min(high[lib]) - min(low[lib])) / STEPS,
             "fit_s": min(whole[lib]),
             "fit_n_iter": iterations[lib],
         }
-        for lib in libraries
+        for lib in fitters
+        if lib not in failed
     }
+    return {**measured, **failed}
 
 
 def ratios(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float | None], dict[str, str | None]]:
@@ -443,8 +456,8 @@ def main() -> None:
                                 by_key[cell_key(cell)] = cell
                                 shown = {
                                     lib: (
-                                        r.get("trimmed", "")[:20]
-                                        if "trimmed" in r
+                                        (r.get("trimmed") or r.get("failed") or "")[:20]
+                                        if "iteration_s" not in r
                                         else f"{1e3 * r['iteration_s']:.3g}/{1e3 * r['fit_s']:.4g} ms"
                                     )
                                     for lib, r in results.items()
