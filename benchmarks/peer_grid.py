@@ -311,7 +311,7 @@ def trimmed_reason(
         result = cell["results"].get(lib, {})
         if "fit_s" in result:
             # a round here: its fit and 2·LOW + STEPS iterations, scaled linearly from the last N
-            predicted = (result["fit_s"] + (2 * LOW + STEPS) * result["iteration_s"]) * n / cell["n"]
+            predicted = (result["fit_s"] + (2 * LOW + STEPS) * max(result["iteration_s"], 0.0)) * n / cell["n"]
             if predicted > args.max_fit_s:
                 return f"a round at N={cell['n']} took {result['fit_s']:.3g} s: about {predicted:.0f} s here"
     return None
