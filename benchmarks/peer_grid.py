@@ -251,7 +251,7 @@ def ratios(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float | None],
         # a difference at or below 0: that peer's iterations are below the noise of its set-up
         peers = {lib: r[key] for lib, r in results.items() if lib in PEERS and r.get(key, 0.0) > 0.0}
         ours = results.get("mixle_nb", {}).get(key)
-        if not peers or ours is None:
+        if not peers or ours is None or ours <= 0.0:
             ratio[what], fastest[what] = None, None
             continue
         best = min(peers, key=lambda lib: peers[lib])
