@@ -7,8 +7,10 @@ the ``bench`` extra, never the package's dependencies.
 
 Per EM iteration: two fits from the same start (given means, identity-scaled covariances,
 equal weights; no k-means), ``tol`` 0 so both run every iteration, ``max_iter`` ``LOW`` and
-``LOW + STEPS``; the difference of their times over ``STEPS`` cancels set-up (validation,
-encoding, a trainer's start). Whole fit: each library's own ``fit`` with its defaults
+``LOW + steps``; the difference of their times over ``steps`` cancels set-up (validation,
+encoding, a trainer's start). ``steps`` (per library and cell, in the JSON) is chosen by a
+pilot so that the difference lasts about ``TIMED_S``: a few milliseconds' difference drowns
+in a shared machine's noise. Whole fit: each library's own ``fit`` with its defaults
 (k-means start, ``n_init=1``) but for ``n_components`` and ``covariance_type``. Best of
 ``--repeats`` rounds, the contenders interleaved within a round, each call after a short
 settle (another library's thread pool may still spin). Threads: ``torch.set_num_threads``
@@ -30,7 +32,7 @@ JSON (``benchmarks/results/peer_grid.json``)::
                "git": commit, "versions": {library: version}}, ...],
      "cells": [{"n": int, "d": int, "k": int, "covariance_type": str, "threads": int,
                 "run": index into runs,
-                "results": {library: {"iteration_s": float, "fit_s": float, "fit_n_iter": int}
+                "results": {library: {"iteration_s": float, "steps": int, "fit_s": float, "fit_n_iter": int}
                                       | {"trimmed": reason} | {"failed": error}},
                 "iteration_ratio": ours / fastest peer's (null without a peer),
                 "fit_ratio": the same for the whole fit,
@@ -40,7 +42,7 @@ JSON (``benchmarks/results/peer_grid.json``)::
 Libraries are ``mixle_nb``, ``scikit-learn``, ``pomegranate``, ``torchgmm``. A library's
 cell is ``trimmed`` (with the reason) where it does not apply (pomegranate's ``tied``), where
 the data would not fit the memory budget (``--max-gb``, for every library), or where a
-the largest smaller ``N`` of the same column predicts a round (a fit and ``2·LOW + STEPS``
+the largest smaller ``N`` of the same column predicts a round (a fit and ``2·LOW + steps``
 iterations) longer than ``--max-fit-s`` here, scaled linearly to this ``N``: that library would
 take minutes a cell.
 
@@ -74,7 +76,8 @@ RESULTS = Path(__file__).parent / "results"
 LIBRARIES = ("mixle_nb", "scikit-learn", "pomegranate", "torchgmm")
 PEERS = LIBRARIES[1:]
 COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
-LOW, STEPS = 2, 5
+LOW, PILOT_STEPS, MAX_STEPS = 2, 5, 200
+TIMED_S = 0.1  # iterations enough that their difference takes about this long
 
 
 def make_data(n: int, d: int, k: int, seed: int = 0) -> np.ndarray:
@@ -216,6 +219,7 @@ def measure_cell(
             fitters[lib][0](1)  # warm-up: imports, first-call caches
         except Exception as error:
             failed[lib] = {"failed": f"{type(error).__name__}: {error}"[:300]}
+    steps_of = {lib: _steps(fitters[lib][0], settle_s) for lib in fitters if lib not in failed}
     low: dict[str, list[float]] = {lib: [] for lib in fitters}
     high: dict[str, list[float]] = {lib: [] for lib in fitters}
     whole: dict[str, list[float]] = {lib: [] for lib in fitters}
@@ -226,14 +230,15 @@ def measure_cell(
                 continue
             try:
                 low[lib].append(timed(lambda: steps(LOW), settle_s)[0])
-                high[lib].append(timed(lambda: steps(LOW + STEPS), settle_s)[0])
+                high[lib].append(timed(lambda: steps(LOW + steps_of[lib]), settle_s)[0])
                 seconds, iterations[lib] = timed(fit, settle_s)
                 whole[lib].append(seconds)
             except Exception as error:
                 failed[lib] = {"failed": f"{type(error).__name__}: {error}"[:300]}
     measured = {
         lib: {
-            "iteration_s": (min(high[lib]) - min(low[lib])) / STEPS,
+            "iteration_s": (min(high[lib]) - min(low[lib])) / steps_of[lib],
+            "steps": steps_of[lib],
             "fit_s": min(whole[lib]),
             "fit_n_iter": iterations[lib],
         }
@@ -241,6 +246,14 @@ def measure_cell(
         if lib not in failed
     }
     return {**measured, **failed}
+
+
+def _steps(steps: Callable[[int], Any], settle_s: float) -> int:
+    """Iterations to difference: enough for about ``TIMED_S`` by a pilot of ``PILOT_STEPS``
+    (a short difference drowns in the set-up's noise), at most ``MAX_STEPS``."""
+    pilot = timed(lambda: steps(LOW + PILOT_STEPS), settle_s)[0] - timed(lambda: steps(LOW), settle_s)[0]
+    per_iteration = max(pilot / PILOT_STEPS, TIMED_S / MAX_STEPS)
+    return int(min(MAX_STEPS, max(PILOT_STEPS, math.ceil(TIMED_S / per_iteration))))
 
 
 def ratios(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float | None], dict[str, str | None]]:
@@ -310,8 +323,9 @@ def trimmed_reason(
         cell = max(previous, key=lambda c: c["n"])
         result = cell["results"].get(lib, {})
         if "fit_s" in result:
-            # a round here: its fit and 2·LOW + STEPS iterations, scaled linearly from the last N
-            predicted = (result["fit_s"] + (2 * LOW + STEPS) * max(result["iteration_s"], 0.0)) * n / cell["n"]
+            # a round here: its fit and its timed iterations, scaled linearly from the last N
+            timed_iterations = 2 * LOW + result.get("steps", PILOT_STEPS)
+            predicted = (result["fit_s"] + timed_iterations * max(result["iteration_s"], 0.0)) * n / cell["n"]
             if predicted > args.max_fit_s:
                 return f"a round at N={cell['n']} took {result['fit_s']:.3g} s: about {predicted:.0f} s here"
     return None
