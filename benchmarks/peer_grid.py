@@ -219,7 +219,13 @@ def measure_cell(
             fitters[lib][0](1)  # warm-up: imports, first-call caches
         except Exception as error:
             failed[lib] = {"failed": f"{type(error).__name__}: {error}"[:300]}
-    steps_of = {lib: _steps(fitters[lib][0], settle_s) for lib in fitters if lib not in failed}
+    steps_of = {}
+    for lib in fitters:
+        if lib not in failed:
+            try:
+                steps_of[lib] = _steps(fitters[lib][0], settle_s)
+            except Exception as error:
+                failed[lib] = {"failed": f"{type(error).__name__}: {error}"[:300]}
     low: dict[str, list[float]] = {lib: [] for lib in fitters}
     high: dict[str, list[float]] = {lib: [] for lib in fitters}
     whole: dict[str, list[float]] = {lib: [] for lib in fitters}
