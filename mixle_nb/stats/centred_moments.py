@@ -250,7 +250,7 @@ def _centred_parts(value: np.ndarray, full: bool) -> tuple[np.ndarray, np.ndarra
         )
     shift = s1 / n
     mean = nc / n + shift
-    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(s2))):
+    if not (np.isfinite(mean).all() and np.isfinite(s2).all()):
         raise DegenerateComponentError(f"has non-finite statistics in the M-step. Fix: {NO_WEIGHT_FIX}")
     return mean, shift, s2 / n
 
@@ -276,7 +276,7 @@ def diagonal_estimate(
     if spherical:
         variance = float(variance.mean())
     variance = variance + reg_covar
-    if np.any(variance <= 0):
+    if (np.asarray(variance) <= 0).any():
         where = "" if spherical else f" in coordinate {int(np.argmax(np.atleast_1d(variance) <= 0))}"
         raise DegenerateComponentError(
             f"collapsed onto a single point in the M-step: its variance{where} is 0 "
@@ -285,8 +285,9 @@ def diagonal_estimate(
     return mean, variance
 
 
-def full_estimate(value: np.ndarray, reg_covar: float) -> tuple[np.ndarray, np.ndarray]:
-    """Mean (D,) and covariance (D, D) from a full value, ``reg_covar`` added to the diagonal."""
+def full_estimate(value: np.ndarray, reg_covar: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean (D,), covariance (D, D) and its Cholesky factor from a full value, ``reg_covar``
+    added to the diagonal."""
     mean, shift, second = _centred_parts(value, True)
     covar = second - np.outer(shift, shift)
     covar = 0.5 * (covar + covar.T)
@@ -301,4 +302,46 @@ def full_estimate(value: np.ndarray, reg_covar: float) -> tuple[np.ndarray, np.n
             "collapsed in the M-step: its covariance is singular to within rounding (its data lie on "
             f"one point or a lower-dimensional set). Fix: {COLLAPSE_FIX}"
         )
-    return mean, covar
+    return mean, covar, chol
+
+
+def stacked_estimate(
+    values: Sequence[np.ndarray], reg_covar: float, full: bool, spherical: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """:func:`diagonal_estimate` or :func:`full_estimate` of K components at once, the same
+    arithmetic on stacked arrays (one batched Cholesky): means (K, D), variances (K, D) or
+    (K,) (``spherical``) or covariances (K, D, D) and their Cholesky factors (``full``).
+    ``None`` when any component is degenerate: the per-component estimates then raise, with
+    their messages."""
+    if len({np.size(v) for v in values}) != 1:
+        return None
+    stats = np.stack([np.asarray(v, dtype=np.float64) for v in values])
+    d = _dim(stats.shape[1], full)
+    n = stats[:, :1]
+    if d == 0 or not (n > 0).all():
+        return None
+    shift = stats[:, 1 + d : 1 + 2 * d] / n
+    mean = stats[:, 1 : 1 + d] / n + shift
+    s2 = stats[:, 1 + 2 * d :]
+    if not (np.isfinite(mean).all() and np.isfinite(s2).all()):
+        return None
+    if not full:
+        second = s2 / n
+        variance = second - shift * shift
+        variance = np.where(variance > RESOLUTION * second, variance, 0.0)
+        if spherical:
+            variance = variance.mean(axis=1)
+        variance = variance + reg_covar
+        return (mean, variance, None) if (variance > 0).all() else None
+    second = s2.reshape(len(stats), d, d) / n[:, :, None]
+    covar = second - shift[:, :, None] * shift[:, None, :]
+    covar = 0.5 * (covar + np.swapaxes(covar, 1, 2))
+    diagonal = np.arange(d)
+    covar[:, diagonal, diagonal] += reg_covar
+    try:
+        chol = np.linalg.cholesky(covar)
+    except np.linalg.LinAlgError:
+        return None
+    if reg_covar == 0 and (chol[:, diagonal, diagonal] ** 2 <= RESOLUTION * second[:, diagonal, diagonal]).any():
+        return None
+    return mean, covar, chol

@@ -15,7 +15,7 @@ import torch
 from numpy.typing import ArrayLike
 
 from .base import Distribution, Encoder, Estimator, check_finite, resolve_device
-from .centred_moments import CentredMoments, check_reg_covar, diagonal_estimate
+from .centred_moments import CentredMoments, check_reg_covar, diagonal_estimate, stacked_estimate
 from .frame import DiagonalKernel, PointEncoding, point_encoding
 from .sampler import Sampler
 
@@ -78,8 +78,16 @@ class DiagonalGaussianDistribution(Distribution):
         self.sigma2 = np.atleast_1d(np.asarray(sigma2, dtype=np.float64))
         if self.mu.shape != self.sigma2.shape or self.mu.ndim != 1:
             raise ValueError(f"mu {self.mu.shape} and sigma2 {self.sigma2.shape} must both be (D,)")
-        if not (np.all(np.isfinite(self.mu)) and np.all(self.sigma2 > 0) and np.all(np.isfinite(self.sigma2))):
+        if not (np.isfinite(self.mu).all() and (self.sigma2 > 0).all() and np.isfinite(self.sigma2).all()):
             raise ValueError("mu must be finite and every sigma2 finite and > 0")
+
+    @classmethod
+    def _estimated(cls, mu: np.ndarray, sigma2: np.ndarray) -> DiagonalGaussianDistribution:
+        """An M-step's estimate (:func:`.centred_moments.diagonal_estimate`: finite means,
+        variances > 0 by construction), without the checks again."""
+        dist = cls.__new__(cls)
+        dist.mu, dist.sigma2 = mu, sigma2
+        return dist
 
     def __repr__(self) -> str:
         return f"DiagonalGaussianDistribution(mu={self.mu.tolist()}, sigma2={self.sigma2.tolist()})"
@@ -183,7 +191,23 @@ class DiagonalGaussianEstimator(Estimator):
     def estimate(self, nobs: float | None, value: np.ndarray) -> DiagonalGaussianDistribution:
         if np.size(value) == 0:
             raise ValueError("DiagonalGaussianEstimator saw no data and has no dim; pass dim=D")
-        return DiagonalGaussianDistribution(*diagonal_estimate(value, self.reg_covar))
+        return DiagonalGaussianDistribution._estimated(*diagonal_estimate(value, self.reg_covar))
+
+    @staticmethod
+    def stacked_estimate(
+        estimators: Sequence[DiagonalGaussianEstimator], values: Sequence[np.ndarray]
+    ) -> list[DiagonalGaussianDistribution] | None:
+        """Every component's :meth:`estimate` at once (:func:`.centred_moments.stacked_estimate`);
+        ``None`` for a subclass's estimators (the 1-D family's), when they differ in
+        ``reg_covar`` or when one is degenerate (each then estimates alone)."""
+        reg_covar = estimators[0].reg_covar
+        if type(estimators[0]) is not DiagonalGaussianEstimator or any(e.reg_covar != reg_covar for e in estimators):
+            return None
+        found = stacked_estimate(values, reg_covar, full=False)
+        if found is None:
+            return None
+        mean, variance, _ = found
+        return [DiagonalGaussianDistribution._estimated(m, v) for m, v in zip(mean, variance)]
 
     def free_parameters(self, model: DiagonalGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         """How many free parameters ``model`` has as this estimator fits it.

@@ -38,6 +38,7 @@ and the sums stay on the device until the E-step's last block.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -142,6 +143,14 @@ def frame_features(points: torch.Tensor, point: torch.Tensor | None, full: bool)
     return features
 
 
+@functools.lru_cache(maxsize=64)
+def upper_indices(dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(dim)``, made once per dimension (an M-step and a kernel ask every step)."""
+    rows, cols = np.triu_indices(dim)
+    rows.flags.writeable = cols.flags.writeable = False
+    return rows, cols
+
+
 def moved(n: ArrayLike, s1: np.ndarray, s2: np.ndarray, delta: np.ndarray, full: bool) -> tuple[np.ndarray, np.ndarray]:
     """``S1, S2`` about ``c - delta`` from those about ``c``: ``x - (c - δ) = (x - c) + δ``;
     leading axes (components) broadcast, S2 (..., D, D) when ``full``."""
@@ -220,7 +229,7 @@ class SharedFrameBlock(_Block):
         dim = len(self.origin)
         n, s1, s2 = sums[:, 0], sums[:, 1 : 1 + dim], sums[:, 1 + dim :]
         if dim > 1 and (full or self.full):
-            upper = np.triu_indices(dim)
+            upper = upper_indices(dim)
             if full:
                 square = np.empty((len(sums), dim, dim))
                 square[:, upper[0], upper[1]] = s2
@@ -333,7 +342,7 @@ class FullKernel:
         """c_k - ½(y - m)ᵀP(y - m) = (c_k - ½mᵀPm) + (Pm)ᵀy - ½yᵀPy about ``point``, P = UUᵀ."""
         m = self.references - point
         pm = np.einsum("kij,kj->ki", self._precision, m)
-        upper = np.triu_indices(m.shape[1])
+        upper = upper_indices(m.shape[1])
         quadratic = -self._precision[:, upper[0], upper[1]] * np.where(upper[0] == upper[1], 0.5, 1.0)
         const = self._const - 0.5 * np.sum(pm * m, axis=1)
         return dict(coefficients=np.concatenate([const[:, None], pm, quadratic], axis=1))

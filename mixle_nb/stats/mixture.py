@@ -142,7 +142,7 @@ class MixtureDistribution(Distribution):
         self.w = np.asarray(w, dtype=np.float64).reshape(-1)
         if len(self.w) != len(self.components):
             raise ValueError(f"{len(self.components)} components but {len(self.w)} weights")
-        if np.any(~np.isfinite(self.w)) or np.any(self.w < 0) or abs(self.w.sum() - 1.0) > 1e-8:
+        if not np.isfinite(self.w).all() or (self.w < 0).any() or abs(self.w.sum() - 1.0) > 1e-8:
             raise ValueError(
                 f"mixture weights must be finite, >= 0 and sum to 1; they sum to {self.w.sum()!r}. "
                 "Normalise them with w / w.sum()"
@@ -412,16 +412,24 @@ class MixtureEstimator(Estimator):
 
     def estimate(self, nobs: float | None, value: tuple) -> MixtureDistribution:
         counts, component_values = value
+        stacked = _stacked_kernel(self.estimators, "stacked_estimate")
+        components = stacked(self.estimators, component_values) if stacked is not None else None
+        if components is None:
+            components = self._each_estimated(counts, component_values)
+        weights = np.asarray(counts, dtype=np.float64) + self.pseudo_count
+        total = weights.sum()
+        w = weights / total if total > 0 else np.full(len(weights), 1.0 / len(weights))
+        return MixtureDistribution(components, w)
+
+    def _each_estimated(self, counts: np.ndarray, component_values: Sequence[Any]) -> list[Distribution]:
+        """Each component from its own estimator; a degenerate one's error names it."""
         components = []
         for k, (e, c, v) in enumerate(zip(self.estimators, counts, component_values)):
             try:
                 components.append(e.estimate(c, v))
             except DegenerateComponentError as error:
                 raise DegenerateComponentError(f"component {k} of {len(self.estimators)} {error}") from None
-        weights = np.asarray(counts, dtype=np.float64) + self.pseudo_count
-        total = weights.sum()
-        w = weights / total if total > 0 else np.full(len(weights), 1.0 / len(weights))
-        return MixtureDistribution(components, w)
+        return components
 
     def free_parameters(self, model: MixtureDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         """How many free parameters ``model`` has as this estimator fits it.

@@ -17,7 +17,7 @@ import torch
 from numpy.typing import ArrayLike
 
 from .base import Distribution, Encoder, Estimator, resolve_device
-from .centred_moments import CentredMoments, check_reg_covar, full_estimate
+from .centred_moments import CentredMoments, check_reg_covar, full_estimate, stacked_estimate
 from .diagonal_gaussian import check_vectors
 from .frame import LOG_2PI, FullKernel, PointEncoding, point_encoding
 from .sampler import Sampler
@@ -34,6 +34,15 @@ class MultivariateGaussianEncoder(Encoder):
         return point_encoding(
             check_vectors(data, self.dim, "MultivariateGaussian"), resolve_device(device), products=True
         )
+
+
+def kernel_constants(chol: np.ndarray) -> tuple[np.ndarray, Any]:
+    """``U = L⁻ᵀ`` (``Σ⁻¹ = U Uᵀ``, so the Mahalanobis term is ‖(x - μ)ᵀ U‖²) and the log
+    normaliser (a float, or one per leading index) from Cholesky factors ``chol`` (..., D, D),
+    leading axes batched."""
+    d = chol.shape[-1]
+    prec_chol = np.swapaxes(np.linalg.inv(chol), -1, -2)
+    return prec_chol, -0.5 * d * LOG_2PI - np.log(np.diagonal(chol, axis1=-2, axis2=-1)).sum(axis=-1)
 
 
 class MultivariateGaussianDistribution(Distribution):
@@ -70,17 +79,26 @@ class MultivariateGaussianDistribution(Distribution):
         d = len(self.mu)
         if self.covar.shape != (d, d):
             raise ValueError(f"covar must be ({d}, {d}) to match mu; got {self.covar.shape}")
-        if not (np.all(np.isfinite(self.mu)) and np.all(np.isfinite(self.covar))):
+        if not (np.isfinite(self.mu).all() and np.isfinite(self.covar).all()):
             raise ValueError("mu and covar must be finite")
-        if not np.allclose(self.covar, self.covar.T, rtol=1e-10, atol=0):
+        # np.allclose(covar, covar.T, rtol=1e-10, atol=0), without its per-call overhead
+        if not (np.abs(self.covar - self.covar.T) <= 1e-10 * np.abs(self.covar.T)).all():
             raise ValueError("covar must be symmetric")
         try:
             chol = np.linalg.cholesky(self.covar)
         except np.linalg.LinAlgError:
             raise ValueError("covar is not positive definite; add a small multiple of the identity") from None
-        # Σ⁻¹ = U Uᵀ with U = L⁻ᵀ, so the Mahalanobis term is ‖(x - μ)ᵀ U‖².
-        self._prec_chol = np.linalg.inv(chol).T
-        self._log_norm = -0.5 * d * LOG_2PI - np.log(np.diag(chol)).sum()
+        self._prec_chol, self._log_norm = kernel_constants(chol)
+
+    @classmethod
+    def _estimated(
+        cls, mu: np.ndarray, covar: np.ndarray, prec_chol: np.ndarray, log_norm: float
+    ) -> MultivariateGaussianDistribution:
+        """An M-step's estimate: ``covar`` symmetric by construction and its kernel constants
+        (:func:`kernel_constants`) from the Cholesky factor the M-step made, so no checks again."""
+        dist = cls.__new__(cls)
+        dist.mu, dist.covar, dist._prec_chol, dist._log_norm = mu, covar, prec_chol, log_norm
+        return dist
 
     def __repr__(self) -> str:
         return f"MultivariateGaussianDistribution(mu={self.mu.tolist()}, covar={self.covar.tolist()})"
@@ -192,7 +210,25 @@ class MultivariateGaussianEstimator(Estimator):
     def estimate(self, nobs: float | None, value: np.ndarray) -> MultivariateGaussianDistribution:
         if np.size(value) == 0:
             raise ValueError("MultivariateGaussianEstimator saw no data and has no dim; pass dim=D")
-        return MultivariateGaussianDistribution(*full_estimate(value, self.reg_covar))
+        mean, covar, chol = full_estimate(value, self.reg_covar)
+        return MultivariateGaussianDistribution._estimated(mean, covar, *kernel_constants(chol))
+
+    @staticmethod
+    def stacked_estimate(
+        estimators: Sequence[MultivariateGaussianEstimator], values: Sequence[np.ndarray]
+    ) -> list[MultivariateGaussianDistribution] | None:
+        """Every component's :meth:`estimate` at once (:func:`.centred_moments.stacked_estimate`);
+        ``None`` when they differ in ``reg_covar`` or one is degenerate (each then estimates alone)."""
+        reg_covar = estimators[0].reg_covar
+        if any(e.reg_covar != reg_covar for e in estimators):
+            return None
+        found = stacked_estimate(values, reg_covar, full=True)
+        if found is None:
+            return None
+        mean, covar, chol = found
+        assert chol is not None
+        prec_chol, log_norm = kernel_constants(chol)
+        return [MultivariateGaussianDistribution._estimated(*parts) for parts in zip(mean, covar, prec_chol, log_norm)]
 
     def free_parameters(self, model: MultivariateGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         if count.tied("all", self.keys):

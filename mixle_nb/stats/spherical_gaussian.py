@@ -7,13 +7,14 @@ per-coordinate variances are averaged, as scikit-learn's ``covariance_type="sphe
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from .base import Estimator
-from .centred_moments import CentredMoments, check_reg_covar, diagonal_estimate
+from .centred_moments import CentredMoments, check_reg_covar, diagonal_estimate, stacked_estimate
 from .diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEncoder
 
 if TYPE_CHECKING:
@@ -55,6 +56,13 @@ class SphericalGaussianDistribution(DiagonalGaussianDistribution):
             raise ValueError(f"variance must be finite and > 0; got {variance!r}")
         super().__init__(mu, np.full(mu.shape, variance))
         self.variance = variance
+
+    @classmethod
+    def _estimated(cls, mu: np.ndarray, variance: float) -> SphericalGaussianDistribution:  # type: ignore[override]  # its parameters are (mu, variance)
+        """An M-step's estimate (finite means, variance > 0 by construction), unchecked."""
+        dist = cls.__new__(cls)
+        dist.mu, dist.sigma2, dist.variance = mu, np.full(mu.shape, variance), variance
+        return dist
 
     def __repr__(self) -> str:
         return f"SphericalGaussianDistribution(mu={self.mu.tolist()}, variance={self.variance!r})"
@@ -111,6 +119,21 @@ class SphericalGaussianEstimator(Estimator):
         if np.size(value) == 0:
             raise ValueError("SphericalGaussianEstimator saw no data and has no dim; pass dim=D")
         return SphericalGaussianDistribution(*diagonal_estimate(value, self.reg_covar, spherical=True))
+
+    @staticmethod
+    def stacked_estimate(
+        estimators: Sequence[SphericalGaussianEstimator], values: Sequence[np.ndarray]
+    ) -> list[SphericalGaussianDistribution] | None:
+        """Every component's :meth:`estimate` at once (:func:`.centred_moments.stacked_estimate`);
+        ``None`` when they differ in ``reg_covar`` or one is degenerate (each then estimates alone)."""
+        reg_covar = estimators[0].reg_covar
+        if any(e.reg_covar != reg_covar for e in estimators):
+            return None
+        found = stacked_estimate(values, reg_covar, full=False, spherical=True)
+        if found is None:
+            return None
+        mean, variance, _ = found
+        return [SphericalGaussianDistribution._estimated(m, float(v)) for m, v in zip(mean, variance)]
 
     def free_parameters(self, model: SphericalGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         if count.tied("all", self.keys):

@@ -1,0 +1,497 @@
+"""The EM core against its peers over a grid of sizes: per-iteration and whole-fit wall time.
+
+Contenders: ``mixle_nb.mixture.GaussianMixture``, scikit-learn's ``GaussianMixture``,
+pomegranate 1.1.2's ``GeneralMixtureModel`` of ``Normal`` (CPU, float64; it has no ``tied``
+covariance) and torchgmm 0.1.4's ``GaussianMixture`` (float32, a Lightning trainer). All are
+the ``bench`` extra, never the package's dependencies.
+
+Per EM iteration: two fits from the same start (given means, identity-scaled covariances,
+equal weights; no k-means), ``tol`` 0 so both run every iteration, ``max_iter`` ``LOW`` and
+``LOW + steps``; the difference of their times over ``steps`` cancels set-up (validation,
+encoding, a trainer's start). ``steps`` (per library and cell, in the JSON) is chosen by a
+pilot so that the difference lasts about ``TIMED_S``: a few milliseconds' difference drowns
+in a shared machine's noise. Whole fit: each library's own ``fit`` with its defaults
+(k-means start, ``n_init=1``) but for ``n_components`` and ``covariance_type``. Best of
+``--repeats`` rounds, the contenders interleaved within a round, each call after a short
+settle (another library's thread pool may still spin). Threads: ``torch.set_num_threads``
+and ``threadpoolctl`` for the BLAS, in this one process.
+
+Run in slices (defaults: the whole grid)::
+
+    .venv/bin/python benchmarks/peer_grid.py --n 1e2,1e3 --d 1,2 --k 2,8 --cov full,diag --threads 1,2
+
+Cells already in the JSON are replaced, the others kept, so slices add up to the grid.
+``--plot-only`` redraws the heat map from the JSON alone; ``--grid-search`` times
+``GridSearchCV(GaussianMixture(), {"n_components": range(1, 9)}, cv=5)`` on N = 1,000, D = 2,
+ours against scikit-learn's, into the JSON's ``grid_search``.
+
+JSON (``benchmarks/results/peer_grid.json``)::
+
+    {"schema": 1,
+     "runs": [{"date": ISO UTC, "machine": str, "cpus": int, "load": [1, 5, 15 min],
+               "git": commit, "versions": {library: version}}, ...],
+     "cells": [{"n": int, "d": int, "k": int, "covariance_type": str, "threads": int,
+                "run": index into runs,
+                "results": {library: {"iteration_s": float, "steps": int, "fit_s": float, "fit_n_iter": int}
+                                      | {"trimmed": reason} | {"failed": error}},
+                "iteration_ratio": ours / fastest peer's (null without a peer),
+                "fit_ratio": the same for the whole fit,
+                "fastest_peer": {"iteration": library, "fit": library}}, ...],
+     "grid_search": {"run": index, "threads": 1, "seconds": {"mixle_nb": s, "scikit-learn": s}}}
+
+Libraries are ``mixle_nb``, ``scikit-learn``, ``pomegranate``, ``torchgmm``. A library's
+cell is ``trimmed`` (with the reason) where it does not apply (pomegranate's ``tied``), where
+the data would not fit the memory budget (``--max-gb``, for every library), or where a
+the largest smaller ``N`` of the same column predicts a round (a fit and ``2·LOW + steps``
+iterations) longer than ``--max-fit-s`` here, scaled linearly to this ``N``: that library would
+take minutes a cell.
+
+The heat map (``benchmarks/results/peer_grid.png``): our time over the fastest peer's per
+cell, per iteration and per fit, rows (covariance type, D, K), columns (N, threads); below
+1 (blue) we are ahead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import subprocess
+import time
+import warnings
+from collections.abc import Callable
+from datetime import datetime, timezone
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from threadpoolctl import threadpool_limits
+
+RESULTS = Path(__file__).parent / "results"
+LIBRARIES = ("mixle_nb", "scikit-learn", "pomegranate", "torchgmm")
+PEERS = LIBRARIES[1:]
+COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
+LOW, PILOT_STEPS, MAX_STEPS = 2, 5, 200
+TIMED_S = 0.1  # iterations enough that their difference takes about this long
+
+
+def make_data(n: int, d: int, k: int, seed: int = 0) -> np.ndarray:
+    """``n`` points of ``d`` dimensions from ``k`` separated unit-ish Gaussians."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0.0, 4.0, size=(k, d))
+    labels = rng.integers(0, k, size=n)
+    return centres[labels] + rng.normal(0.0, 1.0, size=(n, d)) * rng.uniform(0.5, 1.5, size=(k, d))[labels]
+
+
+def start(x: np.ndarray, k: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray, float]:
+    """The shared start: ``k`` data points as means, equal weights, the data's variance."""
+    rng = np.random.default_rng(seed)
+    means = x[rng.choice(len(x), size=k, replace=False)]
+    return np.full(k, 1.0 / k), means, float(x.var(axis=0).mean())
+
+
+def precisions_init(cov: str, k: int, d: int, variance: float) -> np.ndarray:
+    """scikit-learn's ``precisions_init`` for covariance ``variance·I``."""
+    shapes = {"full": (k, d, d), "tied": (d, d), "diag": (k, d), "spherical": (k,)}
+    if cov in ("full", "tied"):
+        return np.broadcast_to(np.eye(d) / variance, shapes[cov]).copy()
+    return np.full(shapes[cov], 1.0 / variance)
+
+
+def mixle_fitter(x: np.ndarray, k: int, cov: str) -> tuple[Callable[[int], Any], Callable[[], int]]:
+    from mixle_nb.mixture import GaussianMixture
+
+    weights, means, variance = start(x, k)
+    given = dict(weights_init=weights, means_init=means, precisions_init=precisions_init(cov, k, x.shape[1], variance))
+
+    def steps(m: int) -> None:
+        GaussianMixture(k, covariance_type=cov, tol=0, max_iter=m, **given).fit(x)
+
+    def whole() -> int:
+        return GaussianMixture(k, covariance_type=cov, random_state=0).fit(x).n_iter_
+
+    return steps, whole
+
+
+def sklearn_fitter(x: np.ndarray, k: int, cov: str) -> tuple[Callable[[int], Any], Callable[[], int]]:
+    from sklearn.mixture import GaussianMixture
+
+    weights, means, variance = start(x, k)
+    given = dict(weights_init=weights, means_init=means, precisions_init=precisions_init(cov, k, x.shape[1], variance))
+
+    def steps(m: int) -> None:
+        GaussianMixture(k, covariance_type=cov, tol=0, max_iter=m, **given).fit(x)
+
+    def whole() -> int:
+        return GaussianMixture(k, covariance_type=cov, random_state=0).fit(x).n_iter_
+
+    return steps, whole
+
+
+POMEGRANATE_COV = {"full": "full", "diag": "diag", "spherical": "sphere"}
+
+
+def pomegranate_fitter(x: np.ndarray, k: int, cov: str) -> tuple[Callable[[int], Any], Callable[[], int]]:
+    from pomegranate.distributions import Normal
+    from pomegranate.gmm import GeneralMixtureModel
+
+    weights, means, variance = start(x, k)
+    d = x.shape[1]
+    kind = POMEGRANATE_COV[cov]
+    xt = torch.from_numpy(np.ascontiguousarray(x))
+
+    def covs() -> torch.Tensor:
+        if kind == "full":
+            return torch.eye(d, dtype=torch.float64) * variance
+        return torch.full((d,), variance, dtype=torch.float64)  # "sphere" too: its means' shape
+
+    def steps(m: int) -> None:
+        components = [Normal(torch.from_numpy(mu.copy()), covs(), covariance_type=kind) for mu in means]
+        GeneralMixtureModel(components, priors=torch.from_numpy(weights), max_iter=m, tol=-math.inf).fit(xt)
+
+    def whole() -> int:
+        components = [Normal(covariance_type=kind) for _ in range(k)]
+        GeneralMixtureModel(components, random_state=0).fit(xt)
+        return -1  # pomegranate does not report its iterations
+
+    return steps, whole
+
+
+def torchgmm_fitter(x: np.ndarray, k: int, cov: str) -> tuple[Callable[[int], Any], Callable[[], int]]:
+    import logging
+
+    from torchgmm.bayes import GaussianMixture
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    _, means, _ = start(x, k)
+    xt = torch.from_numpy(x.astype(np.float32))
+    quiet = dict(enable_progress_bar=False, enable_model_summary=False, logger=False, accelerator="cpu")
+
+    def steps(m: int) -> None:
+        GaussianMixture(
+            k,
+            covariance_type=cov,
+            init_means=torch.from_numpy(means.astype(np.float32)),
+            convergence_tolerance=0.0,
+            trainer_params=dict(max_epochs=m, **quiet),
+        ).fit(xt)
+
+    def whole() -> int:
+        gm = GaussianMixture(k, covariance_type=cov, trainer_params=dict(**quiet))
+        gm.fit(xt)
+        return int(gm.num_iter_)
+
+    return steps, whole
+
+
+FITTERS = {
+    "mixle_nb": mixle_fitter,
+    "scikit-learn": sklearn_fitter,
+    "pomegranate": pomegranate_fitter,
+    "torchgmm": torchgmm_fitter,
+}
+
+
+def timed(fn: Callable[[], Any], settle_s: float) -> tuple[float, Any]:
+    time.sleep(settle_s)
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def measure_cell(
+    x: np.ndarray, k: int, cov: str, libraries: list[str], repeats: int, settle_s: float
+) -> dict[str, dict[str, Any]]:
+    """Best-of-``repeats`` per-iteration and whole-fit times of each library, interleaved; a
+    library whose fit raises (pomegranate's unregularised covariances on few points) is
+    ``{"failed": message}``."""
+    failed: dict[str, dict[str, Any]] = {}
+    fitters = {}
+    for lib in libraries:
+        try:
+            fitters[lib] = FITTERS[lib](x, k, cov)
+            fitters[lib][0](1)  # warm-up: imports, first-call caches
+        except Exception as error:
+            failed[lib] = {"failed": f"{type(error).__name__}: {error}"[:300]}
+    steps_of = {}
+    for lib in fitters:
+        if lib not in failed:
+            try:
+                steps_of[lib] = _steps(fitters[lib][0], settle_s)
+            except Exception as error:
+                failed[lib] = {"failed": f"{type(error).__name__}: {error}"[:300]}
+    low: dict[str, list[float]] = {lib: [] for lib in fitters}
+    high: dict[str, list[float]] = {lib: [] for lib in fitters}
+    whole: dict[str, list[float]] = {lib: [] for lib in fitters}
+    iterations: dict[str, int] = {}
+    for _ in range(repeats):
+        for lib, (steps, fit) in fitters.items():
+            if lib in failed:
+                continue
+            try:
+                low[lib].append(timed(lambda: steps(LOW), settle_s)[0])
+                high[lib].append(timed(lambda: steps(LOW + steps_of[lib]), settle_s)[0])
+                seconds, iterations[lib] = timed(fit, settle_s)
+                whole[lib].append(seconds)
+            except Exception as error:
+                failed[lib] = {"failed": f"{type(error).__name__}: {error}"[:300]}
+    measured = {
+        lib: {
+            "iteration_s": (min(high[lib]) - min(low[lib])) / steps_of[lib],
+            "steps": steps_of[lib],
+            "fit_s": min(whole[lib]),
+            "fit_n_iter": iterations[lib],
+        }
+        for lib in fitters
+        if lib not in failed
+    }
+    return {**measured, **failed}
+
+
+def _steps(steps: Callable[[int], Any], settle_s: float) -> int:
+    """Iterations to difference: enough for about ``TIMED_S`` by a pilot of ``PILOT_STEPS``
+    (a short difference drowns in the set-up's noise), at most ``MAX_STEPS``."""
+    pilot = timed(lambda: steps(LOW + PILOT_STEPS), settle_s)[0] - timed(lambda: steps(LOW), settle_s)[0]
+    per_iteration = max(pilot / PILOT_STEPS, TIMED_S / MAX_STEPS)
+    return int(min(MAX_STEPS, max(PILOT_STEPS, math.ceil(TIMED_S / per_iteration))))
+
+
+def ratios(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float | None], dict[str, str | None]]:
+    """Ours over the fastest peer's, per iteration and per fit, and which peer that is."""
+    ratio: dict[str, float | None] = {}
+    fastest: dict[str, str | None] = {}
+    for what, key in (("iteration", "iteration_s"), ("fit", "fit_s")):
+        # a difference at or below 0: that peer's iterations are below the noise of its set-up
+        peers = {lib: r[key] for lib, r in results.items() if lib in PEERS and r.get(key, 0.0) > 0.0}
+        ours = results.get("mixle_nb", {}).get(key)
+        if not peers or ours is None or ours <= 0.0:
+            ratio[what], fastest[what] = None, None
+            continue
+        best = min(peers, key=lambda lib: peers[lib])
+        fastest[what] = best
+        ratio[what] = ours / peers[best]
+    return ratio, fastest
+
+
+def cell_key(cell: dict[str, Any]) -> tuple:
+    return (cell["n"], cell["d"], cell["k"], cell["covariance_type"], cell["threads"])
+
+
+def machine() -> dict[str, Any]:
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    versions = {}
+    for lib, dist in (("scikit-learn", "scikit-learn"), ("pomegranate", "pomegranate"), ("torchgmm", "torchgmm")):
+        try:
+            versions[lib] = version(dist)
+        except Exception:
+            versions[lib] = "not installed"
+    versions["torch"] = torch.__version__
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip(),
+        "cpus": os.cpu_count(),
+        "load": list(os.getloadavg()),
+        "git": commit,
+        "versions": versions,
+    }
+
+
+def load(path: Path) -> dict[str, Any]:
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"schema": 1, "runs": [], "cells": []}
+
+
+def trimmed_reason(
+    lib: str, n: int, d: int, k: int, cov: str, threads: int, done: list[dict[str, Any]], args: argparse.Namespace
+) -> str | None:
+    """Why ``lib`` skips this cell, or ``None``."""
+    if lib == "pomegranate" and cov == "tied":
+        return "pomegranate has no tied covariance"
+    gigabytes = n * d * 8 * (1 + k) / 1e9  # the data and one (K, N, D)-sized temporary
+    if gigabytes > args.max_gb:
+        return f"about {gigabytes:.0f} GB of data and temporaries over the --max-gb {args.max_gb:g} budget"
+    previous = [
+        c for c in done if c["n"] < n and (c["d"], c["k"], c["covariance_type"], c["threads"]) == (d, k, cov, threads)
+    ]
+    if previous:
+        cell = max(previous, key=lambda c: c["n"])
+        result = cell["results"].get(lib, {})
+        if "fit_s" in result:
+            # a round here: its fit and its timed iterations, scaled linearly from the last N
+            timed_iterations = 2 * LOW + result.get("steps", PILOT_STEPS)
+            predicted = (result["fit_s"] + timed_iterations * max(result["iteration_s"], 0.0)) * n / cell["n"]
+            if predicted > args.max_fit_s:
+                return f"a round at N={cell['n']} took {result['fit_s']:.3g} s: about {predicted:.0f} s here"
+    return None
+
+
+def with_ratios(cell: dict[str, Any]) -> dict[str, Any]:
+    """``cell`` with its ratios and fastest peers (re)computed from its results."""
+    ratio, fastest = ratios(cell["results"])
+    return {**cell, "iteration_ratio": ratio["iteration"], "fit_ratio": ratio["fit"], "fastest_peer": fastest}
+
+
+def plot(data: dict[str, Any], path: Path) -> None:
+    """The heat map: ours / fastest peer per cell, per iteration and per fit."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+
+    cells = data["cells"]
+    if not cells:
+        return
+    rows = sorted(
+        {(c["covariance_type"], c["d"], c["k"]) for c in cells},
+        key=lambda r: (COVARIANCE_TYPES.index(r[0]), r[1], r[2]),
+    )
+    cols = sorted({(c["n"], c["threads"]) for c in cells})
+    fig, axes = plt.subplots(1, 2, figsize=(4 + 1.1 * len(cols) * 2, 1.5 + 0.32 * len(rows)), squeeze=False)
+    norm = LogNorm(vmin=1 / 8, vmax=8)
+    for ax, what in zip(axes[0], ("iteration", "fit")):
+        grid = np.full((len(rows), len(cols)), np.nan)
+        for c in cells:
+            value = c.get(f"{what}_ratio")
+            if value:
+                grid[rows.index((c["covariance_type"], c["d"], c["k"])), cols.index((c["n"], c["threads"]))] = value
+        image = ax.imshow(grid, cmap="coolwarm", norm=norm, aspect="auto")
+        for i in range(len(rows)):
+            for j in range(len(cols)):
+                if np.isfinite(grid[i, j]):
+                    ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(len(cols)), [f"N={n:.0e}\n{t} thr" for n, t in cols], fontsize=7)
+        ax.set_yticks(range(len(rows)), [f"{cov} D={d} K={k}" for cov, d, k in rows], fontsize=7)
+        ax.set_title(f"mixle_nb / fastest peer, per {what} (< 1: ahead)", fontsize=9)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def grid_search(repeats: int, settle_s: float) -> dict[str, float]:
+    """Best-of-``repeats`` seconds of ``GridSearchCV(GaussianMixture(), {"n_components":
+    range(1, 9)}, cv=5)`` on N = 1,000, D = 2, ours and scikit-learn's, interleaved."""
+    from sklearn.mixture import GaussianMixture as Theirs
+    from sklearn.model_selection import GridSearchCV
+
+    from mixle_nb.mixture import GaussianMixture as Ours
+
+    x = make_data(1000, 2, 3)
+    times: dict[str, list[float]] = {"mixle_nb": [], "scikit-learn": []}
+    for _ in range(repeats):
+        for lib, estimator in (("mixle_nb", Ours), ("scikit-learn", Theirs)):
+            search = GridSearchCV(estimator(random_state=0), {"n_components": range(1, 9)}, cv=5)
+            times[lib].append(timed(lambda: search.fit(x), settle_s)[0])
+    return {lib: min(t) for lib, t in times.items()}
+
+
+def numbers(text: str, kind: Callable[[str], Any] = int) -> list:
+    return [kind(float(v)) if kind is int else kind(v) for v in text.split(",") if v]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", default="1e2,1e3,1e4,1e5,1e6,1e7")
+    parser.add_argument("--d", default="1,2,8,32,64")
+    parser.add_argument("--k", default="2,8,32")
+    parser.add_argument("--cov", default=",".join(COVARIANCE_TYPES))
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--libraries", default=",".join(LIBRARIES))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--settle", type=float, default=0.1, help="seconds before each timed call")
+    parser.add_argument("--max-gb", type=float, default=4.0, help="skip cells whose data and temporaries exceed this")
+    parser.add_argument("--max-fit-s", type=float, default=60.0, help="skip a library predicted to take longer a fit")
+    parser.add_argument("--json", type=Path, default=RESULTS / "peer_grid.json")
+    parser.add_argument("--png", type=Path, default=RESULTS / "peer_grid.png")
+    parser.add_argument("--plot-only", action="store_true", help="redraw the heat map from the JSON")
+    parser.add_argument(
+        "--grid-search", action="store_true", help="time GridSearchCV over n_components 1-8 (N=1,000, D=2) instead"
+    )
+    args = parser.parse_args()
+    data = load(args.json)
+    if args.grid_search:
+        data["runs"].append(machine())
+        with threadpool_limits(limits=1):
+            torch.set_num_threads(1)
+            seconds = grid_search(args.repeats, args.settle)
+        data["grid_search"] = {"run": len(data["runs"]) - 1, "threads": 1, "seconds": seconds}
+        print(f"GridSearchCV, 1 thread: {seconds}", flush=True)
+    elif not args.plot_only:
+        libraries = [lib for lib in args.libraries.split(",") if lib]
+        data["runs"].append(machine())
+        run = len(data["runs"]) - 1
+        by_key = {cell_key(c): c for c in data["cells"]}
+        for threads in numbers(args.threads):
+            torch.set_num_threads(threads)
+            with threadpool_limits(limits=threads):
+                for cov in args.cov.split(","):
+                    for d in numbers(args.d):
+                        for k in numbers(args.k):
+                            done: list[dict[str, Any]] = []
+                            for n in sorted(numbers(args.n)):
+                                if n < 2 * k:
+                                    continue
+                                x = make_data(n, d, k) if n * d * 8 / 1e9 <= args.max_gb else None
+                                results: dict[str, dict[str, Any]] = {}
+                                running = []
+                                for lib in libraries:
+                                    reason = trimmed_reason(lib, n, d, k, cov, threads, done, args)
+                                    if reason is None and x is None:
+                                        reason = "data over the --max-gb budget"
+                                    if reason:
+                                        results[lib] = {"trimmed": reason}
+                                    else:
+                                        running.append(lib)
+                                if running and x is not None:
+                                    with warnings.catch_warnings():
+                                        warnings.simplefilter("ignore")
+                                        results.update(measure_cell(x, k, cov, running, args.repeats, args.settle))
+                                ratio, fastest = ratios(results)
+                                cell = {
+                                    "n": n,
+                                    "d": d,
+                                    "k": k,
+                                    "covariance_type": cov,
+                                    "threads": threads,
+                                    "run": run,
+                                    "results": results,
+                                    "iteration_ratio": ratio["iteration"],
+                                    "fit_ratio": ratio["fit"],
+                                    "fastest_peer": fastest,
+                                }
+                                done.append(cell)
+                                by_key[cell_key(cell)] = cell
+                                shown = {
+                                    lib: (
+                                        (r.get("trimmed") or r.get("failed") or "")[:20]
+                                        if "iteration_s" not in r
+                                        else f"{1e3 * r['iteration_s']:.3g}/{1e3 * r['fit_s']:.4g} ms"
+                                    )
+                                    for lib, r in results.items()
+                                }
+                                print(f"{cov} N={n} D={d} K={k} thr={threads}: {shown} ratio {ratio}", flush=True)
+                                del x
+                                gc.collect()
+                                data["cells"] = sorted(by_key.values(), key=cell_key)
+                                args.json.parent.mkdir(parents=True, exist_ok=True)
+                                args.json.write_text(json.dumps(data, indent=1))
+    data["cells"] = [with_ratios(cell) for cell in data["cells"]]
+    args.json.write_text(json.dumps(data, indent=1))
+    plot(data, args.png)
+
+
+if __name__ == "__main__":
+    main()
