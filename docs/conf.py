@@ -42,7 +42,6 @@ html_theme_options = {
     "show_toc_level": 2,
     "navigation_with_keys": False,
 }
-html_last_updated_fmt = None
 
 # The public API's cross-references must resolve (warnings are errors in `make docs`).
 nitpicky = True
@@ -79,7 +78,6 @@ nitpick_ignore_regex = [
 
 # autodoc and autosummary: one page a public name, generated at build time.
 autosummary_generate = True
-autosummary_imported_members = True
 autodoc_default_options = {"members": True, "inherited-members": False, "show-inheritance": False}
 autodoc_typehints = "none"  # the numpydoc Parameters sections carry the types
 autoclass_content = "class"
