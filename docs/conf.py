@@ -71,6 +71,7 @@ THIRD_PARTY = (
     "enum",
     "types",
     "subprocess",
+    "sys",
 )
 nitpick_ignore_regex = [
     (r"py:.*", rf"({'|'.join(THIRD_PARTY)})\..*"),
@@ -78,7 +79,9 @@ nitpick_ignore_regex = [
 
 # autodoc and autosummary: one page a public name, generated at build time.
 autosummary_generate = True
-autodoc_default_options = {"members": True, "inherited-members": False, "show-inheritance": False}
+# A class's page (_templates/autosummary/class.rst) shows its members and those it inherits from
+# mixle_nb's private bases (MixleCluster's from RankCalls); the members a class gets from other
+# packages are left out (api_pages.skip_foreign_member).
 autodoc_typehints = "none"  # the numpydoc Parameters sections carry the types
 autoclass_content = "class"
 add_module_names = False

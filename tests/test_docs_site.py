@@ -98,10 +98,22 @@ CALLABLE = [(package, name) for package, name in PUBLIC if callable(public_objec
 
 @pytest.mark.parametrize(("package", "name"), CALLABLE, ids=[f"{p}.{n}" for p, n in CALLABLE])
 def test_public_examples_run(package, name):
-    """The ``>>>`` examples in the docstrings of a public class or function and its methods."""
+    """The ``>>>`` examples in the docstrings of a public class or function and its methods,
+    those it inherits from mixle_nb's private bases included (they are on its page)."""
     obj = public_object(package, name)
+    public = {id(public_object(p, n)) for p, n in PUBLIC}
+    private_bases = [
+        base
+        for base in getattr(obj, "__mro__", ())[1:]
+        if base.__module__.startswith("mixle_nb") and id(base) not in public
+    ]
     finder = doctest.DocTestFinder(exclude_empty=True)
-    tests = [test for test in finder.find(obj, f"{package}.{name}", module=inspect.getmodule(obj)) if test.examples]
+    tests = [
+        test
+        for documented in [obj, *private_bases]
+        for test in finder.find(documented, f"{package}.{name}", module=inspect.getmodule(documented))
+        if test.examples
+    ]
     runner = doctest.DocTestRunner(optionflags=DOCTEST_FLAGS)
     report: list[str] = []
     for test in tests:

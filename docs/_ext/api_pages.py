@@ -10,14 +10,24 @@ added to an ``__all__`` later gets its page with no edit here. The files are bui
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
+import types
 from pathlib import Path
 from types import ModuleType
 
+from docutils.nodes import Element, Node
 from sphinx.application import Sphinx
 from sphinx.config import Config
+from sphinx.environment import BuildEnvironment
 
 ROOT_PACKAGE = "mixle_nb"
+BUILTIN_KINDS = (
+    types.BuiltinFunctionType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.ClassMethodDescriptorType,
+)
 API_FOLDER = "api"
 STUBS_FOLDER = "generated"
 
@@ -100,15 +110,45 @@ def write_api_pages(app: Sphinx, config: Config) -> None:
 
 
 def skip_foreign_member(app: Sphinx, what: str, name: str, obj: object, skip: bool, options: object) -> bool | None:
-    """Leave out the members a class gets from another package (scikit-learn's ``set_*_request``)."""
-    module = getattr(obj, "__module__", None)
+    """Leave out the members a class gets from another package or the standard library
+    (scikit-learn's ``set_*_request``, ``torch.nn.Module``'s methods, ``Exception.add_note``)."""
+    if isinstance(obj, BUILTIN_KINDS):  # implemented in C (str.maketrans of a str Enum): not ours
+        return True
+    if isinstance(obj, property) and obj.fget is not None:
+        obj = obj.fget
+    owner = getattr(obj, "__objclass__", None)
+    module = getattr(owner, "__module__", None) or getattr(obj, "__module__", None)
     if isinstance(module, str) and not module.startswith(ROOT_PACKAGE):
         return True
     return None
 
 
+def private_module_as_text(app: Sphinx, env: BuildEnvironment, node: Element, contnode: Node) -> Node | None:
+    """Show a ``:mod:`` reference to one of mixle_nb's private modules as text.
+
+    ``mixle_nb.cluster.lifeline``, or ``fitting`` written inside ``mixle_nb.inference``: the
+    reference documents the public packages only. A module that does not exist still fails."""
+    if node.get("refdomain") != "py" or node.get("reftype") != "mod":
+        return None
+    target = node["reftarget"]
+    context = (node.get("py:module") or "").split(".")
+    names = [target] + [".".join([*context[:i], target]) for i in range(len(context), 0, -1)]
+    return contnode if any(is_private_module(name) for name in names) else None
+
+
+def is_private_module(name: str) -> bool:
+    """Whether ``name`` is an importable module of mixle_nb."""
+    if not name.startswith(f"{ROOT_PACKAGE}."):
+        return False
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def setup(app: Sphinx) -> dict[str, object]:
-    """Register the page writer and the member filter."""
+    """Register the page writer, the member filter and the private-module references."""
     app.connect("config-inited", write_api_pages)
     app.connect("autodoc-skip-member", skip_foreign_member)
+    app.connect("missing-reference", private_module_as_text)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

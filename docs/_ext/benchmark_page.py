@@ -27,11 +27,12 @@ RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 GENERATED = "_generated"
 
 
-def load(name: str) -> dict[str, Any]:
-    """The JSON record of benchmark ``name``."""
+def load(directive: SphinxDirective, name: str) -> dict[str, Any]:
+    """The JSON record of benchmark ``name``, noted as a dependency of the page."""
     path = RESULTS / f"{name}.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: run benchmarks/{name}.py to record it")
+        raise directive.error(f"{path} does not exist: run benchmarks/{name}.py to record it")
+    directive.env.note_dependency(str(path))
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -103,8 +104,7 @@ class BenchmarkResults(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         name = self.arguments[0]
-        self.env.note_dependency(str(RESULTS / f"{name}.json"))
-        record = load(name)
+        record = load(self, name)
         wanted = self.options.get("tables", range(len(record["tables"])))
         paragraph, messages = self.state.inline_text(provenance(record), self.lineno)
         out: list[nodes.Node] = [nodes.paragraph("", "", *paragraph, classes=["benchmark-provenance"]), *messages]
@@ -126,9 +126,8 @@ class BenchmarkPlot(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         name = self.arguments[0]
-        self.env.note_dependency(str(RESULTS / f"{name}.json"))
         index = self.options.get("table", 0)
-        table = load(name)["tables"][index]
+        table = load(self, name)["tables"][index]
         file = f"{name}_{index}.png"
         target = Path(self.env.srcdir) / GENERATED / file
         draw(table, names(self.options["label"]), names(self.options["columns"]), self.options, target)
