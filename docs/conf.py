@@ -41,6 +41,7 @@ html_theme_options = {
     "navbar_align": "left",
     "show_toc_level": 2,
     "navigation_with_keys": False,
+    "header_links_before_dropdown": 7,
 }
 
 # The public API's cross-references must resolve (warnings are errors in `make docs`).
