@@ -1,5 +1,5 @@
 """The documentation site for the tests: one Sphinx build per test session, shared by
-``tests/test_docs_site.py`` and ``tests/browser/test_docs_site.py``, and the public names the
+``tests/test_docs_site.py`` and ``tests/browser/test_docs_site_pages.py``, and the public names the
 API reference must cover.
 
 The build is ``make docs``'s (``-W --keep-going -n``: any warning fails it), from scratch (``-E``,

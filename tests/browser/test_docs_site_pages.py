@@ -22,8 +22,8 @@ PAGES = [
 @pytest.mark.browser
 @pytest.mark.parametrize(("path", "title", "has_picture", "screenshot"), PAGES, ids=[p[3][5:-4] for p in PAGES])
 def test_built_site_page_renders(browser, path, title, has_picture, screenshot):
-    site = built_site()
-    assert site.returncode == 0, f"the docs build failed:\n{site.warnings[-4000:]}"
+    site = built_site()  # its warnings fail tests/test_docs_site.py; the pages are written all the same
+    assert (site.html / path).exists(), f"the build wrote no {path}:\n{site.warnings[-4000:]}"
     context = browser.new_context(viewport=VIEWPORT)
     try:
         page = context.new_page()
