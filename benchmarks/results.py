@@ -30,10 +30,10 @@ class Table:
     rows: list[list[object]] = field(default_factory=list)
 
     def add(self, *row: object) -> None:
-        """Append a row; its length must match the columns."""
+        """Append a row (floats kept to six significant figures); its length must match the columns."""
         if len(row) != len(self.columns):
             raise ValueError(f"{self.title}: a row of {len(row)} values for {len(self.columns)} columns")
-        self.rows.append([round(v, 6) if isinstance(v, float) else v for v in row])
+        self.rows.append([float(f"{v:.6g}") if isinstance(v, float) else v for v in row])
 
 
 def cpu_model() -> str:
