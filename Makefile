@@ -27,14 +27,14 @@ MPIEXEC ?= /usr/bin/mpiexec
 # deselects them, and under that selection starting such a process fails the test.
 FAST := not (cluster or kernel or ranks or subprocess or browser or multihost or mpi or slurm)
 
-.PHONY: venv browser multihost slurm mpi check test demo lab
+.PHONY: venv browser multihost slurm mpi check test demo lab docs tutorials
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,browser,demo,mixle,dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,browser,demo,mixle,dev,docs]'
 	rm -f $(VENV)/.installed-*; touch $@
 
 browser: $(CHROMIUM)
@@ -89,3 +89,12 @@ demo: venv
 
 lab: venv
 	$(PY) -m jupyterlab $(ALLOW_ROOT) notebooks/
+
+# The documentation site, from this repository only (no network): warnings are errors, cross-
+# references nitpicky. Open docs/_build/html/index.html.
+docs: venv
+	$(PY) -m sphinx -E -W --keep-going -n -b html docs docs/_build/html
+
+# The executed copies of the teaching notebooks that the site's Tutorials show (a few minutes).
+tutorials: venv
+	$(PY) docs/refresh_tutorials.py

@@ -20,6 +20,7 @@ import statistics
 import tempfile
 import time
 
+from results import Table, add_json_argument, write_results
 from streaming_bench import BATCH, BLOCK, D_MODEL, LR, N_HEAD, N_LAYER, VOCAB, chain_tokens
 
 from mixle_nb.checkpoint.training import TrainingCheckpoints
@@ -77,6 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=150)
+    add_json_argument(parser, "checkpoint_bench")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
         times = run_local(_rounds, 2, timeout=3600, rounds=args.rounds, steps=args.steps, root=root)[0]
@@ -89,6 +91,18 @@ def main() -> None:
     )
     for r in range(args.rounds):
         print(f"round {r + 1}: " + ", ".join(f"{m} {times[m][r][0]:.2f} s" for m in MODES))
+    table = Table(
+        f"Training with checkpoints, 2 ranks, {args.steps} steps a round, one every {EVERY} steps "
+        f"({size / 1e6:.2f} MB), {args.rounds} interleaved rounds",
+        [
+            "mode",
+            "wall time / none (median)",
+            "fastest round",
+            "slowest round",
+            "blocked in checkpoint calls",
+            "blocked s a round",
+        ],
+    )
     for mode in list(MODES)[1:]:
         ratios = [t / n for (t, _), (n, _) in zip(times[mode], times["none"])]
         blocked = [b / t for t, b in times[mode]]
@@ -98,6 +112,15 @@ def main() -> None:
             f"checkpoint calls {100 * statistics.median(blocked):.1f}% of its time (median; "
             f"{statistics.median(b for _, b in times[mode]):.3f} s a round)"
         )
+        table.add(
+            mode,
+            statistics.median(ratios),
+            min(ratios),
+            max(ratios),
+            statistics.median(blocked),
+            statistics.median(b for _, b in times[mode]),
+        )
+    write_results(args.json, "checkpoint_bench", 1, [table])
 
 
 if __name__ == "__main__":

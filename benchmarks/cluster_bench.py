@@ -36,6 +36,7 @@ import threading
 import time
 
 import ipyparallel as ipp
+from results import Table, add_json_argument, write_results
 
 from mixle_nb.cluster import MixleCluster
 
@@ -189,7 +190,7 @@ def probe_clusters(trials, rounds):
         print(f"{name:>14} {ports:>9} {trials:>6} {calls:>6} {hung:>5} {failed:>6}  {dropped or '-'}")
 
 
-def time_launchers(hosts, per_host, rounds):
+def time_launchers(hosts, per_host, rounds) -> Table:
     tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
     sys.path[:0] = [tests, os.path.join(tests, "multihost")]
     from simulated_hosts import SimulatedNetwork
@@ -216,8 +217,14 @@ def time_launchers(hosts, per_host, rounds):
         f"start() to group ready, {n} engines ({hosts} hosts x {per_host} for ssh and slurm), "
         f"median of {rounds} interleaved rounds"
     )
+    table = Table(
+        f"start() to group ready, {n} engines ({hosts} hosts x {per_host} for ssh and Slurm), {rounds} interleaved rounds",
+        ["launcher", "median s", "fastest s", "slowest s"],
+    )
     for way, values in seconds.items():
         print(f"{way:>6} {statistics.median(values):6.2f} s   rounds: " + " ".join(f"{v:.2f}" for v in values))
+        table.add(way, statistics.median(values), min(values), max(values))
+    return table
 
 
 def main():
@@ -232,6 +239,7 @@ def main():
     parser.add_argument("--probe", action="store_true", help="the shared-host probe against each (root)")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--probe-rounds", type=int, default=50)
+    add_json_argument(parser, "cluster_bench")
     args = parser.parse_args()
     if args.probe:
         probe_clusters(args.trials, args.probe_rounds)
@@ -240,8 +248,20 @@ def main():
         compare_exposures(args.sizes, args.rounds, min(args.calls, 100))
         return
     if args.launchers:
-        time_launchers(args.hosts, args.per_host, args.rounds)
+        launchers = time_launchers(args.hosts, args.per_host, args.rounds)
+        write_results(args.json.with_name(args.json.stem + "_launchers.json"), "cluster_bench", 1, [launchers])
         return
+    table = Table(
+        f"MixleCluster against plain ipyparallel (round trip: median of {args.calls} no-op calls)",
+        [
+            "engines",
+            "plain start s",
+            "MixleCluster start s",
+            "apply_sync ms",
+            "MixleCluster.run ms",
+            "run / apply_sync",
+        ],
+    )
     print(f"{'n':>2} {'plain start s':>14} {'mixle start s':>14} {'apply_sync ms':>14} {'run ms':>8} {'ratio':>6}")
     for n in args.sizes:
         plain_start = time_plain_start(n)
@@ -250,6 +270,8 @@ def main():
             f"{n:>2} {plain_start:>14.2f} {mixle_start:>14.2f} "
             f"{plain_rt * 1e3:>14.2f} {mixle_rt * 1e3:>8.2f} {mixle_rt / plain_rt:>6.2f}"
         )
+        table.add(n, plain_start, mixle_start, plain_rt * 1e3, mixle_rt * 1e3, mixle_rt / plain_rt)
+    write_results(args.json, "cluster_bench", 1, [table])
 
 
 if __name__ == "__main__":

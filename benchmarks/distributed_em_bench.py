@@ -21,6 +21,7 @@ import argparse
 import time
 
 import numpy as np
+from results import Table, add_json_argument, write_results
 
 from mixle_nb.parallel.local_launch import run_local
 
@@ -192,14 +193,17 @@ def main() -> None:
     parser.add_argument("--worlds", default="1,2,4", help="rank counts of the Gaussian-mixture table, e.g. 4")
     parser.add_argument("--no-hmm", action="store_true", help="skip mixle's HMM comparison (which needs mixle)")
     parser.add_argument("--fold-only", action="store_true", help="only the shard-order fold's cost at 4 ranks")
+    add_json_argument(parser, "distributed_em_bench")
     args = parser.parse_args()
+    tables: list[Table] = []
     if args.fold_only:
         for n in (args.big, 1_000):
             _fold_table(n)
         return
     if not args.hmm_only:
-        _gaussian_table(args.big, [int(w) for w in args.worlds.split(",")])
+        tables.append(_gaussian_table(args.big, [int(w) for w in args.worlds.split(",")]))
     if args.no_hmm:
+        write_results(args.json, "distributed_em_bench", 1, tables)
         return
     t = run_local(_hmm_rank, 2, timeout=900, sequences=args.hmm_sequences, steps=3, rounds=5)[0]
     ours, theirs, floor = (t["best"][name] for name in ("ours", "mixle", "mixle E+M on the shard"))
@@ -219,9 +223,20 @@ def main() -> None:
         "E+M alone: mixle's own seq_update and estimate on rank 0's shard with no handle, the part of a step "
         "both handles run unchanged; a handle's step cannot be faster than it."
     )
+    hmm = Table(
+        f"mixle's hidden Markov model, 3 states, {args.hmm_sequences} ragged sequences, 2 ranks (ms a step)",
+        ["our handle ms", "mixle's handle ms", "ours / mixle's", "E+M alone ms", "models' relative difference"],
+    )
+    hmm.add(ours * 1e3, theirs * 1e3, ours / theirs, floor * 1e3, t["relative_difference"])
+    tables.append(hmm)
+    write_results(args.json, "distributed_em_bench", 1, tables)
 
 
-def _gaussian_table(big: int, worlds: list) -> None:
+def _gaussian_table(big: int, worlds: list) -> Table:
+    table = Table(
+        "TorchRunEncodedData, one EM step (ms, K=8, D=1)",
+        ["workload", "ranks", "gather ms", "all-reduce ms", "E-step ms", "raw 2-value all_reduce ms"],
+    )
     print(
         f"{'workload':<18}{'ranks':>6}{'gather ms':>11}{'allreduce ms':>14}{'E-step ms':>11}{'raw 2-value all_reduce ms':>27}"
     )
@@ -232,6 +247,15 @@ def _gaussian_table(big: int, worlds: list) -> None:
                 f"{'N=' + str(n):<18}{world:>6}{t['gather'] * 1e3:>11.2f}{t['allreduce'] * 1e3:>14.2f}"
                 f"{t['allreduce_e_step'] * 1e3:>11.2f}{t['raw_all_reduce'] * 1e3:>27.3f}"
             )
+            table.add(
+                f"N={n}",
+                world,
+                t["gather"] * 1e3,
+                t["allreduce"] * 1e3,
+                t["allreduce_e_step"] * 1e3,
+                t["raw_all_reduce"] * 1e3,
+            )
+    return table
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import warnings
 
 import numpy as np
 import torch
+from results import Table, add_json_argument, write_results
 
 from mixle_nb.stats import (
     GaussianDistribution,
@@ -268,8 +269,10 @@ def main() -> None:
         default=[],
         help="also time the EM step of the mixle_nb checked out in DIR (repeatable)",
     )
+    add_json_argument(parser, "em_bench")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    tables = []
     baselines = [load_baseline(path, f"mixle_nb_baseline{i}") for i, path in enumerate(args.baseline)]
     for i, path in enumerate(args.baseline):
         print(f"baseline{i}: {path}")
@@ -280,6 +283,12 @@ def main() -> None:
             f"{'workload':<24}{'mixle ms':>10}{'torch ms':>10}{'sklearn ms':>12}{'mixle/torch':>13}"
             f"{'mixle/sklearn':>15}{extra}"
         )
+        em = Table(
+            "One EM iteration (ms, best of the rounds)",
+            ["workload", "mixle_nb ms", "torch ms", "scikit-learn ms", "mixle_nb / torch", "mixle_nb / scikit-learn"]
+            + [f"baseline{i} ms" for i in range(len(baselines))],
+        )
+        tables.append(em)
         for n, dim, k in [(1_000_000, 1, 8), (200_000, 8, 8)]:
             n = int(n * args.scale)
             r = run(n, dim, k, args.repeats, baselines)
@@ -292,14 +301,28 @@ def main() -> None:
                 f"{name:<24}{r['mixle'] * 1e3:>10.1f}{r['torch'] * 1e3:>10.1f}{r['sklearn'] * 1e3:>12.1f}"
                 f"{r['mixle'] / r['torch']:>13.2f}{r['mixle'] / r['sklearn']:>15.3f}{extra}"
             )
+            em.add(
+                name,
+                r["mixle"] * 1e3,
+                r["torch"] * 1e3,
+                r["sklearn"] * 1e3,
+                r["mixle"] / r["torch"],
+                r["mixle"] / r["sklearn"],
+                *(r[f"baseline{i}"] * 1e3 for i in range(len(baselines))),
+            )
     if args.only != "em":
         n, dim, k = int(1_000_000 * args.scale), 8, 8
         r = run_init(n, dim, k, max(1, args.repeats // 2))
         print(f"\nInitialisation, N={n} D={dim} K={k}, one thread per rank (best of {max(1, args.repeats // 2)}):")
         print(f"{'':<30}{'init ms':>10}{'EM step ms':>12}{'init / EM step':>16}")
+        init = Table(
+            f"The start, N={n} D={dim} K={k}, in EM steps", ["start", "init ms", "EM step ms", "init / EM step"]
+        )
+        tables.append(init)
         for world, label in (("1 rank", "k-means‖, 1 rank"), ("2 rank", "k-means‖, 2 ranks")):
             t = r[world]
             print(f"{label:<30}{t['init'] * 1e3:>10.1f}{t['em'] * 1e3:>12.1f}{t['init'] / t['em']:>16.2f}")
+            init.add(label, t["init"] * 1e3, t["em"] * 1e3, t["init"] / t["em"])
         local = r["local"]
         print("interleaved in this process (local data):")
         for name, label in (
@@ -308,10 +331,18 @@ def main() -> None:
             ("kmeans", "sklearn KMeans (GMM's start)"),
         ):
             print(f"{label:<30}{local[name] * 1e3:>10.1f}{local['em'] * 1e3:>12.1f}{local[name] / local['em']:>16.2f}")
+            init.add(f"{label}, in this process", local[name] * 1e3, local["em"] * 1e3, local[name] / local["em"])
         print("\nSeeds of 10 whose EM reaches scikit-learn's default fit (tests' ten datasets):")
         print(f"{'dataset':<18}{'kmeans++':>10}{'random_from_data':>18}{'random':>8}")
+        quality = Table(
+            "Seeds of 10 whose EM reaches scikit-learn's default fit",
+            ["dataset", "kmeans++", "random_from_data", "random"],
+        )
+        tables.append(quality)
         for name, reached in init_quality():
             print(f"{name:<18}{reached['kmeans++']:>10}{reached['random_from_data']:>18}{reached['random']:>8}")
+            quality.add(name, reached["kmeans++"], reached["random_from_data"], reached["random"])
+    write_results(args.json, "em_bench", args.threads, tables)
 
 
 if __name__ == "__main__":

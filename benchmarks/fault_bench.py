@@ -39,6 +39,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TESTS, os.environ.get("
 import rank_functions  # noqa: E402
 import test_elastic_training as training  # noqa: E402
 import test_faults as faults  # noqa: E402
+from results import Table, add_json_argument, write_results  # noqa: E402
 
 from mixle_nb.cluster import (  # noqa: E402
     MixleCluster,
@@ -225,23 +226,34 @@ def training_kill_to_next_step(
             return time.time() - float(f.read()), f"{how}; step {done} done"
 
 
-def elastic_rows(args) -> None:
+def elastic_rows(args) -> list[Table]:
     import tempfile
 
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "x.npy")
         np.save(path, np.concatenate([rng.normal(-2, 1, args.n // 2), rng.normal(3, 0.5, args.n - args.n // 2)]))
+        em = Table(
+            f"kill -9 of rank {args.engines - 1} in its E-step, N = {args.n:,} from .npy, {args.engines} engines",
+            ["recovery", "kill to the next completed step s", "how"],
+        )
         print(f"\nkill -9 of rank {args.engines - 1} in its E-step, N = {args.n:,} from .npy, {args.engines} engines:")
         for name, elastic_ in (("elastic recovery", True), ("restart()", False)):
             seconds, how = kill_to_next_step(args.engines, args.timeout, path, elastic_)
             print(f"{name:<38} {seconds:6.2f} s  kill -> next completed step ({how})", flush=True)
+            em.add(name, seconds, how)
         tokens = os.path.join(folder, "tokens.npy")
         np.save(tokens, training.TOKENS)
         print(f"\nkill -9 of rank {args.engines - 1} at training step 15, checkpoint every 10, {args.engines} engines:")
+        trained = Table(
+            f"kill -9 of rank {args.engines - 1} at training step 15, a checkpoint every 10, {args.engines} engines",
+            ["recovery", "kill to the next completed step s", "how"],
+        )
         for name, elastic_ in (("elastic training recovery", True), ("restart()", False)):
             seconds, how = training_kill_to_next_step(args.engines, args.timeout, tokens, folder, elastic_)
             print(f"{name:<38} {seconds:6.2f} s  kill -> next completed step ({how})", flush=True)
+            trained.add(name, seconds, how)
+    return [em, trained]
 
 
 def main() -> None:
@@ -250,14 +262,15 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="group timeout (s)")
     parser.add_argument("--elastic-only", action="store_true", help="only the elastic rows")
     parser.add_argument("--n", type=int, default=1_000_000, help="observations of the elastic rows")
+    add_json_argument(parser, "fault_bench")
     args = parser.parse_args()
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    if not args.elastic_only:
-        faults_table(args)
-    elastic_rows(args)
+    tables = [] if args.elastic_only else [faults_table(args)]
+    tables += elastic_rows(args)
+    write_results(args.json, "fault_bench", 1, tables)
 
 
-def faults_table(args) -> None:
+def faults_table(args) -> Table:
     devnull = open(os.devnull, "w")
     with MixleCluster(args.engines, timeout=args.timeout) as cluster:
         x = np.random.default_rng(0).normal(size=4000)
@@ -317,6 +330,14 @@ def faults_table(args) -> None:
     )
     slow = [r[0] for r in rows if not float(r[1]) <= 2.0]
     print("every time to error <= 2 s" if not slow else f"over 2 s: {', '.join(slow)}")
+    table = Table(
+        f"Injected faults, {args.engines} engines, group timeout {args.timeout:g} s (time to error: from the fault "
+        "or the call's start to the client holding the error)",
+        ["fault", "time to error s", "error", "state after"],
+    )
+    for name, seconds, error, after in rows:
+        table.add(name, float(seconds), error, after)
+    return table
 
 
 if __name__ == "__main__":

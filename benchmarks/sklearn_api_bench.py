@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 import torch
+from results import Table, add_json_argument, write_results
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import GaussianMixture as ScikitGaussianMixture
 from threadpoolctl import threadpool_limits
@@ -101,9 +102,22 @@ def main() -> None:
         help="threads of each library in this process (torch's and scikit-learn's BLAS); "
         "on a loaded machine 2 threads' spin barriers slow both down many times over",
     )
+    add_json_argument(parser, "sklearn_api_bench")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     threadpool_limits(args.threads)
+    table = Table(
+        f"GaussianMixture.fit, {args.iterations} EM iterations from the same start (s, best of {args.rounds})",
+        [
+            "case",
+            "scikit-learn s",
+            "mixle_nb s",
+            "mixle_nb / scikit-learn",
+            "2-rank cluster s",
+            "largest relative difference",
+        ]
+        + (["baseline s", "baseline / scikit-learn"] if args.baseline else []),
+    )
     cases = [("full", 1_000_000, 8, 8), ("full", 10_000_000, 1, 8)]
     baseline = None
     if args.baseline:
@@ -148,6 +162,16 @@ def main() -> None:
                 f"{largest_difference(reference, fitted):13.1e}{extra}",
                 flush=True,
             )
+            table.add(
+                name,
+                min(theirs),
+                min(ours),
+                min(ours) / min(theirs),
+                min(cluster_s) if cluster_s else None,
+                largest_difference(reference, fitted),
+                *((min(before), min(before) / min(theirs)) if before else ()),
+            )
+        write_results(args.json, "sklearn_api_bench", args.threads, [table])
     finally:
         if cluster is not None:
             cluster.stop()
