@@ -19,6 +19,8 @@ import socket
 import threading
 import time
 
+from .ipyparallel_internals import engine_registration_url
+
 PROBE_S = 0.5
 REFUSED = 3
 MISSES = 8
@@ -28,13 +30,9 @@ _thread: threading.Thread | None = None
 def controller_address() -> tuple[str, int] | str | None:
     """(host, port) of the controller's registration socket as this engine reached it, or the
     path of its Unix socket; None outside an ipyparallel engine."""
-    try:
-        from ipyparallel.engine.app import IPEngine
-    except ImportError:
+    url = engine_registration_url()  # tcp://host:port or ipc://path:port
+    if url is None:
         return None
-    if not IPEngine.initialized():
-        return None
-    url = IPEngine.instance().registration_url  # tcp://host:port or ipc://path:port
     transport, _, address = url.partition("://")
     if transport == "ipc":
         return address

@@ -20,6 +20,8 @@ from datetime import timedelta
 
 import psutil
 
+from .ipyparallel_internals import engine_interface
+
 _CALL_LABEL = "mixle_nb call on ranks "
 
 
@@ -76,9 +78,7 @@ def loopback_interface() -> str:
 
 def controller_host() -> str:
     """The controller's address as this engine reached it: on the network every host shares."""
-    from ipyparallel.engine.app import IPEngine
-
-    return IPEngine.instance().connection_info["interface"].split("://")[-1]
+    return engine_interface().split("://")[-1]
 
 
 def local_address_toward(peer_host: str) -> str:

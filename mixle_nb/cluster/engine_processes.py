@@ -21,6 +21,7 @@ from typing import Any
 from . import engine
 from .calls import POLL_S
 from .detached import DetachedRecord
+from .ipyparallel_internals import client_interface
 from .launch import LaunchSpec
 from .lifeline import TERM_GRACE_S, Lifeline
 from .processes import OwnedProcesses, RankProcess
@@ -292,5 +293,5 @@ class EngineProcesses:
 
 def _socket_dir(client: Any) -> str | None:
     """The folder of the controller's Unix sockets that ``client`` connected to (None over TCP)."""
-    transport, _, path = client._config["interface"].partition("://")  # the connection file's
+    transport, _, path = client_interface(client).partition("://")
     return os.path.dirname(path) if transport == "ipc" else None

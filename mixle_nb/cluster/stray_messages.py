@@ -19,8 +19,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from .ipyparallel_internals import expected_signature, receiving_streams, replace_handler
+
 _DELIMITER = b"<IDS|MSG>"
-_STREAMS = ("query", "control", "mux", "task", "iopub", "notification", "broadcast")
 _log = logging.getLogger(__name__)
 
 
@@ -33,7 +34,8 @@ def malformed(session: Any, frames: list[Any]) -> str | None:
     body = parts[parts.index(_DELIMITER) + 1 :]
     if len(body) < 5:
         return "too few frames"
-    if session.auth is not None and not hmac.compare_digest(body[0], session.sign(body[1:5])):
+    signature = expected_signature(session, body[1:5])
+    if signature is not None and not hmac.compare_digest(body[0], signature):
         return "bad signature"
     return None
 
@@ -50,10 +52,8 @@ class MessageGuard:
     def __init__(self, client: Any) -> None:
         self.dropped: Counter[str] = Counter()
         self._lock = threading.Lock()  # counted on the client's IO thread, read on any
-        for name in _STREAMS:
-            stream = getattr(client, f"_{name}_stream", None)
-            if stream is not None and stream._recv_callback is not None:
-                stream.on_recv(self._screened(name, client.session, stream._recv_callback), copy=False)
+        for name, (stream, handle) in receiving_streams(client).items():
+            replace_handler(stream, self._screened(name, client.session, handle))
 
     def counts(self) -> dict[str, int]:
         """A snapshot of :attr:`dropped`."""
