@@ -445,7 +445,7 @@ class BaseHMM(BaseEstimator):
             The sequences' lengths, summing to ``n_samples``.
         algorithm : {"viterbi", "map"}, optional
             Viterbi (the most likely path), or each sample's most likely state (MAP); the
-            default is :attr:`algorithm`.
+            default is ``algorithm``.
 
         Returns
         -------
@@ -483,7 +483,7 @@ class BaseHMM(BaseEstimator):
         return float(np.max(posteriors, axis=1).sum()), np.argmax(posteriors, axis=1)
 
     def predict(self, X: ArrayLike, lengths: ArrayLike | None = None) -> np.ndarray:
-        """Most likely state of each sample (:meth:`decode` with :attr:`algorithm`).
+        """Most likely state of each sample (:meth:`decode` with ``algorithm``).
 
         Parameters
         ----------
@@ -557,7 +557,7 @@ class BaseHMM(BaseEstimator):
         n_samples : int
             Number of samples.
         random_state : RandomState or int, optional
-            Defaults to :attr:`random_state`.
+            Defaults to ``random_state``.
         currstate : int, optional
             The state of the first sample.
 

@@ -139,6 +139,66 @@ class GaussianMixture(DensityMixin, BaseEstimator):
 
     A handle holds Gaussian observations: build it with ``estimator=gm.mixture_estimator(n_features)``
     (or any of our Gaussian estimators).
+
+    Parameters
+    ----------
+    n_components : int, default 1
+        The number of mixture components.
+    covariance_type : {"full", "tied", "diag", "spherical"}, default "full"
+        Each component's own full covariance, one full covariance shared by all, a diagonal
+        covariance each, or one variance each.
+    tol : float, default 1e-3
+        EM stops when the gain in the average log-likelihood per observation falls below it.
+    reg_covar : float, default 1e-6
+        Added to the diagonal of every covariance.
+    max_iter : int, default 100
+        The most EM iterations of one start.
+    n_init : int, default 1
+        The starts tried; the one with the highest lower bound is kept.
+    init_params : {"kmeans", "k-means++", "random", "random_from_data"}, default "kmeans"
+        How a start is made (see above for where ours differ from scikit-learn's).
+    weights_init, means_init, precisions_init : array_like, optional
+        A start given by hand, in scikit-learn's shapes and checked with its messages.
+    random_state : int, numpy.random.RandomState or None, default None
+        The seed of the starts and of :meth:`sample`.
+    warm_start : bool, default False
+        Continue from the last fit's parameters (its lower bound carried, so ``converged_``
+        is set across calls as in scikit-learn).
+    verbose, verbose_interval : int, default 0 and 10
+        Progress printed every ``verbose_interval`` iterations when ``verbose`` > 0.
+    device : str or torch.device, optional
+        Where an array is encoded and the E-step runs (default: the CPU).
+
+    Attributes
+    ----------
+    weights_, means_, covariances_, precisions_, precisions_cholesky_ : ndarray
+        The fitted parameters, in scikit-learn's shapes for ``covariance_type``.
+    converged_ : bool
+        Whether the last fit met ``tol`` within ``max_iter``.
+    n_iter_ : int
+        The iterations of the best start.
+    lower_bound_ : float
+        The average log-likelihood per observation of the best start.
+    lower_bounds_ : list of float
+        That value after each iteration of the best start.
+    n_features_in_ : int
+        The number of features seen by ``fit``.
+
+    See Also
+    --------
+    mixle_nb.mixture.BayesianGaussianMixture : The variational Bayesian mixture on the same core.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mixle_nb.mixture import GaussianMixture
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.concatenate([rng.normal(-4, 1, (200, 2)), rng.normal(4, 1, (200, 2))])
+    >>> gm = GaussianMixture(n_components=2, random_state=0).fit(X)
+    >>> np.round(np.sort(gm.means_[:, 0]))
+    array([-4.,  4.])
+    >>> gm.predict(np.array([[-4.0, -4.0], [4.0, 4.0]])).tolist() in ([0, 1], [1, 0])
+    True
     """
 
     lower_bounds_: list[float]

@@ -197,7 +197,7 @@ class DiagonalGaussianEstimator(Estimator):
     def stacked_estimate(
         estimators: Sequence[DiagonalGaussianEstimator], values: Sequence[np.ndarray]
     ) -> list[DiagonalGaussianDistribution] | None:
-        """Every component's :meth:`estimate` at once (:func:`.centred_moments.stacked_estimate`);
+        """Every component's :meth:`estimate` at once (``centred_moments.stacked_estimate``);
         ``None`` for a subclass's estimators (the 1-D family's), when they differ in
         ``reg_covar`` or when one is degenerate (each then estimates alone)."""
         reg_covar = estimators[0].reg_covar

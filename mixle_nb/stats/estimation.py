@@ -210,7 +210,7 @@ def accumulate(
 
     Unit weights are ``None``, so no array of ones is built or sent to the encoding's device
     every step (another package's accumulator gets the array it requires). A chunk whose rows
-    carry sample weights (:func:`~mixle_nb.stats.frame.with_weights`) counts their sum, and its
+    carry sample weights (``stats.frame.with_weights``) counts their sum, and its
     log-density is their weighted sum.
 
     Parameters

@@ -217,7 +217,7 @@ class MultivariateGaussianEstimator(Estimator):
     def stacked_estimate(
         estimators: Sequence[MultivariateGaussianEstimator], values: Sequence[np.ndarray]
     ) -> list[MultivariateGaussianDistribution] | None:
-        """Every component's :meth:`estimate` at once (:func:`.centred_moments.stacked_estimate`);
+        """Every component's :meth:`estimate` at once (``centred_moments.stacked_estimate``);
         ``None`` when they differ in ``reg_covar`` or one is degenerate (each then estimates alone)."""
         reg_covar = estimators[0].reg_covar
         if any(e.reg_covar != reg_covar for e in estimators):

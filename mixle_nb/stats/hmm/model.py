@@ -605,7 +605,7 @@ class HiddenMarkovEstimator(Estimator):
 
 def states_of_copies(estimator: HiddenMarkovEstimator, k: int) -> HiddenMarkovEstimator:
     """An HMM estimator of ``k`` states, each emitting from a copy of ``estimator``'s first
-    state's family (as :func:`~mixle_nb.stats.mixture.mixture_of_copies` for mixtures), with
+    state's family (as ``stats.mixture.mixture_of_copies`` for mixtures), with
     its arithmetic; what choosing the number of states fits.
 
     Parameters
