@@ -32,6 +32,7 @@ from sklearn.utils.estimator_checks import check_estimator
 from test_sklearn_mixture import SAMPLE_WEIGHT_CHECKS
 
 from mixle_nb.mixture import BayesianGaussianMixture
+from mixle_nb.parallel import TorchRunEncodedData
 from mixle_nb.parallel.local_launch import run_local
 
 RTOL = 1e-8
@@ -228,6 +229,30 @@ def test_partial_fit_with_weights_equals_the_rows_repeated():
         repeated.partial_fit(np.repeat(x[part], w[part], axis=0))
     assert_same_fit(attributes(weighted), repeated)
     assert weighted.n_iter_ == 4
+
+
+def test_weighted_rows_on_a_handle_fit_and_partial_fit_as_the_rows_repeated():
+    # one process (no group): the weights ride as the rows' last column; from one fitted
+    # posterior, fit (warm) and partial_fit over two chunks equal those of the repeated rows
+    x = blobs(150, 2, 3, seed=6)
+    w = np.random.default_rng(4).integers(0, 4, size=len(x)).astype(np.float64)
+    start = warm_started(BayesianGaussianMixture, "full", "dirichlet_distribution", x)
+    parts = np.array_split(np.arange(len(x)), 2)
+
+    def handle(rows: np.ndarray) -> TorchRunEncodedData:
+        encoder = start.weighted_rows_encoder(2)
+        return TorchRunEncodedData(np.column_stack([x[rows], w[rows]]), encoder=encoder, init_process_group=False)
+
+    on_handle, repeated = copy.deepcopy(start), copy.deepcopy(start)
+    fit_quietly(on_handle, handle(np.arange(len(x))))
+    fit_quietly(repeated, np.repeat(x, w.astype(int), axis=0))
+    assert_same_fit(attributes(on_handle), repeated)
+    for rows in parts:
+        on_handle.partial_fit(handle(rows))
+        repeated.partial_fit(np.repeat(x[rows], w[rows].astype(int), axis=0))
+    assert_same_fit(attributes(on_handle), repeated)
+    with pytest.raises(ValueError, match="sample_weight is taken with an array X only"):
+        on_handle.fit(handle(parts[0]), sample_weight=w[parts[0]])
 
 
 @pytest.mark.ranks

@@ -323,7 +323,7 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
         >>> x = np.array([[0.0], [0.2], [5.0], [5.2]])
         >>> bgm = BayesianGaussianMixture(n_components=2, random_state=0).fit(x, sample_weight=[1, 3, 1, 1])
         >>> bgm.mean_prior_.round(3).tolist()
-        [1.767]
+        [1.8]
         """
         scikit_internals.validate_params(self)
         if sample_weight is not None and (is_reference(X) or is_handle(X)):
