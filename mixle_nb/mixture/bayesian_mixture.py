@@ -39,7 +39,7 @@ from . import scikit_internals
 from .gaussian_mixture import SAMPLE_WEIGHT_ON_RANKS, STARTS, _handle_features, is_reference
 from .initial_parameters import checked_precisions
 from .sample_weights import checked_sample_weight
-from .stepwise import scaled, stepwise_update
+from .stepwise import stepwise_update
 from .translation import mixture_estimator, precisions_from_cholesky
 from .weighted_rows import WeightedRowsEncoder
 
@@ -463,9 +463,9 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
         else:
             model = self._start(data, enc, estimator, check_random_state(self.random_state), weights)
         value, step, seen = (None, 0, 0.0) if running is None else running
-        _, value, weight, _ = stepwise_update(enc, estimator, model, value, step)
+        updated, value, weight, _ = stepwise_update(enc, estimator, model, value, step, weight_before=seen)
+        new = cast(VariationalGaussianMixture, updated)
         seen += weight
-        new = estimator.estimate(None, scaled(value, seen))
         bounds = [*self.lower_bounds_] if running is not None else []
         self._set_fitted(new, new.lower_bound, [*bounds, new.lower_bound], False, step + 1)
         self._stepwise = (value, step + 1, seen)
