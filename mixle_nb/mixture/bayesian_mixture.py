@@ -327,7 +327,7 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
         """
         scikit_internals.validate_params(self)
         if sample_weight is not None and (is_reference(X) or is_handle(X)):
-            raise ValueError(SAMPLE_WEIGHT_ON_RANKS.replace("gm.", "bgm."))
+            raise ValueError(SAMPLE_WEIGHT_ON_RANKS)
         self.__dict__.pop("_stepwise", None)  # a fit starts afresh; partial_fit continues from it
         if is_reference(X):
             fitted = X.call_with_handle(_on_rank, self, "fit")
@@ -447,7 +447,7 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
         """
         scikit_internals.validate_params(self)
         if sample_weight is not None and (is_reference(X) or is_handle(X)):
-            raise ValueError(SAMPLE_WEIGHT_ON_RANKS.replace("gm.", "bgm."))
+            raise ValueError(SAMPLE_WEIGHT_ON_RANKS)
         if is_reference(X):
             self.__dict__.update(X.call_with_handle(_on_rank, self, "partial_fit"))
             return self
