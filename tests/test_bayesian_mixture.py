@@ -1,11 +1,14 @@
 """mixle_nb.mixture.BayesianGaussianMixture against scikit-learn's own: its estimator checks,
 every fitted attribute from the same start (scikit-learn's own starts, which ours takes on an
 array), the lower bound, the errors, and the same fit continued through a handle on 2 gloo
-ranks. scikit-learn's own test modules run in tests/test_bayesian_mixture_suite.py."""
+ranks; ``sample_weight`` against the fit of the rows repeated and ``partial_fit`` against the
+batch fit. scikit-learn's own test modules run in tests/test_bayesian_mixture_suite.py."""
 
 from __future__ import annotations
 
+import copy
 import pickle
+import re
 import warnings
 
 import numpy as np
@@ -26,8 +29,10 @@ from offset_data import offset_problem
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import BayesianGaussianMixture as ScikitBayesianGaussianMixture
 from sklearn.utils.estimator_checks import check_estimator
+from test_sklearn_mixture import SAMPLE_WEIGHT_CHECKS
 
 from mixle_nb.mixture import BayesianGaussianMixture
+from mixle_nb.parallel import TorchRunEncodedData
 from mixle_nb.parallel.local_launch import run_local
 
 RTOL = 1e-8
@@ -61,9 +66,13 @@ def test_scikit_learns_estimator_checks_pass_as_for_its_own():
             results = check_estimator(estimator, on_fail=None)
         statuses[type(estimator).__module__] = {r["check_name"]: r["status"] for r in results}
     ours, theirs = statuses["mixle_nb.mixture.bayesian_mixture"], statuses["sklearn.mixture._bayesian_mixture"]
-    assert len(ours) >= 40 and ours == theirs
-    # the one not passed: check_array_api_input runs only with SCIPY_ARRAY_API=1 (array namespaces)
-    assert {name for name, status in ours.items() if status != "passed"} == {"check_array_api_input"}
+    # ours takes sample_weight, so check_estimator runs its sample-weight checks too
+    assert len(ours) >= 40 and ours.keys() == theirs.keys() | SAMPLE_WEIGHT_CHECKS
+    assert all(ours[name] == status for name, status in theirs.items())
+    # not passed: check_array_api_input runs only with SCIPY_ARRAY_API=1 (array namespaces), the
+    # pandas Series check only with pandas installed (no extra of ours installs it)
+    not_passed = {name for name, status in ours.items() if status != "passed"}
+    assert not_passed == {"check_array_api_input", "check_sample_weights_pandas_series"}
 
 
 @pytest.mark.parametrize("prior_type", PRIOR_TYPES)
@@ -136,6 +145,114 @@ def test_errors_are_scikit_learns(options, message):
     for estimator_class in (BayesianGaussianMixture, ScikitBayesianGaussianMixture):
         with pytest.raises(ValueError, match=message):
             estimator_class(**options).fit(x)
+
+
+@pytest.mark.parametrize("covariance_type", TYPES)
+def test_integer_weights_fit_as_the_rows_repeated(covariance_type):
+    # the same start for both: a posterior fitted (2 iterations from random_from_data) to the
+    # unweighted rows, continued with warm_start; the priors come from the weighted rows
+    x = blobs(120, 3, 3, seed=5)
+    w = np.random.default_rng(1).integers(0, 4, size=len(x))
+    start = warm_started(BayesianGaussianMixture, covariance_type, "dirichlet_process", x).set_params(max_iter=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        weighted = copy.deepcopy(start).fit(x, sample_weight=w)
+        repeated = copy.deepcopy(start).fit(np.repeat(x, w, axis=0))
+    assert_same_fit(attributes(weighted), repeated)
+    for name in ("mean_prior_", "covariance_prior_", "lower_bounds_", "mean_precision_", "degrees_of_freedom_"):
+        assert relative_difference(getattr(repeated, name), getattr(weighted, name)) <= RTOL, name
+    assert weighted.n_iter_ == 20
+
+
+def test_the_weighted_kmeans_start_is_the_repeated_rows_start():
+    # well-apart clusters: KMeans with the weights and on the repeated rows find one partition
+    rng = np.random.default_rng(2)
+    x = np.concatenate([rng.normal(centre, 1.0, (40, 2)) for centre in (-8.0, 0.0, 8.0)])
+    w = rng.integers(0, 3, size=len(x))
+    options = {**settings("full", "dirichlet_distribution", tol=0, max_iter=5), "n_components": 3}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        weighted = BayesianGaussianMixture(**options).fit(x, sample_weight=w)
+        repeated = BayesianGaussianMixture(**options).fit(np.repeat(x, w, axis=0))
+        labels = BayesianGaussianMixture(**options).fit_predict(x, sample_weight=w)
+    assert_same_fit(attributes(weighted), repeated)
+    assert np.array_equal(labels, weighted.predict(x))
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        (np.ones(29), re.escape("sample_weight.shape == (29,), expected (30,)!")),
+        (np.r_[np.ones(29), np.nan], "Input sample_weight contains NaN"),
+        (np.r_[np.ones(7), -1.0, np.ones(22)], re.escape("Negative values in data passed to `sample_weight` (row 7")),
+        (np.zeros(30), "Sample weights must contain at least one non-zero number"),
+        (np.full(30, 0.01), "The sample weights sum to 0.3"),
+    ],
+)
+def test_bad_weights_get_the_errors_of_gaussian_mixture_before_any_work(weights, message):
+    bgm = BayesianGaussianMixture(n_components=2)
+    for method in (bgm.fit, bgm.fit_predict, bgm.partial_fit):
+        with pytest.raises(ValueError, match=message):
+            method(blobs(30, 2, 2), sample_weight=weights)
+        assert not hasattr(bgm, "means_")
+
+
+def test_partial_fit_passes_over_chunks_approach_the_batch_fit():
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(3, 2)) * 5.0
+    x = centres[rng.integers(3, size=2000)] + rng.normal(size=(2000, 2))
+    batch = fit_quietly(BayesianGaussianMixture(n_components=3, random_state=0, tol=1e-6, max_iter=500), x)
+    online = BayesianGaussianMixture(n_components=3, random_state=0)
+    gaps = []
+    for _ in range(3):
+        for chunk in np.array_split(x, 10):
+            online.partial_fit(chunk)
+        gaps.append(online.score(x) - batch.score(x))
+    assert online.n_iter_ == 30 and len(online.lower_bounds_) == 30 and not online.converged_
+    # the first pass ends 5e-3 below; passes close in (measured: -5.0e-3, -9.4e-4, +5.4e-4: the
+    # stream counts every pass's rows, so its posterior is a little narrower than the batch's)
+    assert abs(gaps[0]) > abs(gaps[-1]) and abs(gaps[-1]) < 2e-3, gaps
+    assert np.abs(np.sort(online.weights_) - np.sort(batch.weights_)).max() < 0.05
+    with pytest.raises(ValueError, match="X has 3 features, but BayesianGaussianMixture is expecting 2 features"):
+        online.partial_fit(blobs(10, 3, 2))
+
+
+def test_partial_fit_with_weights_equals_the_rows_repeated():
+    x = blobs(200, 2, 2, seed=2)
+    w = np.random.default_rng(3).integers(1, 3, size=len(x))
+    options = {**settings("diag", "dirichlet_process"), "n_components": 2}
+    weighted, repeated = BayesianGaussianMixture(**options), BayesianGaussianMixture(**options)
+    first = np.arange(len(x)) < 40
+    # the first chunk's start from both: its rows weighted, and repeated, give one k-means partition
+    for part in (np.flatnonzero(first), *np.array_split(np.flatnonzero(~first), 3)):
+        weighted.partial_fit(x[part], sample_weight=w[part])
+        repeated.partial_fit(np.repeat(x[part], w[part], axis=0))
+    assert_same_fit(attributes(weighted), repeated)
+    assert weighted.n_iter_ == 4
+
+
+def test_weighted_rows_on_a_handle_fit_and_partial_fit_as_the_rows_repeated():
+    # one process (no group): the weights ride as the rows' last column; from one fitted
+    # posterior, fit (warm) and partial_fit over two chunks equal those of the repeated rows
+    x = blobs(150, 2, 3, seed=6)
+    w = np.random.default_rng(4).integers(0, 4, size=len(x)).astype(np.float64)
+    start = warm_started(BayesianGaussianMixture, "full", "dirichlet_distribution", x)
+    parts = np.array_split(np.arange(len(x)), 2)
+
+    def handle(rows: np.ndarray) -> TorchRunEncodedData:
+        encoder = start.weighted_rows_encoder(2)
+        return TorchRunEncodedData(np.column_stack([x[rows], w[rows]]), encoder=encoder, init_process_group=False)
+
+    on_handle, repeated = copy.deepcopy(start), copy.deepcopy(start)
+    fit_quietly(on_handle, handle(np.arange(len(x))))
+    fit_quietly(repeated, np.repeat(x, w.astype(int), axis=0))
+    assert_same_fit(attributes(on_handle), repeated)
+    for rows in parts:
+        on_handle.partial_fit(handle(rows))
+        repeated.partial_fit(np.repeat(x[rows], w[rows].astype(int), axis=0))
+    assert_same_fit(attributes(on_handle), repeated)
+    with pytest.raises(ValueError, match="sample_weight is taken with an array X only"):
+        on_handle.fit(handle(parts[0]), sample_weight=w[parts[0]])
 
 
 @pytest.mark.ranks

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -26,6 +26,7 @@ from ..inference.fitting import streaming_accumulate
 from ..stats import MixtureDistribution, em_step, seq_encode
 from ..stats.centred_moments import _split
 from ..stats.estimation import is_handle
+from ..stats.frame import PointEncoding, with_weights
 from ..stats.handle import EncodedDataHandle
 from ..stats.variational_gaussian import (
     VariationalGaussianMixture,
@@ -35,9 +36,12 @@ from ..stats.variational_gaussian import (
     gaussian_components,
 )
 from . import scikit_internals
-from .gaussian_mixture import STARTS, _handle_features, is_reference
+from .gaussian_mixture import SAMPLE_WEIGHT_ON_RANKS, STARTS, _handle_features, is_reference
 from .initial_parameters import checked_precisions
+from .sample_weights import checked_sample_weight
+from .stepwise import stepwise_update
 from .translation import mixture_estimator, precisions_from_cholesky
+from .weighted_rows import WeightedRowsEncoder
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -71,7 +75,10 @@ FITTED = (
 def _on_rank(handle: EncodedDataHandle, estimator: BayesianGaussianMixture, method: str, *args: Any) -> Any:
     """What a cluster reference runs on every rank: the same method on the rank's handle."""
     out = getattr(estimator, method)(handle, *args)
-    return {name: value for name, value in vars(estimator).items() if name in FITTED} if method == "fit" else out
+    if method not in ("fit", "partial_fit"):
+        return out
+    kept = (*FITTED, "_stepwise")  # partial_fit's running statistics travel too
+    return {name: value for name, value in vars(estimator).items() if name in kept}
 
 
 def _checked_shape(values: object, shape: tuple[int, ...], name: str) -> np.ndarray:
@@ -184,6 +191,7 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
     True
     """
 
+    n_features_in_: int
     _parameter_constraints: dict = {
         **scikit_internals.bayesian_parameter_constraints(),
         "device": [None, str, torch.device],
@@ -251,9 +259,35 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
         """
         return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar)
 
+    def weighted_rows_encoder(self, n_features: int) -> WeightedRowsEncoder:
+        """The encoder of rows that carry their sample weight as a last column (for a handle).
+
+        Build a handle with it (``TorchRunEncodedData(rows, encoder=...)``, ``from_npy``,
+        ``from_files``) and ``fit`` weighs every row by its weight on the rank that holds it.
+
+        Parameters
+        ----------
+        n_features : int
+            ``D``: the rows are ``(n_samples, D + 1)``, the weight last.
+
+        Returns
+        -------
+        WeightedRowsEncoder
+            The encoder.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.mixture import BayesianGaussianMixture
+        >>> rows = np.array([[0.0, 2.0], [1.0, 1.0]])
+        >>> BayesianGaussianMixture(n_components=2).weighted_rows_encoder(1).seq_encode(rows).weights.tolist()
+        [2.0, 1.0]
+        """
+        return WeightedRowsEncoder(self.mixture_estimator(n_features).accumulator_factory().make().acc_to_encoder())
+
     # -- fitting ----------------------------------------------------------------------------
 
-    def fit(self, X: Any, y: ArrayLike | None = None) -> Self:
+    def fit(self, X: Any, y: ArrayLike | None = None, sample_weight: ArrayLike | None = None) -> Self:
         """Fit the variational posterior from ``n_init`` starts; keep the best lower bound.
 
         Parameters
@@ -262,6 +296,14 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
             The observations (see the class docstring).
         y : None
             Ignored (scikit-learn's signature).
+        sample_weight : array-like of shape (n_samples,), optional
+            A non-negative weight per row (an array ``X`` only): a row of integer weight ``w``
+            counts as ``w`` copies of it in the priors taken from the data (``mean_prior_``,
+            ``covariance_prior_``), the starts (scikit-learn's ``KMeans`` and
+            ``kmeans_plusplus`` with these weights, ``"random_from_data"`` drawing rows in
+            proportion to them) and every variational update. ``None``: every row weighs 1.
+            On ranks the weights live beside the rows instead: build the handle with
+            :meth:`weighted_rows_encoder`.
 
         Returns
         -------
@@ -271,10 +313,22 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            On a bad parameter, prior or ``X`` (scikit-learn's messages), or when a
-            component's covariance is not positive definite.
+            On a bad parameter, prior, ``X`` or ``sample_weight`` (scikit-learn's messages),
+            before any work, or when a component's covariance is not positive definite.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.mixture import BayesianGaussianMixture
+        >>> x = np.array([[0.0], [0.2], [5.0], [5.2]])
+        >>> bgm = BayesianGaussianMixture(n_components=2, random_state=0).fit(x, sample_weight=[1, 3, 1, 1])
+        >>> bgm.mean_prior_.round(3).tolist()
+        [1.8]
         """
         scikit_internals.validate_params(self)
+        if sample_weight is not None and (is_reference(X) or is_handle(X)):
+            raise ValueError(SAMPLE_WEIGHT_ON_RANKS)
+        self.__dict__.pop("_stepwise", None)  # a fit starts afresh; partial_fit continues from it
         if is_reference(X):
             fitted = X.call_with_handle(_on_rank, self, "fit")
             for name in FITTED:
@@ -283,15 +337,18 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
             self._warn_unless_converged()
             return self
         data, count, n_features = self._fit_data(X)
-        estimator = VariationalGaussianMixtureEstimator(self.n_components, n_features, self._priors(data, n_features))
-        enc = data if is_handle(data) else seq_encode(data, estimator=estimator, device=self.device)
+        weights = None if sample_weight is None else checked_sample_weight(sample_weight, count)
+        estimator = VariationalGaussianMixtureEstimator(
+            self.n_components, n_features, self._priors(data, n_features, weights)
+        )
+        enc = self._encoding(data, estimator, weights)
         warm = self.warm_start and hasattr(self, "converged_")
         rng = check_random_state(self.random_state)
         best: tuple | None = None
         for start in range(1 if warm else self.n_init):
             if self.verbose:
                 print(f"Initialization {start}")
-            model = self._model(estimator.priors) if warm else self._start(data, enc, estimator, rng)
+            model = self._model(estimator.priors) if warm else self._start(data, enc, estimator, rng, weights)
             run = self._iterate(enc, estimator, model, self.lower_bound_ if warm else -math.inf)
             if best is None or run[1] > best[1] or best[1] == -math.inf:
                 best = run
@@ -300,8 +357,9 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
         self._warn_unless_converged()
         return self
 
-    def fit_predict(self, X: Any, y: ArrayLike | None = None) -> np.ndarray:
-        """``fit(X).predict(X)``: the labels of a final E-step under the fitted posterior.
+    def fit_predict(self, X: Any, y: ArrayLike | None = None, sample_weight: ArrayLike | None = None) -> np.ndarray:
+        """``fit(X, sample_weight=sample_weight).predict(X)``: the labels of a final E-step
+        under the fitted posterior.
 
         Parameters
         ----------
@@ -309,13 +367,136 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
             The observations.
         y : None
             Ignored.
+        sample_weight : array-like of shape (n_samples,), optional
+            A non-negative weight per row (see :meth:`fit`).
 
         Returns
         -------
         ndarray of shape (n_samples,)
             Each observation's most responsible component.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`fit` does.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.mixture import BayesianGaussianMixture
+        >>> x = np.array([[0.0], [0.2], [5.0], [5.2]])
+        >>> bgm = BayesianGaussianMixture(n_components=2, random_state=0)
+        >>> labels = bgm.fit_predict(x, sample_weight=[1, 3, 1, 1])
+        >>> bool(labels[0] == labels[1] and labels[1] != labels[2])
+        True
         """
-        return self.fit(X).predict(X)
+        return self.fit(X, sample_weight=sample_weight).predict(X)
+
+    def partial_fit(self, X: Any, y: ArrayLike | None = None, sample_weight: ArrayLike | None = None) -> Self:
+        """Fold one chunk of rows into the posterior: one step of stochastic variational inference.
+
+        The running sufficient statistics (per unit of weight: the responsibilities' counts,
+        sums and second moments, and their entropy) move towards the chunk's, taken under the
+        current posterior, by ``GaussianMixture.partial_fit``'s step ``η_t = (t + 2)^-0.3``
+        (:mod:`mixle_nb.mixture.stepwise`); the posterior is the variational update of those
+        statistics scaled to the total weight of the chunks folded so far. The variational
+        family is conjugate, so the update's natural parameters are linear in the statistics
+        and interpolating the statistics is interpolating the natural parameters: this is
+        stochastic variational inference (Hoffman et al., 2013) with the data's size taken as
+        the weight seen (a stream: a chunk folded again counts again). The first call starts
+        from its chunk (its priors from the chunk as :meth:`fit` takes them from ``X``, and
+        the start of ``init_params``), or from the fitted posterior after :meth:`fit`;
+        :meth:`fit` starts afresh. ``n_iter_`` counts the chunks folded, ``lower_bound_`` is
+        the lower bound of the scaled running statistics (and ``lower_bounds_`` every
+        chunk's); ``converged_`` stays ``False``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features), handle or cluster reference
+            One chunk of rows (at least ``n_components`` in the first); or a handle holding
+            every rank's rows of the chunk (``partial_fit`` called on every rank), or
+            ``mixle.handle(name)``, a reference to such a handle on the cluster's ranks.
+        y : None
+            Ignored (scikit-learn's signature).
+        sample_weight : array-like of shape (n_samples,), optional
+            A non-negative weight per row of an array (see :meth:`fit`).
+
+        Returns
+        -------
+        BayesianGaussianMixture
+            ``self``, updated.
+
+        Raises
+        ------
+        ValueError
+            On a bad parameter, chunk or ``sample_weight``, and on a chunk whose number of
+            features differs from the first's (scikit-learn's messages), before any work.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.mixture import BayesianGaussianMixture
+        >>> rng = np.random.default_rng(0)
+        >>> x = np.concatenate([rng.normal(0, 1, (500, 1)), rng.normal(8, 1, (500, 1))])
+        >>> rng.shuffle(x)
+        >>> bgm = BayesianGaussianMixture(n_components=2, random_state=0)
+        >>> for chunk in np.array_split(x, 10):
+        ...     bgm = bgm.partial_fit(chunk)
+        >>> np.round(np.sort(bgm.means_.ravel()))
+        array([0., 8.])
+        """
+        scikit_internals.validate_params(self)
+        if sample_weight is not None and (is_reference(X) or is_handle(X)):
+            raise ValueError(SAMPLE_WEIGHT_ON_RANKS)
+        if is_reference(X):
+            self.__dict__.update(X.call_with_handle(_on_rank, self, "partial_fit"))
+            return self
+        running = getattr(self, "_stepwise", None)
+        fitted = hasattr(self, "converged_")
+        data, count, n_features = self._chunk(X, fitted)
+        weights = None if sample_weight is None else checked_sample_weight(sample_weight, count)
+        priors = self._fitted_priors() if fitted else self._priors(data, n_features, weights)
+        estimator = VariationalGaussianMixtureEstimator(self.n_components, n_features, priors)
+        enc = self._encoding(data, estimator, weights)
+        if fitted:
+            model = self._model(priors)
+        else:
+            model = self._start(data, enc, estimator, check_random_state(self.random_state), weights)
+        value, step, seen = (None, 0, 0.0) if running is None else running
+        updated, value, weight, _ = stepwise_update(enc, estimator, model, value, step, weight_before=seen)
+        new = cast(VariationalGaussianMixture, updated)
+        seen += weight
+        bounds = [*self.lower_bounds_] if running is not None else []
+        self._set_fitted(new, new.lower_bound, [*bounds, new.lower_bound], False, step + 1)
+        self._stepwise = (value, step + 1, seen)
+        return self
+
+    def _chunk(self, X: Any, fitted: bool) -> tuple[Any, int, int]:
+        """``(data, count, n_features)`` of a ``partial_fit`` chunk, checked as scikit-learn
+        checks it (the first sets ``n_features_in_``, the rest must match)."""
+        if is_handle(X):
+            count, n_features = len(X), _handle_features(X)
+            if fitted and n_features != self.n_features_in_:
+                raise ValueError(
+                    f"X has {n_features} features, but BayesianGaussianMixture is expecting "
+                    f"{self.n_features_in_} features as input."
+                )
+            self.n_features_in_ = n_features
+        else:
+            X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=not fitted), dtype=np.float64)
+            count, n_features = X.shape
+        if not fitted and count < self.n_components:
+            raise ValueError(
+                f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {count}"
+            )
+        return X, count, n_features
+
+    def _encoding(self, data: Any, estimator: VariationalGaussianMixtureEstimator, weights: np.ndarray | None) -> Any:
+        """A handle as it is; an array encoded, its rows carrying ``weights`` where given."""
+        if is_handle(data):
+            return data
+        enc = seq_encode(data, estimator=estimator, device=self.device)
+        return enc if weights is None else with_weights(cast(PointEncoding, enc), weights)
 
     def _warn_unless_converged(self) -> None:
         if not self.converged_ and self.max_iter > 0:
@@ -345,8 +526,9 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
             )
         return X, count, n_features
 
-    def _priors(self, data: Any, n_features: int) -> VariationalPriors:
-        """The priors, checked with scikit-learn's messages; those left ``None`` from the data."""
+    def _priors(self, data: Any, n_features: int, weights: np.ndarray | None = None) -> VariationalPriors:
+        """The priors, checked with scikit-learn's messages; those left ``None`` from the data
+        (its rows weighted by ``weights`` where given)."""
         d, kind = n_features, self.covariance_type
         if self.degrees_of_freedom_prior is not None and not self.degrees_of_freedom_prior > d - 1.0:
             raise ValueError(
@@ -364,8 +546,13 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
                 raise ValueError(f"'{kind} precision' should be positive")
         elif self.covariance_prior is not None:
             covariance = float(self.covariance_prior)  # type: ignore[arg-type]  # a real, by the constraints
+        if covariance is None and weights is not None and not weights.sum() > 1.0:
+            raise ValueError(
+                f"The sample weights sum to {float(weights.sum()):g}: the covariance prior taken from the data "
+                "needs a total weight above 1 (as n_samples >= 2); give covariance_prior or larger weights."
+            )
         if mean is None or covariance is None:
-            data_mean, data_covariance = _data_moments(data, d, full_statistics(kind, d))
+            data_mean, data_covariance = _data_moments(data, d, full_statistics(kind, d), weights)
             mean = data_mean if mean is None else mean
             if covariance is None:
                 covariance = {
@@ -381,35 +568,49 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
         self.mean_prior_ = mean
         self.degrees_of_freedom_prior_ = d if self.degrees_of_freedom_prior is None else self.degrees_of_freedom_prior
         self.covariance_prior_ = covariance
+        return self._fitted_priors()
+
+    def _fitted_priors(self) -> VariationalPriors:
+        """The priors of the fitted ``*_prior_`` attributes."""
         return VariationalPriors(
-            kind,
+            self.covariance_type,
             self.weight_concentration_prior_type,
             float(self.weight_concentration_prior_),
             float(self.mean_precision_prior_),
-            np.asarray(mean, dtype=np.float64),
+            np.asarray(self.mean_prior_, dtype=np.float64),
             float(self.degrees_of_freedom_prior_),
-            covariance,
+            self.covariance_prior_,
             float(self.reg_covar),
         )
 
     def _start(
-        self, data: Any, enc: Any, estimator: VariationalGaussianMixtureEstimator, rng: np.random.RandomState
+        self,
+        data: Any,
+        enc: Any,
+        estimator: VariationalGaussianMixtureEstimator,
+        rng: np.random.RandomState,
+        weights: np.ndarray | None = None,
     ) -> VariationalGaussianMixture:
         """The start, scikit-learn's ``_initialize`` from starting responsibilities: on an array
-        scikit-learn's own draws; on a handle our start's model's responsibilities."""
+        scikit-learn's own draws (the rows' responsibilities times their ``weights``); on a
+        handle our start's model's responsibilities."""
         if is_handle(data):
             start = inference.initial_model(
                 enc, self.mixture_estimator(estimator.n_features), STARTS[self.init_params], rng, init_p=1.0
             )
             _, folded = streaming_accumulate(enc, estimator.gaussian_estimator(), start)
             return estimator.start(folded.value())
-        resp = _starting_responsibilities(self.init_params, data, self.n_components, rng)
+        resp = _starting_responsibilities(self.init_params, data, self.n_components, rng, weights)
+        unweighted = resp.any(axis=1)
+        if weights is not None:
+            resp *= weights[:, None]
         unassigned = None
         rows = np.flatnonzero(resp.any(axis=1))
-        if self.covariance_type == "tied" and len(rows) < len(data):
+        if self.covariance_type == "tied" and not unweighted.all():
             # scikit-learn's tied start takes XᵀX over every row, those without responsibility too
-            left = np.delete(data, rows, axis=0)
-            unassigned = left.T @ left
+            left = np.flatnonzero(~unweighted)
+            counted = data[left] if weights is None else data[left] * weights[left, None]
+            unassigned = counted.T @ data[left]
         if len(rows) < len(data):  # observations as centres: only their rows count
             enc, data, resp = seq_encode(data[rows], estimator=estimator, device=self.device), data[rows], resp[rows]
         acc = estimator.gaussian_estimator().make_accumulator()
@@ -464,19 +665,8 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
 
     def _model(self, priors: VariationalPriors | None = None) -> VariationalGaussianMixture:
         """The fitted posterior, as the E-step's model."""
-        if priors is None:
-            priors = VariationalPriors(
-                self.covariance_type,
-                self.weight_concentration_prior_type,
-                float(self.weight_concentration_prior_),
-                float(self.mean_precision_prior_),
-                np.asarray(self.mean_prior_, dtype=np.float64),
-                float(self.degrees_of_freedom_prior_),
-                self.covariance_prior_,
-                float(self.reg_covar),
-            )
         return VariationalGaussianMixture(
-            priors,
+            self._fitted_priors() if priors is None else priors,
             self.weight_concentration_,
             self.mean_precision_,
             self.means_,
@@ -605,31 +795,41 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
 
 
 def _starting_responsibilities(
-    init_params: str, X: np.ndarray, n_components: int, rng: np.random.RandomState
+    init_params: str, X: np.ndarray, n_components: int, rng: np.random.RandomState, weights: np.ndarray | None = None
 ) -> np.ndarray:
-    """scikit-learn's starting responsibilities (``BaseMixture._initialize_parameters``)."""
+    """scikit-learn's starting responsibilities (``BaseMixture._initialize_parameters``); with
+    ``weights``, its k-means starts weighted and ``"random_from_data"`` drawing rows in
+    proportion to them."""
     n = len(X)
     resp = np.zeros((n, n_components))
     if init_params == "kmeans":
-        labels = KMeans(n_clusters=n_components, n_init=1, random_state=rng).fit(X).labels_
+        labels = KMeans(n_clusters=n_components, n_init=1, random_state=rng).fit(X, sample_weight=weights).labels_
         resp[np.arange(n), labels] = 1.0
     elif init_params == "random":
         resp = rng.uniform(size=(n, n_components))
         resp /= resp.sum(axis=1)[:, None]
     elif init_params == "random_from_data":
-        resp[rng.choice(n, size=n_components, replace=False), np.arange(n_components)] = 1.0
+        p = None if weights is None else weights / weights.sum()
+        resp[rng.choice(n, size=n_components, replace=False, p=p), np.arange(n_components)] = 1.0
     else:
-        _, indices = kmeans_plusplus(X, n_components, random_state=rng)
+        _, indices = kmeans_plusplus(X, n_components, sample_weight=weights, random_state=rng)
         resp[indices, np.arange(n_components)] = 1.0
     return resp
 
 
-def _data_moments(data: Any, n_features: int, full: bool) -> tuple[np.ndarray, np.ndarray]:
+def _data_moments(
+    data: Any, n_features: int, full: bool, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The data's mean and covariance (``ddof=1``; its diagonal only unless ``full``): on an
-    array numpy's, as scikit-learn's priors; on a handle two folded passes, about the origin
-    for the mean and then about the mean."""
+    array numpy's, as scikit-learn's priors, the rows counted ``weights`` times where given;
+    on a handle two folded passes (weighted rows weighted), about the origin for the mean and
+    then about the mean."""
     if not is_handle(data):
-        return data.mean(axis=0), np.atleast_2d(np.cov(data.T))
+        if weights is None:
+            return data.mean(axis=0), np.atleast_2d(np.cov(data.T))
+        mean = weights @ data / weights.sum()
+        centred = data - mean
+        return mean, np.atleast_2d((centred.T * weights) @ centred / (weights.sum() - 1.0))
     kind = "full" if full else "diag"
     estimator = mixture_estimator(kind, 1, n_features, 0.0)
     mean = np.zeros(n_features)

@@ -58,7 +58,7 @@ ILL_DEFINED = (
 )
 SAMPLE_WEIGHT_ON_RANKS = (
     "sample_weight is taken with an array X only: on ranks the weights live beside the rows, "
-    "as their last column; build the handle with encoder=gm.weighted_rows_encoder(n_features)"
+    "as their last column; build the handle with encoder=estimator.weighted_rows_encoder(n_features)"
 )
 # scikit-learn's start names, as our starts (mixle_nb.inference.initial_model). Both k-means
 # names take our k-means‖ start (k-means++ seeding where the data live, one Lloyd pass, then a

@@ -25,6 +25,7 @@ means: :mod:`mixle_nb.stats.centred_moments`) are blended with the accumulators'
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..inference import streaming_accumulate
@@ -49,17 +50,20 @@ def scaled(value: Any, factor: float) -> Any:
 
 
 def stepwise_update(
-    enc: Any, estimator: Estimator, model: Distribution, running: Any, step: int
+    enc: Any, estimator: Estimator, model: Distribution, running: Any, step: int, weight_before: float | None = None
 ) -> tuple[Distribution, Any, float, float]:
     """Fold one chunk into the running statistics: local encoded rows, or a handle (every
     rank's rows of the chunk, folded across the ranks; called on every rank).
 
     Returns ``(model, running, weight, log_density)``: the M-step of the new running
     statistics, those statistics, the chunk's weight and its total log-density under
-    ``model`` (the model it was folded under; on a handle a second pass, unweighted)."""
+    ``model`` (the model it was folded under; on a handle a second pass, unweighted).
+    ``weight_before`` is for an M-step that is not scale-free (the variational update): the
+    weight of the chunks folded before, so the model is the M-step of the running statistics
+    scaled to all the weight folded; a handle's log-density is then not taken (NaN)."""
     if is_handle(enc):
         weight, folded = streaming_accumulate(enc, estimator, model)
-        _, log_density = seq_log_density_sum(enc, model)
+        log_density = math.nan if weight_before is not None else seq_log_density_sum(enc, model)[1]
     else:
         summed = accumulate([enc], estimator, model)
         weight, folded, log_density = summed.count, tie_keys(summed.accumulator), summed.log_density
@@ -72,4 +76,7 @@ def stepwise_update(
         acc.from_value(scaled(running, 1.0 - rate))
         acc.combine(scaled(chunk, rate))
     value = acc.value()
-    return estimator.estimate(1.0, value), value, weight, log_density
+    if weight_before is None:
+        return estimator.estimate(1.0, value), value, weight, log_density
+    total_weight = weight_before + weight
+    return estimator.estimate(total_weight, scaled(value, total_weight)), value, weight, log_density
