@@ -204,7 +204,7 @@ def peer_grid_table(grid: dict[str, Any], what: str) -> dict[str, Any]:
                 cell["d"],
                 cell["k"],
                 cell["threads"],
-                f"{cell['n']:.0e}",
+                f"{cell['n']:.0e}".replace("e+0", "e"),
                 *times,
                 ratio,
                 cell["fastest_peer"][what] if ratio is not None else None,
