@@ -253,7 +253,8 @@ class PeerGrid(SphinxDirective):
             out.append(
                 table_node(
                     {
-                        "title": "GridSearchCV(GaussianMixture(), {'n_components': range(1, 9)}, cv=5), N = 1,000, D = 2",
+                        "title": "GridSearchCV(GaussianMixture(), {'n_components': range(1, 9)}, cv=5), N = 1,000, "
+                        f"D = 2, recorded {grid['runs'][search['run']]['date']}",
                         "columns": ["threads", "mixle_nb s", "scikit-learn s", "ours / scikit-learn's"],
                         "rows": [
                             [
