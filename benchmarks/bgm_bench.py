@@ -1,5 +1,5 @@
 """``BayesianGaussianMixture.fit`` wall time: mixle_nb.mixture against scikit-learn, same data,
-same start and the same iterations, side by side in one run; JSON out.
+same start and the same iterations, side by side in one run.
 
 The start is scikit-learn's ``init_params="random_from_data"`` with one ``random_state``, which
 ours takes on an array exactly as scikit-learn does, and ``tol=0`` fixes the iterations, so
@@ -11,19 +11,19 @@ Both run with the same thread count (``--threads``, default 1: this machine is s
 one thread each is the fair comparison there); the contenders alternate, ``--repeats`` times,
 and the best time of each is kept.
 
-Run: .venv/bin/python benchmarks/bgm_bench.py [--n 1000000] [--out bgm_bench.json]
+The results go to ``benchmarks/results/bgm_bench.json`` (``--json PATH``), which the docs'
+benchmark page shows. Run: .venv/bin/python benchmarks/bgm_bench.py [--n 1000000]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import time
 import warnings
 
 import numpy as np
 import torch
+from results import Table, add_json_argument, write_results
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import BayesianGaussianMixture as ScikitBayesianGaussianMixture
 from threadpoolctl import threadpool_limits
@@ -67,7 +67,7 @@ def main() -> None:
     parser.add_argument("--covariance-type", default="full")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default="bgm_bench.json")
+    add_json_argument(parser, "bgm_bench")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     x = problem(args.n, args.d, args.k)
@@ -88,25 +88,22 @@ def main() -> None:
                 times[name].append(seconds)
                 print(f"{name:>12}: {seconds:8.3f} s", flush=True)
     ours, theirs = min(times["mixle_nb"]), min(times["scikit-learn"])
-    result = {
-        "benchmark": "BayesianGaussianMixture.fit",
-        "n": args.n,
-        "d": args.d,
-        "k": args.k,
-        "covariance_type": args.covariance_type,
-        "iterations": args.iterations,
-        "threads": args.threads,
-        "repeats": args.repeats,
-        "seconds": times,
-        "best_seconds": {"mixle_nb": ours, "scikit-learn": theirs},
-        "ratio": ours / theirs,
-        "target_ratio": 0.15,
-        "largest_relative_difference": largest_difference(fitted["scikit-learn"], fitted["mixle_nb"]),
-        "machine": platform.platform(),
-    }
-    print(json.dumps(result, indent=2))
-    with open(args.out, "w") as out:
-        json.dump(result, out, indent=2)
+    table = Table(
+        f"BayesianGaussianMixture.fit, {args.iterations} iterations, best of {args.repeats} (target: ours 0.15x)",
+        ["N", "D", "K", "covariance", "scikit-learn s", "mixle_nb s", "ratio", "largest relative difference"],
+    )
+    table.add(
+        args.n,
+        args.d,
+        args.k,
+        args.covariance_type,
+        theirs,
+        ours,
+        ours / theirs,
+        largest_difference(fitted["scikit-learn"], fitted["mixle_nb"]),
+    )
+    print(f"ratio {ours / theirs:.3f}, largest relative difference {table.rows[0][-1]:.2e}")
+    write_results(args.json, "bgm_bench", args.threads, [table])
 
 
 if __name__ == "__main__":

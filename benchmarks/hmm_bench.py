@@ -18,28 +18,24 @@ What is timed, per library:
 - pomegranate: ``DenseHMM(max_iter=1).fit`` on a (sequences, steps, 1) tensor (float32, its default).
 
 The fitted parameters are compared with hmmlearn's (largest absolute difference) as a check that
-the same iteration was timed. The numbers also go to ``benchmarks/results/hmm_bench.json``
-(``--json PATH``). Run: ``OMP_NUM_THREADS=1 python benchmarks/hmm_bench.py [--quick]``.
+the same iteration was timed. The tables also go to ``benchmarks/results/hmm_bench.json``
+(``--json PATH``, the schema of ``benchmarks/results.py``), which the docs' benchmark page shows. Run: ``OMP_NUM_THREADS=1 python benchmarks/hmm_bench.py [--quick]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import torch
+from results import Table, add_json_argument, write_results
 
 from mixle_nb.hmm import CategoricalHMM, GaussianHMM
 from mixle_nb.stats.estimation import em_step
 
 STATES = 8
-RESULTS = Path(__file__).resolve().parent / "results" / "hmm_bench.json"
 SYMBOLS = 32
 
 
@@ -144,13 +140,14 @@ def pomegranate_iteration(kind: str, X: np.ndarray, sequences: int, steps: int, 
     return run
 
 
-def compare(kind: str, sequences: int, steps: int, repeats: int) -> tuple[list[str], dict]:
+def compare(kind: str, sequences: int, steps: int, repeats: int) -> tuple[Table, dict[str, float]]:
+    """One iteration of each contender on one problem: the times, and the parameters' differences."""
     X, lengths, start = problem(kind, sequences, steps)
     cls = GaussianHMM if kind == "gaussian" else CategoricalHMM
     from hmmlearn import hmm as hmmlearn_hmm
 
     theirs_cls = getattr(hmmlearn_hmm, cls.__name__)
-    lines, times, differences = [], {}, {}
+    times, differences = {}, {}
     for implementation in ("scaling", "log"):
         face = model(cls, kind, implementation, start)
         estimator = face.family_estimator()
@@ -165,36 +162,24 @@ def compare(kind: str, sequences: int, steps: int, repeats: int) -> tuple[list[s
             lambda: model(theirs_cls, kind, implementation, start).fit(X, lengths), max(1, repeats // 2)
         )
         times[("hmmlearn fit", implementation)] = (cpu, wall)
-        difference = differences[implementation] = float(
-            np.max(np.abs(parameters(ours, kind) - parameters(reference, kind)))
-        )
-        lines.append(f"  {implementation}: fitted parameters, largest difference from hmmlearn's: {difference:.2e}")
+        differences[implementation] = float(np.max(np.abs(parameters(ours, kind) - parameters(reference, kind))))
     run = pomegranate_iteration(kind, X, sequences, steps, start)
     assert torch.get_num_threads() == 1
     if run is not None:
         run()
         times[("pomegranate DenseHMM (float32)", "-")] = timed(run, max(1, repeats // 2))[:2]
     best_hmmlearn = min(times[("hmmlearn fit", i)][0] for i in ("scaling", "log"))
-    header = f"{kind}: {sequences} sequences x {steps} steps, {STATES} states" + (
+    title = f"{kind}: {sequences} sequences x {steps} steps, {STATES} states" + (
         f", {SYMBOLS} symbols" if kind == "categorical" else ""
     )
-    table = [header, f"  {'':34s} {'impl.':8s} {'CPU ms':>9s} {'wall ms':>9s} {'/ hmmlearn best':>16s}"]
+    table = Table(title, ["contender", "implementation", "CPU ms", "wall ms", "CPU / hmmlearn's best"])
+    print(title, flush=True)
     for (name, implementation), (cpu, wall) in times.items():
-        table.append(f"  {name:34s} {implementation:8s} {cpu:9.1f} {wall:9.1f} {cpu / best_hmmlearn:16.2f}")
+        table.add(name, implementation, cpu, wall, cpu / best_hmmlearn)
+        print(f"  {name:34s} {implementation:8s} {cpu:9.1f} CPU ms {wall:9.1f} wall ms {cpu / best_hmmlearn:6.2f}x")
     if run is None:
-        table.append("  pomegranate: not installed (pip install 'mixle_nb[bench]')")
-    record = {
-        "problem": {"kind": kind, "sequences": sequences, "steps": steps, "states": STATES},
-        "cpu_ms": {f"{name} ({implementation})": cpu for (name, implementation), (cpu, _) in times.items()},
-        "wall_ms": {f"{name} ({implementation})": wall for (name, implementation), (_, wall) in times.items()},
-        "ratio_to_best_hmmlearn": {
-            f"{name} ({implementation})": cpu / best_hmmlearn for (name, implementation), (cpu, _) in times.items()
-        },
-        "largest_parameter_difference_from_hmmlearn": differences,
-    }
-    if kind == "categorical":
-        record["problem"]["symbols"] = SYMBOLS
-    return table + lines, record
+        print("pomegranate: not installed (pip install 'mixle_nb[bench]')")
+    return table, differences
 
 
 def main() -> None:
@@ -202,30 +187,21 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="300 sequences x 500 steps (else 1,000 x 1,000)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--only", choices=["gaussian", "categorical"])
-    parser.add_argument("--json", type=Path, default=RESULTS, help=f"where the numbers go (default {RESULTS})")
+    add_json_argument(parser, "hmm_bench")
     args = parser.parse_args()
     one_thread()
     sequences, steps = (300, 500) if args.quick else (1000, 1000)
     began = time.perf_counter()
-    load = os.getloadavg()[0]
-    records = []
+    tables = []
+    check = Table("Fitted parameters: largest absolute difference from hmmlearn's", ["problem", "scaling", "log"])
     for kind in ("gaussian", "categorical"):
         if args.only in (None, kind):
-            table, record = compare(kind, sequences, steps, args.repeats)
-            print("\n".join(table), flush=True)
-            records.append(record)
+            table, differences = compare(kind, sequences, steps, args.repeats)
+            tables.append(table)
+            check.add(kind, differences["scaling"], differences["log"])
+    print("fitted parameters, largest difference from hmmlearn's:", check.rows)
     print(f"(whole run: {time.perf_counter() - began:.0f} s wall, torch {torch.__version__}, one thread)")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    summary = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "threads": 1,
-        "repeats": args.repeats,
-        "load_average_at_start": load,
-        "results": records,
-    }
-    args.json.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"written to {args.json}")
+    write_results(args.json, "hmm_bench", 1, [*tables, check])
 
 
 if __name__ == "__main__":

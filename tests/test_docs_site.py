@@ -140,11 +140,21 @@ def test_tutorials_are_executed_copies_of_the_notebooks():
 
 
 def test_benchmark_page_shows_every_recorded_result():
-    """Every JSON result is on the benchmark page, and every result the page names exists."""
+    """Every JSON result is on the benchmark page, each in its schema (the peer grid's is its own),
+    every result the page names exists, and no table or run on the page is typed by hand."""
     page = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
     shown = set(re.findall(r"```\{benchmark-(?:results|plot)\} (\w+)", page))
+    if "```{peer-grid}" in page:
+        shown.add("peer_grid")
     recorded = {path.stem for path in (ROOT / "benchmarks" / "results").glob("*.json")}
     assert shown == recorded, f"on the page, not recorded: {shown - recorded}; recorded, not shown: {recorded - shown}"
     for name in recorded:
         record = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
-        assert {"command", "date", "threads", "machine", "tables"} <= set(record), name
+        if name == "peer_grid":
+            assert {"schema", "runs", "cells"} <= set(record), name
+            assert all({"iteration_ratio", "fit_ratio", "fastest_peer"} <= set(c) for c in record["cells"]), name
+        else:
+            assert {"command", "date", "threads", "machine", "tables"} <= set(record), name
+            assert all(table["rows"] for table in record["tables"]), f"{name}: a table without rows"
+    assert not re.search(r"^\|.*\|$", page, re.MULTILINE), "a hand-typed Markdown table on the benchmark page"
+    assert not re.search(r"recorded 20\d\d-", page, re.IGNORECASE), "a hand-typed run on the benchmark page"

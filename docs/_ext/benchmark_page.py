@@ -10,10 +10,17 @@ a page, so that no number there is typed by hand:
     A grouped bar chart of one table (``:table:``), one group a row labelled by the ``:label:``
     columns, one bar a ``:columns:`` value (``:log:`` for a logarithmic axis), drawn with
     matplotlib at build time into ``_generated/``.
+
+``peer-grid``
+    The peer grid of ``benchmarks/peer_grid.py``, which keeps its own schema (a grid of cells
+    added to slice by slice, in its docstring): the runs' provenance, one table per iteration and
+    one per whole fit (each library's time, ours over the fastest peer's), the grid search, and
+    the heat map, drawn at build time by the script's own ``plot``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -164,8 +171,114 @@ def draw(table: dict[str, Any], label: list[str], columns: list[str], options: d
     plt.close(figure)
 
 
+PEER_GRID_LIBRARIES = ("mixle_nb", "scikit-learn", "pomegranate", "torchgmm")
+
+
+def peer_grid_provenance(grid: dict[str, Any]) -> str:
+    """One sentence: the runs' dates, commits, machine, library versions and load averages."""
+    runs = grid["runs"]
+    loads = [run["load"][0] for run in runs]
+    commits = sorted({run["git"][:10] for run in runs})
+    versions = ", ".join(f"{name} {v}" for name, v in runs[-1]["versions"].items())
+    return (
+        f"Recorded in {len(runs)} slices from {runs[0]['date']} to {runs[-1]['date']} by "
+        f"`python benchmarks/peer_grid.py` (the slices' options are not recorded) on {runs[-1]['machine']} "
+        f"({runs[-1]['cpus']} cores) at commits {', '.join(commits)}; {versions}; one-minute load average "
+        f"{min(loads):.1f} to {max(loads):.1f} at the slices' starts."
+    )
+
+
+def peer_grid_table(grid: dict[str, Any], what: str) -> dict[str, Any]:
+    """Per cell, each library's time (ms an ``iteration`` or s a ``fit``) and ours over the fastest peer's."""
+    unit, key, scale = ("ms", "iteration_s", 1e3) if what == "iteration" else ("s", "fit_s", 1.0)
+    rows = []
+    for cell in sorted(grid["cells"], key=lambda c: (c["covariance_type"], c["d"], c["k"], c["threads"], c["n"])):
+        times = []
+        for library in PEER_GRID_LIBRARIES:
+            result = cell["results"].get(library, {})
+            times.append(scale * result[key] if key in result else ("trimmed" if "trimmed" in result else None))
+        ratio = cell[f"{what}_ratio"]
+        rows.append(
+            [
+                cell["covariance_type"],
+                cell["d"],
+                cell["k"],
+                cell["threads"],
+                f"{cell['n']:.0e}".replace("e+0", "e"),
+                *times,
+                ratio,
+                cell["fastest_peer"][what] if ratio is not None else None,
+            ]
+        )
+    title = "Per EM iteration (the difference of two fits over their extra iterations; at or below 0: noise)"
+    if what == "fit":
+        title = "Whole fit with each library's defaults (its own start and stopping rule)"
+    return {
+        "title": title,
+        "columns": [
+            "covariance",
+            "D",
+            "K",
+            "threads",
+            "N",
+            *(f"{library} {unit}" for library in PEER_GRID_LIBRARIES),
+            "ours / fastest peer",
+            "fastest peer",
+        ],
+        "rows": rows,
+    }
+
+
+def peer_grid_plot(grid: dict[str, Any], target: Path) -> None:
+    """Draw the heat map to ``target`` with ``benchmarks/peer_grid.py``'s own ``plot``."""
+    spec = importlib.util.spec_from_file_location("peer_grid", RESULTS.parent / "peer_grid.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    target.parent.mkdir(exist_ok=True)
+    module.plot(grid, target)
+
+
+class PeerGrid(SphinxDirective):
+    """``peer-grid``: the provenance, the per-iteration and whole-fit tables and the heat map of the peer grid."""
+
+    def run(self) -> list[nodes.Node]:
+        grid = load(self, "peer_grid")
+        paragraph, messages = self.state.inline_text(peer_grid_provenance(grid), self.lineno)
+        out: list[nodes.Node] = [nodes.paragraph("", "", *paragraph, classes=["benchmark-provenance"]), *messages]
+        out += [table_node(peer_grid_table(grid, what)) for what in ("iteration", "fit")]
+        search = grid.get("grid_search")
+        if search:
+            seconds = search["seconds"]
+            out.append(
+                table_node(
+                    {
+                        "title": "GridSearchCV(GaussianMixture(), {'n_components': range(1, 9)}, cv=5), N = 1,000, "
+                        f"D = 2, recorded {grid['runs'][search['run']]['date']}",
+                        "columns": ["threads", "mixle_nb s", "scikit-learn s", "ours / scikit-learn's"],
+                        "rows": [
+                            [
+                                search["threads"],
+                                seconds["mixle_nb"],
+                                seconds["scikit-learn"],
+                                seconds["mixle_nb"] / seconds["scikit-learn"],
+                            ]
+                        ],
+                    }
+                )
+            )
+        file = "peer_grid.png"
+        peer_grid_plot(grid, Path(self.env.srcdir) / GENERATED / file)
+        image = nodes.image(uri=f"/{GENERATED}/{file}", alt="mixle_nb over the fastest peer per cell")
+        figure = nodes.figure("", image, classes=["benchmark-plot"])
+        figure += nodes.caption(text="mixle_nb's time over the fastest peer's per cell (below 1, blue: ahead)")
+        out.append(figure)
+        return out
+
+
 def setup(app: Sphinx) -> dict[str, object]:
-    """Register the two directives."""
+    """Register the three directives."""
     app.add_directive("benchmark-results", BenchmarkResults)
     app.add_directive("benchmark-plot", BenchmarkPlot)
+    app.add_directive("peer-grid", PeerGrid)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
