@@ -68,11 +68,11 @@ check: venv
 	OMP_NUM_THREADS=1 MIXLE_STRICT=1 $(PY) -m pytest -q -p no:cacheprovider -m "$(FAST)"
 
 # The whole suite in two lanes, one per core: the tests that mostly wait on other programs
-# (SIDE: the simulated hosts' sshd, Slurm and MPI; the suites of scikit-learn and hmmlearn in
-# subprocesses) beside all the others. Coverage of mixle_nb's lines in every process either lane
+# (SIDE: the simulated hosts' sshd, Slurm and MPI; the suites of scikit-learn and hmmlearn and
+# the docs build in subprocesses; JupyterLab and the built site in Chromium) beside all the others. Coverage of mixle_nb's lines in every process either lane
 # starts (engines, kernels, ranks: see [tool.coverage.run] in pyproject.toml) is combined at the
 # end; below [tool.coverage.report] fail_under, it fails, as does a failure in either lane.
-SIDE := multihost or mpi or slurm or subprocess
+SIDE := multihost or mpi or slurm or subprocess or browser
 TEST_ENV := OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM)
 SIDE_LOG := .side-lane.log
 
