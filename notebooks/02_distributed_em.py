@@ -232,7 +232,7 @@ print(f"{mixle.n} ranks vs 1 process, same start, {len(single)} EM steps: "
 # numbers to one all-reduce, whatever the number of points:
 #
 # * the statistics: K counts, then [Σr, Σr·c, Σr·(x−c), Σr·(x−c)²] per component, taken about
-#   each component's previous mean c (the README's "Numerics": sums that keep their digits far
+#   each component's previous mean c (the user guide's "Numerics": sums that keep their digits far
 #   from the origin), so K·(1+3D) + K numbers;
 # * a few numbers of bookkeeping: the count of points and the log-density, a status word (so
 #   that an error on one rank stops every rank at once instead of leaving them waiting), and
