@@ -3,6 +3,7 @@ its own, light to import, since every spawned rank imports it."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -90,5 +91,39 @@ def rank_fits(rank, world):
                     "own_start": fitted(own_start),
                 }
             )
+    dist.destroy_process_group()
+    return out
+
+
+def weights_problem(covariance_type: str):
+    """The rows, their integer weights and the warm start (``max_iter`` 20) of the one-process
+    weights test, and the rows of each ``partial_fit`` chunk."""
+    x = blobs(120, 3, 3, seed=5)
+    w = np.random.default_rng(1).integers(0, 4, size=len(x)).astype(np.float64)
+    start = warm_started(BayesianGaussianMixture, covariance_type, "dirichlet_process", x).set_params(max_iter=20)
+    return x, w, start, np.array_split(np.arange(len(x)), 3)
+
+
+def weighted_and_partial_rank_fits(rank, world):
+    """For every covariance type, in one group: the warm fit of a handle of the weighted rows
+    (the weight as the last column), and ``partial_fit`` over the chunks from the unweighted
+    warm start, a handle of each chunk (its rows split across the ranks)."""
+    import torch.distributed as dist
+
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    dist.init_process_group("gloo")
+    out = []
+    for covariance_type in TYPES:
+        x, w, start, chunks = weights_problem(covariance_type)
+        weighted = copy.deepcopy(start)
+        encoder = weighted.weighted_rows_encoder(x.shape[1])
+        with TorchRunEncodedData(np.column_stack([x, w]), encoder=encoder) as h:
+            fit_quietly(weighted, h)
+        online = warm_started(BayesianGaussianMixture, covariance_type, "dirichlet_process", x)
+        for rows in chunks:
+            with TorchRunEncodedData(x[rows], estimator=online.mixture_estimator(x.shape[1])) as h:
+                online.partial_fit(h)
+        out.append({"weighted": fitted(weighted), "partial_fit": fitted(online)})
     dist.destroy_process_group()
     return out

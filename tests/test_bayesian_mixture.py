@@ -24,6 +24,8 @@ from bayesian_ranks import (
     rank_fits,
     settings,
     warm_started,
+    weighted_and_partial_rank_fits,
+    weights_problem,
 )
 from offset_data import offset_problem
 from sklearn.exceptions import ConvergenceWarning
@@ -151,13 +153,11 @@ def test_errors_are_scikit_learns(options, message):
 def test_integer_weights_fit_as_the_rows_repeated(covariance_type):
     # the same start for both: a posterior fitted (2 iterations from random_from_data) to the
     # unweighted rows, continued with warm_start; the priors come from the weighted rows
-    x = blobs(120, 3, 3, seed=5)
-    w = np.random.default_rng(1).integers(0, 4, size=len(x))
-    start = warm_started(BayesianGaussianMixture, covariance_type, "dirichlet_process", x).set_params(max_iter=20)
+    x, w, start, _ = weights_problem(covariance_type)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         weighted = copy.deepcopy(start).fit(x, sample_weight=w)
-        repeated = copy.deepcopy(start).fit(np.repeat(x, w, axis=0))
+        repeated = copy.deepcopy(start).fit(np.repeat(x, w.astype(int), axis=0))
     assert_same_fit(attributes(weighted), repeated)
     for name in ("mean_prior_", "covariance_prior_", "lower_bounds_", "mean_precision_", "degrees_of_freedom_"):
         assert relative_difference(getattr(repeated, name), getattr(weighted, name)) <= RTOL, name
@@ -272,6 +272,25 @@ def test_a_handle_fit_on_2_ranks_equals_scikit_learns():
         assert relative_difference(x.mean(axis=0), own["mean_prior_"]) <= 1e-12
         assert relative_difference(reference.covariance_prior_, own["covariance_prior_"]) <= 1e-12
         assert np.isfinite(own["lower_bound_"]) and own["n_iter_"] >= 1
+
+
+@pytest.mark.ranks
+def test_on_2_ranks_weighted_rows_fit_as_the_rows_repeated_and_partial_fit_equals_one_process():
+    # one launch: per covariance type, the warm fit of a handle of the weighted rows against the
+    # one-process fit of the rows repeated (the start of the one-process weights test), and
+    # partial_fit over handles of the chunks against partial_fit over the chunks' arrays
+    ranks = run_local(weighted_and_partial_rank_fits, 2)
+    for covariance_type, *per_rank in zip(TYPES, *ranks):
+        x, w, start, chunks = weights_problem(covariance_type)
+        repeated = fit_quietly(copy.deepcopy(start), np.repeat(x, w.astype(int), axis=0))
+        online = warm_started(BayesianGaussianMixture, covariance_type, "dirichlet_process", x)
+        for rows in chunks:
+            online.partial_fit(x[rows])
+        for fits in per_rank:
+            assert_same_fit(fits["weighted"], repeated)
+            assert fits["weighted"]["n_iter_"] == 20
+            assert_same_fit(fits["partial_fit"], online)
+            assert fits["partial_fit"]["n_iter_"] == len(chunks)
 
 
 @pytest.mark.cluster
