@@ -47,6 +47,16 @@ class NbDistributed:
             raise RuntimeError(f"nbdistributed did not start: {out.getvalue()}")
         return elapsed
 
+    def answering(self, every_s=0.1):
+        """Poll the workers with a no-op (not through the magic) until both answer; seconds of the polling."""
+        t0 = time.perf_counter()
+        while True:
+            try:
+                self.magic._comm_manager.send_to_all("execute", "pass", timeout=every_s)
+                return time.perf_counter() - t0
+            except TimeoutError:
+                pass
+
     def cell(self, code):
         """Seconds of one ``%%distributed`` cell, as its magic runs it (output streamed, namespace synced)."""
         t0 = time.perf_counter()
