@@ -23,6 +23,15 @@ listen on) while it runs all-reduce calls; a call that has not returned in 60 s 
 
     .venv/bin/python benchmarks/cluster_bench.py --launchers [--hosts 2] [--per-host 2] [--rounds 3]
 
+    .venv/bin/python benchmarks/cluster_bench.py --peer [--rounds 3] [--calls 20]
+
+Peer (2 ranks): MixleCluster against nbdistributed 0.1.0 (``%dist_init -n 2`` and ``%%distributed``
+cells, run through an IPython shell's magics: benchmarks/nbdistributed_peer.py), in interleaved
+rounds: start to ready (the start call returned, the first no-op answered, and for nbdistributed, in a
+second start, its workers answering a no-op polled every 0.1 s), a no-op round
+trip, a step (the all-reduce above) and a rank raising beside that all-reduce (the seconds until
+the call returns, capped at 70 s). Written to ``cluster_peer_bench.json``.
+
 Launchers (root: tests/multihost's simulated hosts, with Slurm on them): start() to group
 ready for the same number of engines through the local launcher, ssh (``per-host`` engines on
 each of ``hosts`` hosts) and Slurm (one sbatch job of the same tasks), in interleaved rounds.
@@ -155,6 +164,122 @@ def bounded_call(cluster, fn):
     return outcome.get("result", "hung")
 
 
+PEER_CAP_S = 70.0
+
+
+def raise_beside_allreduce():
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(100_000)
+    if dist.get_rank() == 0:
+        raise RuntimeError("rank 0 fails beside the all-reduce")
+    dist.all_reduce(t)
+
+
+def seconds_until_done(call, cap_s):
+    """Seconds until ``call()`` returns or raises, and how; ``(None, "hung")`` past ``cap_s``."""
+    outcome = {}
+
+    def run():
+        t = time.perf_counter()
+        try:
+            result = call()
+            outcome["how"] = result if isinstance(result, str) else "returned"
+        except Exception as exc:
+            outcome["how"] = type(exc).__name__
+        outcome["s"] = time.perf_counter() - t
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(cap_s)
+    return outcome.get("s"), outcome.get("how", "hung")
+
+
+def time_ours(calls):
+    """Start, first no-op, no-op and step medians, the raise, and where the start went, on ``MixleCluster(2)``."""
+    marks = {}
+    t0 = time.perf_counter()
+    cluster = MixleCluster(2).start(progress=lambda message: marks.setdefault(message, time.perf_counter() - t0))
+    start_s = time.perf_counter() - t0
+    phases = [
+        marks["controller started"],
+        marks["2/2 engines registered"],
+        *(v for k, v in marks.items() if "group formed" in k),
+    ]
+    try:
+        cluster.run(noop)
+        first_s = time.perf_counter() - t0
+        noop_s = [seconds_until_done(lambda: cluster.run(noop), PEER_CAP_S)[0] for _ in range(calls)]
+        step_s = [seconds_until_done(lambda: cluster.run(allreduce_step), PEER_CAP_S)[0] for _ in range(calls)]
+        fault = seconds_until_done(lambda: cluster.run(raise_beside_allreduce), PEER_CAP_S)
+    finally:
+        cluster.stop()
+    return start_s, first_s, first_s, statistics.median(noop_s), statistics.median(step_s), fault, phases
+
+
+def time_nbdistributed(calls):
+    """The same on nbdistributed's ``%dist_init -n 2``, its cells through ``%%distributed``."""
+    from nbdistributed_peer import RAISE_CELL, STEP_CELL, NbDistributed
+
+    peer = NbDistributed(2)
+    t0 = time.perf_counter()
+    try:
+        start_s = peer.start()
+        peer.cell("pass")
+        first_s = time.perf_counter() - t0
+        noop_s = [peer.cell("pass") for _ in range(calls)]
+        step_s = [peer.cell(STEP_CELL) for _ in range(calls)]
+        fault = seconds_until_done(lambda: peer.raising_cell(RAISE_CELL), PEER_CAP_S)
+    finally:
+        peer.stop()
+    try:  # a second start, polled with a no-op every 0.1 s until the workers answer
+        polled_s = peer.start() + peer.answering()
+    finally:
+        peer.stop()
+    return start_s, first_s, polled_s, statistics.median(noop_s), statistics.median(step_s), fault, None
+
+
+def compare_peer(rounds, calls) -> list[Table]:
+    peers = {"MixleCluster(2).start()": time_ours, "nbdistributed %dist_init -n 2": time_nbdistributed}
+    results = {name: [] for name in peers}
+    for _ in range(rounds):
+        for name, measure in peers.items():
+            results[name].append(measure(calls))
+            print(name, results[name][-1], flush=True)
+    table = Table(
+        f"2 ranks: MixleCluster against nbdistributed 0.1.0, median of {rounds} interleaved rounds "
+        f"(round trips: median of {calls} calls a round; a rank raising beside an all-reduce: "
+        f"seconds until the call returns, capped at {PEER_CAP_S:.0f} s)",
+        [
+            "peer",
+            "start returned s",
+            "first no-op answered s",
+            "answering when polled s",
+            "no-op ms",
+            "step ms",
+            "rank raising s",
+            "rank raising: how it ended",
+        ],
+    )
+    for name, values in results.items():
+        start_s, first_s, polled_s, noop_s, step_s = (statistics.median(v) for v in list(zip(*values))[:5])
+        faults = [value[5] for value in values]
+        hung = [how for s, how in faults if s is None]
+        raised_s = f"hung >= {PEER_CAP_S:.0f}" if hung else statistics.median(s for s, _ in faults)
+        how = ", ".join(sorted({how for _, how in faults}))
+        table.add(name, start_s, first_s, polled_s, noop_s * 1e3, step_s * 1e3, raised_s, how)
+    phases = Table(
+        f"Where MixleCluster(2).start() goes: seconds from the call to each step (median of {rounds} rounds)",
+        ["controller started s", "engines registered s", "group formed s", "start returned s"],
+    )
+    ours = results["MixleCluster(2).start()"]
+    phases.add(
+        *(statistics.median(v) for v in zip(*(value[6] for value in ours))), statistics.median(v[0] for v in ours)
+    )
+    return [table, phases]
+
+
 def probe_clusters(trials, rounds):
     tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
     sys.path.insert(0, tests)
@@ -236,11 +361,16 @@ def main():
     parser.add_argument("--per-host", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--exposure", action="store_true", help="unix sockets, tcp and tcp + curve")
+    parser.add_argument("--peer", action="store_true", help="against nbdistributed, 2 ranks")
     parser.add_argument("--probe", action="store_true", help="the shared-host probe against each (root)")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--probe-rounds", type=int, default=50)
     add_json_argument(parser, "cluster_bench")
     args = parser.parse_args()
+    if args.peer:
+        tables = compare_peer(args.rounds, min(args.calls, 20))
+        write_results(args.json.with_name("cluster_peer_bench.json"), "cluster_bench", 1, tables)
+        return
     if args.probe:
         probe_clusters(args.trials, args.probe_rounds)
         return
