@@ -36,12 +36,12 @@ from ..stats.variational_gaussian import (
     gaussian_components,
 )
 from . import scikit_internals
+from .encoding_face import HandleEncoding
 from .gaussian_mixture import SAMPLE_WEIGHT_ON_RANKS, STARTS, _handle_features, is_reference
 from .initial_parameters import checked_precisions
 from .sample_weights import checked_sample_weight
 from .stepwise import stepwise_update
 from .translation import mixture_estimator, precisions_from_cholesky
-from .weighted_rows import WeightedRowsEncoder
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -89,7 +89,7 @@ def _checked_shape(values: object, shape: tuple[int, ...], name: str) -> np.ndar
     return np.asarray(array, dtype=np.float64)
 
 
-class BayesianGaussianMixture(DensityMixin, BaseEstimator):
+class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
     """scikit-learn's ``sklearn.mixture.BayesianGaussianMixture``, on our EM core.
 
     Variational inference of a Gaussian mixture with a Dirichlet-process (stick-breaking) or
@@ -237,53 +237,6 @@ class BayesianGaussianMixture(DensityMixin, BaseEstimator):
         self.verbose = verbose
         self.verbose_interval = verbose_interval
         self.device = device
-
-    def mixture_estimator(self, n_features: int) -> Any:
-        """The Gaussian mixture estimator whose encoding the fit reads (to build a handle with).
-
-        Parameters
-        ----------
-        n_features : int
-            The observations' dimension.
-
-        Returns
-        -------
-        MixtureEstimator
-            ``GaussianMixture``'s estimator for the same ``covariance_type``.
-
-        Examples
-        --------
-        >>> from mixle_nb.mixture import BayesianGaussianMixture
-        >>> len(BayesianGaussianMixture(n_components=3).mixture_estimator(2).estimators)
-        3
-        """
-        return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar)
-
-    def weighted_rows_encoder(self, n_features: int) -> WeightedRowsEncoder:
-        """The encoder of rows that carry their sample weight as a last column (for a handle).
-
-        Build a handle with it (``TorchRunEncodedData(rows, encoder=...)``, ``from_npy``,
-        ``from_files``) and ``fit`` weighs every row by its weight on the rank that holds it.
-
-        Parameters
-        ----------
-        n_features : int
-            ``D``: the rows are ``(n_samples, D + 1)``, the weight last.
-
-        Returns
-        -------
-        WeightedRowsEncoder
-            The encoder.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from mixle_nb.mixture import BayesianGaussianMixture
-        >>> rows = np.array([[0.0, 2.0], [1.0, 1.0]])
-        >>> BayesianGaussianMixture(n_components=2).weighted_rows_encoder(1).seq_encode(rows).weights.tolist()
-        [2.0, 1.0]
-        """
-        return WeightedRowsEncoder(self.mixture_estimator(n_features).accumulator_factory().make().acc_to_encoder())
 
     # -- fitting ----------------------------------------------------------------------------
 

@@ -34,18 +34,17 @@ from ..stats.frame import PointEncoding, with_weights
 from ..stats.handle import EncodedDataHandle
 from ..stats.kmeans import encoded_points
 from . import scikit_internals
+from .encoding_face import HandleEncoding
 from .initial_parameters import checked_means, checked_precisions, checked_weights
 from .sample_weights import checked_sample_weight
 from .stepwise import stepwise_update
 from .translation import (
     covariances_from_precisions,
-    mixture_estimator,
     model_from_parameters,
     parameters_from_model,
     precisions_cholesky,
     precisions_from_cholesky,
 )
-from .weighted_rows import WeightedRowsEncoder
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -124,7 +123,7 @@ def _answered_on_ranks(method: _F) -> _F:
     return cast(_F, on_any_data)
 
 
-class GaussianMixture(DensityMixin, BaseEstimator):
+class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
     """scikit-learn's ``sklearn.mixture.GaussianMixture``, on our EM core.
 
     The parameters, defaults and fitted attributes are scikit-learn's; see its documentation.
@@ -239,36 +238,6 @@ class GaussianMixture(DensityMixin, BaseEstimator):
         self.verbose = verbose
         self.verbose_interval = verbose_interval
         self.device = device
-
-    def mixture_estimator(self, n_features: int) -> MixtureEstimator:
-        """The ``MixtureEstimator`` EM runs with (also what to build a handle with)."""
-        return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar)
-
-    def weighted_rows_encoder(self, n_features: int) -> WeightedRowsEncoder:
-        """The encoder of rows that carry their sample weight as a last column.
-
-        Build a handle with it (``TorchRunEncodedData(rows, encoder=...)``, ``from_npy``,
-        ``from_files``) and ``fit`` weighs every row by its weight on the rank that holds it.
-
-        Parameters
-        ----------
-        n_features : int
-            ``D``: the rows are ``(n_samples, D + 1)``, the weight last.
-
-        Returns
-        -------
-        WeightedRowsEncoder
-            The encoder.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from mixle_nb.mixture import GaussianMixture
-        >>> enc = GaussianMixture(2).weighted_rows_encoder(1).seq_encode(np.array([[0.0, 2.0], [1.0, 1.0]]))
-        >>> enc.weights.tolist()
-        [2.0, 1.0]
-        """
-        return WeightedRowsEncoder(self.mixture_estimator(n_features).accumulator_factory().make().acc_to_encoder())
 
     # -- fitting ----------------------------------------------------------------------------
 
