@@ -1,7 +1,7 @@
 """An HMM's sequences read where they sit: ``from_npy(path, lengths=...)`` (row-balanced blocks of
 whole sequences) and ``from_files(paths, lengths=...)`` (one sequence per file, or a block of
 sequences per file with its lengths file). A fit on such a handle equals hmmlearn-style
-``fit(X, lengths)`` in one process (within 1e-10, GaussianHMM and CategoricalHMM), on one process,
+``fit(X, lengths)`` in one process (within 1e-10, GaussianHMM and CategoricalHMM) on one process,
 2 ranks and through a cluster reference; bad input is named by global sequence, position and rank,
 on every rank together."""
 
@@ -16,7 +16,6 @@ pytest.importorskip("sklearn")
 
 from mixle_nb.hmm import CategoricalHMM, GaussianHMM  # noqa: E402
 from mixle_nb.parallel import TorchRunEncodedData  # noqa: E402
-from mixle_nb.parallel.local_launch import run_local  # noqa: E402
 from mixle_nb.parallel.sequence_sources import balanced_cuts  # noqa: E402
 
 LENGTHS = np.random.default_rng(5).integers(3, 60, size=29)
@@ -136,12 +135,16 @@ def _bad(call) -> str:
     return "no error"
 
 
-def _on_two_ranks(rank, world, folder, paths):
+def _on_two_ranks(folder, paths):
+    """On each cluster rank: every source fitted, then the bad inputs, each caught as text."""
     out = fits(folder, paths)
     est = gaussian_face().family_estimator()
     out["zero"] = _bad(lambda: TorchRunEncodedData.from_npy(f"{folder}/x.npy", est, lengths=f"{folder}/zero.npy"))
     out["sum"] = _bad(lambda: TorchRunEncodedData.from_npy(f"{folder}/x.npy", est, lengths=LENGTHS[:-1]))
     out["nan"] = _bad(lambda: TorchRunEncodedData.from_npy(f"{folder}/nan.npy", est, lengths=LENGTHS))
+    seqs = [np.zeros((3, 2)) for _ in range(5)]
+    seqs[3] = np.zeros((0, 2))  # rank 1's sequence 1
+    out["zero_list"] = _bad(lambda: TorchRunEncodedData(seqs, est))
     out["block_sum"] = _bad(
         lambda: TorchRunEncodedData.from_files(paths["blocks"], est, lengths=paths["block_lengths"][::-1])
     )
@@ -158,8 +161,8 @@ def _on_two_ranks(rank, world, folder, paths):
     return out
 
 
-@pytest.mark.ranks
-def test_two_ranks_hold_whole_sequences_and_equal_one_process(tmp_path):
+@pytest.mark.cluster
+def test_two_ranks_hold_whole_sequences_and_equal_one_process(cluster2, tmp_path):
     paths = write_data(tmp_path)
     zero = LENGTHS.copy()
     zero[20] = 0  # sequence 20: on rank 1 (logical shard 1 starts near half the rows)
@@ -167,7 +170,7 @@ def test_two_ranks_hold_whole_sequences_and_equal_one_process(tmp_path):
     x = gaussian_rows()
     x[int(np.cumsum(LENGTHS)[16]) + 4, 1] = np.nan  # sequence 17, position 4
     np.save(tmp_path / "nan.npy", x)
-    results = run_local(_on_two_ranks, 2, timeout=240, folder=str(tmp_path), paths=paths)
+    results = cluster2.run(_on_two_ranks, str(tmp_path), paths)
     want = expected()
     for r in results:
         for name in ("npy", "scaling", "categorical"):
@@ -194,6 +197,8 @@ def test_two_ranks_hold_whole_sequences_and_equal_one_process(tmp_path):
     assert "sequence 17 of" in results[1]["nan"] and "is NaN or infinite" in results[1]["nan"]
     assert "rank 1" in results[1]["nan"] and "position 4" in results[1]["nan"]
     assert "PeerRankError" in results[0]["nan"] and "rank 1" in results[0]["nan"]
+    assert "row 3 of the data has length 0 on rank 1" in results[1]["zero_list"]
+    assert "PeerRankError" in results[0]["zero_list"]
     # the blocks' lengths files in the wrong order: the rank reading a file names it and itself
     assert any(
         re.search(r"doesn't sum to \d+ samples \(.*x\d\.npy, lengths in .*on rank \d\)", r["block_sum"])

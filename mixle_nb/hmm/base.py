@@ -242,9 +242,9 @@ class BaseHMM(BaseEstimator):
         s = getattr(self, name).sum(axis=-1)
         if not np.allclose(s, 1):
             raise ValueError(
-                f"{name} must sum to 1 (got {s:.4f})"
+                f"{name} must sum to 1 (got {s:.4f}); divide it by its sum"
                 if s.ndim == 0
-                else f"{name} rows must sum to 1 (got row sums of {s})"
+                else f"{name} rows must sum to 1 (got row sums of {s}); divide each row by its sum"
                 if s.ndim == 1
                 else "Expected 1D or 2D array"
             )
