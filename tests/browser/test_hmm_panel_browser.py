@@ -25,13 +25,24 @@ def pixels_near(image: np.ndarray, rgb: tuple, tolerance: float = 12.0) -> int:
     return int((np.linalg.norm(image[..., :3].astype(float) - np.asarray(rgb, dtype=float), axis=-1) < tolerance).sum())
 
 
+# Computed in the kernel (so this process imports neither matplotlib nor mixle_nb.widgets): the
+# colours the picture must show, as 0-255 RGB. The heat map's two largest transition
+# probabilities in the Blues map, and the colour of each state on the first sequence's Viterbi path.
+HEAT_COLOURS = (
+    "[[float(255 * c) for c in __import__('matplotlib').colormaps['Blues'](float(p))[:3]] "
+    "for p in sorted(hmm_panel.model.transmat.ravel())[-2:]]"
+)
+PATH_COLOURS = (
+    "[[float(255 * c) for c in __import__('matplotlib.colors', fromlist=['to_rgb']).to_rgb("
+    "__import__('mixle_nb.widgets.model_picture', fromlist=['COLOURS']).COLOURS[s])] for s in sorted(set("
+    "hmm_panel.model.seq_viterbi(hmm_panel.model.dist_to_encoder().seq_encode(seqs[:1]))[1].tolist()))]"
+)
+HEAT_ERROR = "float(abs(hmm_panel.view.picture.heat.get_array() - hmm_panel.model.transmat).max())"
+
+
 def test_the_hmm_picture_in_the_browser(lab, browser):
-    from matplotlib import colormaps
-    from matplotlib.colors import to_rgb
     from PIL import Image
     from playwright.sync_api import expect
-
-    from mixle_nb.widgets.model_picture import COLOURS
 
     with opened(lab, browser, "hmm_panel.ipynb", label="hmm-panel") as notebook:
         notebook.run_all(timeout_s=120)
@@ -48,28 +59,18 @@ def test_the_hmm_picture_in_the_browser(lab, browser):
         # the figure the kernel drew is the HMM picture of the model after the clicks
         assert notebook.kernel_value("len(hmm_panel.history)") == STEPS
         assert notebook.kernel_value("hmm_panel.view.picture.kind") == "hmm"
-        heat_error = "float(abs(hmm_panel.view.picture.heat.get_array() - hmm_panel.model.transmat).max())"
-        assert notebook.kernel_value(heat_error) == 0.0
-        transmat = np.array(notebook.kernel_value("hmm_panel.model.transmat.tolist()"))
-        path = set(
-            notebook.kernel_value(
-                "hmm_panel.model.seq_viterbi(hmm_panel.model.dist_to_encoder().seq_encode(seqs[:1]))[1].tolist()"
-            )
-        )
+        assert notebook.kernel_value(HEAT_ERROR) == 0.0
+        heat, states = notebook.kernel_value(HEAT_COLOURS), notebook.kernel_value(PATH_COLOURS)
         # no error anywhere on the page: no traceback or stderr output, no script error
-        expect(
-            notebook.page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
-        ).to_have_count(0)
-        expect(notebook.page.locator(".jp-OutputArea-output", has_text="Traceback")).to_have_count(0)
+        page = notebook.page
+        expect(page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")).to_have_count(0)
+        expect(page.locator(".jp-OutputArea-output", has_text="Traceback")).to_have_count(0)
         assert not [line for line in notebook.console if line.startswith("[pageerror]")], notebook.console
         SCREENSHOT.parent.mkdir(exist_ok=True)
         panel.screenshot(path=str(SCREENSHOT))
     shot = np.asarray(Image.open(SCREENSHOT).convert("RGB"))
-    # the heat map: the cells of the largest transition probabilities, in the Blues map's colour
-    for p in np.sort(transmat.ravel())[-2:]:
-        rgb = tuple(255 * np.asarray(colormaps["Blues"](float(p))[:3]))
-        assert pixels_near(shot, rgb) > 200, f"no heat-map cell of colour {rgb} (p = {p:.3f}) in the screenshot"
-    # the sequence coloured by its Viterbi states: each state on the path drawn in its colour
-    for state in path:
-        rgb = tuple(255 * np.asarray(to_rgb(COLOURS[state])))
-        assert pixels_near(shot, rgb, tolerance=30) > 20, f"state {state}'s colour {COLOURS[state]} is not drawn"
+    for rgb in heat:  # the heat map's cells of the largest transition probabilities
+        assert pixels_near(shot, rgb) > 200, f"no heat-map cell of colour {rgb} in the screenshot"
+    assert len(states) >= 2, "the first sequence's Viterbi path visits one state only"
+    for rgb in states:  # the sequence coloured by its Viterbi states
+        assert pixels_near(shot, rgb, tolerance=30) > 20, f"a state's colour {rgb} is not drawn"
