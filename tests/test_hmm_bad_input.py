@@ -114,3 +114,78 @@ def test_other_hmmlearn_errors():
         m.fit(np.zeros((3, 2)))
     with pytest.raises(ValueError, match=re.escape("Unexpected number of dimensions, got 2 but expected 1")):
         gaussian().fit(np.zeros((3, 1))).fit(np.zeros((3, 2)))
+
+
+# -- sequences read where they sit (a handle of whole sequences), before any work -----------------
+
+
+def symbol_face(n_features=3):
+    c = CategoricalHMM(2, init_params="", n_iter=2, n_features=n_features)
+    c.startprob_, c.transmat_ = np.array([0.5, 0.5]), np.array([[0.9, 0.1], [0.2, 0.8]])
+    c.emissionprob_ = np.full((2, n_features), 1 / n_features)
+    return c
+
+
+def test_lengths_files_named_by_global_sequence(tmp_path):
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    np.save(tmp_path / "x.npy", np.zeros((10, 1)))
+    estimator = gaussian().family_estimator()
+
+    def from_npy(lengths):
+        return TorchRunEncodedData.from_npy(tmp_path / "x.npy", estimator, lengths=lengths, init_process_group=False)
+
+    with pytest.raises(ValueError, match=re.escape("lengths array [3 4] doesn't sum to 10 samples (the rows of")):
+        from_npy([3, 4])
+    with pytest.raises(ValueError, match=r"sequence 2 \(the rows of .*x\.npy\) has length 0 on rank 0 \(logical"):
+        from_npy(np.array([4, 6, 0]))
+    with pytest.raises(ValueError, match="must be a 1-D array of integers"):
+        from_npy(np.array([4.0, 6.0]))
+    # a block of sequences per file: the global index counts through the files as listed
+    for i, lengths in enumerate(([2, 3], [1, 0, 4])):
+        np.save(tmp_path / f"b{i}.npy", np.zeros((sum(lengths), 1)))
+        np.save(tmp_path / f"b{i}_lengths.npy", np.array(lengths))
+    paths = [str(tmp_path / f"b{i}.npy") for i in range(2)]
+    lengths_files = [str(tmp_path / f"b{i}_lengths.npy") for i in range(2)]
+    with pytest.raises(ValueError, match=r"sequence 3 \(.*b1\.npy, lengths in .*, its sequence 1\) has length 0"):
+        TorchRunEncodedData.from_files(paths, estimator, lengths=lengths_files, init_process_group=False)
+    with pytest.raises(ValueError, match="one lengths file per data file"):
+        TorchRunEncodedData.from_files(paths, estimator, lengths=lengths_files[:1], init_process_group=False)
+
+
+def test_a_zero_length_sequence_in_a_handle_names_its_global_index():
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    seqs = [np.zeros((3, 1)), np.zeros((2, 1)), np.zeros((0, 1))]
+    with pytest.raises(ValueError, match=re.escape("row 2 of the data has length 0 on rank 0: every sequence needs")):
+        TorchRunEncodedData(seqs, gaussian().family_estimator(), init_process_group=False)
+
+
+def test_symbols_on_a_handle(monkeypatch):
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    no_work(monkeypatch)
+    seqs = [np.array([0, 1, 2]), np.array([2, 1]), np.array([0, 4, 1, 5])]
+    with TorchRunEncodedData(seqs, symbol_face().family_estimator(), init_process_group=False) as h:
+        message = (
+            "Largest symbol is 5 but the model only emits symbols up to 2: sequence 2, position 1 holds 4 "
+            "(on rank 0); pass n_features=6"
+        )
+        with pytest.raises(ValueError, match=re.escape(message)):
+            symbol_face().fit(h)
+    seqs[1] = np.array([2.0, -1.0])
+    with TorchRunEncodedData(seqs, symbol_face().family_estimator(), init_process_group=False) as h:
+        message = "Symbols should be nonnegative: sequence 1, position 1 holds -1 (on rank 0)"
+        with pytest.raises(ValueError, match=re.escape(message)):
+            symbol_face().fit(h)
+
+
+def test_not_stochastic_on_a_handle(monkeypatch):
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    no_work(monkeypatch)
+    with TorchRunEncodedData([np.zeros((3, 1))], gaussian().family_estimator(), init_process_group=False) as h:
+        m = gaussian()
+        m.startprob_, m.n_features = np.array([0.5, 0.6]), 1  # a fit on a handle does not see the width
+        with pytest.raises(ValueError, match=re.escape("startprob_ must sum to 1 (got 1.1000)")):
+            m.fit(h)

@@ -10,6 +10,7 @@ and writes the new model back. The data are validated, and encoded once, before 
 
 from __future__ import annotations
 
+import copy
 import logging
 import string
 from collections.abc import Callable
@@ -241,9 +242,9 @@ class BaseHMM(BaseEstimator):
         s = getattr(self, name).sum(axis=-1)
         if not np.allclose(s, 1):
             raise ValueError(
-                f"{name} must sum to 1 (got {s:.4f})"
+                f"{name} must sum to 1 (got {s:.4f}); divide it by its sum"
                 if s.ndim == 0
-                else f"{name} rows must sum to 1 (got row sums of {s})"
+                else f"{name} rows must sum to 1 (got row sums of {s}); divide each row by its sum"
                 if s.ndim == 1
                 else "Expected 1D or 2D array"
             )
@@ -328,12 +329,16 @@ class BaseHMM(BaseEstimator):
         True
         """
         if is_reference(X):  # the fit runs where the sequences live; rank 0's result comes back
+            probe = copy.deepcopy(self)  # a start that is not stochastic fails here, before the ranks work
+            probe._init(None, None)
+            probe._check()
             self.__dict__.update(vars(X.call_with_handle(_fit_on_rank, self)))
             return self
         if is_handle(X):
             enc, data = X, None
             self._init(None, None)
             self._check()
+            self._check_handle(X)
         else:
             data, lengths = self._validate(X, lengths, fitting=True)
             self._init(data, lengths)
@@ -699,6 +704,9 @@ class BaseHMM(BaseEstimator):
 
     def _prepare(self, X: np.ndarray) -> np.ndarray:
         return X
+
+    def _check_handle(self, handle: Any) -> None:
+        """The family's checks of a handle's sequences, on every rank together (before EM)."""
 
     def _get_n_fit_scalars_per_param(self) -> dict:
         raise NotImplementedError

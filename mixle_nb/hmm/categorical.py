@@ -12,6 +12,7 @@ from sklearn.utils import check_random_state
 
 from ..stats.categorical import CategoricalDistribution, CategoricalEstimator
 from ..stats.hmm import HiddenMarkovDistribution
+from ..stats.hmm.encoding import symbol_report
 from ..stats.hmm.model import normalized_rows
 from .base import BaseHMM
 
@@ -127,6 +128,30 @@ class CategoricalHMM(BaseHMM):
         if X.shape[1] != 1:
             raise ValueError(f"CategoricalHMM expects X of shape (n_samples, 1); got {X.shape}")
         return X[:, 0]
+
+    def _check_handle(self, handle: Any) -> None:
+        """hmmlearn's checks of the symbols, over every rank's sequences at once (one gather of
+        three numbers a sequence): every rank raises the same error, naming the first bad
+        symbol's global sequence, position and rank."""
+        if not hasattr(handle, "pysp_shard_map"):  # mixle's handle: its encoder checks what it can
+            return
+        rank, n_symbols = getattr(handle, "rank", 0), int(self.n_features)
+        report = handle.pysp_shard_map(
+            lambda enc: np.column_stack([symbol_report(enc, n_symbols), np.full(len(enc), rank)]), gather=True
+        )
+        bad = np.flatnonzero(report[:, 0] >= 0)
+        if not bad.size:
+            return
+        position, symbol, _, held_by = report[bad[0]]
+        where = f"sequence {bad[0]}, position {int(position)} holds {symbol:g} (on rank {int(held_by)})"
+        if symbol != np.round(symbol) or symbol < 0:
+            kind = "integers" if symbol != np.round(symbol) else "nonnegative"
+            raise ValueError(f"Symbols should be {kind}: {where}; encode the symbols as 0 .. n_features - 1")
+        largest = int(report[:, 2].max())
+        raise ValueError(
+            f"Largest symbol is {largest} but the model only emits symbols up to {n_symbols - 1}: {where}; "
+            f"pass n_features={largest + 1} (with emissionprob_ of that width) or drop those symbols"
+        )
 
     def _get_n_fit_scalars_per_param(self) -> dict:
         nc, nf = self.n_components, self.n_features

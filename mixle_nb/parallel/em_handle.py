@@ -55,6 +55,7 @@ from .group import GROUP_TIMEOUT_S, require_every_rank
 from .group_handle import GroupHandle
 from .logical_shards import rebalance
 from .resident_shards import ResidentShards
+from .sequence_sources import NpySequences, SequenceFiles
 from .shard_map import map_shard
 from .shards import load_npy
 
@@ -311,7 +312,7 @@ class TorchRunEncodedData(GroupHandle):
 
     @classmethod
     def from_npy(
-        cls, path: str | os.PathLike, estimator: Estimator | None = None, **options: Any
+        cls, path: str | os.PathLike, estimator: Estimator | None = None, *, lengths: Any = None, **options: Any
     ) -> TorchRunEncodedData:
         """Each rank reads its own rows of the ``.npy`` file at ``path`` (a path every rank can
         open): rows ``rank, rank + world, ...``, the same shard — and so the same model (bit for
@@ -331,6 +332,14 @@ class TorchRunEncodedData(GroupHandle):
             A C-ordered ``.npy`` array of observations, one per row.
         estimator : Estimator, optional
             As for the constructor.
+        lengths : str or os.PathLike or array_like of int, optional
+            The file holds sequences, one after another (hmmlearn's ``X`` and ``lengths``): a
+            ``.npy`` of their lengths (or the lengths themselves), summing to the file's rows.
+            Each logical shard is then a contiguous block of whole sequences holding about
+            ``rows / shards`` rows (never a cut sequence), read as contiguous rows, and the
+            handle's observations are the sequences (what an HMM family encodes; its count is the
+            number of sequences). A zero length, or lengths that do not sum to the rows, fail
+            every rank together before anything is encoded, naming the global sequence index.
         **options
             The constructor's other keywords. ``shards`` logical shards (default: one per rank;
             at least one per rank): shard ``s`` is rows ``s, s + shards, ...``, held by rank
@@ -348,7 +357,8 @@ class TorchRunEncodedData(GroupHandle):
         ------
         ValueError
             As the constructor; a file a rank cannot read fails every rank together."""
-        return cls(NpyFile(path), estimator, **options)
+        source = NpyFile(path) if lengths is None else NpySequences(path, lengths)
+        return cls(source, estimator, **options)
 
     @classmethod
     def from_files(
@@ -357,6 +367,7 @@ class TorchRunEncodedData(GroupHandle):
         estimator: Estimator | None = None,
         *,
         reader: Callable[[str], Any] = load_npy,
+        lengths: Any = None,
         **options: Any,
     ) -> TorchRunEncodedData:
         """Files dealt out to ranks: rank ``r`` reads ``paths[r::world]`` with ``reader``, one
@@ -373,6 +384,13 @@ class TorchRunEncodedData(GroupHandle):
             As for the constructor.
         reader : callable
             From a path to a sequence of observations (default: a memory-mapped ``np.load``).
+        lengths : {"per_file"} or sequence of path, optional
+            The files hold sequences: ``"per_file"``, each file is one whole sequence; a list
+            of ``.npy`` files of lengths, one beside each data file (``lengths[i]`` for
+            ``paths[i]``), each file a block of sequences one after another. The handle's
+            observations are then the sequences, numbered through the files in the order
+            listed; a zero length, or lengths that do not sum to their file's rows, fail every
+            rank together, naming the global sequence index, the file and the rank.
         **options
             The constructor's other keywords; ``shards`` and ``elastic`` as for
             :meth:`from_npy`, shard ``s`` being the files ``paths[s::shards]``.
@@ -386,7 +404,8 @@ class TorchRunEncodedData(GroupHandle):
         ------
         ValueError
             As the constructor; a file or ``reader`` that fails on one rank fails every rank."""
-        return cls(FileList(paths, reader), estimator, **options)
+        source = FileList(paths, reader) if lengths is None else SequenceFiles(paths, lengths, reader)
+        return cls(source, estimator, **options)
 
     # -- set-up ------------------------------------------------------------------------------
 

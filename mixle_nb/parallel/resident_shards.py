@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..stats.estimation import encode
+from ..stats.hmm.encoding import SequenceError
 from .data_sources import DataSource
 from .fail_together import failure_message
 from .shards import release_freed_memory
@@ -116,7 +117,13 @@ def _located(
 ) -> BaseException:
     """``error`` (an encoder's), or, when ``part`` (shard rows from ``start``) holds a NaN or an
     infinity, an error naming the first such row as the user knows it (``locate(shard_row,
-    part_row)``): the encoder's own message counts within the part."""
+    part_row)``): the encoder's own message counts within the part. A sequence the encoder
+    refused (:class:`~mixle_nb.stats.hmm.encoding.SequenceError`, counted within the part) is
+    named the same way."""
+    if isinstance(error, SequenceError):
+        return ValueError(
+            f"{locate(start + error.sequence, error.sequence)} {error.problem} on rank {rank}: {error.fix}"
+        )
     row = _first_non_finite(part)
     if row is None:
         return error

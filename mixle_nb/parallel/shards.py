@@ -133,9 +133,9 @@ class NpyRows:
     def parts(self, parts: int) -> Iterator[np.ndarray]:
         """The rank's rows in ``parts`` contiguous parts of its shard, each read when asked for."""
         for a, b in part_bounds(self.count, parts):
-            yield self._read(a, b)
+            yield self.read(a, b)
 
-    def _read(self, a: int, b: int) -> np.ndarray:
+    def read(self, a: int, b: int) -> np.ndarray:
         """Shard rows ``a:b``: file rows ``rank + world·i`` for ``i`` in ``[a, b)``."""
         out = np.empty((b - a,) + self.shape[1:], dtype=self.dtype)
         per_block = max(1, READ_BLOCK_BYTES // max(1, self.row_bytes * self.world))  # shard rows per read

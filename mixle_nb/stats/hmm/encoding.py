@@ -217,6 +217,16 @@ def batch_bounds(sorted_lengths: np.ndarray, states: int, budget: int) -> list[t
     return bounds
 
 
+class SequenceError(ValueError):
+    """Bad input found in one sequence of an encoding: which one (``sequence``, counted within
+    the data encoded), ``problem`` (what is wrong, as a clause) and ``fix``. Its text is the
+    encoder's own; a handle names the sequence as the user numbers it, and the rank."""
+
+    def __init__(self, sequence: int, problem: str, fix: str) -> None:
+        super().__init__(f"sequence {sequence} {problem}: {fix}")
+        self.sequence, self.problem, self.fix = sequence, problem, fix
+
+
 def locate_non_finite(x: np.ndarray, lengths: np.ndarray) -> str | None:
     """``"sequence s, position p"`` of the first NaN or infinite observation, else ``None``."""
     if x.dtype.kind not in "fc" or np.all(np.isfinite(x)):
@@ -335,8 +345,8 @@ class HiddenMarkovEncoder(Encoder):
         device = resolve_device(device)
         if np.any(lengths <= 0):
             bad = int(np.flatnonzero(lengths <= 0)[0])
-            raise ValueError(
-                f"sequence {bad} has length {int(lengths[bad])}: every sequence needs at least one observation"
+            raise SequenceError(
+                bad, f"has length {int(lengths[bad])}", "every sequence needs at least one observation; drop it"
             )
         if int(lengths.sum()) != len(x):
             raise ValueError(f"lengths array {lengths} doesn't sum to {len(x)} samples")
@@ -365,3 +375,45 @@ class HiddenMarkovEncoder(Encoder):
                 )
             )
         return SequenceEncoding(tuple(batches), len(lengths), int(lengths.sum()), device)
+
+
+def symbol_report(enc: SequenceEncoding, n_symbols: int) -> np.ndarray:
+    """Per sequence of an encoding of categorical emissions (in the encoding's sequence order):
+    the first position whose symbol is not an integer in ``[0, n_symbols)`` (-1: none), the
+    symbol there, and the sequence's largest symbol.
+
+    Parameters
+    ----------
+    enc : SequenceEncoding
+        Sequences encoded with a categorical emission encoder (labels and their index).
+    n_symbols : int
+        The number of symbols the model emits.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(len(enc), 3)``, float64.
+
+    Raises
+    ------
+    ValueError
+        Symbols that are not numbers.
+    """
+    out = np.zeros((enc.count, 3))
+    for batch in enc.batches:
+        labels = np.asarray(batch.emissions.labels)
+        if labels.dtype.kind not in "biuf":
+            raise ValueError(f"Symbols should be integers; got labels of dtype {labels.dtype}")
+        symbols = labels.astype(np.float64)[batch.emissions.index.cpu().numpy()]
+        steps = np.repeat(np.arange(batch.steps), batch.sizes)
+        column = batch.seq_of_row.cpu().numpy()
+        bad = (symbols != np.round(symbols)) | (symbols < 0) | (symbols >= n_symbols)
+        first = np.full(batch.batch, batch.steps)
+        np.minimum.at(first, column[bad], steps[bad])
+        largest = np.full(batch.batch, -np.inf)
+        np.maximum.at(largest, column, symbols)
+        hit = first < batch.steps
+        out[batch.order, 0] = np.where(hit, first, -1)
+        out[batch.order, 1] = symbols[batch.offsets[np.where(hit, first, 0)] + np.arange(batch.batch)]
+        out[batch.order, 2] = largest
+    return out
