@@ -35,7 +35,8 @@ class HandleEncoding:
         >>> len(GaussianMixture(n_components=3).mixture_estimator(2).estimators)
         3
         """
-        return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar)
+        dtype = getattr(self, "dtype", None)  # GaussianMixture's E-step dtype; float64 where unset
+        return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar, dtype)
 
     def weighted_rows_encoder(self, n_features: int) -> WeightedRowsEncoder:
         """The encoder of rows that carry their sample weight as a last column (for a handle).

@@ -42,8 +42,8 @@ import copy
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
