@@ -213,6 +213,11 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
     array([-4.,  4.])
     >>> gm.predict(np.array([[-4.0, -4.0], [4.0, 4.0]])).tolist() in ([0, 1], [1, 0])
     True
+
+    A float32 array is fitted with the float32 E-step and gets float32 attributes:
+
+    >>> GaussianMixture(n_components=2, random_state=0).fit(X.astype(np.float32)).means_.dtype
+    dtype('float32')
     """
 
     lower_bounds_: list[float]

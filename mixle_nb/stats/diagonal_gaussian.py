@@ -184,6 +184,9 @@ class DiagonalGaussianEstimator(Estimator):
     >>> model = seq_estimate(seq_encode(x, estimator=estimator), estimator, None)
     >>> model.mu.tolist(), model.sigma2.tolist()
     ([1.0, 3.0], [1.0, 4.0])
+    >>> float32 = DiagonalGaussianEstimator(reg_covar=0.0, dtype="float32")  # the E-step in float32
+    >>> seq_estimate(seq_encode(x, estimator=float32), float32, model).mu.tolist()
+    [1.0, 3.0]
     """
 
     def __init__(
