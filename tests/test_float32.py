@@ -4,7 +4,7 @@ Every check is against the float64 E-step or the float64 objective, at stated to
 (docs/guide/numerics.md, "float32"): a float32 fit agrees with the float64 fit from the same
 start to ``AGREE`` (weights; means in spreads; covariances in spreads²) while the data's extent
 is within 1e3 of the components' spreads; data at offsets 1e4 and 1e6 give the fit at 0 moved,
-within the same ``AGREE``; EM never lowers the float64 objective by more than ``DOWNHILL`` per
+and data in units 1e3 times smaller or larger the fit scaled, within the same ``AGREE``; EM never lowers the float64 objective by more than ``DOWNHILL`` per
 observation; the encoded data take half the bytes.
 """
 
@@ -37,10 +37,10 @@ OBJECTIVE, OBJECTIVE_PER_EXTENT = 1e-6, 2e-8
 STEPS = 25
 
 
-def _em(p, kind, dtype, steps=STEPS, model=None):
+def _em(p, kind, dtype, steps=STEPS, model=None, reg_covar=1e-6):
     """``steps`` EM iterations in ``dtype`` from the problem's start; the model, the E-step's
     own log-density of each step's model, and each step's model's float64 log-density."""
-    estimator, start = estimator_and_start(p, kind, 1e-6)
+    estimator, start = estimator_and_start(p, kind, reg_covar)
     estimator = MixtureEstimator(estimator.estimators, dtype=dtype)
     x = p.x[:, 0] if p.x.shape[1] == 1 and kind in ("full", "tied") else p.x
     enc = seq_encode(x, estimator=estimator)
@@ -55,10 +55,11 @@ def _em(p, kind, dtype, steps=STEPS, model=None):
     return model, np.array(own), np.array(float64)
 
 
-def _largest_differences(a, b, offset=0.0):
-    """Weights, means (less ``offset``) and covariances of two fits: their largest differences."""
+def _largest_differences(a, b, offset=0.0, unit=1.0):
+    """Weights, means (less ``offset``, in ``unit``) and covariances (in ``unit``²) of two fits:
+    their largest differences."""
     (wa, ma, ca), (wb, mb, cb) = full_covariances(a), full_covariances(b)
-    return np.abs(wa - wb).max(), np.abs(ma - offset - mb).max(), np.abs(ca - cb).max()
+    return np.abs(wa - wb).max(), np.abs((ma - offset) / unit - mb).max(), np.abs(ca / unit**2 - cb).max()
 
 
 @pytest.mark.parametrize("spelling", [torch.float32, "float32", np.float32, np.dtype("float32")])
@@ -126,6 +127,16 @@ def test_a_float32_fit_does_not_depend_on_the_offset(kind):
     for offset in (1e4, 1e6):
         moved = _em(offset_problem(offset, 1.0, 3, separation=2.0, per=200, seed=4), kind, "float32")[0]
         assert max(_largest_differences(moved, at_zero, offset)) <= AGREE, f"{kind} at {offset:g}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_float32_fit_does_not_depend_on_the_units(kind):
+    """Spreads 1e-3 and 1e3 (``reg_covar`` in the same units) against spread 1."""
+    in_units = _em(offset_problem(0.0, 1.0, 3, separation=2.0, per=200, seed=4), kind, "float32")[0]
+    for unit in (1e-3, 1e3):
+        p = offset_problem(0.0, unit, 3, separation=2.0, per=200, seed=4)
+        scaled = _em(p, kind, "float32", reg_covar=1e-6 * unit**2)[0]
+        assert max(_largest_differences(scaled, in_units, unit=unit)) <= AGREE, f"{kind} in units of {unit:g}"
 
 
 @pytest.mark.parametrize("dim, kind", [(1, "full"), *((3, kind) for kind in KINDS)])
