@@ -27,7 +27,9 @@ class HandleEncoding:
         Returns
         -------
         MixtureEstimator
-            The estimator of ``n_components`` Gaussians of ``covariance_type``.
+            The estimator of ``n_components`` Gaussians of ``covariance_type``, whose E-step runs
+            in the face's ``dtype`` where it has one (``GaussianMixture(dtype="float32")``), else
+            in float64.
 
         Examples
         --------

@@ -34,6 +34,13 @@ The encoding is the points, ``(D, N)`` on their device (and the full family's fe
 E-step keeps one pass over them, block by block: what a block's log-density read (its
 differences or features) the M-step's weighted sums ``Σw``, ``Σw·d``, ``Σw·d·d`` read next,
 and the sums stay on the device until the E-step's last block.
+
+- **A float32 E-step** (an estimator's ``dtype="float32"``): the encoding holds ``x - o`` in
+  float32 (``o`` its float64 origin, subtracted before the rounding, so offsets cost nothing),
+  the kernels take their parameters in that frame (every point they subtract is exact there:
+  :meth:`PointEncoding.relative`) and compute log-densities and responsibilities in float32,
+  and the sums are float64 (:func:`float64_products`); the shared frame's reach is
+  ``FLOAT32_SHARED_FRAME_REACH``. See the numerics guide for its tolerances.
 """
 
 from __future__ import annotations
