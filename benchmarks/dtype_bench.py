@@ -4,7 +4,8 @@ and the bytes of the encoded data, side by side in one run.
 Workloads: 1-D (N = 1e6, K = 8), diagonal and full covariance (N = 1e6, D = 8, K = 8), each
 from the same start in both dtypes; an iteration is one ``em_step`` on a resident encoding
 (the set-up, encoding included, is not timed). Rounds interleave the two dtypes and the best
-round counts (this machine is shared: compare the ratios). The float32 fit's agreement with
+round counts, in wall time and in the process's CPU time (this machine is shared: the CPU time
+is the steadier under load; compare the ratios). The float32 fit's agreement with
 the float64 fit after the timed iterations is printed beside (largest difference of the
 means, in spreads). Run: .venv/bin/python benchmarks/dtype_bench.py [--threads 1] [--n 1e6]
 [--quick]; the results go to benchmarks/results/dtype_bench.json (the docs' benchmark page).
@@ -92,7 +93,19 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     table = Table(
         f"EM per iteration, float64 against float32 E-step (N = {n:.0e}, K = {args.k}, {args.threads} thread(s))",
-        ["case", "D", "float64 ms", "float32 ms", "float32 / float64", "float64 MB", "float32 MB", "means diff"],
+        [
+            "case",
+            "D",
+            "float64 ms",
+            "float32 ms",
+            "float32 / float64",
+            "float64 CPU ms",
+            "float32 CPU ms",
+            "CPU float32 / float64",
+            "float64 MB",
+            "float32 MB",
+            "means diff",
+        ],
     )
     for kind, dim in CASES:
         x, start_means = problem(n, dim, args.k)
@@ -100,12 +113,14 @@ def main() -> None:
         for chain in chains.values():
             chain.step()  # warm-up
         best = dict.fromkeys(chains, float("inf"))
+        cpu = dict.fromkeys(chains, float("inf"))
         for _ in range(rounds):
             for dtype, chain in chains.items():
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 for _ in range(args.iterations):
                     chain.step()
                 best[dtype] = min(best[dtype], (time.perf_counter() - start) / args.iterations)
+                cpu[dtype] = min(cpu[dtype], (time.process_time() - start_cpu) / args.iterations)
         wide, narrow = chains["float64"], chains["float32"]
         difference = float(np.max(np.abs(means(wide.model) - means(narrow.model))))
         table.add(
@@ -114,6 +129,9 @@ def main() -> None:
             best["float64"] * 1e3,
             best["float32"] * 1e3,
             best["float32"] / best["float64"],
+            cpu["float64"] * 1e3,
+            cpu["float32"] * 1e3,
+            cpu["float32"] / cpu["float64"],
             wide.bytes() / 2**20,
             narrow.bytes() / 2**20,
             difference,
