@@ -13,6 +13,10 @@ each under its own timeout and keeps the report):
   checkpointing on nccl; a 2-rank nccl DDP run where a second GPU exists.
 - ``fixed-cost``: benchmarks/distributed_em_bench.py on CPU ranks (gloo), and its 4-rank fixed
   cost per step.
+- ``float32``: EM per iteration on the device with the float64 and the float32 E-step
+  (``dtype="float32"``, issue 39), side by side at N=1e7 D=1 K=8 and N=1e6 D=8 K=8 (diagonal and
+  full covariance), and the float32 fit's agreement with the float64 one from the same start
+  (means within 1e-5, the numerics guide's float32 tolerance).
 
 Lines start with PASS, MISS (a speed target not met), FAIL (a check failed: the step exits 1)
 or SKIP. ``--smoke`` runs the same code with tiny sizes on the CPU and gloo, so the script
@@ -45,6 +49,7 @@ SPEEDUP_TARGET = 20.0  # device EM over DEV_CPU_EM_1E7_S
 HAND_RATIO_LIMIT = 1.5  # our device EM time over the hand-written one
 AGREEMENT_LIMIT = 1e-10
 FIXED_COST_TARGET_MS = 1.5
+FLOAT32_AGREEMENT_LIMIT = 1e-5  # the float32 E-step's fit against the float64 one (docs/guide/numerics.md)
 
 
 def say(status: str, text: str) -> None:
@@ -576,7 +581,75 @@ def fixed_cost(args) -> int:
     return 0
 
 
-STEPS = {"env": env, "agree": agree, "em-speed": em_speed, "lm": lm, "fixed-cost": fixed_cost}
+# -- float32 ---------------------------------------------------------------------------------
+
+
+def _in_dtype(kind: str, dim: int, start_means: np.ndarray, dtype: str):
+    """The mixture estimator of ``kind`` ("1-D", "diag", "full") with its E-step in ``dtype``,
+    and the start (unit variances, equal weights)."""
+    from mixle_nb.stats import (
+        DiagonalGaussianDistribution,
+        DiagonalGaussianEstimator,
+        GaussianDistribution,
+        GaussianEstimator,
+        MixtureDistribution,
+        MixtureEstimator,
+        MultivariateGaussianDistribution,
+        MultivariateGaussianEstimator,
+    )
+
+    k = len(start_means)
+    if kind == "1-D":
+        comps = [GaussianDistribution(m[0], 1.0) for m in start_means]
+        estimators = [GaussianEstimator(dtype=dtype) for _ in range(k)]
+    elif kind == "diag":
+        comps = [DiagonalGaussianDistribution(m, np.ones(dim)) for m in start_means]
+        estimators = [DiagonalGaussianEstimator(dim, dtype=dtype) for _ in range(k)]
+    else:
+        comps = [MultivariateGaussianDistribution(m, np.eye(dim)) for m in start_means]
+        estimators = [MultivariateGaussianEstimator(dim, dtype=dtype) for _ in range(k)]
+    return MixtureEstimator(estimators), MixtureDistribution(comps, np.full(k, 1.0 / k))
+
+
+def float32(args) -> int:
+    if args.smoke:
+        workloads = [(20_000, 1, "1-D"), (4_000, 8, "diag"), (4_000, 8, "full")]
+    else:
+        workloads = [(10_000_000, 1, "1-D"), (1_000_000, 8, "diag"), (1_000_000, 8, "full")]
+    print(f"EM per iteration, float64 against float32 E-step (best of 3 interleaved rounds of 3); device {args.device}")
+    ok = True
+    for n, dim, kind in workloads:
+        ok &= guarded(f"float32 {kind} N={n:.0e}", _float32_workload, n, dim, kind, args.device)
+    return 0 if ok else 1
+
+
+def _float32_workload(n: int, dim: int, kind: str, device: str) -> bool:
+    from mixle_nb.stats import seq_encode
+
+    x, start_means = _speed_problem(n, dim, 8)
+    chains = {}
+    for dtype in ("float64", "float32"):
+        estimator, start = _in_dtype(kind, dim, start_means, dtype)
+        chains[dtype] = _Chain(seq_encode(x, estimator=estimator, device=device), estimator, start)
+        chains[dtype]()  # warm-up: kernels, allocator
+    t = _best_per_iteration(chains, 3, 3, device)
+    wide, narrow = (np.stack([np.atleast_1d(c.mu) for c in chains[d].model.components]) for d in chains)
+    difference = float(np.max(np.abs(wide - narrow)))
+    workload = f"{kind} N={n:.0e} D={dim} K=8"
+    print(
+        f"      {workload}: float64 {t['float64'] * 1e3:.2f} ms, float32 {t['float32'] * 1e3:.2f} ms, "
+        f"float32/float64 {t['float32'] / t['float64']:.2f}"
+    )
+    ok = difference <= FLOAT32_AGREEMENT_LIMIT
+    say(
+        "PASS" if ok else "FAIL",
+        f"float32 agreement {workload} on {device}: means differ by {difference:.1e} after 10 iterations "
+        f"from one start (limit {FLOAT32_AGREEMENT_LIMIT:.0e})",
+    )
+    return ok and all(math.isfinite(v) and v > 0 for v in t.values())
+
+
+STEPS = {"env": env, "agree": agree, "em-speed": em_speed, "lm": lm, "fixed-cost": fixed_cost, "float32": float32}
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The prepared GPU check of issue 20, as one command from the repository root of a fresh GPU
-# machine: bash benchmarks/gpu_check.sh            (at most 8 minutes: each step has its timeout)
+# machine: bash benchmarks/gpu_check.sh            (at most 9 minutes: each step has its timeout)
 #          bash benchmarks/gpu_check.sh --cpu-smoke (tiny sizes on the CPU; or GPU_CHECK_SMOKE=1)
 # Installs nothing. Python: $PYTHON, else .venv/bin/python where it exists, else python3 (a GPU
 # machine's own, with a CUDA torch); the repository and any pure-Python wheels in .whl/ (mixle,
@@ -38,6 +38,7 @@ step 75 agree
 step 170 em-speed
 step 90 lm
 step 115 fixed-cost
+step 60 float32
 count() { grep -c "^$1" "$report"; }
 line "== summary: $(count PASS) PASS, $(count MISS) MISS, $(count FAIL) FAIL, $(count SKIP) SKIP;" \
      "$failed step(s) failed; ${SECONDS} s in all"

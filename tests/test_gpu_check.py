@@ -36,10 +36,10 @@ def test_smoke_runs_every_step_and_writes_the_report(smoke):
     rc, stdout, report = smoke
     assert rc == 0, stdout
     assert report == stdout
-    for step in ("env", "agree", "em-speed", "lm", "fixed-cost"):
+    for step in ("env", "agree", "em-speed", "lm", "fixed-cost", "float32"):
         assert re.search(rf"^== {step} took \d+ s$", report, re.M), step
     assert not re.search(r"^FAIL", report, re.M), report
-    assert re.search(r"^== summary: 5 PASS, 0 MISS, 0 FAIL, \d+ SKIP; 0 step\(s\) failed", report, re.M), report
+    assert re.search(r"^== summary: 8 PASS, 0 MISS, 0 FAIL, \d+ SKIP; 0 step\(s\) failed", report, re.M), report
 
 
 def test_agreement_lines_pass_with_their_numbers(smoke):
@@ -67,6 +67,23 @@ def test_speed_lines_name_every_contender_with_a_rate(smoke):
             assert rate and float(rate.group(1)) > 0, (contender, block)
         assert re.search(rf"^SKIP  ours/hand-written time {re.escape(workload)}: {NUMBER} \(limit 1.5\)", block, re.M)
     assert re.search(r"^SKIP  ours on cpu over the dev machine's CPU EM at N=1e7 D=1 K=8 \(\d+ ms, ", report, re.M)
+
+
+def test_float32_lines_time_both_dtypes_and_pass_agreement(smoke):
+    report = smoke[2]
+    for workload in ("1-D N=2e+04 D=1 K=8", "diag N=4e+03 D=8 K=8", "full N=4e+03 D=8 K=8"):
+        times = re.search(
+            rf"^      {re.escape(workload)}: float64 {NUMBER} ms, float32 {NUMBER} ms, float32/float64 {NUMBER}$",
+            report,
+            re.M,
+        )
+        assert times and float(times.group(1)) > 0 and float(times.group(2)) > 0, (workload, report)
+        agreement = re.search(
+            rf"^PASS  float32 agreement {re.escape(workload)} on cpu: means differ by {NUMBER} .*\(limit 1e-05\)$",
+            report,
+            re.M,
+        )
+        assert agreement and float(agreement.group(1)) <= 1e-5, (workload, report)
 
 
 def test_language_model_trains_sharded_and_the_fixed_cost_is_read(smoke):

@@ -27,7 +27,9 @@ class HandleEncoding:
         Returns
         -------
         MixtureEstimator
-            The estimator of ``n_components`` Gaussians of ``covariance_type``.
+            The estimator of ``n_components`` Gaussians of ``covariance_type``, whose E-step runs
+            in the face's ``dtype`` where it has one (``GaussianMixture(dtype="float32")``), else
+            in float64.
 
         Examples
         --------
@@ -35,7 +37,8 @@ class HandleEncoding:
         >>> len(GaussianMixture(n_components=3).mixture_estimator(2).estimators)
         3
         """
-        return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar)
+        dtype = getattr(self, "dtype", None)  # GaussianMixture's E-step dtype; float64 where unset
+        return mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar, dtype)
 
     def weighted_rows_encoder(self, n_features: int) -> WeightedRowsEncoder:
         """The encoder of rows that carry their sample weight as a last column (for a handle).

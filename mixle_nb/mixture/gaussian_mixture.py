@@ -30,7 +30,7 @@ from ..stats import (
 )
 from ..stats.base import Distribution, Estimator
 from ..stats.estimation import is_handle
-from ..stats.frame import PointEncoding, with_weights
+from ..stats.frame import PointEncoding, encoding_dtype, with_weights
 from ..stats.handle import EncodedDataHandle
 from ..stats.kmeans import encoded_points
 from . import scikit_internals
@@ -40,6 +40,7 @@ from .sample_weights import checked_sample_weight
 from .stepwise import stepwise_update
 from .translation import (
     covariances_from_precisions,
+    mixture_estimator,
     model_from_parameters,
     parameters_from_model,
     precisions_cholesky,
@@ -76,6 +77,11 @@ FITTED = (
     "n_features_in_",
     "feature_names_in_",
 )
+
+
+def _array_dtype(data: Any) -> type:
+    """float32 for a float32 array, else float64 (scikit-learn's dtype for attributes and results)."""
+    return np.float32 if getattr(data, "dtype", None) == np.float32 else np.float64
 
 
 def is_reference(data: Any) -> bool:
@@ -134,7 +140,10 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
     and ``"k-means++"``) are our k-means‖ start, and ``"random"`` our random responsibilities,
     so a fit agrees with scikit-learn's exactly from a given start (``weights_init``,
     ``means_init``, ``precisions_init``). ``device`` (keyword-only; ``"cpu"``, ``"cuda"``, a ``torch.device``)
-    is where an array is encoded and the E-step runs.
+    is where an array is encoded and the E-step runs; ``dtype`` (keyword-only) is the E-step's
+    arithmetic, by default the input's as in scikit-learn: a float32 array is fitted with a
+    float32 E-step (the sums, the objective and the parameters still in float64) and gets float32
+    attributes and per-observation results.
 
     A handle holds Gaussian observations: build it with ``estimator=gm.mixture_estimator(n_features)``
     (or any of our Gaussian estimators).
@@ -167,6 +176,12 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         Progress printed every ``verbose_interval`` iterations when ``verbose`` > 0.
     device : str or torch.device, optional
         Where an array is encoded and the E-step runs (default: the CPU).
+    dtype : {None, "float32", "float64"}, torch.dtype or numpy dtype, default None
+        The E-step's arithmetic (encodings, log-densities, responsibilities): ``None`` takes the
+        input array's (float32 for a float32 array, else float64; a handle's encoding is its
+        own). float32 halves the encoding's memory and is the fast path on most GPUs; what it
+        keeps of the numerics guarantees is in the numerics guide. The fitted attributes take
+        the input array's dtype, as scikit-learn's do.
 
     Attributes
     ----------
@@ -198,11 +213,20 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
     array([-4.,  4.])
     >>> gm.predict(np.array([[-4.0, -4.0], [4.0, 4.0]])).tolist() in ([0, 1], [1, 0])
     True
+
+    A float32 array is fitted with the float32 E-step and gets float32 attributes:
+
+    >>> GaussianMixture(n_components=2, random_state=0).fit(X.astype(np.float32)).means_.dtype
+    dtype('float32')
     """
 
     lower_bounds_: list[float]
     n_features_in_: int
-    _parameter_constraints: dict = {**scikit_internals.parameter_constraints(), "device": [None, str, torch.device]}
+    _parameter_constraints: dict = {
+        **scikit_internals.parameter_constraints(),
+        "device": [None, str, torch.device],
+        "dtype": [None, str, type, np.dtype, torch.dtype],
+    }
 
     def __init__(
         self,
@@ -222,6 +246,7 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         verbose: int = 0,
         verbose_interval: int = 10,
         device: str | torch.device | None = None,
+        dtype: Any = None,
     ) -> None:
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -238,6 +263,7 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         self.verbose = verbose
         self.verbose_interval = verbose_interval
         self.device = device
+        self.dtype = dtype
 
     # -- fitting ----------------------------------------------------------------------------
 
@@ -295,7 +321,9 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         weights = None if sample_weight is None else checked_sample_weight(sample_weight, rows)
         count = float(rows) if weights is None else float(weights.sum())
         initial = self._initial_parameters(n_features)
-        estimator = self.mixture_estimator(n_features)
+        estimator = mixture_estimator(
+            self.covariance_type, self.n_components, n_features, self.reg_covar, self._e_step_dtype(data)
+        )
         enc = data if is_handle(data) else seq_encode(data, estimator=estimator, device=self.device)
         if weights is not None:
             enc = with_weights(cast(PointEncoding, enc), weights)  # an array X: our Gaussian encoding
@@ -310,7 +338,7 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
                 result = self._em(enc, estimator, self._start(enc, estimator, rng, initial), count, start)
             if best is None or result.log_density > best.log_density or best.log_density == -np.inf:
                 best = result
-        self._set_fitted(cast(inference.FitResult, best), count)  # n_init >= 1: a start ran
+        self._set_fitted(cast(inference.FitResult, best), count, _array_dtype(data))  # n_init >= 1: a start ran
         self._warn_unless_converged()
         return self
 
@@ -472,7 +500,6 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
                 )
         else:
             X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
-            X = np.asarray(X, dtype=np.float64)
             count, n_features = len(X), X.shape[1]
         if count < self.n_components:
             raise ValueError(
@@ -566,15 +593,22 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         last = EMStep(error.model, count, float(total), step=kept)
         return inference.FitResult(error.model, float(total), [*error.history, last], False, kept, "model")
 
-    def _set_fitted(self, result: inference.FitResult, count: float) -> None:
-        """The fitted attributes from ``result``; the bounds are per unit of weight (the
-        steps' own count: on a handle of weighted rows, the ranks' total weight)."""
+    def _e_step_dtype(self, data: Any) -> torch.dtype:
+        """The E-step's dtype: ``dtype=``, else the array's own (float32 or float64)."""
+        return encoding_dtype(self.dtype if self.dtype is not None else _array_dtype(data))
+
+    def _set_fitted(self, result: inference.FitResult, count: float, dtype: type = np.float64) -> None:
+        """The fitted attributes from ``result``, in ``dtype`` (the input array's, as scikit-learn's);
+        the bounds are per unit of weight (the steps' own count: on a handle of weighted rows,
+        the ranks' total weight)."""
         count = result.history[-1].count if result.history else count
         self._weight_total = count
         kind = self.covariance_type
         self.weights_, self.means_, self.covariances_ = parameters_from_model(kind, result.model)
         self.precisions_cholesky_ = precisions_cholesky(kind, self.covariances_)
         self.precisions_ = precisions_from_cholesky(kind, self.precisions_cholesky_)
+        for name in ("weights_", "means_", "covariances_", "precisions_cholesky_", "precisions_"):
+            setattr(self, name, getattr(self, name).astype(dtype, copy=False))
         self.converged_ = bool(result.converged)
         self.n_iter_ = int(result.n_iter)
         self.lower_bound_ = float(result.log_density / count)
@@ -601,9 +635,9 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
 
     @_answered_on_ranks
     def predict_proba(self, X: Any) -> np.ndarray:
-        """``(n_samples, n_components)`` responsibilities."""
+        """``(n_samples, n_components)`` responsibilities (float32 for a float32 array)."""
         data, model, _ = self._scoring(X)
-        return inference.predict_proba(data, model, gather=True)
+        return inference.predict_proba(data, model, gather=True).astype(_array_dtype(X), copy=False)
 
     @_answered_on_ranks
     def predict(self, X: Any) -> np.ndarray:
@@ -613,9 +647,9 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
 
     @_answered_on_ranks
     def score_samples(self, X: Any) -> np.ndarray:
-        """Each observation's log-density."""
+        """Each observation's log-density (float32 for a float32 array)."""
         data, model, _ = self._scoring(X)
-        return inference.score_samples(data, model, gather=True)
+        return inference.score_samples(data, model, gather=True).astype(_array_dtype(X), copy=False)
 
     @_answered_on_ranks
     def score(self, X: Any, y: ArrayLike | None = None) -> float:
@@ -624,7 +658,8 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         if is_handle(data):
             count, total = seq_log_density_sum(data, model)
             return float(total / count)
-        return float(inference.score_samples(data, model).mean())
+        # scikit-learn's: the mean of score_samples, in the array's dtype (float32 stays float32)
+        return float(inference.score_samples(data, model).astype(_array_dtype(X), copy=False).mean())
 
     @_answered_on_ranks
     def bic(self, X: Any) -> float:

@@ -17,6 +17,8 @@ family reads the same encoding of the points, so a handle built for one serves t
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.linalg import solve_triangular
@@ -42,21 +44,23 @@ def full_family(covariance_type: str, n_features: int) -> bool:
     return covariance_type in ("full", "tied") and n_features > 1
 
 
-def mixture_estimator(covariance_type: str, n_components: int, n_features: int, reg_covar: float) -> MixtureEstimator:
-    """The estimator EM runs with."""
+def mixture_estimator(
+    covariance_type: str, n_components: int, n_features: int, reg_covar: float, dtype: Any = None
+) -> MixtureEstimator:
+    """The estimator EM runs with (``dtype``: its E-step's, float64 by default)."""
     key = TIED_KEY if covariance_type == "tied" else None
     if full_family(covariance_type, n_features):
 
         def component() -> Estimator:
-            return MultivariateGaussianEstimator(dim=n_features, reg_covar=reg_covar, covariance_key=key)
+            return MultivariateGaussianEstimator(dim=n_features, reg_covar=reg_covar, covariance_key=key, dtype=dtype)
     elif covariance_type == "spherical" and n_features > 1:
 
         def component() -> Estimator:
-            return SphericalGaussianEstimator(dim=n_features, reg_covar=reg_covar)
+            return SphericalGaussianEstimator(dim=n_features, reg_covar=reg_covar, dtype=dtype)
     else:
 
         def component() -> Estimator:
-            return DiagonalGaussianEstimator(dim=n_features, reg_covar=reg_covar, variance_key=key)
+            return DiagonalGaussianEstimator(dim=n_features, reg_covar=reg_covar, variance_key=key, dtype=dtype)
 
     return MixtureEstimator([component() for _ in range(n_components)])
 

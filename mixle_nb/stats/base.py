@@ -112,8 +112,11 @@ def resident(values: torch.Tensor) -> np.ndarray | torch.Tensor:
 
 
 def total(values: np.ndarray | torch.Tensor) -> float:
-    """The sum of per-observation results, an array or a tensor on any device."""
-    return float(values.sum()) if isinstance(values, torch.Tensor) else float(np.sum(values))
+    """The sum of per-observation results, an array or a tensor on any device, in float64 (a
+    float32 E-step's results too)."""
+    if isinstance(values, torch.Tensor):
+        return float(values.sum(dtype=torch.float64))
+    return float(np.sum(values, dtype=np.float64))
 
 
 class AccumulatorFactory:

@@ -102,7 +102,7 @@ class CentredMoments(Accumulator):
         """The model's mean; without a model, this accumulator's reference, else the origin."""
         if model is not None:
             return np.atleast_1d(np.asarray(model.mu, dtype=np.float64))
-        return self.reference if self.reference is not None else np.zeros(enc.points.shape[0])
+        return self.reference if self.reference is not None else np.zeros(enc.dim)
 
     def add_sums(self, reference: np.ndarray, sums: np.ndarray) -> None:
         """Add ``[n, S1, S2]`` taken about ``reference``."""
@@ -193,7 +193,7 @@ class CentredMoments(Accumulator):
                 own = [acc._reference_for(None, enc) for acc in accumulators]
             for acc, reference, w in zip(accumulators, own, resp):
                 acc.add_sums(reference, weighted_sums(enc, w, reference[None], acc.full)[0])
-            return resp.sum(dim=1).cpu().numpy()
+            return resp.sum(dim=1, dtype=torch.float64).cpu().numpy()
         if block is None:
             if references is None:
                 references = np.stack([acc._reference_for(None, enc) for acc in accumulators])

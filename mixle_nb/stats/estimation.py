@@ -463,7 +463,9 @@ def seq_initialize(enc: Any, estimator: Estimator, rng: Any, p: float) -> Distri
         weights = weights * rows_weights.cpu().numpy()
     acc = foreign.accumulator(estimator)
     if isinstance(enc, PointEncoding) and len(enc) and hasattr(acc, "set_reference"):
-        acc.set_reference(enc.points[:, 0].cpu().numpy())  # one process: centre on the data (see centred_moments)
+        acc.set_reference(
+            enc.rows(0, 1).points[:, 0].cpu().numpy()
+        )  # one process: centre on the data (see centred_moments)
     acc.seq_initialize(enc, weights, rng)
     return m_step(estimator, float(weights.sum()), acc)
 

@@ -34,14 +34,23 @@ The encoding is the points, ``(D, N)`` on their device (and the full family's fe
 E-step keeps one pass over them, block by block: what a block's log-density read (its
 differences or features) the M-step's weighted sums ``Σw``, ``Σw·d``, ``Σw·d·d`` read next,
 and the sums stay on the device until the E-step's last block.
+
+- **A float32 E-step** (an estimator's ``dtype="float32"``): the encoding holds ``x - o`` in
+  float32 (``o`` its float64 origin, subtracted before the rounding, so offsets cost nothing),
+  the kernels take their parameters in that frame (every point they subtract is exact there:
+  :meth:`PointEncoding.relative`) and compute log-densities and responsibilities in float32,
+  and the sums are float64 (:func:`float64_products`); the shared frame's reach is
+  ``FLOAT32_SHARED_FRAME_REACH``. See the numerics guide for its tolerances.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -53,6 +62,10 @@ LOG_2PI = math.log(2.0 * math.pi)
 # Largest whitened distance T of a component mean from the mean of the means for which the
 # quadratic forms are expanded about that one point (eps·T² ≈ 2e-11 of their digits lost).
 SHARED_FRAME_REACH = 300.0
+# The same in a float32 E-step: eps·T² ≈ 1.1e-4 (eps = 1.2e-7), absolute in log p.
+FLOAT32_SHARED_FRAME_REACH = 30.0
+# Rows a float32 E-step's products sum over in float32 before the partial sums add up in float64.
+SUM_RUN = 256
 # Up to this dimension a full-covariance encoding keeps its features, 1 + D + D(D+1)/2 floats
 # a point (45 at D = 8); above it they are made per block, so memory stays O(N·D).
 STORED_FEATURES_MAX_DIM = 16
@@ -60,36 +73,62 @@ STORED_FEATURES_MAX_DIM = 16
 
 @dataclass(frozen=True, eq=False)
 class PointEncoding:
-    """Observations as the columns of ``points`` (D, N), contiguous on their device; a full
-    family's also with ``features`` (1 + D + D(D+1)/2, N) of ``y = x - origin``
-    (:func:`frame_features`); ``weights`` (N,), where given, are the rows' sample weights
-    (:func:`with_weights`)."""
+    """Observations as the columns of ``values`` (D, N), contiguous on their device, in the
+    encoding's dtype: the points themselves (float64, ``offset`` ``None``) or, in float32, their
+    differences ``x - offset`` to a float64 ``offset`` (:func:`point_encoding`). A full family's
+    also with ``features`` (1 + D + D(D+1)/2, N) of ``y = x - origin`` (:func:`frame_features`);
+    ``weights`` (N,), where given, are the rows' float64 sample weights (:func:`with_weights`)."""
 
-    points: torch.Tensor
+    values: torch.Tensor
     origin: np.ndarray | None = None
     features: torch.Tensor | None = None
     weights: torch.Tensor | None = None
+    offset: np.ndarray | None = None
 
     def __len__(self) -> int:
-        return self.points.shape[1]
+        return self.values.shape[1]
+
+    @property
+    def points(self) -> torch.Tensor:
+        """The observations (D, N) in float64: ``values`` themselves, or (float32) a float64
+        copy of ``values + offset`` made on each call (the k-means starts read it once)."""
+        if self.offset is None:
+            return self.values
+        offset = torch.from_numpy(self.offset).to(self.values.device)
+        return self.values.to(torch.float64).add_(offset[:, None])
 
     @property
     def device(self) -> torch.device:
-        return self.points.device
+        return self.values.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the E-step's arithmetic on this encoding (float64 or float32)."""
+        return self.values.dtype
 
     @property
     def dim(self) -> int:
-        return self.points.shape[0]
+        return self.values.shape[0]
 
     @property
     def row_width(self) -> int:
         """Floats per row and component of an E-step block's temporaries (sizes device blocks)."""
-        return 2 * self.points.shape[0] + 1
+        return 2 * self.values.shape[0] + 1
 
     def rows(self, start: int, stop: int) -> PointEncoding:
         features = None if self.features is None else self.features[:, start:stop]
         weights = None if self.weights is None else self.weights[start:stop]
-        return PointEncoding(self.points[:, start:stop], self.origin, features, weights)
+        return PointEncoding(self.values[:, start:stop], self.origin, features, weights, self.offset)
+
+    def relative(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Points (..., D) in this encoding's frame: ``(exact, shifted)``, where ``shifted`` is
+        ``points - offset`` rounded to the encoding's dtype (what its kernels subtract) and
+        ``exact = offset + shifted`` in float64, the point those differences are really to."""
+        points = np.asarray(points, dtype=np.float64)
+        if self.offset is None:
+            return points, points
+        shifted = (points - self.offset).astype(np.float32).astype(np.float64)
+        return self.offset + shifted, shifted
 
 
 def with_weights(enc: PointEncoding, weights: np.ndarray) -> PointEncoding:
@@ -98,16 +137,59 @@ def with_weights(enc: PointEncoding, weights: np.ndarray) -> PointEncoding:
     return replace(enc, weights=float_tensor(weights).to(enc.device))
 
 
-def point_encoding(x: np.ndarray, device: torch.device, products: bool = False) -> PointEncoding:
+def point_encoding(
+    x: np.ndarray, device: torch.device, products: bool = False, dtype: torch.dtype = torch.float64
+) -> PointEncoding:
     """``x`` (N, D) as a :class:`PointEncoding` on ``device`` (only ``x`` crosses to it); with
     ``products`` (a full family's), up to ``STORED_FEATURES_MAX_DIM``, its features about its
-    :func:`_origin` too."""
+    :func:`_origin` too. In float32 the values are ``x - o`` about that origin ``o`` (``x - o``
+    exact in float64, then rounded once), so the data's offset costs no digits: only their
+    extent in units of their spread does."""
     points = float_tensor(x).to(device).T.contiguous()
     dim, n = points.shape
-    if not (products and n and dim <= STORED_FEATURES_MAX_DIM):
-        return PointEncoding(points)
-    origin = _origin(points)
-    return PointEncoding(points, origin.cpu().numpy(), frame_features(points, origin, True))
+    stored = products and n and dim <= STORED_FEATURES_MAX_DIM
+    if dtype == torch.float64:
+        if not stored:
+            return PointEncoding(points)
+        origin = _origin(points)
+        return PointEncoding(points, origin.cpu().numpy(), frame_features(points, origin, True))
+    origin = _origin(points) if n else torch.zeros(dim, dtype=torch.float64, device=device)
+    offset = origin.cpu().numpy()
+    values = torch.sub(points, origin[:, None]).to(dtype)
+    if not stored:
+        return PointEncoding(values, offset=offset)
+    return PointEncoding(values, offset, frame_features(values, None, True), offset=offset)
+
+
+def encoding_dtype(dtype: Any) -> torch.dtype:
+    """An estimator's ``dtype=`` as a torch dtype: float64 (``None``, the default) or float32,
+    given as a torch dtype, a numpy dtype or type, or its name."""
+    if dtype is None:
+        return torch.float64
+    if isinstance(dtype, torch.dtype):
+        name: str | None = str(dtype).removeprefix("torch.")
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = None
+    if name not in ("float32", "float64"):
+        raise ValueError(
+            f"dtype must be float64 (the default) or float32 (torch.float32, np.float32 or 'float32'); got {dtype!r}"
+        )
+    return torch.float32 if name == "float32" else torch.float64
+
+
+def in_dtype(encoder: Any, dtype: torch.dtype) -> Any:
+    """A copy of one of our Gaussian encoders that encodes in ``dtype`` (a mixture's ``dtype=``)."""
+    if not hasattr(encoder, "dtype"):
+        raise ValueError(
+            f"dtype= takes components of our Gaussian families; {type(encoder).__name__} encodes in its own "
+            "dtype: leave the mixture's dtype unset"
+        )
+    copied = copy.copy(encoder)
+    copied.dtype = dtype
+    return copied
 
 
 def _origin(points: torch.Tensor) -> torch.Tensor:
@@ -126,7 +208,7 @@ def frame_features(points: torch.Tensor, point: torch.Tensor | None, full: bool)
     products."""
     dim, n = points.shape
     quadratic = dim * (dim + 1) // 2 if full else dim
-    features = torch.empty(1 + dim + quadratic, n, dtype=torch.float64, device=points.device)
+    features = torch.empty(1 + dim + quadratic, n, dtype=points.dtype, device=points.device)
     features[0] = 1.0
     y = features[1 : 1 + dim]
     if point is None:
@@ -162,9 +244,33 @@ def moved(n: ArrayLike, s1: np.ndarray, s2: np.ndarray, delta: np.ndarray, full:
     return s1 + n * delta, s2 + 2.0 * delta * s1 + n * delta * delta
 
 
+def float64_products(weights: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    """``weights @ features.T`` ((K, n) by (S, n): the sums ``Σ w·F``) accumulated in float64.
+
+    float64 operands: one product. float32 ones (a float32 E-step's responsibilities and
+    features): each run of ``SUM_RUN`` rows is summed in float32 by one batched product, and the
+    runs' partial sums are added in float64 (the rows past the last whole run widened first):
+    measured 9e-9 relative against exact sums of the same float32 numbers, where one float32
+    product over a 65,536-row block is off by 7e-7, and at float32's speed (float64 operands
+    would take a conversion pass and a product at half the rate).
+    """
+    if weights.dtype == features.dtype == torch.float32:
+        runs = weights.shape[1] // SUM_RUN
+        whole = runs * SUM_RUN
+        rest = torch.mm(weights[:, whole:].to(torch.float64), features[:, whole:].to(torch.float64).T)
+        if not runs:
+            return rest
+        w = weights[:, :whole].unflatten(1, (runs, SUM_RUN)).permute(1, 0, 2)
+        f = features[:, :whole].unflatten(1, (runs, SUM_RUN)).permute(1, 2, 0)
+        return torch.bmm(w, f).sum(dim=0, dtype=torch.float64).add_(rest)
+    return torch.mm(weights.to(torch.float64), features.to(torch.float64).T)
+
+
 class _Block:
     """An E-step block's M-step sums: :meth:`device_sums` add up over blocks on the device,
-    :meth:`rows` turns their total into the accumulators' ``[Σw, S1, S2]`` about ``references``."""
+    :meth:`rows` turns their total into the accumulators' ``[Σw, S1, S2]`` about ``references``.
+    The sums are float64 whatever the E-step's dtype (a float32 block's: see :func:`float64_products`
+    and :meth:`CentredBlock.device_sums`)."""
 
     def device_sums(self, weights: torch.Tensor, full: bool) -> torch.Tensor:
         raise NotImplementedError
@@ -186,8 +292,9 @@ class CentredBlock(_Block):
     def device_sums(self, weights: torch.Tensor, full: bool) -> torch.Tensor:
         """``(K, 1 + D + S)`` rows ``[Σw, Σw·d, Σw·d²]`` (diagonal, S = D) or ``[Σw, Σw·d,
         Σw·ddᵀ]`` (full, S = D²) for weights (K, n), on the block's device: the weighted
-        differences ``w·d`` once, then one sum and one product per component."""
-        d = self.d
+        differences ``w·d`` once, then one sum and one product per component; a float32 block's
+        differences and weights widened to float64 first (components this far apart are rare)."""
+        d, weights = self.d.to(torch.float64), weights.to(torch.float64)
         k, dim = d.shape[0], d.shape[1]
         wd = d * weights[:, None, :]
         sums = torch.empty(k, 1 + dim + (dim * dim if full else dim), dtype=torch.float64, device=d.device)
@@ -221,7 +328,7 @@ class SharedFrameBlock(_Block):
         features = self.features
         if full and not self.full and dim > 1:
             features = frame_features(features[1 : 1 + dim], None, True)
-        return torch.mm(weights, features.T)
+        return float64_products(weights, features)
 
     def rows(self, total: torch.Tensor, full: bool) -> np.ndarray:
         """:meth:`CentredBlock.sums`'s rows about ``c`` from the total of :meth:`device_sums`."""
@@ -244,67 +351,106 @@ class SharedFrameBlock(_Block):
 
 
 class _Parameters:
-    """Named float64 arrays, copied once to each device that asks for them."""
+    """Named float64 arrays, copied once to each device and dtype that asks for them."""
 
     def __init__(self, **arrays: np.ndarray):
-        self._on = {CPU: {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64)) for k, v in arrays.items()}}
+        host = {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64)) for k, v in arrays.items()}
+        self._on = {(CPU, torch.float64): host}
 
-    def on(self, device: torch.device) -> dict:
-        found = self._on.get(device)
+    def on(self, device: torch.device, dtype: torch.dtype = torch.float64) -> dict:
+        found = self._on.get((device, dtype))
         if found is None:
-            found = self._on[device] = {k: v.to(device) for k, v in self._on[CPU].items()}
+            host = self._on[(CPU, torch.float64)]
+            found = self._on[(device, dtype)] = {k: v.to(device=device, dtype=dtype) for k, v in host.items()}
         return found
 
 
-def _shared_point(mu: np.ndarray, whitened_offsets: Callable[[np.ndarray], np.ndarray]) -> np.ndarray | None:
+def _shared_point(
+    mu: np.ndarray, whitened_offsets: Callable[[np.ndarray], np.ndarray], dtype: torch.dtype
+) -> np.ndarray | None:
     """The mean of the means ``c``, when ``whitened_offsets(c)`` ((K, D): each ``μ_k - c`` in
-    its component's whitened units) stays within ``SHARED_FRAME_REACH``; else ``None``."""
+    its component's whitened units) stays within the dtype's reach (:func:`_reach`); else ``None``."""
     c = mu.mean(axis=0)
     reach = np.sqrt(np.max(np.sum(whitened_offsets(c) ** 2, axis=1)))
-    return c if reach <= SHARED_FRAME_REACH else None
+    return c if reach <= _reach(dtype) else None
+
+
+def _reach(dtype: torch.dtype) -> float:
+    """The shared frame's reach for an E-step in ``dtype``."""
+    return SHARED_FRAME_REACH if dtype == torch.float64 else FLOAT32_SHARED_FRAME_REACH
+
+
+class _Frames:
+    """A kernel's parameters for each frame an encoding asks for (its dtype and offset), made once."""
+
+    def __init__(self, make: Callable[[PointEncoding], tuple]):
+        self._make = make
+        self._made: dict = {}
+
+    def of(self, enc: PointEncoding) -> tuple:
+        key = (enc.dtype, None if enc.offset is None else enc.offset.tobytes())
+        found = self._made.get(key)
+        if found is None:
+            found = self._made[key] = self._make(enc)
+        return found
 
 
 def shared_frame(enc: PointEncoding, c: np.ndarray, k: int, full: bool, c_on_device: torch.Tensor) -> SharedFrameBlock:
-    """The block's :class:`SharedFrameBlock` about ``c``, its features made here."""
-    return SharedFrameBlock(np.broadcast_to(c, (k, len(c))), frame_features(enc.points, c_on_device, full), full, c)
+    """The block's :class:`SharedFrameBlock` about ``c`` (exact in ``enc``'s frame, ``c_on_device``
+    its shifted value there), its features made here."""
+    return SharedFrameBlock(np.broadcast_to(c, (k, len(c))), frame_features(enc.values, c_on_device, full), full, c)
 
 
 def centred(enc: PointEncoding, references: np.ndarray, mu: torch.Tensor | None = None) -> CentredBlock:
-    """The differences of ``enc``'s points to each of ``references`` (K, D)."""
+    """The differences of ``enc``'s points to each of ``references`` (K, D); without ``mu`` (their
+    shifted values on the device) the references are first made exact in ``enc``'s frame
+    (:meth:`PointEncoding.relative`), so the block's sums are about the points they name."""
     if mu is None:
-        mu = torch.from_numpy(np.ascontiguousarray(references, dtype=np.float64)).to(enc.device)
-    return CentredBlock(references, torch.sub(enc.points[None], mu[:, :, None]))
+        references, shifted = enc.relative(references)
+        mu = torch.from_numpy(np.ascontiguousarray(shifted)).to(device=enc.device, dtype=enc.dtype)
+    return CentredBlock(references, torch.sub(enc.values[None], mu[:, :, None]))
 
 
 class DiagonalKernel:
     """``enc -> (K, N)`` log w_k + log p_k(x) of axis-aligned Gaussians (means ``mu`` (K, D),
-    variances ``sigma2`` (K, D)): ``c_k - Σ_j (x_j - μ_kj)² / (2σ²_kj)``."""
+    variances ``sigma2`` (K, D)): ``c_k - Σ_j (x_j - μ_kj)² / (2σ²_kj)``, in the encoding's dtype."""
 
     def __init__(self, mu: np.ndarray, sigma2: np.ndarray, log_weights: np.ndarray | None = None):
         const = -0.5 * (mu.shape[1] * LOG_2PI + np.log(sigma2).sum(axis=1))
         if log_weights is not None:
             const = const + log_weights
-        self.references = mu
-        self._c = _shared_point(mu, lambda c: (mu - c) / np.sqrt(sigma2))
-        if self._c is None:
-            self._params = _Parameters(mu=mu, const=const, neg_half_precision=-0.5 / sigma2)
-        else:  # c_k - ½Σ p(y - m)² = (c_k - ½Σ p m²) + Σ (p m) y - ½Σ p y²
-            m, precision = mu - self._c, 1.0 / sigma2
-            self._params = _Parameters(
-                c=self._c,
-                coefficients=np.concatenate(
-                    [(const - 0.5 * np.sum(precision * m * m, axis=1))[:, None], precision * m, -0.5 * precision],
-                    axis=1,
-                ),
-            )
+        self.references, self._sigma2, self._const = mu, sigma2, const
+        self._c = self._shared_point(torch.float64)  # float64's, decided once
+        self._frames = _Frames(self._frame)
+
+    def _shared_point(self, dtype: torch.dtype) -> np.ndarray | None:
+        mu, sigma2 = self.references, self._sigma2
+        return _shared_point(mu, lambda c: (mu - c) / np.sqrt(sigma2), dtype)
+
+    def _frame(self, enc: PointEncoding) -> tuple[np.ndarray | None, np.ndarray, _Parameters]:
+        """``(c, references, parameters)`` in ``enc``'s frame: the shared point ``c`` and the
+        expanded coefficients, or (``c`` ``None``) each component's mean and constants."""
+        mu, sigma2 = self.references, self._sigma2
+        c = self._c if enc.dtype == torch.float64 else self._shared_point(enc.dtype)
+        if c is None:
+            references, shifted = enc.relative(mu)
+            return None, references, _Parameters(mu=shifted, const=self._const, neg_half_precision=-0.5 / sigma2)
+        c, shifted = enc.relative(c)
+        # c_k - ½Σ p(y - m)² = (c_k - ½Σ p m²) + Σ (p m) y - ½Σ p y²
+        m, precision = mu - c, 1.0 / sigma2
+        coefficients = np.concatenate(
+            [(self._const - 0.5 * np.sum(precision * m * m, axis=1))[:, None], precision * m, -0.5 * precision], axis=1
+        )
+        return c, mu, _Parameters(c=shifted, coefficients=coefficients)
 
     def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, CentredBlock | SharedFrameBlock]:
         """The log-joint and the block's differences or features, which the M-step sums next."""
-        p = self._params.on(enc.device)
-        if self._c is not None:
-            block = shared_frame(enc, self._c, len(self.references), False, p["c"])
+        c, references, parameters = self._frames.of(enc)
+        p = parameters.on(enc.device, enc.dtype)
+        if c is not None:
+            block = shared_frame(enc, c, len(self.references), False, p["c"])
             return torch.mm(p["coefficients"], block.features), block
-        differences = centred(enc, self.references, p["mu"])
+        differences = centred(enc, references, p["mu"])
         d = differences.d
         if d.shape[1] == 1:  # 1-D: c + (-1/(2σ²))·d·d, one fused pass after the scaling
             lp = torch.addcmul(p["const"][:, None], d[:, 0], d[:, 0] * p["neg_half_precision"])
@@ -319,7 +465,8 @@ class DiagonalKernel:
 class FullKernel:
     """``enc -> (K, N)`` log w_k + log p_k(x) of full-covariance Gaussians: ``c_k - ½‖Uₖᵀ(x -
     μ_k)‖²`` with ``Σ_k⁻¹ = U_k U_kᵀ`` (``prec_chol`` (K, D, D)); one batched product per block,
-    or one product with the features, stored (about the encoding's origin) or made per block."""
+    or one product with the features, stored (about the encoding's origin) or made per block;
+    in the encoding's dtype."""
 
     def __init__(
         self, mu: np.ndarray, prec_chol: np.ndarray, log_norm: np.ndarray, log_weights: np.ndarray | None = None
@@ -328,15 +475,21 @@ class FullKernel:
         self.references = mu
         self._whiten = np.transpose(prec_chol, (0, 2, 1))
         self._precision = prec_chol @ self._whiten
-        self._c = _shared_point(mu, self._whitened_offsets)
-        if self._c is None:
-            self._params = _Parameters(mu=mu, whiten=self._whiten, const=self._const)
-        else:
-            self._params = _Parameters(c=self._c, **self._expanded(self._c))
-        self._about_origin: dict = {}  # an encoding's origin -> its expansion there, or None (out of reach)
+        self._c = _shared_point(mu, self._whitened_offsets, torch.float64)  # float64's, decided once
+        self._frames = _Frames(self._frame)
+        self._about_origin: dict = {}  # an encoding's origin and dtype -> its expansion there, or None (out of reach)
 
     def _whitened_offsets(self, point: np.ndarray) -> np.ndarray:
         return np.einsum("kij,kj->ki", self._whiten, self.references - point)
+
+    def _frame(self, enc: PointEncoding) -> tuple[np.ndarray | None, np.ndarray, _Parameters]:
+        """``(c, references, parameters)`` in ``enc``'s frame (see :meth:`DiagonalKernel._frame`)."""
+        c = self._c if enc.dtype == torch.float64 else _shared_point(self.references, self._whitened_offsets, enc.dtype)
+        if c is None:
+            references, shifted = enc.relative(self.references)
+            return None, references, _Parameters(mu=shifted, whiten=self._whiten, const=self._const)
+        c, shifted = enc.relative(c)
+        return c, self.references, _Parameters(c=shifted, **self._expanded(c))
 
     def _expanded(self, point: np.ndarray) -> dict:
         """c_k - ½(y - m)ᵀP(y - m) = (c_k - ½mᵀPm) + (Pm)ᵀy - ½yᵀPy about ``point``, P = UUᵀ."""
@@ -347,28 +500,29 @@ class FullKernel:
         const = self._const - 0.5 * np.sum(pm * m, axis=1)
         return dict(coefficients=np.concatenate([const[:, None], pm, quadratic], axis=1))
 
-    def _stored_frame(self, origin: np.ndarray, device: torch.device) -> dict | None:
+    def _stored_frame(self, origin: np.ndarray, device: torch.device, dtype: torch.dtype) -> dict | None:
         """The expansion about an encoding's ``origin`` (one that stores its features), on its
-        ``device``, when every mean is within reach of that origin."""
-        key = origin.tobytes()
+        ``device`` in its ``dtype``, when every mean is within the dtype's reach of that origin."""
+        key = (origin.tobytes(), dtype)
         if key not in self._about_origin:
             reach = np.sqrt(np.max(np.sum(self._whitened_offsets(origin) ** 2, axis=1)))
-            self._about_origin[key] = _Parameters(**self._expanded(origin)) if reach <= SHARED_FRAME_REACH else None
+            within = reach <= _reach(dtype)
+            self._about_origin[key] = _Parameters(**self._expanded(origin)) if within else None
         found = self._about_origin[key]
-        return None if found is None else found.on(device)
+        return None if found is None else found.on(device, dtype)
 
     def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, CentredBlock | SharedFrameBlock]:
-        p = self._params.on(enc.device)
-        if self._c is not None:
+        c, references, parameters = self._frames.of(enc)
+        p = parameters.on(enc.device, enc.dtype)
+        if c is not None:
             features, origin = enc.features, enc.origin
-            stored = None if features is None or origin is None else self._stored_frame(origin, enc.device)
+            stored = None if features is None or origin is None else self._stored_frame(origin, enc.device, enc.dtype)
             if stored is not None and features is not None and origin is not None:
-                references = np.broadcast_to(self._c, self.references.shape)
-                block = SharedFrameBlock(references, features, True, origin)
+                block = SharedFrameBlock(np.broadcast_to(c, self.references.shape), features, True, origin)
                 return torch.mm(stored["coefficients"], features), block
-            block = shared_frame(enc, self._c, len(self.references), True, p["c"])
+            block = shared_frame(enc, c, len(self.references), True, p["c"])
             return torch.mm(p["coefficients"], block.features), block
-        differences = centred(enc, self.references, p["mu"])
+        differences = centred(enc, references, p["mu"])
         z = torch.bmm(p["whiten"], differences.d)
         lp = z.square_().sum(dim=1).mul_(-0.5).add_(p["const"][:, None])
         return lp, differences

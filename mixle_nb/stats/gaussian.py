@@ -16,6 +16,9 @@ from .frame import PointEncoding, point_encoding
 
 
 class GaussianEncoder(Encoder):
+    def __init__(self, dtype: torch.dtype = torch.float64):
+        self.dtype = dtype
+
     def seq_encode(self, data: ArrayLike, device: torch.device | str | None = None) -> PointEncoding:
         x = np.asarray(data, dtype=np.float64)
         if x.ndim == 2 and x.shape[1] == 1:
@@ -25,7 +28,7 @@ class GaussianEncoder(Encoder):
                 f"GaussianDistribution expects a 1-D sequence of numbers; got shape {x.shape}. "
                 "For vectors use DiagonalGaussianEstimator or MultivariateGaussianEstimator"
             )
-        return point_encoding(check_finite(x, "Gaussian")[:, None], resolve_device(device))
+        return point_encoding(check_finite(x, "Gaussian")[:, None], resolve_device(device), dtype=self.dtype)
 
 
 class GaussianDistribution(DiagonalGaussianDistribution):
@@ -87,11 +90,16 @@ class GaussianEstimator(DiagonalGaussianEstimator):
         Ties all statistics with every estimator of the same key.
     variance_key : str, optional
         Ties only the variance: components sharing one variance, each with its own mean.
+    dtype : torch.dtype, numpy dtype or str, default float64
+        The E-step's arithmetic: ``"float32"`` (``torch.float32``, ``np.float32``) encodes the data
+        in float32 and computes the log-densities and responsibilities in float32, halving the
+        encoding's memory; the sums and the objective still add up in float64 and the parameters
+        stay float64 (see the numerics guide for what float32 keeps and what it gives up).
 
     Raises
     ------
     ValueError
-        A ``reg_covar`` that is negative or not finite.
+        A ``reg_covar`` that is negative or not finite, or a ``dtype`` other than float32 or float64.
 
     See Also
     --------
@@ -107,11 +115,13 @@ class GaussianEstimator(DiagonalGaussianEstimator):
     (2.0, 0.6667)
     """
 
-    def __init__(self, reg_covar: float = 1e-6, keys: str | None = None, variance_key: str | None = None):
-        super().__init__(dim=1, reg_covar=reg_covar, keys=keys, variance_key=variance_key)
+    def __init__(
+        self, reg_covar: float = 1e-6, keys: str | None = None, variance_key: str | None = None, dtype: Any = None
+    ):
+        super().__init__(dim=1, reg_covar=reg_covar, keys=keys, variance_key=variance_key, dtype=dtype)
 
     def make_accumulator(self) -> CentredMoments:
-        return CentredMoments(1, self.keys, GaussianEncoder(), self.variance_key)
+        return CentredMoments(1, self.keys, GaussianEncoder(self.dtype), self.variance_key)
 
     def estimate(self, nobs: float | None, value: np.ndarray) -> GaussianDistribution:
         mu, sigma2 = diagonal_estimate(value, self.reg_covar)

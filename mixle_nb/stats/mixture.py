@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike
 from . import foreign
 from .base import Accumulator, Distribution, Encoder, Estimator, device_tensor, encoding_device, merge_into, resident
 from .centred_moments import DegenerateComponentError
-from .frame import CentredBlock, SharedFrameBlock
+from .frame import CentredBlock, SharedFrameBlock, encoding_dtype, in_dtype
 from .sampler import Sampler
 
 if TYPE_CHECKING:
@@ -34,7 +34,11 @@ STORED_BLOCK_ELEMENTS = 1 << 16
 # device's memory bandwidth does not need the cache: blocks as large as memory comfortably
 # allows (components x rows x the encoding's ``row_width`` floats: 512 MB at most).
 DEVICE_BLOCK_ELEMENTS = 1 << 26
-LOWEST = torch.finfo(torch.float64).min
+# A float32 E-step's terms exp(log p - peak) stop at exp(-60) = 8.8e-27 instead of underflowing:
+# float32 makes and multiplies subnormals (below 1.2e-38) 10-80x slower than normal numbers on
+# the CPU, and 8.8e-27 times a responsibility's scale (>= 1/K) stays normal; a weight of 8.8e-27
+# instead of 0 is below the rounding of any sum it joins.
+FLOAT32_EXP_FLOOR = -60.0
 
 
 def block_rows(device: torch.device, width: int, cpu_elements: int = BLOCK_ELEMENTS) -> int:
@@ -80,13 +84,23 @@ def posterior(
     Component-major, so the reductions over K are elementwise passes over contiguous rows.
     Writes each observation's largest term to ``peak`` and its sum of ``exp(term - peak)`` to
     ``total``; ``log_density(peak, total)`` is then log p(x), which is why one E-step pass
-    also reports the objective.
+    also reports the objective. A float32 log-joint (a float32 E-step) is worked on in float32
+    and its ``peak`` and ``total`` copied into the float64 ones, so the objective adds up in float64.
     """
-    torch.amax(log_joint, dim=0, out=peak)
-    peak.clamp_(min=LOWEST)  # an observation impossible under every component stays -inf
-    resp = log_joint.sub_(peak).exp_()
-    torch.sum(resp, dim=0, out=total)  # >= 1 (the peak's own term) unless impossible
-    scale = total.clamp(min=1.0).reciprocal_()
+    same = log_joint.dtype == peak.dtype
+    top = peak if same else torch.empty(peak.shape, dtype=log_joint.dtype, device=peak.device)
+    summed = total if same else torch.empty(total.shape, dtype=log_joint.dtype, device=total.device)
+    torch.amax(log_joint, dim=0, out=top)
+    top.clamp_(min=torch.finfo(top.dtype).min)  # an observation impossible under every component stays -inf
+    resp = log_joint.sub_(top)
+    if not same:  # float32: exp below its smallest normal number makes subnormals, 10-20x slower to make and use
+        resp.clamp_(min=FLOAT32_EXP_FLOOR)
+    resp.exp_()
+    torch.sum(resp, dim=0, out=summed)  # >= 1 (the peak's own term) unless impossible
+    if not same:
+        peak.copy_(top)
+        total.copy_(summed)
+    scale = summed.clamp(min=1.0).reciprocal_()
     if weights is not None:
         scale.mul_(device_tensor(weights, scale.device))
     return resp.mul_(scale)
@@ -254,12 +268,14 @@ class MixtureDistribution(Distribution):
 
 
 class MixtureAccumulator(Accumulator):
-    """Component counts plus one accumulator per component. ``keys`` ties the weights."""
+    """Component counts plus one accumulator per component. ``keys`` ties the weights;
+    ``dtype``, where given, is the E-step's (the components' encoder in that dtype)."""
 
-    def __init__(self, accumulators: list, keys: str | None):
+    def __init__(self, accumulators: list, keys: str | None, dtype: torch.dtype | None = None):
         self.accumulators = accumulators
         self.counts = np.zeros(len(accumulators))
         self.keys = keys
+        self.dtype = dtype
 
     def _update_components(
         self,
@@ -281,7 +297,7 @@ class MixtureAccumulator(Accumulator):
                 references = np.stack([np.atleast_1d(np.asarray(m.mu, dtype=np.float64)) for m in models])
             self.counts += stacked(self.accumulators, enc, resp, block=block, references=references)
             return
-        self.counts += resp.sum(dim=1).cpu().numpy()
+        self.counts += resp.sum(dim=1, dtype=torch.float64).cpu().numpy()
         if initialize_rng is not None:
             for acc, weights in zip(self.accumulators, resp.cpu().numpy()):
                 acc.seq_initialize(enc, weights, initialize_rng)
@@ -362,7 +378,8 @@ class MixtureAccumulator(Accumulator):
             acc.key_replace(stats)
 
     def acc_to_encoder(self) -> Encoder:
-        return self.accumulators[0].acc_to_encoder()
+        encoder = self.accumulators[0].acc_to_encoder()
+        return encoder if self.dtype is None else in_dtype(encoder, self.dtype)
 
 
 class MixtureEstimator(Estimator):
@@ -376,11 +393,14 @@ class MixtureEstimator(Estimator):
         Added to every component's count before the weights are normalised.
     keys : str, optional
         Ties the weights with every mixture estimator of the same key.
+    dtype : torch.dtype, numpy dtype or str, optional
+        The E-step's arithmetic, float64 or float32, for components of our Gaussian families
+        (their estimators' ``dtype``); default: the components' own (float64 unless they say).
 
     Raises
     ------
     ValueError
-        No component estimator.
+        No component estimator, or a ``dtype`` other than float32 or float64.
 
     See Also
     --------
@@ -401,14 +421,17 @@ class MixtureEstimator(Estimator):
     [-3, 3]
     """
 
-    def __init__(self, estimators: Sequence[Estimator], pseudo_count: float = 0.0, keys: str | None = None):
+    def __init__(
+        self, estimators: Sequence[Estimator], pseudo_count: float = 0.0, keys: str | None = None, dtype: Any = None
+    ):
         self.estimators = list(estimators)
         if not self.estimators:
             raise ValueError("MixtureEstimator needs at least one component estimator")
         self.pseudo_count, self.keys = float(pseudo_count), keys
+        self.dtype = None if dtype is None else encoding_dtype(dtype)
 
     def make_accumulator(self) -> MixtureAccumulator:
-        return MixtureAccumulator([foreign.accumulator(e) for e in self.estimators], self.keys)
+        return MixtureAccumulator([foreign.accumulator(e) for e in self.estimators], self.keys, self.dtype)
 
     def estimate(self, nobs: float | None, value: tuple) -> MixtureDistribution:
         counts, component_values = value

@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike
 from .base import Distribution, Encoder, Estimator, resolve_device
 from .centred_moments import CentredMoments, check_reg_covar, full_estimate, stacked_estimate
 from .diagonal_gaussian import check_vectors
-from .frame import LOG_2PI, FullKernel, PointEncoding, point_encoding
+from .frame import LOG_2PI, FullKernel, PointEncoding, encoding_dtype, point_encoding
 from .sampler import Sampler
 
 if TYPE_CHECKING:
@@ -27,13 +27,12 @@ if TYPE_CHECKING:
 
 
 class MultivariateGaussianEncoder(Encoder):
-    def __init__(self, dim: int | None = None):
-        self.dim = dim
+    def __init__(self, dim: int | None = None, dtype: torch.dtype = torch.float64):
+        self.dim, self.dtype = dim, dtype
 
     def seq_encode(self, data: ArrayLike, device: torch.device | str | None = None) -> PointEncoding:
-        return point_encoding(
-            check_vectors(data, self.dim, "MultivariateGaussian"), resolve_device(device), products=True
-        )
+        x = check_vectors(data, self.dim, "MultivariateGaussian")
+        return point_encoding(x, resolve_device(device), products=True, dtype=self.dtype)
 
 
 def kernel_constants(chol: np.ndarray) -> tuple[np.ndarray, Any]:
@@ -170,11 +169,16 @@ class MultivariateGaussianEstimator(Estimator):
         Ties all statistics with every estimator of the same key.
     covariance_key : str, optional
         Ties only the covariance: components sharing one covariance, each with its own mean.
+    dtype : torch.dtype, numpy dtype or str, default float64
+        The E-step's arithmetic: ``"float32"`` (``torch.float32``, ``np.float32``) encodes the data
+        in float32 and computes the log-densities and responsibilities in float32, halving the
+        encoding's memory; the sums and the objective still add up in float64 and the parameters
+        stay float64 (see the numerics guide for what float32 keeps and what it gives up).
 
     Raises
     ------
     ValueError
-        A ``reg_covar`` that is negative or not finite.
+        A ``reg_covar`` that is negative or not finite, or a ``dtype`` other than float32 or float64.
 
     See Also
     --------
@@ -199,13 +203,14 @@ class MultivariateGaussianEstimator(Estimator):
         reg_covar: float = 1e-6,
         keys: str | None = None,
         covariance_key: str | None = None,
+        dtype: Any = None,
     ):
         self.dim, self.reg_covar, self.keys, self.covariance_key = dim, check_reg_covar(reg_covar), keys, covariance_key
+        self.dtype = encoding_dtype(dtype)
 
     def make_accumulator(self) -> CentredMoments:
-        return CentredMoments(
-            self.dim, self.keys, MultivariateGaussianEncoder(self.dim), self.covariance_key, full=True
-        )
+        encoder = MultivariateGaussianEncoder(self.dim, self.dtype)
+        return CentredMoments(self.dim, self.keys, encoder, self.covariance_key, full=True)
 
     def estimate(self, nobs: float | None, value: np.ndarray) -> MultivariateGaussianDistribution:
         if np.size(value) == 0:

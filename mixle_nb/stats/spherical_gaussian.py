@@ -16,6 +16,7 @@ from numpy.typing import ArrayLike
 from .base import Estimator
 from .centred_moments import CentredMoments, check_reg_covar, diagonal_estimate, stacked_estimate
 from .diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEncoder
+from .frame import encoding_dtype
 
 if TYPE_CHECKING:
     from .parameters import ParameterCount
@@ -86,11 +87,16 @@ class SphericalGaussianEstimator(Estimator):
         Ties all statistics with every estimator of the same key.
     variance_key : str, optional
         Ties only the variance: components sharing one σ², each with its own mean.
+    dtype : torch.dtype, numpy dtype or str, default float64
+        The E-step's arithmetic: ``"float32"`` (``torch.float32``, ``np.float32``) encodes the data
+        in float32 and computes the log-densities and responsibilities in float32, halving the
+        encoding's memory; the sums and the objective still add up in float64 and the parameters
+        stay float64 (see the numerics guide for what float32 keeps and what it gives up).
 
     Raises
     ------
     ValueError
-        A ``reg_covar`` that is negative or not finite.
+        A ``reg_covar`` that is negative or not finite, or a ``dtype`` other than float32 or float64.
 
     See Also
     --------
@@ -108,12 +114,18 @@ class SphericalGaussianEstimator(Estimator):
     """
 
     def __init__(
-        self, dim: int | None = None, reg_covar: float = 1e-6, keys: str | None = None, variance_key: str | None = None
+        self,
+        dim: int | None = None,
+        reg_covar: float = 1e-6,
+        keys: str | None = None,
+        variance_key: str | None = None,
+        dtype: Any = None,
     ):
         self.dim, self.reg_covar, self.keys, self.variance_key = dim, check_reg_covar(reg_covar), keys, variance_key
+        self.dtype = encoding_dtype(dtype)
 
     def make_accumulator(self) -> CentredMoments:
-        return CentredMoments(self.dim, self.keys, DiagonalGaussianEncoder(self.dim), self.variance_key)
+        return CentredMoments(self.dim, self.keys, DiagonalGaussianEncoder(self.dim, self.dtype), self.variance_key)
 
     def estimate(self, nobs: float | None, value: np.ndarray) -> SphericalGaussianDistribution:
         if np.size(value) == 0:
