@@ -32,6 +32,7 @@ import platform
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -557,6 +558,9 @@ def fixed_cost(args) -> int:
         )
         sizes.append("--no-hmm")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    # its JSON beside the report (or a temporary file), never over the recorded CPU results
+    out = os.environ.get("OUT") or tempfile.mkdtemp(prefix="gpu_check_")
+    sizes += ["--json", os.path.join(out, "distributed_em_bench.json")]
     proc = subprocess.run(
         [sys.executable, bench, *sizes], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
