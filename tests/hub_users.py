@@ -1,0 +1,112 @@
+"""Two local users for the JupyterHub test, made for one test session and removed after it.
+
+Each is an ordinary account (``useradd``: its own group, a home, no login shell) with a
+random name. The venv's interpreter may live where another uid cannot reach it (a pyenv build
+under root's 0700 home): :class:`LocalUsers` then grants each user, by a POSIX ACL entry, only
+the search (``x``) permission on each such folder, and removes those entries before the users
+go. Nothing else on the host is changed.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import psutil
+
+
+@dataclass(frozen=True)
+class LocalUser:
+    """An account made by :class:`LocalUsers`."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+
+def _folders_to_reach() -> list[str]:
+    """Every folder above the interpreter, the venv and this repository, each folder once."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    targets = {os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, repo}
+    folders: set[str] = set()
+    for target in targets:
+        folder = os.path.dirname(target) if os.path.isfile(target) else target
+        while True:
+            folders.add(folder)
+            if folder == os.path.dirname(folder):
+                break
+            folder = os.path.dirname(folder)
+    return sorted(folders)
+
+
+def _closed_to_others(folder: str) -> bool:
+    return not stat.S_IMODE(os.stat(folder).st_mode) & stat.S_IXOTH
+
+
+def processes_of(uids: set[int]) -> list[psutil.Process]:
+    """The live processes whose real uid is one of ``uids``."""
+    found = []
+    for proc in psutil.process_iter(["uids", "status"]):
+        info = proc.info
+        if info["uids"] is not None and info["uids"].real in uids and info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
+class LocalUsers:
+    """``with LocalUsers(2) as users``: that many new accounts, gone (with every process and
+    file they own in their home and /tmp) at the end."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.users: list[LocalUser] = []
+        self.opened: list[str] = []  # the folders given an ACL entry for each user
+
+    def __enter__(self) -> list[LocalUser]:
+        try:
+            tag = secrets.token_hex(3)
+            for i in range(self.count):
+                name = f"mxhub{tag}{chr(ord('a') + i)}"
+                subprocess.run(
+                    ["useradd", "--create-home", "--user-group", "--shell", "/usr/sbin/nologin", name],
+                    check=True,
+                    capture_output=True,
+                )
+                entry = pwd.getpwnam(name)
+                self.users.append(LocalUser(name, entry.pw_uid, entry.pw_gid, entry.pw_dir))
+            self.opened = [folder for folder in _folders_to_reach() if _closed_to_others(folder)]
+            for folder in self.opened:
+                for user in self.users:
+                    subprocess.run(["setfacl", "-m", f"u:{user.name}:x", folder], check=True, capture_output=True)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self.users
+
+    def __exit__(self, *exc: object) -> None:
+        uids = {user.uid for user in self.users}
+        deadline = time.monotonic() + 10.0
+        while (left := processes_of(uids)) and time.monotonic() < deadline:
+            for proc in left:
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(left, timeout=2)
+        for folder in self.opened:
+            for user in self.users:
+                subprocess.run(["setfacl", "-x", f"u:{user.name}", folder], check=False, capture_output=True)
+        for user in self.users:
+            for root in ("/tmp", "/dev/shm"):
+                subprocess.run(
+                    ["find", root, "-xdev", "-uid", str(user.uid), "-delete"], check=False, stderr=subprocess.DEVNULL
+                )
+            subprocess.run(["userdel", "--remove", user.name], check=False, capture_output=True)
+        self.users = []
