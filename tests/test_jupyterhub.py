@@ -6,7 +6,7 @@ the Hub's ``LocalProcessSpawner`` behind its ``configurable-http-proxy``, all on
 proxy with tokens the Hub issued to each user (``tests/hub_kernel.py``). User A's notebook
 starts a 2-engine cluster with the magics, pushes data and steps an ``EMPanel``; user B's
 kernel, meanwhile, probes every TCP port A's processes listen on (``shared_host_probe``:
-bounded bursts, 20 rounds, loopback only; the ports are found by the harness, as root, since B
+bounded bursts, 50 rounds, loopback only; the ports are found by the harness, as root, since B
 cannot see A's sockets), tries A's Unix sockets and reads A's connection files and sockets
 folders. A keeps stepping, each step within the call bound and equal to one process's EM step
 within 1e-10; B reaches none of A's files, folders or sockets, nor A's server through the Hub.
@@ -32,7 +32,7 @@ from mixle_nb.stats import GaussianDistribution, MixtureDistribution, em_step, s
 
 pytestmark = pytest.mark.hub
 
-ROUNDS = 20
+ROUNDS = 50
 CALL_BOUND_S = 30.0  # the cluster's 20 s collective timeout, and time to answer
 STEPS_AT_LEAST = 3
 LOOPBACK = {"127.0.0.1", "::1"}
@@ -116,23 +116,74 @@ def requirements() -> None:
         unavailable("needs setfacl (Debian's acl package): run `make hub`")
 
 
+def role(pid: int, cluster_pids: set[int]) -> str:
+    """What a process of user A is: an engine of the cluster, the kernel, the server."""
+    import psutil
+
+    if pid in cluster_pids:
+        return "engine"
+    command = " ".join(psutil.Process(pid).cmdline())
+    return "kernel" if "ipykernel" in command else "server" if "jupyterhub-singleuser" in command else command
+
+
+def a_steps_while_b_probes(kernel_a, kernel_b, probe_code: str) -> tuple[dict, int]:
+    """Step A's panel (each step within the call bound and equal to one process's) while B's
+    kernel runs ``probe_code``, at least :data:`STEPS_AT_LEAST` times, then once more after
+    the probe. B's report, and the steps A took while B probed."""
+    reference = one_process_steps()
+    probed: dict = {}
+
+    def probe() -> None:
+        try:
+            probed["report"] = json.loads(kernel_b.execute(probe_code, timeout=120).strip().splitlines()[-1])
+        except BaseException as exc:
+            probed["error"] = exc
+
+    def step() -> None:
+        t0 = time.monotonic()
+        log_density, model = map(json.loads, kernel_a.execute(A_STEPS, timeout=CALL_BOUND_S).split("\n")[:2])
+        assert time.monotonic() - t0 < CALL_BOUND_S
+        expected_log_density, expected_model = next(reference)
+        np.testing.assert_allclose(log_density, expected_log_density, rtol=1e-10)
+        for got, want in zip(model, expected_model):
+            np.testing.assert_allclose(got, want, rtol=1e-10)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    steps = 0
+    try:
+        while prober.is_alive() or steps < STEPS_AT_LEAST:
+            step()
+            steps += 1
+    finally:
+        prober.join(130)
+    step()  # the next call, after the probe
+    assert "error" not in probed, probed.get("error")
+    return probed["report"], steps
+
+
 def test_user_b_cannot_wedge_enter_or_read_user_as_cluster_on_a_jupyterhub():
     requirements()
     from hub_kernel import HubKernel
     from hub_server import Hub
     from hub_users import LocalUsers, processes_of
 
+    seconds: dict[str, float] = {}
+    t0 = time.monotonic()
     with LocalUsers(2) as (a, b), Hub() as hub:
+        seconds["users and hub"] = time.monotonic() - t0
         hub_ports = listening_ports({proc.pid for proc in hub.started})
         assert hub_ports and {address for address, _, _ in hub_ports} <= LOOPBACK
         tokens = hub.start_servers([a.name, b.name])
         status, _ = hub.request("GET", f"/user/{a.name}/api/kernels", tokens[b.name])
         assert status == 403  # B's token does not open A's server
+        seconds["servers"] = time.monotonic() - t0
 
         with HubKernel(hub, a.name, tokens[a.name]) as kernel_a, HubKernel(hub, b.name, tokens[b.name]) as kernel_b:
             kernel_a.execute(A_STARTS, timeout=120)
             kernel_a.execute(A_BUILDS, timeout=60)
             cluster = json.loads(kernel_a.execute(A_PANEL, timeout=60).strip().splitlines()[-1])
+            seconds["kernels, cluster, panel"] = time.monotonic() - t0
             cluster_pids = set(cluster["pids"])
             a_pids = {proc.pid for proc in processes_of({a.uid})}
             assert cluster_pids <= a_pids
@@ -149,33 +200,12 @@ def test_user_b_cannot_wedge_enter_or_read_user_as_cluster_on_a_jupyterhub():
 
             arguments = [*(str(port) for _, port, _ in ports), "--rounds", str(ROUNDS), "--unix", *unix]
             probe_code = B_PROBES.format(arguments=[*arguments, "--files", *files], folders=folders)
-            probed: dict = {}
-
-            def probe() -> None:
-                try:
-                    probed["report"] = json.loads(kernel_b.execute(probe_code, timeout=120).strip().splitlines()[-1])
-                except BaseException as exc:
-                    probed["error"] = exc
-
-            prober = threading.Thread(target=probe)
-            prober.start()
-            reference = one_process_steps()
-            steps = 0
-            try:
-                while prober.is_alive() or steps < STEPS_AT_LEAST:
-                    t0 = time.monotonic()
-                    log_density, model = map(json.loads, kernel_a.execute(A_STEPS, timeout=CALL_BOUND_S).split("\n")[:2])
-                    assert time.monotonic() - t0 < CALL_BOUND_S
-                    expected_log_density, expected_model = next(reference)
-                    np.testing.assert_allclose(log_density, expected_log_density, rtol=1e-10)
-                    for got, want in zip(model, expected_model):
-                        np.testing.assert_allclose(got, want, rtol=1e-10)
-                    steps += 1
-            finally:
-                prober.join(130)
-            assert "error" not in probed, probed.get("error")
-            report = probed["report"]
-            print(f"A listens on {ports}; Unix sockets {len(unix)}; B's probe: {report}; A stepped {steps} times")
+            report, steps = a_steps_while_b_probes(kernel_a, kernel_b, probe_code)
+            seconds["probe"] = time.monotonic() - t0
+            listening = [(address, port, role(pid, cluster_pids)) for address, port, pid in ports]
+            print(
+                f"A listens on {listening} and {len(unix)} Unix sockets; B's probe: {report}; A's steps meanwhile: {steps}"
+            )
             assert report["uid"] == b.uid and report["rounds"] == ROUNDS and report["ports"] == len(ports)
             assert report["connected"] > 0  # B reached the ports, and A went on stepping
             assert report["unix_connected"] == [] and report["files_read"] == [] and report["folders_listed"] == []
@@ -183,8 +213,11 @@ def test_user_b_cannot_wedge_enter_or_read_user_as_cluster_on_a_jupyterhub():
 
             assert kernel_a.execute("%mixle_cluster stop", timeout=60).strip() == "mixle cluster stopped"
             assert [proc.pid for proc in processes_of({a.uid}) if proc.pid in cluster_pids] == []
+            assert not any(os.path.exists(os.path.dirname(path)) for path in unix)  # its sockets folder removed
         hub.stop_servers([a.name, b.name])
         deadline = time.monotonic() + 10.0
         while processes_of({a.uid, b.uid}) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert processes_of({a.uid, b.uid}) == []  # the Hub stopped every server and kernel
+        seconds["stopped"] = time.monotonic() - t0
+    print("seconds since the start: " + ", ".join(f"{name} {value:.1f}" for name, value in seconds.items()))
