@@ -30,7 +30,8 @@ import psutil
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROXY = os.path.join(REPO, ".hub", "node_modules", ".bin", "configurable-http-proxy")
 SERVICE = "mixle-test"
-START_S = 60.0  # the Hub, or a single-user server, ready within this
+START_S = 60.0
+UNUSED_EXTENSIONS = ("jupyterlab", "notebook", "jupyter_lsp", "jupyterlab_jupytext", "ipyparallel", "notebook_shim")  # the Hub, or a single-user server, ready within this
 
 
 def free_port() -> int:
@@ -57,6 +58,8 @@ def _config(token: str, pythonpath: str) -> dict[str, dict[str, Any]]:
         "ConfigurableHTTPProxy.command": [PROXY],
         "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{free_port()}",
         "Spawner.cmd": [os.path.join(bin_dir, "jupyterhub-singleuser")],
+        # the kernel API is all the test uses: the front ends' server extensions stay unloaded
+        "Spawner.args": [f"--ServerApp.jpserver_extensions={dict.fromkeys(UNUSED_EXTENSIONS, False)!r}"],
         "Spawner.environment": {"PYTHONPATH": pythonpath, "OMP_NUM_THREADS": "1"},
         "Spawner.disable_user_config": True,
         "Spawner.start_timeout": int(START_S),
