@@ -31,7 +31,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROXY = os.path.join(REPO, ".hub", "node_modules", ".bin", "configurable-http-proxy")
 SERVICE = "mixle-test"
 START_S = 60.0
-UNUSED_EXTENSIONS = ("jupyterlab", "notebook", "jupyter_lsp", "jupyterlab_jupytext", "ipyparallel", "notebook_shim")  # the Hub, or a single-user server, ready within this
+UNUSED_EXTENSIONS = (
+    "jupyterlab",
+    "notebook",
+    "jupyter_lsp",
+    "jupyterlab_jupytext",
+    "ipyparallel",
+    "notebook_shim",
+)  # the Hub, or a single-user server, ready within this
 
 
 def free_port() -> int:
