@@ -84,6 +84,7 @@ def roles(cluster: MixleCluster) -> dict[str, set[int]]:
 
 
 def local_inventory(table: Table) -> None:
+    """A row per role of a 2-engine local cluster in each of the three set-ups."""
     for name, options in EXPOSURES.items():
         with MixleCluster(2, timeout=20.0, **options) as cluster:
             for processes, pids in roles(cluster).items():
@@ -91,6 +92,7 @@ def local_inventory(table: Table) -> None:
 
 
 def ssh_inventory(table: Table) -> None:
+    """A row for the notebook's host and one per engine host of a 2-host ssh cluster."""
     from simulated_hosts import SimulatedNetwork
 
     with SimulatedNetwork(2) as net:
@@ -105,6 +107,7 @@ def ssh_inventory(table: Table) -> None:
 
 
 def main() -> None:
+    """Measure, print and write ``port_inventory.json``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ssh", action="store_true", help="also a 2-host ssh cluster on simulated hosts (root)")
     add_json_argument(parser, "port_inventory")

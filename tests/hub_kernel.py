@@ -73,6 +73,7 @@ class HubKernel:
         return "".join(out)
 
     def _request(self, msg_id: str, code: str) -> dict[str, Any]:
+        """An ``execute_request`` on the shell channel, as the websocket's JSON carries it."""
         header = {
             "msg_id": msg_id,
             "msg_type": "execute_request",

@@ -30,15 +30,9 @@ import psutil
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROXY = os.path.join(REPO, ".hub", "node_modules", ".bin", "configurable-http-proxy")
 SERVICE = "mixle-test"
-START_S = 60.0
-UNUSED_EXTENSIONS = (
-    "jupyterlab",
-    "notebook",
-    "jupyter_lsp",
-    "jupyterlab_jupytext",
-    "ipyparallel",
-    "notebook_shim",
-)  # the Hub, or a single-user server, ready within this
+START_S = 60.0  # the Hub, or a single-user server, ready within this
+# the server extensions of the front ends (the test uses the kernel API only), not loaded
+UNUSED_EXTENSIONS = ("jupyterlab", "notebook", "jupyter_lsp", "jupyterlab_jupytext", "ipyparallel", "notebook_shim")
 
 
 def free_port() -> int:
@@ -65,7 +59,6 @@ def _config(token: str, pythonpath: str) -> dict[str, dict[str, Any]]:
         "ConfigurableHTTPProxy.command": [PROXY],
         "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{free_port()}",
         "Spawner.cmd": [os.path.join(bin_dir, "jupyterhub-singleuser")],
-        # the kernel API is all the test uses: the front ends' server extensions stay unloaded
         "Spawner.args": [f"--ServerApp.jpserver_extensions={dict.fromkeys(UNUSED_EXTENSIONS, False)!r}"],
         "Spawner.environment": {"PYTHONPATH": pythonpath, "OMP_NUM_THREADS": "1"},
         "Spawner.disable_user_config": True,
@@ -80,8 +73,9 @@ def _config(token: str, pythonpath: str) -> dict[str, dict[str, Any]]:
 
 
 class Hub:
-    """``with Hub() as hub``: a running JupyterHub (and its proxy); on exit every server is
-    stopped through the Hub, then the Hub by its pid, then whatever of it is left, by pid."""
+    """``with Hub() as hub``: a running JupyterHub and its proxy. On exit the Hub gets SIGTERM
+    by its pid (it stops its servers and its proxy), then whatever of it is left is killed by
+    pid, and its folder (configuration, database, log) is removed."""
 
     def __init__(self) -> None:
         self.token = secrets.token_hex(32)
@@ -116,6 +110,7 @@ class Hub:
 
     @property
     def log_path(self) -> str:
+        """Where the Hub's (and its proxy's) output goes."""
         return os.path.join(self.folder, "jupyterhub.log")
 
     def log(self) -> str:
@@ -127,6 +122,7 @@ class Hub:
             return ""
 
     def _wait_ready(self) -> None:
+        """Until the Hub's API answers through the proxy (its route added)."""
         deadline = time.monotonic() + START_S
         while True:
             assert self.process is not None
@@ -179,6 +175,7 @@ class Hub:
         self._wait_servers(users, ready=False)
 
     def _wait_servers(self, users: list[str], ready: bool) -> None:
+        """Until every one of ``users``' servers is ready (or, ``ready=False``, gone)."""
         deadline = time.monotonic() + START_S
         waiting = list(users)
         while waiting:

@@ -49,6 +49,7 @@ def _folders_to_reach() -> list[str]:
 
 
 def _closed_to_others(folder: str) -> bool:
+    """Whether other users lack the search permission on ``folder``."""
     return not stat.S_IMODE(os.stat(folder).st_mode) & stat.S_IXOTH
 
 

@@ -106,6 +106,7 @@ def one_process_steps() -> Iterator[tuple[float, list]]:
 
 
 def requirements() -> None:
+    """Root, JupyterHub, its proxy and setfacl, or fail (strict) / skip saying how to get them."""
     require_root()
     import_or_unavailable("jupyterhub")
     from hub_server import PROXY
@@ -134,12 +135,14 @@ def a_steps_while_b_probes(kernel_a, kernel_b, probe_code: str) -> tuple[dict, i
     probed: dict = {}
 
     def probe() -> None:
+        """B's cell, in a thread: its report, or what it raised."""
         try:
             probed["report"] = json.loads(kernel_b.execute(probe_code, timeout=120).strip().splitlines()[-1])
         except BaseException as exc:
             probed["error"] = exc
 
     def step() -> None:
+        """One step of A's panel, checked against the next one-process step."""
         t0 = time.monotonic()
         log_density, model = map(json.loads, kernel_a.execute(A_STEPS, timeout=CALL_BOUND_S).split("\n")[:2])
         assert time.monotonic() - t0 < CALL_BOUND_S
