@@ -1,7 +1,8 @@
 """Two local users for the JupyterHub test, made for one test session and removed after it.
 
-Each is an ordinary account (``useradd``: its own group, a home, no login shell) with a
-random name. The venv's interpreter may live where another uid cannot reach it (a pyenv build
+Each is an ordinary account (``useradd``: its own group, a home, no login shell) named after
+the test's pid; accounts left by a test process that died without removing them (killed) are
+removed before new ones are made. The venv's interpreter may live where another uid cannot reach it (a pyenv build
 under root's 0700 home): :class:`LocalUsers` then grants each user, by a POSIX ACL entry, only
 the search (``x``) permission on each such folder, and removes those entries before the users
 go. Nothing else on the host is changed.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
 import secrets
 import shutil
 import stat
@@ -21,6 +23,8 @@ import time
 from dataclasses import dataclass
 
 import psutil
+
+PREFIX = "mxhub"  # then the creating process's pid, "x", a random tag and a letter
 
 
 @dataclass(frozen=True)
@@ -90,10 +94,11 @@ class LocalUsers:
         self.opened: list[str] = []  # the folders given an ACL entry for each user
 
     def __enter__(self) -> list[LocalUser]:
+        remove_stale()
         try:
-            tag = secrets.token_hex(3)
+            tag = f"{PREFIX}{os.getpid()}x{secrets.token_hex(1)}"
             for i in range(self.count):
-                name = f"mxhub{tag}{chr(ord('a') + i)}"
+                name = f"{tag}{chr(ord('a') + i)}"
                 subprocess.run(
                     ["useradd", "--create-home", "--user-group", "--shell", "/usr/sbin/nologin", name],
                     check=True,
@@ -111,19 +116,34 @@ class LocalUsers:
         return self.users
 
     def __exit__(self, *exc: object) -> None:
-        uids = {user.uid for user in self.users}
-        deadline = time.monotonic() + 10.0
-        while (left := processes_of(uids)) and time.monotonic() < deadline:
-            for proc in left:
-                try:
-                    proc.kill()
-                except psutil.Error:
-                    pass
-            psutil.wait_procs(left, timeout=2)
-        for folder in self.opened:
-            for user in self.users:
-                subprocess.run(["setfacl", "-x", f"u:{user.name}", folder], check=False, capture_output=True)
-        _remove_owned_by(uids, ["/tmp", "/dev/shm"])
-        for user in self.users:
-            subprocess.run(["userdel", "--remove", user.name], check=False, capture_output=True)
+        _remove([(user.name, user.uid) for user in self.users], self.opened)
         self.users = []
+
+
+def _remove(users: list[tuple[str, int]], opened: list[str]) -> None:
+    """Kill every process of ``users`` (name, uid) by pid, remove their ACL entries on
+    ``opened``, what they left in /tmp and /dev/shm, and the accounts with their homes."""
+    uids = {uid for _, uid in users}
+    deadline = time.monotonic() + 10.0
+    while (left := processes_of(uids)) and time.monotonic() < deadline:
+        for proc in left:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(left, timeout=2)
+    for folder in opened:
+        for name, _ in users:
+            subprocess.run(["setfacl", "-x", f"u:{name}", folder], check=False, capture_output=True)
+    _remove_owned_by(uids, ["/tmp", "/dev/shm"])
+    for name, _ in users:
+        subprocess.run(["userdel", "--remove", name], check=False, capture_output=True)
+
+
+def remove_stale() -> None:
+    """Remove the accounts that a test process no longer running made."""
+    stale = []
+    for entry in pwd.getpwall():
+        made_by = re.fullmatch(rf"{PREFIX}(\d+)x[0-9a-f]+[a-z]", entry.pw_name)
+        if made_by and not psutil.pid_exists(int(made_by.group(1))):
+            stale.append((entry.pw_name, entry.pw_uid))
+    if stale:
+        _remove(stale, [folder for folder in _folders_to_reach() if _closed_to_others(folder)])
