@@ -22,19 +22,25 @@ SSHD ?= /usr/sbin/sshd
 SLURMD ?= /usr/sbin/slurmd
 # The MPI launcher test (tests/multihost/test_mpi.py) starts engines through Open MPI's mpiexec.
 MPIEXEC ?= /usr/bin/mpiexec
+# The JupyterHub test (tests/test_jupyterhub.py, root only): the Hub's proxy, configurable-http-proxy,
+# from the npm registry into .hub/ (ignored; node and npm from apt when missing), and setfacl
+# (Debian's acl), with which the test lets its two users reach a venv interpreter under a 0700 home.
+HUB_PROXY := .hub/node_modules/.bin/configurable-http-proxy
+HUB_PROXY_VERSION := 5.3.0
+SETFACL ?= /usr/bin/setfacl
 
 # The tests that start processes carry one of these markers (tests/conftest.py); the fast tier
 # deselects them, and under that selection starting such a process fails the test.
-FAST := not (cluster or kernel or ranks or subprocess or browser or multihost or mpi or slurm)
+FAST := not (cluster or kernel or ranks or subprocess or browser or multihost or mpi or slurm or hub)
 
-.PHONY: venv browser multihost slurm mpi check test demo lab docs tutorials
+.PHONY: venv browser multihost slurm mpi hub check test demo lab docs tutorials
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,browser,demo,mixle,dev,docs]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,browser,demo,mixle,dev,docs,hub]'
 	rm -f $(VENV)/.installed-*; touch $@
 
 browser: $(CHROMIUM)
@@ -61,6 +67,17 @@ $(MPIEXEC):
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openmpi-bin
 
+hub: $(HUB_PROXY) $(SETFACL)
+
+$(HUB_PROXY):
+	command -v npm >/dev/null || { $(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm; }
+	npm install --prefix .hub --no-save --no-audit --no-fund --loglevel=error configurable-http-proxy@$(HUB_PROXY_VERSION)
+
+$(SETFACL):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends acl
+
 check: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
@@ -69,14 +86,14 @@ check: venv
 
 # The whole suite in two lanes, one per core: the tests that mostly wait on other programs
 # (SIDE: the simulated hosts' sshd, Slurm and MPI; the suites of scikit-learn and hmmlearn and
-# the docs build in subprocesses; JupyterLab and the built site in Chromium) beside all the others. Coverage of mixle_nb's lines in every process either lane
+# the docs build in subprocesses; JupyterLab and the built site in Chromium; the JupyterHub) beside all the others. Coverage of mixle_nb's lines in every process either lane
 # starts (engines, kernels, ranks: see [tool.coverage.run] in pyproject.toml) is combined at the
 # end; below [tool.coverage.report] fail_under, it fails, as does a failure in either lane.
-SIDE := multihost or mpi or slurm or subprocess or browser
+SIDE := multihost or mpi or slurm or subprocess or browser or hub
 TEST_ENV := OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM)
 SIDE_LOG := .side-lane.log
 
-test: venv browser multihost slurm mpi
+test: venv browser multihost slurm mpi hub
 	rm -f .coverage .coverage.* $(SIDE_LOG)
 	$(TEST_ENV) $(PY) -m coverage run -m pytest -q -p no:cacheprovider -m "$(SIDE)" --durations=10 > $(SIDE_LOG) 2>&1 & side=$$!; \
 	$(TEST_ENV) $(PY) -m coverage run -m pytest -q -m "not ($(SIDE))" --durations=25; main=$$?; \

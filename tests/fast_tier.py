@@ -4,7 +4,7 @@ Every test that starts processes carries the marker of what it starts (pyproject
 ``cluster`` (a MixleCluster / ipyparallel), ``kernel`` (a Jupyter kernel: nbclient, jupyter_client,
 a JupyterLab server), ``ranks`` (torch.distributed ranks in subprocesses: ``run_local``, torchrun,
 a script that runs them), ``subprocess`` (any other Python program: another package's test
-suite), ``browser``, ``multihost``, ``mpi``, ``slurm``. ``make check`` deselects
+suite), ``browser``, ``multihost``, ``mpi``, ``slurm``, ``hub`` (a JupyterHub). ``make check`` deselects
 them all; in such a run (:func:`starts_nothing`), :class:`Guard` makes starting any of them raise,
 naming the missing marker, so a test that starts something without its marker fails the fast
 tier instead of slowing it down unnoticed. tests/conftest.py installs it. A run that deselects
@@ -22,7 +22,7 @@ import sys
 import pytest
 
 # The markers of tests that start processes; every one of them is deselected by `make check`.
-PROCESS_MARKERS = ("cluster", "kernel", "ranks", "subprocess", "browser", "multihost", "mpi", "slurm")
+PROCESS_MARKERS = ("cluster", "kernel", "ranks", "subprocess", "browser", "multihost", "mpi", "slurm", "hub")
 
 # Session fixtures that start something, and the marker a test using them needs.
 FIXTURE_MARKERS = {
@@ -54,6 +54,9 @@ STARTERS = {
     "sshd": "multihost",
     "ssh": "multihost",
     "ip": "multihost",
+    "jupyterhub": "hub",
+    "configurable-http-proxy": "hub",
+    "useradd": "hub",
 }
 
 

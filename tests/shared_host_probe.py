@@ -101,6 +101,39 @@ def _ready(peer_type: bytes) -> bytes:
     return b"\x04" + bytes([len(body)]) + body
 
 
+def zmtp_mechanism(address: tuple[str, int], timeout: float = 1.0) -> str | None:
+    """The security mechanism a ZeroMQ socket at ``address`` announces in its ZMTP 3 greeting
+    (``"CURVE"``: peers without the key are refused; ``"NULL"``: anyone is let in), or None
+    where what listens does not answer a greeting as ZeroMQ does (gloo, torch's store)."""
+    answer = b""
+    try:
+        with socket.create_connection(address, timeout=timeout) as s:
+            s.sendall(_greeting()[:11])  # the signature and major version: the server's greeting follows
+            while len(answer) < 32:
+                chunk = s.recv(64 - len(answer))
+                if not chunk:
+                    break
+                answer += chunk
+    except OSError:
+        pass
+    if len(answer) < 32 or answer[0] != 0xFF or answer[9] != 0x7F:
+        return None
+    return answer[12:32].rstrip(b"\x00").decode("ascii", "replace")
+
+
+def listening_here() -> list[tuple[str, int, str | None]]:
+    """``(address, port, mechanism)`` of every TCP socket this process and its children (an
+    engine's nanny) listen on, the :func:`zmtp_mechanism` asked from this host (run on an
+    engine: its own loopback included)."""
+    import psutil
+
+    here = psutil.Process()
+    connections = [c for proc in [here, *here.children(recursive=True)] for c in proc.net_connections("inet")]
+    ports = sorted({(c.laddr.ip, c.laddr.port) for c in connections if c.status == psutil.CONN_LISTEN})
+    local = {"0.0.0.0": "127.0.0.1", "::": "::1"}
+    return [(ip, port, zmtp_mechanism((local.get(ip, ip), port))) for ip, port in ports]
+
+
 def _frames(rng: random.Random) -> bytes:
     """One multipart message of 1-6 short frames of random bytes; sometimes shaped like an
     ipyparallel message (a delimiter, then a bad signature and header)."""

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 import pytest
-from shared_host_probe import listening_ports, probe_while, unix_listeners
+from shared_host_probe import listening_ports, probe_while, unix_listeners, zmtp_mechanism
 from sklearn_ranks import blobs, fit_quietly, settings
 from strictness import unavailable
 
@@ -211,4 +211,28 @@ def test_the_guard_keeps_a_stream_reading_after_a_failing_handler():
         thread.join(10.0)
         client._iopub_stream.close()
         sender.close()
+        context.term()
+
+
+def test_a_port_is_asked_which_zeromq_mechanism_it_announces():
+    """The inventory's authentication column (benchmarks/port_inventory.py): real sockets."""
+    import socket
+
+    import zmq
+
+    context = zmq.Context()
+    open_socket, curve_socket = context.socket(zmq.ROUTER), context.socket(zmq.ROUTER)
+    curve_socket.curve_publickey, curve_socket.curve_secretkey = zmq.curve_keypair()
+    curve_socket.curve_server = True
+    plain = socket.socket()
+    try:
+        ports = [s.bind_to_random_port("tcp://127.0.0.1") for s in (open_socket, curve_socket)]
+        plain.bind(("127.0.0.1", 0))
+        plain.listen()
+        ports.append(plain.getsockname()[1])
+        assert [zmtp_mechanism(("127.0.0.1", port), timeout=0.3) for port in ports] == ["NULL", "CURVE", None]
+    finally:
+        plain.close()
+        open_socket.close(linger=0)
+        curve_socket.close(linger=0)
         context.term()
