@@ -38,6 +38,7 @@ from ..stats.variational_gaussian import (
 from . import scikit_internals
 from .encoding_face import HandleEncoding
 from .gaussian_mixture import SAMPLE_WEIGHT_ON_RANKS, STARTS, _handle_features, is_reference
+from .handle_weights import checked_total_weight
 from .initial_parameters import checked_precisions
 from .sample_weights import checked_sample_weight
 from .stepwise import stepwise_update
@@ -435,6 +436,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
                     f"{self.n_features_in_} features as input."
                 )
             self.n_features_in_ = n_features
+            self._check_handle_weight(X, priors_from_data=not fitted)
         else:
             X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=not fitted), dtype=np.float64)
             count, n_features = X.shape
@@ -443,6 +445,13 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
                 f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {count}"
             )
         return X, count, n_features
+
+    def _check_handle_weight(self, handle: Any, priors_from_data: bool) -> None:
+        """Refuse a handle whose rows all weigh 0 (or, for priors taken from the data, whose
+        total weight is at most 1) before any work, with scikit-learn's message."""
+        weight = checked_total_weight(handle)
+        if priors_from_data and self.covariance_prior is None:
+            _check_weight_for_priors(weight)
 
     def _encoding(self, data: Any, estimator: VariationalGaussianMixtureEstimator, weights: np.ndarray | None) -> Any:
         """A handle as it is; an array encoded, its rows carrying ``weights`` where given."""
@@ -470,6 +479,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
                 raise ValueError(
                     f"Found array with {count} sample(s) while a minimum of 2 is required by BayesianGaussianMixture."
                 )
+            self._check_handle_weight(X, priors_from_data=True)
         else:
             X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2), np.float64)
             count, n_features = len(X), X.shape[1]
@@ -499,11 +509,8 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
                 raise ValueError(f"'{kind} precision' should be positive")
         elif self.covariance_prior is not None:
             covariance = float(self.covariance_prior)  # type: ignore[arg-type]  # a real, by the constraints
-        if covariance is None and weights is not None and not weights.sum() > 1.0:
-            raise ValueError(
-                f"The sample weights sum to {float(weights.sum()):g}: the covariance prior taken from the data "
-                "needs a total weight above 1 (as n_samples >= 2); give covariance_prior or larger weights."
-            )
+        if covariance is None and weights is not None:
+            _check_weight_for_priors(float(weights.sum()))
         if mean is None or covariance is None:
             data_mean, data_covariance = _data_moments(data, d, full_statistics(kind, d), weights)
             mean = data_mean if mean is None else mean
@@ -745,6 +752,15 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         components = gaussian_components(self.covariance_type, self.means_, self.covariances_)
         x = np.concatenate([c.draw(generator, int(m)).reshape(int(m), -1) for c, m in zip(components, counts)])
         return x, np.repeat(np.arange(self.n_components), counts)
+
+
+def _check_weight_for_priors(weight: float) -> None:
+    """The covariance prior taken from the data needs a total weight above 1 (``n_samples >= 2``)."""
+    if not weight > 1.0:
+        raise ValueError(
+            f"The sample weights sum to {weight:g}: the covariance prior taken from the data "
+            "needs a total weight above 1 (as n_samples >= 2); give covariance_prior or larger weights."
+        )
 
 
 def _starting_responsibilities(
