@@ -311,3 +311,26 @@ def test_a_fit_through_a_cluster_reference_equals_the_in_process_fit(cluster2):
         assert estimator.score(reference) == pytest.approx(local.score(x), rel=1e-10)
     finally:
         cluster2.execute_async("h_bgm.close(); del h_bgm, x, est").result()
+
+
+@pytest.mark.cluster
+def test_partial_fit_through_a_cluster_reference_equals_one_process(cluster2):
+    # from one fitted posterior, each call folds the chunk's handle, built on the session
+    # cluster's 2 ranks, into both the posterior and its running statistics
+    x = blobs(240, 2, 3, seed=3)
+    there = warm_started(BayesianGaussianMixture, "full", "dirichlet_process", x)
+    here = copy.deepcopy(there)
+    cluster2.push(x_pf=x, est_pf=there.mixture_estimator(2))
+    cluster2.execute_async("from mixle_nb.parallel import TorchRunEncodedData").result()
+    chunks = np.array_split(np.arange(len(x)), 3)
+    try:
+        for part in chunks:
+            here.partial_fit(x[part])
+            code = f"h_pf = TorchRunEncodedData(x_pf[{part[0]}:{part[-1] + 1}], estimator=est_pf)"
+            cluster2.execute_async(code).result()
+            there.partial_fit(cluster2.handle("h_pf"))
+            cluster2.execute_async("h_pf.close(); del h_pf").result()
+    finally:
+        cluster2.execute_async("del x_pf, est_pf").result()
+    assert_same_fit(attributes(there), here)
+    assert there.n_iter_ == len(chunks)

@@ -170,3 +170,24 @@ def test_on_two_ranks_weights_beside_the_rows_and_partial_fit_of_handles_equal_o
             assert relative_difference(on_ranks[name], getattr(online, name)) <= RTOL, name
             assert relative_difference(weighted_on_ranks[name], getattr(weighted_online, name)) <= RTOL, name
         assert on_ranks["n_iter_"] == weighted_on_ranks["n_iter_"] == CHUNKS
+
+
+@pytest.mark.cluster
+def test_partial_fit_through_a_cluster_reference_equals_one_process(cluster2):
+    # each call folds the chunk's handle on the session cluster's 2 ranks, built there
+    x = blobs(301, 3, 3)
+    here, there = GaussianMixture(**settings("full", x)), GaussianMixture(**settings("full", x))
+    cluster2.push(x_pf=x, est_pf=there.mixture_estimator(3))
+    cluster2.execute_async("from mixle_nb.parallel import TorchRunEncodedData").result()
+    try:
+        for part in np.array_split(np.arange(len(x)), CHUNKS):
+            here.partial_fit(x[part])
+            code = f"h_pf = TorchRunEncodedData(x_pf[{part[0]}:{part[-1] + 1}], estimator=est_pf)"
+            cluster2.execute_async(code).result()
+            there.partial_fit(cluster2.handle("h_pf"))
+            cluster2.execute_async("h_pf.close(); del h_pf").result()
+    finally:
+        cluster2.execute_async("del x_pf, est_pf").result()
+    for name in ATTRIBUTES:
+        assert relative_difference(getattr(there, name), getattr(here, name)) <= 1e-10, name
+    assert there.n_iter_ == CHUNKS and not there.converged_
