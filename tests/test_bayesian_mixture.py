@@ -20,6 +20,7 @@ from bayesian_ranks import (
     RANK_CASES,
     TYPES,
     blobs,
+    continued_rank_fits,
     fit_quietly,
     rank_fits,
     settings,
@@ -272,6 +273,16 @@ def test_a_handle_fit_on_2_ranks_equals_scikit_learns():
         assert relative_difference(x.mean(axis=0), own["mean_prior_"]) <= 1e-12
         assert relative_difference(reference.covariance_prior_, own["covariance_prior_"]) <= 1e-12
         assert np.isfinite(own["lower_bound_"]) and own["n_iter_"] >= 1
+
+
+@pytest.mark.ranks
+def test_a_handle_fit_on_4_ranks_equals_scikit_learns():
+    ranks = run_local(continued_rank_fits, 4)
+    for (covariance_type, prior_type, d), *per_rank in zip(RANK_CASES, *ranks):
+        x = blobs(240, d, 3)
+        reference = fit_quietly(warm_started(ScikitBayesianGaussianMixture, covariance_type, prior_type, x), x)
+        for fit in per_rank:
+            assert_same_fit(fit, reference)
 
 
 @pytest.mark.ranks
