@@ -312,8 +312,8 @@ left.set(xlabel="passes over the file", ylabel="mean log-likelihood", title="low
 right.plot(range(1, 4), per_pass, "o-", label="partial_fit, after each pass")
 right.axhline(batch, color="k", linestyle="--", label="batch fit")
 right.set(xlabel="passes over the file", xticks=[1, 2, 3], title="the whole file")
-for ax in (left, right):
-    ax.legend(loc="lower right")
+left.legend(loc="lower right", fontsize="small")
+right.legend(loc="center left", fontsize="small")
 plt.tight_layout()
 plt.show()
 
