@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..stats.estimation import sample_weights, seq_log_density_sum
+from ..stats.estimation import sample_weights
 
 ALL_ZERO = "Sample weights must contain at least one non-zero number"
 
@@ -50,7 +50,7 @@ class _WeightedByRows:
 def total_weight(handle: Any) -> float:
     """The total sample weight of ``handle``'s rows on every rank (its row count where the rows
     carry no weights); called on every rank."""
-    return float(seq_log_density_sum(handle, _RowWeights())[1])
+    return float(handle.pysp_seq_log_density_sum(_RowWeights())[1])
 
 
 def checked_total_weight(handle: Any) -> float:
@@ -73,4 +73,4 @@ def checked_total_weight(handle: Any) -> float:
 def weighted_log_density_sum(handle: Any, model: Any) -> float:
     """The log-density of ``handle``'s rows under ``model``, each row's weighted by its sample
     weight, summed over every rank; called on every rank."""
-    return float(seq_log_density_sum(handle, _WeightedByRows(model))[1])
+    return float(handle.pysp_seq_log_density_sum(_WeightedByRows(model))[1])
