@@ -22,12 +22,9 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .. import inference
-from ..inference.fitting import streaming_accumulate
-from ..stats import MixtureDistribution, em_step, seq_encode
-from ..stats.centred_moments import _split
+from ..stats import em_step, seq_encode
 from ..stats.estimation import is_handle
 from ..stats.frame import PointEncoding, with_weights
-from ..stats.handle import EncodedDataHandle
 from ..stats.variational_gaussian import (
     VariationalGaussianMixture,
     VariationalGaussianMixtureEstimator,
@@ -36,50 +33,24 @@ from ..stats.variational_gaussian import (
     gaussian_components,
 )
 from . import scikit_internals
+from .bayesian_handles import (
+    FITTED,
+    check_handle_weight,
+    check_weight_for_priors,
+    handle_features,
+    handle_moments,
+    handle_start,
+    on_rank,
+)
 from .encoding_face import HandleEncoding
-from .gaussian_mixture import SAMPLE_WEIGHT_ON_RANKS, STARTS, _handle_features, is_reference
-from .handle_weights import checked_total_weight
+from .gaussian_mixture import SAMPLE_WEIGHT_ON_RANKS, is_reference
 from .initial_parameters import checked_precisions
 from .sample_weights import checked_sample_weight
 from .stepwise import stepwise_update
-from .translation import mixture_estimator, precisions_from_cholesky
+from .translation import precisions_from_cholesky
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-PRIORS = (
-    "weight_concentration_prior_",
-    "mean_precision_prior_",
-    "mean_prior_",
-    "degrees_of_freedom_prior_",
-    "covariance_prior_",
-)
-FITTED = (
-    "weight_concentration_",
-    "mean_precision_",
-    "means_",
-    "degrees_of_freedom_",
-    "covariances_",
-    "precisions_",
-    "precisions_cholesky_",
-    "weights_",
-    "converged_",
-    "n_iter_",
-    "lower_bound_",
-    "lower_bounds_",
-    "n_features_in_",
-    "feature_names_in_",
-    *PRIORS,
-)
-
-
-def _on_rank(handle: EncodedDataHandle, estimator: BayesianGaussianMixture, method: str, *args: Any) -> Any:
-    """What a cluster reference runs on every rank: the same method on the rank's handle."""
-    out = getattr(estimator, method)(handle, *args)
-    if method not in ("fit", "partial_fit"):
-        return out
-    kept = (*FITTED, "_stepwise")  # partial_fit's running statistics travel too
-    return {name: value for name, value in vars(estimator).items() if name in kept}
 
 
 def _checked_shape(values: object, shape: tuple[int, ...], name: str) -> np.ndarray:
@@ -284,7 +255,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             raise ValueError(SAMPLE_WEIGHT_ON_RANKS)
         self.__dict__.pop("_stepwise", None)  # a fit starts afresh; partial_fit continues from it
         if is_reference(X):
-            fitted = X.call_with_handle(_on_rank, self, "fit")
+            fitted = X.call_with_handle(on_rank, self, "fit")
             for name in FITTED:
                 self.__dict__.pop(name, None)
             self.__dict__.update(fitted)
@@ -403,7 +374,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         if sample_weight is not None and (is_reference(X) or is_handle(X)):
             raise ValueError(SAMPLE_WEIGHT_ON_RANKS)
         if is_reference(X):
-            self.__dict__.update(X.call_with_handle(_on_rank, self, "partial_fit"))
+            self.__dict__.update(X.call_with_handle(on_rank, self, "partial_fit"))
             return self
         running = getattr(self, "_stepwise", None)
         fitted = hasattr(self, "converged_")
@@ -429,14 +400,9 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         """``(data, count, n_features)`` of a ``partial_fit`` chunk, checked as scikit-learn
         checks it (the first sets ``n_features_in_``, the rest must match)."""
         if is_handle(X):
-            count, n_features = len(X), _handle_features(X)
-            if fitted and n_features != self.n_features_in_:
-                raise ValueError(
-                    f"X has {n_features} features, but BayesianGaussianMixture is expecting "
-                    f"{self.n_features_in_} features as input."
-                )
-            self.n_features_in_ = n_features
-            self._check_handle_weight(X, priors_from_data=not fitted)
+            count = len(X)
+            self.n_features_in_ = n_features = handle_features(X, self.n_features_in_ if fitted else None)
+            check_handle_weight(X, priors_from_data=not fitted and self.covariance_prior is None)
         else:
             X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=not fitted), dtype=np.float64)
             count, n_features = X.shape
@@ -445,13 +411,6 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
                 f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {count}"
             )
         return X, count, n_features
-
-    def _check_handle_weight(self, handle: Any, priors_from_data: bool) -> None:
-        """Refuse a handle whose rows all weigh 0 (or, for priors taken from the data, whose
-        total weight is at most 1) before any work, with scikit-learn's message."""
-        weight = checked_total_weight(handle)
-        if priors_from_data and self.covariance_prior is None:
-            _check_weight_for_priors(weight)
 
     def _encoding(self, data: Any, estimator: VariationalGaussianMixtureEstimator, weights: np.ndarray | None) -> Any:
         """A handle as it is; an array encoded, its rows carrying ``weights`` where given."""
@@ -472,14 +431,14 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
     def _fit_data(self, X: Any) -> tuple[Any, int, int]:
         """``(data, count, n_features)``, checked as scikit-learn does."""
         if is_handle(X):
-            count, n_features = len(X), _handle_features(X)
+            count, n_features = len(X), handle_features(X)
             self.__dict__.pop("feature_names_in_", None)
             self.n_features_in_ = n_features
             if count < 2:
                 raise ValueError(
                     f"Found array with {count} sample(s) while a minimum of 2 is required by BayesianGaussianMixture."
                 )
-            self._check_handle_weight(X, priors_from_data=True)
+            check_handle_weight(X, priors_from_data=self.covariance_prior is None)
         else:
             X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2), np.float64)
             count, n_features = len(X), X.shape[1]
@@ -510,7 +469,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         elif self.covariance_prior is not None:
             covariance = float(self.covariance_prior)  # type: ignore[arg-type]  # a real, by the constraints
         if covariance is None and weights is not None:
-            _check_weight_for_priors(float(weights.sum()))
+            check_weight_for_priors(float(weights.sum()))
         if mean is None or covariance is None:
             data_mean, data_covariance = _data_moments(data, d, full_statistics(kind, d), weights)
             mean = data_mean if mean is None else mean
@@ -555,11 +514,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         scikit-learn's own draws (the rows' responsibilities times their ``weights``); on a
         handle our start's model's responsibilities."""
         if is_handle(data):
-            start = inference.initial_model(
-                enc, self.mixture_estimator(estimator.n_features), STARTS[self.init_params], rng, init_p=1.0
-            )
-            _, folded = streaming_accumulate(enc, estimator.gaussian_estimator(), start)
-            return estimator.start(folded.value())
+            return handle_start(enc, self.mixture_estimator(estimator.n_features), estimator, self.init_params, rng)
         resp = _starting_responsibilities(self.init_params, data, self.n_components, rng, weights)
         unweighted = resp.any(axis=1)
         if weights is not None:
@@ -641,12 +596,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         """``(data, model)`` for scoring ``X``, an array or a handle."""
         check_is_fitted(self)
         if is_handle(X):
-            n_features = _handle_features(X)
-            if n_features != self.n_features_in_:
-                raise ValueError(
-                    f"X has {n_features} features, but BayesianGaussianMixture is expecting "
-                    f"{self.n_features_in_} features as input."
-                )
+            handle_features(X, self.n_features_in_)
             return X, self._model()
         X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=False), dtype=np.float64)
         return X, self._model()
@@ -665,7 +615,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             The responsibilities (rows sum to 1).
         """
         if is_reference(X):
-            return np.asarray(X.call_with_handle(_on_rank, self, "predict_proba"))
+            return np.asarray(X.call_with_handle(on_rank, self, "predict_proba"))
         data, model = self._scoring(X)
         return inference.predict_proba(data, model, gather=True)
 
@@ -683,7 +633,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             Component labels.
         """
         if is_reference(X):
-            return np.asarray(X.call_with_handle(_on_rank, self, "predict"))
+            return np.asarray(X.call_with_handle(on_rank, self, "predict"))
         data, model = self._scoring(X)
         return inference.predict(data, model, gather=True)
 
@@ -701,7 +651,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             ``log Σ_k exp(E[log π_k] + E[log N(x | μ_k, Λ_k)])``.
         """
         if is_reference(X):
-            return np.asarray(X.call_with_handle(_on_rank, self, "score_samples"))
+            return np.asarray(X.call_with_handle(on_rank, self, "score_samples"))
         data, model = self._scoring(X)
         return inference.score_samples(data, model, gather=True)
 
@@ -754,15 +704,6 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         return x, np.repeat(np.arange(self.n_components), counts)
 
 
-def _check_weight_for_priors(weight: float) -> None:
-    """The covariance prior taken from the data needs a total weight above 1 (``n_samples >= 2``)."""
-    if not weight > 1.0:
-        raise ValueError(
-            f"The sample weights sum to {weight:g}: the covariance prior taken from the data "
-            "needs a total weight above 1 (as n_samples >= 2); give covariance_prior or larger weights."
-        )
-
-
 def _starting_responsibilities(
     init_params: str, X: np.ndarray, n_components: int, rng: np.random.RandomState, weights: np.ndarray | None = None
 ) -> np.ndarray:
@@ -791,31 +732,11 @@ def _data_moments(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The data's mean and covariance (``ddof=1``; its diagonal only unless ``full``): on an
     array numpy's, as scikit-learn's priors, the rows counted ``weights`` times where given;
-    on a handle two folded passes (weighted rows weighted), about the origin for the mean and
-    then about the mean."""
-    if not is_handle(data):
-        if weights is None:
-            return data.mean(axis=0), np.atleast_2d(np.cov(data.T))
-        mean = weights @ data / weights.sum()
-        centred = data - mean
-        return mean, np.atleast_2d((centred.T * weights) @ centred / (weights.sum() - 1.0))
-    kind = "full" if full else "diag"
-    estimator = mixture_estimator(kind, 1, n_features, 0.0)
-    mean = np.zeros(n_features)
-    for _ in range(2):
-        model = MixtureDistribution(gaussian_components(kind, mean[None], _unit(n_features, full)), [1.0])
-        _, folded = streaming_accumulate(data, estimator, model)
-        n, nc, s1, s2 = _split(np.asarray(folded.value()[1][0], dtype=np.float64), full)
-        centre = nc / n
-        mean = centre + s1 / n
-    offset = mean - centre
-    if full:
-        scatter = s2 - np.outer(s1, offset) - np.outer(offset, s1) + n * np.outer(offset, offset)
-    else:
-        scatter = np.diag(s2 - 2.0 * offset * s1 + n * offset * offset)
-    return mean, scatter / (n - 1.0)
-
-
-def _unit(n_features: int, full: bool) -> np.ndarray:
-    """One unit covariance, shaped for ``gaussian_components``."""
-    return np.eye(n_features)[None] if full else np.ones((1, n_features))
+    on a handle from folded passes (``bayesian_handles.handle_moments``)."""
+    if is_handle(data):
+        return handle_moments(data, n_features, full)
+    if weights is None:
+        return data.mean(axis=0), np.atleast_2d(np.cov(data.T))
+    mean = weights @ data / weights.sum()
+    centred = data - mean
+    return mean, np.atleast_2d((centred.T * weights) @ centred / (weights.sum() - 1.0))
