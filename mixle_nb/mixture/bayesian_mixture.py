@@ -16,10 +16,9 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, DensityMixin
-from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import inference
 from ..stats import em_step, seq_encode
@@ -29,36 +28,26 @@ from ..stats.variational_gaussian import (
     VariationalGaussianMixture,
     VariationalGaussianMixtureEstimator,
     VariationalPriors,
-    full_statistics,
     gaussian_components,
 )
 from . import scikit_internals
 from .bayesian_handles import (
     FITTED,
     check_handle_weight,
-    check_weight_for_priors,
     handle_features,
-    handle_moments,
     handle_start,
     on_rank,
 )
+from .bayesian_priors import prior_attributes
+from .bayesian_starts import array_start
 from .encoding_face import HandleEncoding
 from .gaussian_mixture import SAMPLE_WEIGHT_ON_RANKS, is_reference
-from .initial_parameters import checked_precisions
 from .sample_weights import checked_sample_weight
 from .stepwise import stepwise_update
 from .translation import precisions_from_cholesky
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-
-def _checked_shape(values: object, shape: tuple[int, ...], name: str) -> np.ndarray:
-    """``values`` as a float array of ``shape``, with scikit-learn's message otherwise."""
-    array = check_array(values, dtype=[np.float64, np.float32], ensure_2d=False)
-    if array.shape != shape:
-        raise ValueError(f"The parameter '{name}' should have the shape of {shape}, but got {array.shape}")
-    return np.asarray(array, dtype=np.float64)
 
 
 class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
@@ -449,44 +438,9 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         return X, count, n_features
 
     def _priors(self, data: Any, n_features: int, weights: np.ndarray | None = None) -> VariationalPriors:
-        """The priors, checked with scikit-learn's messages; those left ``None`` from the data
-        (its rows weighted by ``weights`` where given)."""
-        d, kind = n_features, self.covariance_type
-        if self.degrees_of_freedom_prior is not None and not self.degrees_of_freedom_prior > d - 1.0:
-            raise ValueError(
-                f"The parameter 'degrees_of_freedom_prior' should be greater than {d - 1}, "
-                f"but got {self.degrees_of_freedom_prior:.3f}."
-            )
-        mean = None if self.mean_prior is None else _checked_shape(self.mean_prior, (d,), "means")
-        covariance: Any = None
-        if self.covariance_prior is not None and kind in ("full", "tied"):
-            covariance = _checked_shape(self.covariance_prior, (d, d), f"{kind} covariance_prior")
-            checked_precisions(covariance if kind == "tied" else covariance[None], kind, 1, d)  # scikit-learn's check
-        elif self.covariance_prior is not None and kind == "diag":
-            covariance = _checked_shape(self.covariance_prior, (d,), f"{kind} covariance_prior")
-            if np.any(covariance <= 0):
-                raise ValueError(f"'{kind} precision' should be positive")
-        elif self.covariance_prior is not None:
-            covariance = float(self.covariance_prior)  # type: ignore[arg-type]  # a real, by the constraints
-        if covariance is None and weights is not None:
-            check_weight_for_priors(float(weights.sum()))
-        if mean is None or covariance is None:
-            data_mean, data_covariance = _data_moments(data, d, full_statistics(kind, d), weights)
-            mean = data_mean if mean is None else mean
-            if covariance is None:
-                covariance = {
-                    "full": np.atleast_2d(data_covariance),
-                    "tied": np.atleast_2d(data_covariance),
-                    "diag": np.diag(np.atleast_2d(data_covariance)).copy(),
-                    "spherical": float(np.diag(np.atleast_2d(data_covariance)).mean()),
-                }[kind]
-        self.weight_concentration_prior_ = (
-            1.0 / self.n_components if self.weight_concentration_prior is None else self.weight_concentration_prior
-        )
-        self.mean_precision_prior_ = 1.0 if self.mean_precision_prior is None else self.mean_precision_prior
-        self.mean_prior_ = mean
-        self.degrees_of_freedom_prior_ = d if self.degrees_of_freedom_prior is None else self.degrees_of_freedom_prior
-        self.covariance_prior_ = covariance
+        """The priors of a fit on ``data``, set as the ``*_prior_`` attributes
+        (``bayesian_priors.prior_attributes``)."""
+        self.__dict__.update(prior_attributes(self, data, n_features, weights))
         return self._fitted_priors()
 
     def _fitted_priors(self) -> VariationalPriors:
@@ -515,24 +469,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         handle our start's model's responsibilities."""
         if is_handle(data):
             return handle_start(enc, self.mixture_estimator(estimator.n_features), estimator, self.init_params, rng)
-        resp = _starting_responsibilities(self.init_params, data, self.n_components, rng, weights)
-        unweighted = resp.any(axis=1)
-        if weights is not None:
-            resp *= weights[:, None]
-        unassigned = None
-        rows = np.flatnonzero(resp.any(axis=1))
-        if self.covariance_type == "tied" and not unweighted.all():
-            # scikit-learn's tied start takes XᵀX over every row, those without responsibility too
-            left = np.flatnonzero(~unweighted)
-            counted = data[left] if weights is None else data[left] * weights[left, None]
-            unassigned = counted.T @ data[left]
-        if len(rows) < len(data):  # observations as centres: only their rows count
-            enc, data, resp = seq_encode(data[rows], estimator=estimator, device=self.device), data[rows], resp[rows]
-        acc = estimator.gaussian_estimator().make_accumulator()
-        counts = resp.sum(axis=0)
-        references = (resp.T @ data) / np.where(counts > 0, counts, 1.0)[:, None]
-        acc.seq_update_responsibilities(enc, torch.from_numpy(np.ascontiguousarray(resp.T)), references)
-        return estimator.start(acc.value(), unassigned)
+        return array_start(data, enc, estimator, self.init_params, rng, weights, self.device)
 
     def _iterate(
         self, enc: Any, estimator: VariationalGaussianMixtureEstimator, model: VariationalGaussianMixture, bound: float
@@ -702,41 +639,3 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         components = gaussian_components(self.covariance_type, self.means_, self.covariances_)
         x = np.concatenate([c.draw(generator, int(m)).reshape(int(m), -1) for c, m in zip(components, counts)])
         return x, np.repeat(np.arange(self.n_components), counts)
-
-
-def _starting_responsibilities(
-    init_params: str, X: np.ndarray, n_components: int, rng: np.random.RandomState, weights: np.ndarray | None = None
-) -> np.ndarray:
-    """scikit-learn's starting responsibilities (``BaseMixture._initialize_parameters``); with
-    ``weights``, its k-means starts weighted and ``"random_from_data"`` drawing rows in
-    proportion to them."""
-    n = len(X)
-    resp = np.zeros((n, n_components))
-    if init_params == "kmeans":
-        labels = KMeans(n_clusters=n_components, n_init=1, random_state=rng).fit(X, sample_weight=weights).labels_
-        resp[np.arange(n), labels] = 1.0
-    elif init_params == "random":
-        resp = rng.uniform(size=(n, n_components))
-        resp /= resp.sum(axis=1)[:, None]
-    elif init_params == "random_from_data":
-        p = None if weights is None else weights / weights.sum()
-        resp[rng.choice(n, size=n_components, replace=False, p=p), np.arange(n_components)] = 1.0
-    else:
-        _, indices = kmeans_plusplus(X, n_components, sample_weight=weights, random_state=rng)
-        resp[indices, np.arange(n_components)] = 1.0
-    return resp
-
-
-def _data_moments(
-    data: Any, n_features: int, full: bool, weights: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """The data's mean and covariance (``ddof=1``; its diagonal only unless ``full``): on an
-    array numpy's, as scikit-learn's priors, the rows counted ``weights`` times where given;
-    on a handle from folded passes (``bayesian_handles.handle_moments``)."""
-    if is_handle(data):
-        return handle_moments(data, n_features, full)
-    if weights is None:
-        return data.mean(axis=0), np.atleast_2d(np.cov(data.T))
-    mean = weights @ data / weights.sum()
-    centred = data - mean
-    return mean, np.atleast_2d((centred.T * weights) @ centred / (weights.sum() - 1.0))
