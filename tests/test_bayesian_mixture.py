@@ -1,8 +1,9 @@
 """mixle_nb.mixture.BayesianGaussianMixture against scikit-learn's own: its estimator checks,
 every fitted attribute from the same start (scikit-learn's own starts, which ours takes on an
-array), the lower bound, the errors, and the same fit continued through a handle on 2 gloo
-ranks; ``sample_weight`` against the fit of the rows repeated and ``partial_fit`` against the
-batch fit. scikit-learn's own test modules run in tests/test_bayesian_mixture_suite.py."""
+array), the lower bound, the errors, and the same fit continued through a handle on 2 and 4
+gloo ranks and through a cluster reference; ``sample_weight`` against the fit of the rows
+repeated, ``partial_fit`` against the batch fit and, through handles and a cluster reference,
+against one process's. scikit-learn's own test modules run in tests/test_bayesian_mixture_suite.py."""
 
 from __future__ import annotations
 
