@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -14,22 +14,27 @@
 # ---
 
 # %% [markdown]
-# # 06 · From scikit-learn: the same `GaussianMixture`, in one process or on the cluster
+# # 06 · From scikit-learn: the same mixtures, in one process or on the cluster
 #
-# `mixle_nb.mixture.GaussianMixture` has scikit-learn's constructor, defaults, fitted
-# attributes, warnings and errors, and passes scikit-learn's own `check_estimator`; our EM
-# core fits it. You will
+# `mixle_nb.mixture.GaussianMixture` and `BayesianGaussianMixture` have scikit-learn's
+# constructors, defaults, fitted attributes, warnings and errors, and pass scikit-learn's own
+# `check_estimator`; our EM core fits them. You will
 #
 # 1. run an ordinary scikit-learn workflow (a `Pipeline`, `GridSearchCV` over `n_components`
 #    scored by held-out log-likelihood, BIC) with only the import changed,
 # 2. check that, from the same start, every fitted attribute equals scikit-learn's,
-# 3. fit the same estimator on a 4-rank cluster whose ranks read their rows from a file, with
+# 3. let `BayesianGaussianMixture` find how many components the data support,
+# 4. weigh rows with `sample_weight` (scikit-learn's mixtures take none) and check that a
+#    weight of w is the row repeated w times,
+# 5. fit the same estimator on a 4-rank cluster whose ranks read their rows from a file, with
 #    its progress printed while it runs, and get the same attributes back,
-# 4. pickle the fitted estimator (it keeps nothing of the cluster) and stop the cluster.
+# 6. fit with `partial_fit`, the ranks reading the file block by block, and watch the
+#    log-likelihood of each pass over the file reach the batch fit's,
+# 7. pickle the fitted estimator (it keeps nothing of the cluster) and stop the cluster.
 
 # %% [markdown]
-# The next cell imports scikit-learn's pieces, our `GaussianMixture` in place of theirs, and
-# loads the mixle magics.
+# The next cell imports scikit-learn's pieces, our `GaussianMixture` and
+# `BayesianGaussianMixture` in place of theirs, matplotlib, and loads the mixle magics.
 
 # %%
 import pickle
@@ -37,15 +42,17 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.mixture import BayesianGaussianMixture as ScikitBayesianGaussianMixture
 from sklearn.mixture import GaussianMixture as ScikitGaussianMixture
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from mixle_nb.mixture import GaussianMixture
+from mixle_nb.mixture import BayesianGaussianMixture, GaussianMixture
 
 torch.set_num_threads(1)  # this kernel's maths on one thread: the engines need the cores
 # %load_ext mixle_nb
@@ -124,7 +131,73 @@ print(f"largest relative difference: {largest_difference(theirs, ours):.1e}; "
 assert largest_difference(theirs, ours) < 1e-8
 
 # %% [markdown]
-# ## 3 · The same estimator on the cluster
+# ## 3 · How many components? The Bayesian mixture decides
+#
+# BIC needed six fits. `BayesianGaussianMixture` fits once, with more components than the data
+# need (here 6) and a prior on the weights that prefers few: a Dirichlet process (stick
+# breaking) whose concentration is small. The components the data do not support end with
+# weights near 0. Ours runs the variational update on the EM core; on an array it starts as
+# scikit-learn's does (its k-means from `random_state`), so both libraries give the same
+# posterior. The next cell fits both on 2,000 of the scaled points and prints the components
+# that keep more than 1 % of the weight and the largest relative difference between the two.
+
+# %%
+z_small = z_train[:2000]
+bayes_settings = dict(n_components=6, weight_concentration_prior=1e-3, max_iter=300, random_state=0)
+bayes = BayesianGaussianMixture(**bayes_settings).fit(z_small)
+bayes_theirs = ScikitBayesianGaussianMixture(**bayes_settings).fit(z_small)
+used = np.flatnonzero(bayes.weights_ > 0.01)
+print(f"components with more than 1 % of the weight: {len(used)} (BIC picked {best_k}); "
+      f"weights {np.round(bayes.weights_, 3).tolist()}")
+bayes_difference = max(
+    float(np.max(np.abs(np.asarray(getattr(bayes, n)) - getattr(bayes_theirs, n)) / np.abs(getattr(bayes_theirs, n))))
+    for n in ("weights_", "means_", "covariances_", "lower_bound_"))
+print(f"largest relative difference from scikit-learn: {bayes_difference:.1e}; "
+      f"iterations {bayes.n_iter_} and {bayes_theirs.n_iter_}")
+assert len(used) == best_k and bayes_difference < 1e-6
+
+# %% [markdown]
+# The weights' posterior is `weight_concentration_`: for the Dirichlet process, a Beta
+# distribution per stick break, whose mean fraction of the stick left is what `weights_`
+# multiplies out. The other prior, `weight_concentration_prior_type="dirichlet_distribution"`,
+# shares the weights among all components at once; here it leaves the spare ones with even
+# less. The next cell fits that one too and draws each component's weight under both priors
+# (on a log scale), then prints the stick breaks.
+
+# %%
+bayes_dirichlet = BayesianGaussianMixture(**bayes_settings,
+                                          weight_concentration_prior_type="dirichlet_distribution").fit(z_small)
+fig, ax = plt.subplots(figsize=(8, 2.6))
+at = np.arange(bayes.n_components)
+ax.bar(at - 0.2, bayes.weights_, width=0.4, label="Dirichlet process")
+ax.bar(at + 0.2, bayes_dirichlet.weights_, width=0.4, label="Dirichlet distribution")
+ax.set(xlabel="component", ylabel="weights_", xticks=at, yscale="log", ylim=(1e-7, 1))
+ax.set_title("6 components offered, 4 kept: the spare ones end near 0")
+ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+plt.show()
+alpha, beta = bayes.weight_concentration_
+print("stick breaks, mean fraction taken:", np.round(alpha / (alpha + beta), 3).tolist())
+
+# %% [markdown]
+# ## 4 · Weighted rows
+#
+# scikit-learn's mixtures take no `sample_weight` (its issue #15647); ours do, in `fit`,
+# `fit_predict`, `partial_fit` and the starts. An integer weight w counts a row w times, so a
+# weighted fit must equal the fit of the rows repeated. The next cell draws a weight from 0 to
+# 3 per row, fits both ways from section 2's start and prints the largest difference.
+
+# %%
+w = np.random.default_rng(1).integers(0, 4, size=len(z_small))
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", ConvergenceWarning)  # tol=0 again
+    weighted = GaussianMixture(**settings).fit(z_small, sample_weight=w)
+    repeated = GaussianMixture(**settings).fit(np.repeat(z_small, w, axis=0))
+print(f"{len(z_small):,} weighted rows against {int(w.sum()):,} repeated rows: largest relative "
+      f"difference {largest_difference(repeated, weighted):.1e}")
+assert largest_difference(repeated, weighted) < 1e-8
+
+# %% [markdown]
+# ## 5 · The same estimator on the cluster
 #
 # `%mixle_cluster start 4` starts 4 engines that form one `torch.distributed` group, bound to
 # the variable `mixle`. The next cell starts them.
@@ -180,7 +253,72 @@ print(f"4 ranks against one process: largest relative difference {difference:.1e
 assert difference < 1e-8 and np.array_equal(labels_here, labels_there)
 
 # %% [markdown]
-# ## 4 · Nothing of the cluster stays in the estimator
+# ## 6 · `partial_fit`: the file read block by block, on the ranks
+#
+# A file too large for the ranks' memory is fitted a chunk at a time. Each `partial_fit` is
+# one step of stepwise (online) EM: the running sufficient statistics move towards the
+# chunk's, with a step that shrinks as chunks go by. On a cluster reference, one call folds
+# every rank's part of the chunk. The next cell defines, on every rank, how chunk `c` is read:
+# the file is cut into 4 × 10 successive blocks of rows and rank r reads block 4c + r alone,
+# out of a memory map, so a rank never holds more than its block.
+
+# %%
+# %%mixle
+import numpy as np
+import torch.distributed as dist
+
+CHUNKS = 10
+
+
+def chunk_handle(c):
+    """Chunk ``c`` as a handle: this rank's block of rows, read from the file alone."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    rows = np.load(path, mmap_mode="r")
+    bounds = np.linspace(0, len(rows), world * CHUNKS + 1).astype(int)
+    block = np.array(rows[bounds[world * c + rank]:bounds[world * c + rank + 1]])
+    return TorchRunEncodedData.from_shards(block, estimator=est, interleaved=False)
+
+
+# %% [markdown]
+# The next cell makes 3 passes over the file: for each chunk it has the ranks read it
+# (`execute_async` runs one line on every rank) and folds it with
+# `partial_fit(mixle.handle("chunk"))`. After each pass it scores the whole file through the
+# handle of section 5 and prints that average log-likelihood beside the batch fit's.
+
+# %%
+online = GaussianMixture(best_k, random_state=0)
+per_pass = []
+for _ in range(3):
+    for c in range(10):
+        mixle.execute_async(f"chunk = chunk_handle({c})").result()  # noqa: F821
+        online.partial_fit(mixle.handle("chunk"))  # noqa: F821
+        mixle.execute_async("chunk.close()").result()  # noqa: F821
+    per_pass.append(online.score(mixle.handle("h")))  # noqa: F821
+batch = ours.score(z_train)
+for number, value in enumerate(per_pass, 1):
+    print(f"pass {number}: average log-likelihood {value:.5f} (batch fit {batch:.5f}, {value - batch:+.1e})")
+assert online.n_iter_ == 30 and abs(per_pass[-1] - batch) < 1e-2
+
+# %% [markdown]
+# The next cell draws, on the left, each chunk's own mean log-likelihood (`lower_bounds_`,
+# under the model it was folded into: chunks differ by chance) and, on the right, the whole
+# file's average log-likelihood after each pass, closing in on the batch fit's.
+
+# %%
+fig, (left, right) = plt.subplots(1, 2, figsize=(10, 2.8))
+left.plot(np.arange(1, 31) / 10, online.lower_bounds_, color="0.6", label="each chunk")
+left.axhline(batch, color="k", linestyle="--", label="batch fit")
+left.set(xlabel="passes over the file", ylabel="mean log-likelihood", title="lower_bounds_, chunk by chunk")
+right.plot(range(1, 4), per_pass, "o-", label="partial_fit, after each pass")
+right.axhline(batch, color="k", linestyle="--", label="batch fit")
+right.set(xlabel="passes over the file", xticks=[1, 2, 3], title="the whole file")
+left.legend(loc="lower right", fontsize="small")
+right.legend(loc="center left", fontsize="small")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 7 · Nothing of the cluster stays in the estimator
 #
 # The fitted estimator holds only arrays and numbers: it pickles, and the copy scores the
 # held-out data as the original does. The next cell checks that and prints the held-out
@@ -197,6 +335,7 @@ print(f"held-out log-likelihood per point: {copy.score(z_test):.4f} (pickled cop
 # %%
 # %%mixle
 h.close()
+del chunk
 
 # %% [markdown]
 # The cluster stops here, and the temporary folder goes with it.

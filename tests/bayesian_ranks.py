@@ -95,6 +95,24 @@ def rank_fits(rank, world):
     return out
 
 
+def continued_rank_fits(rank, world):
+    """Every case continued through a TorchRunEncodedData in one group: the fit alone (the
+    4-rank check; the scores and the handle's own start are checked on 2 ranks)."""
+    import torch.distributed as dist
+
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    dist.init_process_group("gloo")
+    out = []
+    for covariance_type, prior_type, d in RANK_CASES:
+        x = blobs(240, d, 3)
+        estimator = warm_started(BayesianGaussianMixture, covariance_type, prior_type, x)
+        with TorchRunEncodedData(x, estimator=estimator.mixture_estimator(d)) as h:
+            out.append(fitted(fit_quietly(estimator, h)))
+    dist.destroy_process_group()
+    return out
+
+
 def weights_problem(covariance_type: str):
     """The rows, their integer weights and the warm start (``max_iter`` 20) of the one-process
     weights test, and the rows of each ``partial_fit`` chunk."""

@@ -92,7 +92,8 @@ def weighted_rank_fits(rank, world, path, bad_path):
     """Each rank reads its rows of ``path`` (points, then the weight column) with the weighted-rows
     encoder and fits every covariance type from the same start; then builds a handle of
     ``bad_path`` (a negative weight on one rank); then partial_fit over :data:`CHUNKS` chunks of
-    the points, a handle each. Returns the fitted attributes, the error, the online fit and the error of all-zero weights."""
+    the points, a handle each, unweighted and weighted. Returns the fitted attributes, the error, the online
+    fit, the error of all-zero weights (a random start) and the weighted online fit."""
     import torch.distributed as dist
 
     from mixle_nb.parallel import TorchRunEncodedData
@@ -113,13 +114,16 @@ def weighted_rank_fits(rank, world, path, bad_path):
         error = f"{type(exc).__name__}: {exc}"
     with TorchRunEncodedData(np.column_stack([x, np.zeros(len(x))]), encoder=fits_encoder) as zero:
         try:
-            GaussianMixture(2, random_state=0).fit(zero)
+            GaussianMixture(2, init_params="random", random_state=0).fit(zero)
             error_of_zeros = "no error"
         except ValueError as exc:
             error_of_zeros = str(exc)
-    online = GaussianMixture(**settings("full", x))
+    online, weighted_online = GaussianMixture(**settings("full", x)), GaussianMixture(**settings("full", x))
+    rows = np.load(path)
     for part in np.array_split(np.arange(len(x)), CHUNKS):
         with TorchRunEncodedData(x[part], estimator=online.mixture_estimator(x.shape[1])) as h:
             online.partial_fit(h)
+        with TorchRunEncodedData(rows[part], encoder=weighted_online.weighted_rows_encoder(x.shape[1])) as h:
+            weighted_online.partial_fit(h)
     dist.destroy_process_group()
-    return fits, error, fitted(online), error_of_zeros
+    return fits, error, fitted(online), error_of_zeros, fitted(weighted_online)

@@ -1,8 +1,9 @@
 """mixle_nb.mixture.BayesianGaussianMixture against scikit-learn's own: its estimator checks,
 every fitted attribute from the same start (scikit-learn's own starts, which ours takes on an
-array), the lower bound, the errors, and the same fit continued through a handle on 2 gloo
-ranks; ``sample_weight`` against the fit of the rows repeated and ``partial_fit`` against the
-batch fit. scikit-learn's own test modules run in tests/test_bayesian_mixture_suite.py."""
+array), the lower bound, the errors, and the same fit continued through a handle on 2 and 4
+gloo ranks and through a cluster reference; ``sample_weight`` against the fit of the rows
+repeated, ``partial_fit`` against the batch fit and, through handles and a cluster reference,
+against one process's. scikit-learn's own test modules run in tests/test_bayesian_mixture_suite.py."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from bayesian_ranks import (
     RANK_CASES,
     TYPES,
     blobs,
+    continued_rank_fits,
     fit_quietly,
     rank_fits,
     settings,
@@ -275,6 +277,16 @@ def test_a_handle_fit_on_2_ranks_equals_scikit_learns():
 
 
 @pytest.mark.ranks
+def test_a_handle_fit_on_4_ranks_equals_scikit_learns():
+    ranks = run_local(continued_rank_fits, 4)
+    for (covariance_type, prior_type, d), *per_rank in zip(RANK_CASES, *ranks):
+        x = blobs(240, d, 3)
+        reference = fit_quietly(warm_started(ScikitBayesianGaussianMixture, covariance_type, prior_type, x), x)
+        for fit in per_rank:
+            assert_same_fit(fit, reference)
+
+
+@pytest.mark.ranks
 def test_on_2_ranks_weighted_rows_fit_as_the_rows_repeated_and_partial_fit_equals_one_process():
     # one launch: per covariance type, the warm fit of a handle of the weighted rows against the
     # one-process fit of the rows repeated (the start of the one-process weights test), and
@@ -311,3 +323,26 @@ def test_a_fit_through_a_cluster_reference_equals_the_in_process_fit(cluster2):
         assert estimator.score(reference) == pytest.approx(local.score(x), rel=1e-10)
     finally:
         cluster2.execute_async("h_bgm.close(); del h_bgm, x, est").result()
+
+
+@pytest.mark.cluster
+def test_partial_fit_through_a_cluster_reference_equals_one_process(cluster2):
+    # from one fitted posterior, each call folds the chunk's handle, built on the session
+    # cluster's 2 ranks, into both the posterior and its running statistics
+    x = blobs(240, 2, 3, seed=3)
+    there = warm_started(BayesianGaussianMixture, "full", "dirichlet_process", x)
+    here = copy.deepcopy(there)
+    cluster2.push(x_pf=x, est_pf=there.mixture_estimator(2))
+    cluster2.execute_async("from mixle_nb.parallel import TorchRunEncodedData").result()
+    chunks = np.array_split(np.arange(len(x)), 3)
+    try:
+        for part in chunks:
+            here.partial_fit(x[part])
+            code = f"h_pf = TorchRunEncodedData(x_pf[{part[0]}:{part[-1] + 1}], estimator=est_pf)"
+            cluster2.execute_async(code).result()
+            there.partial_fit(cluster2.handle("h_pf"))
+            cluster2.execute_async("h_pf.close(); del h_pf").result()
+    finally:
+        cluster2.execute_async("del x_pf, est_pf").result()
+    assert_same_fit(attributes(there), here)
+    assert there.n_iter_ == len(chunks)

@@ -12,7 +12,8 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn_ranks import CHUNKS, TYPES, blobs, settings, weighted_rank_fits
 
-from mixle_nb.mixture import GaussianMixture
+from mixle_nb.mixture import BayesianGaussianMixture, GaussianMixture
+from mixle_nb.parallel import TorchRunEncodedData
 from mixle_nb.parallel.local_launch import run_local
 
 RTOL = 1e-8
@@ -99,11 +100,47 @@ def test_partial_fit_with_weights_equals_the_rows_repeated_and_refuses_other_fea
         weighted.partial_fit(blobs(10, 3, 2))
 
 
+def weighted_rows(estimator, x: np.ndarray, w: np.ndarray) -> TorchRunEncodedData:
+    """A handle in this process (no group) of rows carrying their weight as a last column."""
+    encoder = estimator.weighted_rows_encoder(x.shape[1])
+    return TorchRunEncodedData(np.column_stack([x, w]), encoder=encoder, init_process_group=False)
+
+
+def test_partial_fit_of_weighted_rows_handles_equals_partial_fit_of_weighted_arrays():
+    # each chunk's lower bound is the weighted mean log-density on a handle too (it was the
+    # unweighted sum over the weighted count)
+    x = blobs(300, 3, 3)
+    w = np.random.default_rng(1).integers(0, 4, size=len(x)).astype(np.float64)
+    arrays, handles = GaussianMixture(**settings("full", x)), GaussianMixture(**settings("full", x))
+    for part in np.array_split(np.arange(len(x)), 3):
+        arrays.partial_fit(x[part], sample_weight=w[part])
+        with weighted_rows(handles, x[part], w[part]) as h:
+            handles.partial_fit(h)
+    for name in ATTRIBUTES:
+        assert relative_difference(getattr(handles, name), getattr(arrays, name)) <= 1e-10, name
+    assert handles.n_iter_ == 3
+
+
+@pytest.mark.parametrize("init_params", ["kmeans", "random", "random_from_data"])
+@pytest.mark.parametrize("estimator_class", [GaussianMixture, BayesianGaussianMixture])
+def test_a_handle_whose_rows_all_weigh_zero_gets_scikit_learns_error_before_any_work(estimator_class, init_params):
+    x = blobs(40, 2, 2)
+    for method in ("fit", "partial_fit"):
+        estimator = estimator_class(n_components=2, init_params=init_params, random_state=0)
+        with weighted_rows(estimator, x, np.zeros(len(x))) as h:
+            with pytest.raises(
+                ValueError,
+                match="Sample weights must contain at least one non-zero number: every one of the handle's 40 rows weighs 0",
+            ):
+                getattr(estimator, method)(h)
+        assert not hasattr(estimator, "means_")
+
+
 @pytest.mark.ranks
 def test_on_two_ranks_weights_beside_the_rows_and_partial_fit_of_handles_equal_one_process(tmp_path):
     # one spawn of 2 ranks for four checks: weighted rows fit as the rows repeated, a bad weight
-    # names its rank and row, all-zero weights are refused, and partial_fit over handles equals
-    # partial_fit over the arrays
+    # names its rank and row, all-zero weights are refused (a random start), and partial_fit over
+    # handles, unweighted and weighted, equals partial_fit over the arrays
     x = blobs(301, 3, 3)
     w = np.random.default_rng(1).integers(0, 4, size=len(x)).astype(np.float64)
     path, bad_path = tmp_path / "weighted.npy", tmp_path / "bad.npy"
@@ -123,11 +160,34 @@ def test_on_two_ranks_weights_beside_the_rows_and_partial_fit_of_handles_equal_o
     (_, peer, *_), (_, own, *_) = ranks
     assert "rank 1" in peer, peer
     assert "sample weight of row 6 of rank 1's rows is -2.0" in own, own
-    online = GaussianMixture(**settings("full", x))
+    online, weighted_online = GaussianMixture(**settings("full", x)), GaussianMixture(**settings("full", x))
     for part in np.array_split(np.arange(len(x)), CHUNKS):
         online.partial_fit(x[part])
-    for _, _, on_ranks, error_of_zeros in ranks:
+        weighted_online.partial_fit(x[part], sample_weight=w[part])
+    for _, _, on_ranks, error_of_zeros, weighted_on_ranks in ranks:
         assert "Sample weights must contain at least one non-zero number" in error_of_zeros, error_of_zeros
         for name in ATTRIBUTES:
             assert relative_difference(on_ranks[name], getattr(online, name)) <= RTOL, name
-        assert on_ranks["n_iter_"] == CHUNKS
+            assert relative_difference(weighted_on_ranks[name], getattr(weighted_online, name)) <= RTOL, name
+        assert on_ranks["n_iter_"] == weighted_on_ranks["n_iter_"] == CHUNKS
+
+
+@pytest.mark.cluster
+def test_partial_fit_through_a_cluster_reference_equals_one_process(cluster2):
+    # each call folds the chunk's handle on the session cluster's 2 ranks, built there
+    x = blobs(301, 3, 3)
+    here, there = GaussianMixture(**settings("full", x)), GaussianMixture(**settings("full", x))
+    cluster2.push(x_pf=x, est_pf=there.mixture_estimator(3))
+    cluster2.execute_async("from mixle_nb.parallel import TorchRunEncodedData").result()
+    try:
+        for part in np.array_split(np.arange(len(x)), CHUNKS):
+            here.partial_fit(x[part])
+            code = f"h_pf = TorchRunEncodedData(x_pf[{part[0]}:{part[-1] + 1}], estimator=est_pf)"
+            cluster2.execute_async(code).result()
+            there.partial_fit(cluster2.handle("h_pf"))
+            cluster2.execute_async("h_pf.close(); del h_pf").result()
+    finally:
+        cluster2.execute_async("del x_pf, est_pf").result()
+    for name in ATTRIBUTES:
+        assert relative_difference(getattr(there, name), getattr(here, name)) <= 1e-10, name
+    assert there.n_iter_ == CHUNKS and not there.converged_

@@ -16,77 +16,38 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, DensityMixin
-from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import inference
-from ..inference.fitting import streaming_accumulate
-from ..stats import MixtureDistribution, em_step, seq_encode
-from ..stats.centred_moments import _split
+from ..stats import em_step, seq_encode
 from ..stats.estimation import is_handle
 from ..stats.frame import PointEncoding, with_weights
-from ..stats.handle import EncodedDataHandle
 from ..stats.variational_gaussian import (
     VariationalGaussianMixture,
     VariationalGaussianMixtureEstimator,
     VariationalPriors,
-    full_statistics,
     gaussian_components,
 )
 from . import scikit_internals
+from .bayesian_handles import (
+    FITTED,
+    check_handle_weight,
+    handle_features,
+    handle_start,
+    on_rank,
+)
+from .bayesian_priors import prior_attributes
+from .bayesian_starts import array_start
 from .encoding_face import HandleEncoding
-from .gaussian_mixture import SAMPLE_WEIGHT_ON_RANKS, STARTS, _handle_features, is_reference
-from .initial_parameters import checked_precisions
+from .gaussian_mixture import SAMPLE_WEIGHT_ON_RANKS, is_reference
 from .sample_weights import checked_sample_weight
 from .stepwise import stepwise_update
-from .translation import mixture_estimator, precisions_from_cholesky
+from .translation import precisions_from_cholesky
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-PRIORS = (
-    "weight_concentration_prior_",
-    "mean_precision_prior_",
-    "mean_prior_",
-    "degrees_of_freedom_prior_",
-    "covariance_prior_",
-)
-FITTED = (
-    "weight_concentration_",
-    "mean_precision_",
-    "means_",
-    "degrees_of_freedom_",
-    "covariances_",
-    "precisions_",
-    "precisions_cholesky_",
-    "weights_",
-    "converged_",
-    "n_iter_",
-    "lower_bound_",
-    "lower_bounds_",
-    "n_features_in_",
-    "feature_names_in_",
-    *PRIORS,
-)
-
-
-def _on_rank(handle: EncodedDataHandle, estimator: BayesianGaussianMixture, method: str, *args: Any) -> Any:
-    """What a cluster reference runs on every rank: the same method on the rank's handle."""
-    out = getattr(estimator, method)(handle, *args)
-    if method not in ("fit", "partial_fit"):
-        return out
-    kept = (*FITTED, "_stepwise")  # partial_fit's running statistics travel too
-    return {name: value for name, value in vars(estimator).items() if name in kept}
-
-
-def _checked_shape(values: object, shape: tuple[int, ...], name: str) -> np.ndarray:
-    """``values`` as a float array of ``shape``, with scikit-learn's message otherwise."""
-    array = check_array(values, dtype=[np.float64, np.float32], ensure_2d=False)
-    if array.shape != shape:
-        raise ValueError(f"The parameter '{name}' should have the shape of {shape}, but got {array.shape}")
-    return np.asarray(array, dtype=np.float64)
 
 
 class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
@@ -283,7 +244,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             raise ValueError(SAMPLE_WEIGHT_ON_RANKS)
         self.__dict__.pop("_stepwise", None)  # a fit starts afresh; partial_fit continues from it
         if is_reference(X):
-            fitted = X.call_with_handle(_on_rank, self, "fit")
+            fitted = X.call_with_handle(on_rank, self, "fit")
             for name in FITTED:
                 self.__dict__.pop(name, None)
             self.__dict__.update(fitted)
@@ -402,7 +363,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         if sample_weight is not None and (is_reference(X) or is_handle(X)):
             raise ValueError(SAMPLE_WEIGHT_ON_RANKS)
         if is_reference(X):
-            self.__dict__.update(X.call_with_handle(_on_rank, self, "partial_fit"))
+            self.__dict__.update(X.call_with_handle(on_rank, self, "partial_fit"))
             return self
         running = getattr(self, "_stepwise", None)
         fitted = hasattr(self, "converged_")
@@ -428,13 +389,9 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         """``(data, count, n_features)`` of a ``partial_fit`` chunk, checked as scikit-learn
         checks it (the first sets ``n_features_in_``, the rest must match)."""
         if is_handle(X):
-            count, n_features = len(X), _handle_features(X)
-            if fitted and n_features != self.n_features_in_:
-                raise ValueError(
-                    f"X has {n_features} features, but BayesianGaussianMixture is expecting "
-                    f"{self.n_features_in_} features as input."
-                )
-            self.n_features_in_ = n_features
+            count = len(X)
+            self.n_features_in_ = n_features = handle_features(X, self.n_features_in_ if fitted else None)
+            check_handle_weight(X, priors_from_data=not fitted and self.covariance_prior is None)
         else:
             X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=not fitted), dtype=np.float64)
             count, n_features = X.shape
@@ -463,13 +420,14 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
     def _fit_data(self, X: Any) -> tuple[Any, int, int]:
         """``(data, count, n_features)``, checked as scikit-learn does."""
         if is_handle(X):
-            count, n_features = len(X), _handle_features(X)
+            count, n_features = len(X), handle_features(X)
             self.__dict__.pop("feature_names_in_", None)
             self.n_features_in_ = n_features
             if count < 2:
                 raise ValueError(
                     f"Found array with {count} sample(s) while a minimum of 2 is required by BayesianGaussianMixture."
                 )
+            check_handle_weight(X, priors_from_data=self.covariance_prior is None)
         else:
             X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2), np.float64)
             count, n_features = len(X), X.shape[1]
@@ -480,47 +438,9 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         return X, count, n_features
 
     def _priors(self, data: Any, n_features: int, weights: np.ndarray | None = None) -> VariationalPriors:
-        """The priors, checked with scikit-learn's messages; those left ``None`` from the data
-        (its rows weighted by ``weights`` where given)."""
-        d, kind = n_features, self.covariance_type
-        if self.degrees_of_freedom_prior is not None and not self.degrees_of_freedom_prior > d - 1.0:
-            raise ValueError(
-                f"The parameter 'degrees_of_freedom_prior' should be greater than {d - 1}, "
-                f"but got {self.degrees_of_freedom_prior:.3f}."
-            )
-        mean = None if self.mean_prior is None else _checked_shape(self.mean_prior, (d,), "means")
-        covariance: Any = None
-        if self.covariance_prior is not None and kind in ("full", "tied"):
-            covariance = _checked_shape(self.covariance_prior, (d, d), f"{kind} covariance_prior")
-            checked_precisions(covariance if kind == "tied" else covariance[None], kind, 1, d)  # scikit-learn's check
-        elif self.covariance_prior is not None and kind == "diag":
-            covariance = _checked_shape(self.covariance_prior, (d,), f"{kind} covariance_prior")
-            if np.any(covariance <= 0):
-                raise ValueError(f"'{kind} precision' should be positive")
-        elif self.covariance_prior is not None:
-            covariance = float(self.covariance_prior)  # type: ignore[arg-type]  # a real, by the constraints
-        if covariance is None and weights is not None and not weights.sum() > 1.0:
-            raise ValueError(
-                f"The sample weights sum to {float(weights.sum()):g}: the covariance prior taken from the data "
-                "needs a total weight above 1 (as n_samples >= 2); give covariance_prior or larger weights."
-            )
-        if mean is None or covariance is None:
-            data_mean, data_covariance = _data_moments(data, d, full_statistics(kind, d), weights)
-            mean = data_mean if mean is None else mean
-            if covariance is None:
-                covariance = {
-                    "full": np.atleast_2d(data_covariance),
-                    "tied": np.atleast_2d(data_covariance),
-                    "diag": np.diag(np.atleast_2d(data_covariance)).copy(),
-                    "spherical": float(np.diag(np.atleast_2d(data_covariance)).mean()),
-                }[kind]
-        self.weight_concentration_prior_ = (
-            1.0 / self.n_components if self.weight_concentration_prior is None else self.weight_concentration_prior
-        )
-        self.mean_precision_prior_ = 1.0 if self.mean_precision_prior is None else self.mean_precision_prior
-        self.mean_prior_ = mean
-        self.degrees_of_freedom_prior_ = d if self.degrees_of_freedom_prior is None else self.degrees_of_freedom_prior
-        self.covariance_prior_ = covariance
+        """The priors of a fit on ``data``, set as the ``*_prior_`` attributes
+        (``bayesian_priors.prior_attributes``)."""
+        self.__dict__.update(prior_attributes(self, data, n_features, weights))
         return self._fitted_priors()
 
     def _fitted_priors(self) -> VariationalPriors:
@@ -548,29 +468,8 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         scikit-learn's own draws (the rows' responsibilities times their ``weights``); on a
         handle our start's model's responsibilities."""
         if is_handle(data):
-            start = inference.initial_model(
-                enc, self.mixture_estimator(estimator.n_features), STARTS[self.init_params], rng, init_p=1.0
-            )
-            _, folded = streaming_accumulate(enc, estimator.gaussian_estimator(), start)
-            return estimator.start(folded.value())
-        resp = _starting_responsibilities(self.init_params, data, self.n_components, rng, weights)
-        unweighted = resp.any(axis=1)
-        if weights is not None:
-            resp *= weights[:, None]
-        unassigned = None
-        rows = np.flatnonzero(resp.any(axis=1))
-        if self.covariance_type == "tied" and not unweighted.all():
-            # scikit-learn's tied start takes XᵀX over every row, those without responsibility too
-            left = np.flatnonzero(~unweighted)
-            counted = data[left] if weights is None else data[left] * weights[left, None]
-            unassigned = counted.T @ data[left]
-        if len(rows) < len(data):  # observations as centres: only their rows count
-            enc, data, resp = seq_encode(data[rows], estimator=estimator, device=self.device), data[rows], resp[rows]
-        acc = estimator.gaussian_estimator().make_accumulator()
-        counts = resp.sum(axis=0)
-        references = (resp.T @ data) / np.where(counts > 0, counts, 1.0)[:, None]
-        acc.seq_update_responsibilities(enc, torch.from_numpy(np.ascontiguousarray(resp.T)), references)
-        return estimator.start(acc.value(), unassigned)
+            return handle_start(enc, self.mixture_estimator(estimator.n_features), estimator, self.init_params, rng)
+        return array_start(data, enc, estimator, self.init_params, rng, weights, self.device)
 
     def _iterate(
         self, enc: Any, estimator: VariationalGaussianMixtureEstimator, model: VariationalGaussianMixture, bound: float
@@ -634,12 +533,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         """``(data, model)`` for scoring ``X``, an array or a handle."""
         check_is_fitted(self)
         if is_handle(X):
-            n_features = _handle_features(X)
-            if n_features != self.n_features_in_:
-                raise ValueError(
-                    f"X has {n_features} features, but BayesianGaussianMixture is expecting "
-                    f"{self.n_features_in_} features as input."
-                )
+            handle_features(X, self.n_features_in_)
             return X, self._model()
         X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=False), dtype=np.float64)
         return X, self._model()
@@ -658,7 +552,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             The responsibilities (rows sum to 1).
         """
         if is_reference(X):
-            return np.asarray(X.call_with_handle(_on_rank, self, "predict_proba"))
+            return np.asarray(X.call_with_handle(on_rank, self, "predict_proba"))
         data, model = self._scoring(X)
         return inference.predict_proba(data, model, gather=True)
 
@@ -676,7 +570,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             Component labels.
         """
         if is_reference(X):
-            return np.asarray(X.call_with_handle(_on_rank, self, "predict"))
+            return np.asarray(X.call_with_handle(on_rank, self, "predict"))
         data, model = self._scoring(X)
         return inference.predict(data, model, gather=True)
 
@@ -694,7 +588,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             ``log Σ_k exp(E[log π_k] + E[log N(x | μ_k, Λ_k)])``.
         """
         if is_reference(X):
-            return np.asarray(X.call_with_handle(_on_rank, self, "score_samples"))
+            return np.asarray(X.call_with_handle(on_rank, self, "score_samples"))
         data, model = self._scoring(X)
         return inference.score_samples(data, model, gather=True)
 
@@ -745,61 +639,3 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         components = gaussian_components(self.covariance_type, self.means_, self.covariances_)
         x = np.concatenate([c.draw(generator, int(m)).reshape(int(m), -1) for c, m in zip(components, counts)])
         return x, np.repeat(np.arange(self.n_components), counts)
-
-
-def _starting_responsibilities(
-    init_params: str, X: np.ndarray, n_components: int, rng: np.random.RandomState, weights: np.ndarray | None = None
-) -> np.ndarray:
-    """scikit-learn's starting responsibilities (``BaseMixture._initialize_parameters``); with
-    ``weights``, its k-means starts weighted and ``"random_from_data"`` drawing rows in
-    proportion to them."""
-    n = len(X)
-    resp = np.zeros((n, n_components))
-    if init_params == "kmeans":
-        labels = KMeans(n_clusters=n_components, n_init=1, random_state=rng).fit(X, sample_weight=weights).labels_
-        resp[np.arange(n), labels] = 1.0
-    elif init_params == "random":
-        resp = rng.uniform(size=(n, n_components))
-        resp /= resp.sum(axis=1)[:, None]
-    elif init_params == "random_from_data":
-        p = None if weights is None else weights / weights.sum()
-        resp[rng.choice(n, size=n_components, replace=False, p=p), np.arange(n_components)] = 1.0
-    else:
-        _, indices = kmeans_plusplus(X, n_components, sample_weight=weights, random_state=rng)
-        resp[indices, np.arange(n_components)] = 1.0
-    return resp
-
-
-def _data_moments(
-    data: Any, n_features: int, full: bool, weights: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """The data's mean and covariance (``ddof=1``; its diagonal only unless ``full``): on an
-    array numpy's, as scikit-learn's priors, the rows counted ``weights`` times where given;
-    on a handle two folded passes (weighted rows weighted), about the origin for the mean and
-    then about the mean."""
-    if not is_handle(data):
-        if weights is None:
-            return data.mean(axis=0), np.atleast_2d(np.cov(data.T))
-        mean = weights @ data / weights.sum()
-        centred = data - mean
-        return mean, np.atleast_2d((centred.T * weights) @ centred / (weights.sum() - 1.0))
-    kind = "full" if full else "diag"
-    estimator = mixture_estimator(kind, 1, n_features, 0.0)
-    mean = np.zeros(n_features)
-    for _ in range(2):
-        model = MixtureDistribution(gaussian_components(kind, mean[None], _unit(n_features, full)), [1.0])
-        _, folded = streaming_accumulate(data, estimator, model)
-        n, nc, s1, s2 = _split(np.asarray(folded.value()[1][0], dtype=np.float64), full)
-        centre = nc / n
-        mean = centre + s1 / n
-    offset = mean - centre
-    if full:
-        scatter = s2 - np.outer(s1, offset) - np.outer(offset, s1) + n * np.outer(offset, offset)
-    else:
-        scatter = np.diag(s2 - 2.0 * offset * s1 + n * offset * offset)
-    return mean, scatter / (n - 1.0)
-
-
-def _unit(n_features: int, full: bool) -> np.ndarray:
-    """One unit covariance, shaped for ``gaussian_components``."""
-    return np.eye(n_features)[None] if full else np.ones((1, n_features))

@@ -35,6 +35,7 @@ from ..stats.handle import EncodedDataHandle
 from ..stats.kmeans import encoded_points
 from . import scikit_internals
 from .encoding_face import HandleEncoding
+from .handle_weights import checked_total_weight
 from .initial_parameters import checked_means, checked_precisions, checked_weights
 from .sample_weights import checked_sample_weight
 from .stepwise import stepwise_update
@@ -433,6 +434,7 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
                     f"{self.n_features_in_} features as input."
                 )
             self.n_features_in_ = n_features
+            checked_total_weight(X)
             enc: Any = X
         else:
             X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=not fitted), dtype=np.float64)
@@ -498,6 +500,7 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
                 raise ValueError(
                     f"Found array with {count} sample(s) while a minimum of 2 is required by GaussianMixture."
                 )
+            checked_total_weight(X)  # rows that all weigh 0: scikit-learn's error, before any work
         else:
             X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
             count, n_features = len(X), X.shape[1]

@@ -30,8 +30,9 @@ from typing import Any
 
 from ..inference import streaming_accumulate
 from ..stats.base import Distribution, Estimator
-from ..stats.estimation import accumulate, is_handle, seq_log_density_sum, tie_keys
+from ..stats.estimation import accumulate, is_handle, tie_keys
 from ..stats.values import flatten_value, unflatten_value, value_layout
+from .handle_weights import weighted_log_density_sum
 
 STEP_EXPONENT = 0.3
 
@@ -57,13 +58,14 @@ def stepwise_update(
 
     Returns ``(model, running, weight, log_density)``: the M-step of the new running
     statistics, those statistics, the chunk's weight and its total log-density under
-    ``model`` (the model it was folded under; on a handle a second pass, unweighted).
+    ``model`` (the model it was folded under, each row's weighted by the row's sample weight;
+    on a handle a second pass).
     ``weight_before`` is for an M-step that is not scale-free (the variational update): the
     weight of the chunks folded before, so the model is the M-step of the running statistics
     scaled to all the weight folded; a handle's log-density is then not taken (NaN)."""
     if is_handle(enc):
         weight, folded = streaming_accumulate(enc, estimator, model)
-        log_density = math.nan if weight_before is not None else seq_log_density_sum(enc, model)[1]
+        log_density = math.nan if weight_before is not None else weighted_log_density_sum(enc, model)
     else:
         summed = accumulate([enc], estimator, model)
         weight, folded, log_density = summed.count, tie_keys(summed.accumulator), summed.log_density
