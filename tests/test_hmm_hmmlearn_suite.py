@@ -118,7 +118,7 @@ def test_hmmlearn_suite_passes_with_our_classes(tmp_path):
             output = log.read_text()
             summary = output.strip().splitlines()[-1] if output.strip() else ""
             assert lane.returncode == 0, output[-7000:]
-            assert "failed" not in summary, summary
+            assert not re.search(r"\d+ (failed|errors?)\b", summary), summary  # "xfailed" is no failure
             passed += int(re.search(r"(\d+) passed", summary).group(1))
     finally:
         for lane in lanes:

@@ -133,15 +133,16 @@ def gaussian_mixture_arrays(
     """
     _checked_type(covariance_type)
     weights = np.stack([s.w for s in states])
-    means = np.stack([np.stack([np.asarray(c.mu, dtype=np.float64) for c in s.components]) for s in states])
+    parts: list[list[Any]] = [list(s.components) for s in states]  # the Gaussian families' fields
+    means = np.stack([np.stack([np.asarray(c.mu, dtype=np.float64) for c in p]) for p in parts])
     if covariance_type == "spherical":
-        covars = np.array([[float(c.sigma2[0]) for c in s.components] for s in states])
+        covars = np.array([[float(c.sigma2[0]) for c in p] for p in parts])
     elif covariance_type == "diag":
-        covars = np.stack([np.stack([c.sigma2 for c in s.components]) for s in states])
+        covars = np.stack([np.stack([c.sigma2 for c in p]) for p in parts])
     elif covariance_type == "full":
-        covars = np.stack([np.stack([c.covar for c in s.components]) for s in states])
+        covars = np.stack([np.stack([c.covar for c in p]) for p in parts])
     else:
-        covars = np.stack([s.components[0].covar for s in states])
+        covars = np.stack([p[0].covar for p in parts])
     return weights, means, covars
 
 
@@ -216,7 +217,6 @@ def gaussian_mixture_estimator(
 
 
 __all__ = [
-    "MIXTURE_COVARIANCE_TYPES",
     "gaussian_mixture_arrays",
     "gaussian_mixture_estimator",
     "gaussian_mixture_states",
