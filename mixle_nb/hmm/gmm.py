@@ -9,6 +9,7 @@ its covariances about the means the E-step ran under), computed from those sums.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +23,11 @@ from ..stats.hmm import HiddenMarkovDistribution
 from ..stats.hmm.gaussian_mixture_emission import gaussian_mixture_arrays, gaussian_mixture_states
 from ..stats.mixture import MixtureEstimator
 from ..stats.multivariate_gaussian import MultivariateGaussianEstimator
-from .base import BaseHMM, _log
+from .base import BaseHMM
 from .covariances import COVARIANCE_TYPES, fill_covars
 from .gaussian import centred_state_sums, positive_definite
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
