@@ -186,6 +186,10 @@ def test_other_errors():
     bad[50, 1] = np.nan
     with pytest.raises(ValueError, match="sequence 3, position 2"):
         gmm_start(ours.GMMHMM, "diag").fit(bad, LENGTHS)
+    m = gmm_start(ours.GMMHMM, "diag", n_mix=3)
+    m.weights_ = np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5], [0.4, 0.3, 0.3]])  # hmmlearn: NaN covariances
+    with pytest.raises(ValueError, match="state 0, mixture component 2: .* posterior mass of 0"):
+        m.fit(gmm_data(), LENGTHS)
     with pytest.raises(ValueError, match=r"weights_prior|broadcast"):
         gmm_start(ours.GMMHMM, "diag", weights_prior=np.ones(5)).fit(gmm_data(), LENGTHS)
 

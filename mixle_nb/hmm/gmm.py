@@ -127,8 +127,33 @@ class GaussianMixtureUpdate:
                 )
                 c_n = c_n.sum(axis=1)
                 denominator = (occupancy + nm + p.covars_weight + nf + 1)[:, None, None]
-            covars = (numerator + c_n) / denominator
+            with np.errstate(divide="ignore", invalid="ignore"):  # named below, if it happens
+                covars = (numerator + c_n) / denominator
+        degenerate_components(weights, covars, post_mix_sum, self.covariance_type)
         return mixture_states(self.covariance_type, weights, means, covars)
+
+
+def degenerate_components(weights: np.ndarray, covars: np.ndarray, mass: np.ndarray, covariance_type: str) -> None:
+    """Raise, naming the first state and component, when the M-step gave a negative weight or
+    a covariance that is not finite and positive (hmmlearn carries NaN on: a component of
+    weight 0 has no data, and the default priors then divide 0 by 0)."""
+    bad_weight = weights < 0
+    if covariance_type == "tied":
+        bad_covar = ~np.isfinite(covars).all(axis=(1, 2))[:, None] & np.ones_like(bad_weight)
+    else:
+        per_component = covars.reshape(covars.shape[0], covars.shape[1], -1)
+        bad_covar = ~np.isfinite(per_component).all(axis=-1)
+        if covariance_type in ("spherical", "diag"):
+            bad_covar |= (per_component <= 0).any(axis=-1)
+    bad = bad_weight | bad_covar
+    if bad.any():
+        k, j = (int(i) for i in np.argwhere(bad)[0])
+        what = f"weight of {weights[k, j]:.3g}" if bad_weight[k, j] else "covariance that is not finite and positive"
+        raise ValueError(
+            f"state {k}, mixture component {j}: the M-step gave it a {what} from a posterior mass of "
+            f"{mass[k, j]:.3g}; start it with a weight > 0, or give weights_prior >= 1 and a covars_prior "
+            "that keeps an unused component's covariance positive"
+        )
 
 
 def mixture_states(covariance_type: str, weights: np.ndarray, means: np.ndarray, covars: np.ndarray) -> list:
