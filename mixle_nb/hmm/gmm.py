@@ -185,8 +185,9 @@ class GMMHMM(BaseHMM):
         Mean and precision of the normal prior of ``means_``.
     covars_prior, covars_weight : array-like or float, optional
         Inverse-gamma (``"spherical"``, ``"diag"``) or inverse-Wishart (``"full"``,
-        ``"tied"``) prior of ``covars_``; ``None`` takes hmmlearn's default of the covariance
-        type, which makes the update maximum likelihood.
+        ``"tied"``) prior of ``covars_``; ``None`` takes hmmlearn's default for the covariance
+        type (with it, ``"diag"``, ``"full"`` and ``"tied"`` divide the scatter by the
+        posterior mass alone).
     algorithm : {"viterbi", "map"}
         Decoder of :meth:`decode` and :meth:`predict`.
     covariance_type : {"spherical", "diag", "full", "tied"}
