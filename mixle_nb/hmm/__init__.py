@@ -6,7 +6,8 @@ handle of sequences. scikit-learn is needed here (``pip install 'mixle_nb[sklear
 from .base import BaseHMM
 from .categorical import CategoricalHMM
 from .gaussian import GaussianHMM
+from .gmm import GMMHMM
 from .monitor import ConvergenceMonitor
 from .poisson import PoissonHMM
 
-__all__ = ["BaseHMM", "CategoricalHMM", "ConvergenceMonitor", "GaussianHMM", "PoissonHMM"]
+__all__ = ["GMMHMM", "BaseHMM", "CategoricalHMM", "ConvergenceMonitor", "GaussianHMM", "PoissonHMM"]
