@@ -54,17 +54,23 @@ def test_every_public_name_of_the_lazy_packages_is_there():
 
 
 @pytest.mark.subprocess
-def test_a_rank_imports_torch_and_the_group_but_not_the_handles():
+def test_a_rank_imports_torch_and_the_group_but_neither_the_handles_nor_debugpy():
     code = (
         "import json, sys\n"
-        "from mixle_nb.cluster.rank_engine import import_rank_modules\n"
+        "from mixle_nb.cluster.rank_engine import import_kernel_debugger, import_rank_modules\n"
         "import_rank_modules()\n"
-        "print(json.dumps(sorted(sys.modules)))\n"
+        "import_kernel_debugger()\n"
+        "modules = sorted(sys.modules)\n"
+        "import debugpy, ipykernel.debugger\n"
+        "print(json.dumps([modules, ipykernel.debugger._is_debugpy_available, debugpy.__name__]))\n"
     )
-    modules = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout))
-    assert {"torch", "torch.distributed", "mixle_nb.parallel.group", "mixle_nb.cluster.engine"} <= modules
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout
+    modules, jupyter_debugger, debugpy = json.loads(out.splitlines()[-1])
+    assert {"torch", "torch.distributed", "mixle_nb.parallel.group", "mixle_nb.cluster.engine"} <= set(modules)
     unneeded = {"mixle_nb.parallel.em_handle", "mixle_nb.parallel.token_handle", "mixle_nb.cluster.mixle_cluster"}
-    assert not unneeded & modules
+    assert not unneeded & set(modules)
+    assert "ipykernel.debugger" in modules and "debugpy" not in modules and jupyter_debugger is False
+    assert debugpy == "debugpy"  # a user can still import it on a rank
 
 
 @pytest.mark.cluster
