@@ -363,6 +363,12 @@ def measure_one(n, calls):
     return [time_plain_start(n), *time_mixle(n, calls)]
 
 
+def checkout_name(root):
+    """The commit checked out at ``root`` (its folder's name if git cannot tell)."""
+    git = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return git.stdout.strip() or Path(root).name
+
+
 def compare_checkouts(baseline, sizes, rounds, calls) -> Table:
     """Each size's start and round trips in this checkout and in ``baseline``, in interleaved rounds."""
     checkouts = {"before": str(Path(baseline).resolve()), "after": str(Path(__file__).resolve().parents[1])}
@@ -376,7 +382,7 @@ def compare_checkouts(baseline, sizes, rounds, calls) -> Table:
                 results[n, name].append(json.loads(out.splitlines()[-1]))
                 print(n, name, results[n, name][-1], flush=True)
     table = Table(
-        f"MixleCluster before ({Path(baseline).name}) and after this change against plain ipyparallel, "
+        f"MixleCluster in {checkout_name(baseline)} (before) and in this checkout (after) against plain ipyparallel, "
         f"median of {rounds} interleaved rounds (round trip: median of {calls} no-op calls a round)",
         ["engines", "checkout", "plain start s", "MixleCluster start s", "apply_sync ms", "MixleCluster.run ms"],
     )
