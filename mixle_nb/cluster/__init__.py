@@ -9,7 +9,7 @@ stopping calls, repairing the group), ``launch`` (the launcher's options, checke
 engines), ``rank_side`` (what the panels run on the ranks), ``step_calls`` (EM steps in
 pipelined calls, both halves), ``status`` (the status table), ``state`` (the lifecycle states).
 This module keeps the current cluster. Its other public names are imported on first use
-(:func:`__getattr__`): an engine imports only what it runs (``engine``, ``rank_side``, ...).
+(a module ``__getattr__``): an engine imports only what it runs (``engine``, ``rank_side``, ...).
 """
 
 from __future__ import annotations

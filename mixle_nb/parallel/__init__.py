@@ -1,6 +1,6 @@
 """Distributed encoded-data handles, usable on ipyparallel engines or under plain torchrun.
 
-The public names are imported on first use (:func:`__getattr__`): an engine joining its
+The public names are imported on first use (a module ``__getattr__``): an engine joining its
 cluster's group imports :mod:`.group` alone, not the handles and the neural modules behind them.
 """
 
