@@ -1,11 +1,14 @@
 """MixleCluster against plain ipyparallel, side by side in one run.
 
-    .venv/bin/python benchmarks/cluster_bench.py [--sizes 2 4] [--calls 200]
+    .venv/bin/python benchmarks/cluster_bench.py [--sizes 2 4] [--calls 200] [--baseline DIR] [--rounds 3]
 
 Start: time from start() until the torch.distributed group is ready, against
 ``ipyparallel.Cluster(n=n).start_and_connect_sync()`` (engines registered, no torch).
 Round trip: a no-op on every rank, ``MixleCluster.run`` against ``DirectView.apply_sync``,
-interleaved on the same engines so both see the same machine load.
+interleaved on the same engines so both see the same machine load. With ``--baseline DIR``
+(another checkout of mixle_nb), both checkouts are measured in ``rounds`` interleaved rounds,
+each measurement in a fresh process whose PYTHONPATH (which its engines inherit) names the
+checkout; the table gives each checkout's medians.
 
     .venv/bin/python benchmarks/cluster_bench.py --exposure [--sizes 2 4] [--rounds 3] [--calls 100]
 
@@ -38,11 +41,14 @@ each of ``hosts`` hosts) and Slurm (one sbatch job of the same tasks), in interl
 """
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import ipyparallel as ipp
 from results import Table, add_json_argument, write_results
@@ -352,8 +358,44 @@ def time_launchers(hosts, per_host, rounds) -> Table:
     return table
 
 
+def measure_one(n, calls):
+    """Plain ipyparallel's start, then MixleCluster's start and both round trips, on ``n`` engines."""
+    return [time_plain_start(n), *time_mixle(n, calls)]
+
+
+def checkout_name(root):
+    """The commit checked out at ``root`` (its folder's name if git cannot tell)."""
+    git = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return git.stdout.strip() or Path(root).name
+
+
+def compare_checkouts(baseline, sizes, rounds, calls) -> Table:
+    """Each size's start and round trips in this checkout and in ``baseline``, in interleaved rounds."""
+    checkouts = {"before": str(Path(baseline).resolve()), "after": str(Path(__file__).resolve().parents[1])}
+    results = {(n, name): [] for n in sizes for name in checkouts}
+    for _ in range(rounds):
+        for n in sizes:
+            for name, root in checkouts.items():
+                env = {**os.environ, "PYTHONPATH": root}
+                command = [sys.executable, __file__, "--one", str(n), "--calls", str(calls)]
+                out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+                results[n, name].append(json.loads(out.splitlines()[-1]))
+                print(n, name, results[n, name][-1], flush=True)
+    table = Table(
+        f"MixleCluster in {checkout_name(baseline)} (before) and in this checkout (after) against plain ipyparallel, "
+        f"median of {rounds} interleaved rounds (round trip: median of {calls} no-op calls a round)",
+        ["engines", "checkout", "plain start s", "MixleCluster start s", "apply_sync ms", "MixleCluster.run ms"],
+    )
+    for (n, name), values in results.items():
+        plain_start, mixle_start, plain_rt, mixle_rt = (statistics.median(v) for v in zip(*values))
+        table.add(n, name, plain_start, mixle_start, plain_rt * 1e3, mixle_rt * 1e3)
+    return table
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # one measurement of n engines, as JSON
+    parser.add_argument("--baseline", help="another checkout of mixle_nb, measured in interleaved rounds")
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--launchers", action="store_true", help="local, ssh and slurm starts")
@@ -367,6 +409,14 @@ def main():
     parser.add_argument("--probe-rounds", type=int, default=50)
     add_json_argument(parser, "cluster_bench")
     args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure_one(args.one, args.calls)))
+        return
+    if args.baseline:
+        write_results(
+            args.json, "cluster_bench", 1, [compare_checkouts(args.baseline, args.sizes, args.rounds, args.calls)]
+        )
+        return
     if args.peer:
         tables = compare_peer(args.rounds, min(args.calls, 20))
         write_results(args.json.with_name("cluster_peer_bench.json"), "cluster_bench", 1, tables)

@@ -8,16 +8,35 @@ stopping calls, repairing the group), ``launch`` (the launcher's options, checke
 ``processes`` (process ownership, liveness, reaping), ``engine`` (what the cluster runs on its
 engines), ``rank_side`` (what the panels run on the ranks), ``step_calls`` (EM steps in
 pipelined calls, both halves), ``status`` (the status table), ``state`` (the lifecycle states).
-This module keeps the current cluster.
+This module keeps the current cluster. Its other public names are imported on first use
+(a module ``__getattr__``): an engine imports only what it runs (``engine``, ``rank_side``, ...).
 """
 
 from __future__ import annotations
 
-from .calls import RankCall, RankDiedError, RankError
-from .detached import DetachedRecord
-from .mixle_cluster import BACKENDS, MAX_ENGINES, MixleCluster
-from .state import ClusterState
-from .status import ClusterStatus, RankStatus
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .calls import RankCall, RankDiedError, RankError
+    from .detached import DetachedRecord
+    from .mixle_cluster import BACKENDS, MAX_ENGINES, MixleCluster
+    from .state import ClusterState
+    from .status import ClusterStatus, RankStatus
+
+# each public name but the two below and the module (in this package) that defines it
+_HOMES = {
+    "BACKENDS": ".mixle_cluster",
+    "MAX_ENGINES": ".mixle_cluster",
+    "ClusterState": ".state",
+    "ClusterStatus": ".status",
+    "DetachedRecord": ".detached",
+    "MixleCluster": ".mixle_cluster",
+    "RankCall": ".calls",
+    "RankDiedError": ".calls",
+    "RankError": ".calls",
+    "RankStatus": ".status",
+}
 
 _current = None  # the most recently started cluster that is still running
 
@@ -84,3 +103,17 @@ __all__ = [
     "current",
     "set_current",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the public ones not yet imported included."""
+    return sorted(set(globals()) | set(__all__))

@@ -8,7 +8,7 @@ socket when the whole cluster runs on one host) every
 when :data:`REFUSED` probes in a row are refused (the controller is gone, its host is up:
 about 1.5 s) or :data:`MISSES` in a row fail either way, unanswered within :data:`PROBE_S`
 (the host or the network is gone: at most about 8 s, after the controller itself, pinging every
-0.5 s and giving up after 10 misses, has dropped the engine). A thread, so an engine busy in a
+0.1 s and giving up after 55 misses, 5.5 s, has dropped the engine). A thread, so an engine busy in a
 long call or a collective exits all the same; its nanny, which watches the engine, follows it.
 """
 

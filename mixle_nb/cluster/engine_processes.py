@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import psutil
+
 from . import engine
 from .calls import POLL_S
 from .detached import DetachedRecord
@@ -112,6 +114,7 @@ class EngineProcesses:
                 asked[eid] = self.client[eid].apply_async(engine.describe)
                 report(f"{len(asked)}/{n} engines registered")
             self._raise_if_engines_exited()
+            self._raise_if_controller_exited()
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"only {len(asked)} of {n} engines registered within "
@@ -127,6 +130,17 @@ class EngineProcesses:
         described = [asked[eid].get(self.ipp.engine_timeout) for eid in range(n)]
         self._adopt_ranks(RankProcess(info["pid"], info["host"], info["gpus"]) for info in described)
         self.owned.own_children()  # schedulers and nannies, so stop() waits for them too
+
+    def _raise_if_controller_exited(self) -> None:
+        """Local engines start beside the controller, not once it is up (:mod:`.rank_engine`),
+        so a controller that exits at start is noticed here rather than after ``engine_timeout``."""
+        process = self.owned.get(self.ipp.controller.pid)
+        try:
+            running = process is not None and process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            running = False
+        if not running:
+            raise RuntimeError(f"the controller exited during start:\n{self.ipp.controller.get_output()}")
 
     def _raise_if_engines_exited(self) -> None:
         stopped = getattr(self.ipp.engine_set, "stop_data", None) or {}

@@ -6,6 +6,8 @@ ipyparallel offers no public way to do these things, which the cluster needs:
   ``ipc://`` endpoints under the names its engines and client connect to (ipyparallel 9 binds
   ``<path>-<port>`` but connects to ``<path>:<port>``), by replacing
   ``IPController.construct_url``, then runs the controller of ``ipyparallel.controller.app``;
+- :func:`run_engine`: runs the engine of ``ipyparallel.engine.app`` (what ``ipengine`` runs),
+  after the rank's own imports (:mod:`mixle_nb.cluster.rank_engine`);
 - :func:`receiving_streams` and :func:`replace_handler`: the client's ZeroMQ streams
   (``Client._<channel>_stream``) and the handler each was given (pyzmq's
   ``ZMQStream._recv_callback``), so that :class:`~mixle_nb.cluster.stray_messages.MessageGuard`
@@ -55,6 +57,13 @@ def bind_endpoints_as_connected() -> None:
 def run_controller() -> None:
     """Run ipyparallel's controller application with this process's arguments."""
     from ipyparallel.controller.app import main
+
+    main()
+
+
+def run_engine() -> None:
+    """Run ipyparallel's engine application with this process's arguments."""
+    from ipyparallel.engine.app import main
 
     main()
 
@@ -133,7 +142,7 @@ def missing_private_apis() -> list[str]:
     """
     from ipyparallel import Client
     from ipyparallel.controller import app as controller_app
-    from ipyparallel.engine.app import IPEngine
+    from ipyparallel.engine import app as engine_app
     from jupyter_client.session import Session
     from zmq.eventloop.zmqstream import ZMQStream
 
@@ -151,6 +160,8 @@ def missing_private_apis() -> list[str]:
         missing.append("ipyparallel.controller.app.IPController.internal_info")
     if not callable(getattr(controller_app, "main", None)):
         missing.append("ipyparallel.controller.app.main")
+    if not callable(getattr(engine_app, "main", None)):
+        missing.append("ipyparallel.engine.app.main")
     setup = inspect.getsource(Client._setup_streams)
     missing += [
         f"ipyparallel.Client._{name}_stream"
@@ -163,6 +174,7 @@ def missing_private_apis() -> list[str]:
         missing.append("zmq.eventloop.zmqstream.ZMQStream._recv_callback")
     if "auth" not in Session.class_trait_names() or not callable(getattr(Session, "sign", None)):
         missing.append("jupyter_client.session.Session.auth and .sign")
+    IPEngine = engine_app.IPEngine
     if "registration_url" not in IPEngine.class_trait_names():
         missing.append("ipyparallel.engine.app.IPEngine.registration_url")
     if not _sets(IPEngine, "connection_info"):

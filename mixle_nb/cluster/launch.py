@@ -25,7 +25,11 @@ from .slurm import SlurmSpec
 if TYPE_CHECKING:
     from traitlets.config import Config
 
-HEARTBEAT_MS = 500  # ipyparallel's default 3000 ms makes every engine registration wait ~3-6 s
+# An engine's registration completes at the controller's first heartbeat after it (1-2 periods:
+# ipyparallel's default 3000 ms made every start wait ~3-6 s, 500 ms still ~0.5-1 s). An engine
+# is dropped after HEARTBEAT_MISSES + 1 missed pings: 5.5 s, as with 500 ms and ipyparallel's 10.
+HEARTBEAT_MS = 100
+HEARTBEAT_MISSES = 54
 # Over TCP every ipyparallel socket authenticates its peers by the cluster's CurveZMQ key (made
 # by the controller at each start, kept in its owner-only connection files): a peer without it is
 # refused at the handshake instead of having its bytes parsed.
@@ -33,6 +37,9 @@ CURVE_ARGS = ("--IPController.enable_curve=True",)
 # On one host the engines need neither a nanny (interrupts go by pid) nor a watch on the
 # controller's heartbeat (the lifeline ends them with it): both would listen on loopback TCP.
 LOCAL_ENGINE_ARGS = ("--IPEngine.enable_nanny=False", "--IPEngine.max_heartbeat_misses=0")
+# On one host the engines start with the controller, not after it: each reads the controller's
+# connection file (waiting for it up to this long) and imports torch meanwhile (.rank_engine).
+CONNECTION_FILE_WAIT_S = 120.0
 # ipyparallel.Cluster options that MixleCluster sets itself, and what to give instead
 _RESERVED = {
     "n": "the number of engines is MixleCluster's first argument",
@@ -188,7 +195,9 @@ class LaunchSpec:
 
         With ``socket_dir`` (a private folder; only when :attr:`on_this_host`), the controller,
         engines and client talk over Unix sockets in it instead of loopback TCP, and the engines
-        start without a nanny or a heartbeat watch, which would each listen on loopback. Without
+        start without a nanny or a heartbeat watch, which would each listen on loopback; they
+        start at once, all together, beside the controller (not once its connection file is
+        written), through :mod:`.rank_engine`, which imports torch while they wait. Without
         it, every socket uses CurveZMQ (:data:`CURVE_ARGS`) unless ``controller_args`` set
         ``--IPController.enable_curve`` themselves."""
         from traitlets.config import Config
@@ -203,7 +212,12 @@ class LaunchSpec:
             "shutdown_atexit": False,  # the lifeline ends the cluster at exit
             **self.ipyparallel_options,
             "engines": self.launcher,
-            "controller_args": [f"--HeartMonitor.period={HEARTBEAT_MS}", *sockets, *self.controller_args],
+            "controller_args": [
+                f"--HeartMonitor.period={HEARTBEAT_MS}",
+                f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}",
+                *sockets,
+                *self.controller_args,
+            ],
         }
         if self.controller_ip is not None:
             arguments["controller_ip"] = self.controller_ip
@@ -211,8 +225,13 @@ class LaunchSpec:
         if socket_dir is not None:
             config = arguments["config"] = copy.deepcopy(config)  # each start adds to a fresh copy
             config.LocalControllerLauncher.controller_cmd = [sys.executable, "-m", "mixle_nb.cluster.ipc_controller"]
-            engine_args = list(config.LocalEngineSetLauncher.get("engine_args", []))
-            config.LocalEngineSetLauncher.engine_args = [*LOCAL_ENGINE_ARGS, *engine_args]
+            engines = config.LocalEngineSetLauncher
+            engine_args = list(engines.get("engine_args", []))
+            wait = f"--IPEngine.wait_for_url_file={CONNECTION_FILE_WAIT_S:g}"
+            engines.engine_args = [*LOCAL_ENGINE_ARGS, wait, *engine_args]
+            engines.engine_cmd = [sys.executable, "-m", "mixle_nb.cluster.rank_engine"]
+            engines.setdefault("delay", 0.0)  # ipyparallel sleeps 0.1 s between engines otherwise
+            arguments["send_engines_connection_env"] = False  # the file, so no wait for the controller
         if self.slurm is not None:
             if batch_dir is None:
                 raise ValueError("a Slurm cluster's batch script needs a folder (batch_dir)")

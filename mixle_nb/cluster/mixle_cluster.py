@@ -46,10 +46,10 @@ if TYPE_CHECKING:
     from traitlets.config import Config
 
 #: The most engines (ranks) a :class:`MixleCluster` may have.
-MAX_ENGINES = 256
+MAX_ENGINES: int = 256
 #: The ``backend`` values :class:`MixleCluster` takes: "auto" (nccl when every engine has a
 #: GPU, else gloo), "gloo" or "nccl".
-BACKENDS = ("auto", "gloo", "nccl")
+BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl")
 _live: weakref.WeakSet[MixleCluster] = weakref.WeakSet()
 
 

@@ -28,8 +28,8 @@ pytestmark = pytest.mark.multihost
 EM_STEPS = 5
 VOCAB, BLOCK, BATCH, LR, SEED, DDP_STEPS = 11, 16, 8, 1e-2, 7, 6
 TOKENS = np.random.default_rng(0).integers(0, VOCAB, 1600).astype(np.uint8)  # 49 windows a rank
-# The controller pings every 0.5 s (MixleCluster's HeartMonitor.period) and unregisters an
-# engine after 10 missed pings (ipyparallel's max_heartmonitor_misses): 5.5 s, plus slack for
+# The controller pings every 0.1 s (MixleCluster's HeartMonitor.period) and unregisters an
+# engine after 55 missed pings (its max_heartmonitor_misses, 54): 5.5 s, plus slack for
 # a busy machine. A killed engine's nanny usually reports it sooner.
 HEARTBEAT_BOUND_S = 10.0
 NANNY_EXIT_S = 5.0  # an engine's nanny exits on its own once its engine is gone
