@@ -165,18 +165,20 @@ def _nearest(
 
 def _nearest_on_host(x: np.ndarray, shifted: np.ndarray, const: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_nearest`'s minimum of ``-2 x·(c-o) + const`` over the centres, and where, for
-    the (D, N) host array ``x``, by blocks of rows."""
-    rows, scaled = x.T, -2.0 * shifted.T  # scaling by -2 is exact
-    n = rows.shape[0]
+    the (D, N) host array ``x``, by blocks of columns: centre-major (K, block) distances, so
+    the minimum runs along contiguous rows (a few centres' rows cost a fraction of per-row
+    minima over N short rows)."""
+    scaled, offset = -2.0 * shifted, const[:, None]  # scaling by -2 is exact
+    n = x.shape[1]
     best = np.empty(n)
     index = np.empty(n, dtype=np.int64)
     step = _distance_rows(CPU, len(shifted))
     for start in range(0, n, step):
         stop = min(start + step, n)
-        d2 = rows[start:stop] @ scaled
-        d2 += const
-        d2.argmin(axis=1, out=index[start:stop])
-        d2.min(axis=1, out=best[start:stop])
+        d2 = scaled @ x[:, start:stop]
+        d2 += offset
+        d2.argmin(axis=0, out=index[start:stop])
+        d2.min(axis=0, out=best[start:stop])
     return best, index
 
 
@@ -272,19 +274,23 @@ def kmeans_parallel_centres(
         local_cost = sum(float(c.sum()) for c in costs)
         # u / cost (inf at 0); u drawn on the host, so a seed gives the same start on any device
         ratio = [torch.from_numpy(local_rng.random(len(c))).to(c.device).div_(c) for c in costs]
-        ratio_all = torch.cat(ratio) if ratio else torch.zeros(0, dtype=torch.float64)
+        ratio_all = ratio[0] if len(ratio) == 1 else torch.cat(ratio) if ratio else torch.zeros(0, dtype=torch.float64)
         order = torch.nonzero(ratio_all * local_cost < ell).flatten()
         if len(order) > cap:
             order = order[torch.argsort(ratio_all[order])[:cap]]
-        sent = np.full((cap, 1 + shard.dim), np.inf)
-        sent[: len(order), 0] = ratio_all[order].cpu().numpy()
-        sent[: len(order), 1:] = _points_at(shard, sizes[exchange.rank : exchange.rank + 1], order.cpu().numpy(), 0)
-        received = _slots(exchange, np.concatenate([[local_cost], sent.ravel()]))
-        cost = float(received[:, 0].sum())
+        picked = _points_at(shard, sizes[exchange.rank : exchange.rank + 1], order.cpu().numpy(), 0)
+        if exchange.world == 1:  # φ is this rank's: its passing points are the sample, no exchange
+            cost, new = local_cost, picked
+        else:
+            sent = np.full((cap, 1 + shard.dim), np.inf)
+            sent[: len(order), 0] = ratio_all[order].cpu().numpy()
+            sent[: len(order), 1:] = picked
+            received = _slots(exchange, np.concatenate([[local_cost], sent.ravel()]))
+            cost = float(received[:, 0].sum())
+            offers = received[:, 1:].reshape(-1, 1 + shard.dim)
+            new = offers[offers[:, 0] * cost < ell, 1:]
         if cost <= 0.0:  # every point is a candidate already
             break
-        offers = received[:, 1:].reshape(-1, 1 + shard.dim)
-        new = offers[offers[:, 0] * cost < ell, 1:]
         if len(new) == 0:
             continue
         origin, norms = shard.frame()
