@@ -118,14 +118,14 @@ def squared_norms(x: torch.Tensor, origin: np.ndarray) -> torch.Tensor:
     """``|x - origin|²`` of each column of ``x`` (D, N), by blocks whose temporaries stay in cache."""
     step = _distance_rows(x.device, len(origin))
     if x.device.type == "cpu":  # NumPy on the same memory: cheaper calls on small blocks
-        points, o, host = x.numpy(), origin[:, None], np.empty(x.shape[1])
+        points, host = x.numpy(), np.empty(x.shape[1])
         for start in range(0, x.shape[1], step):
-            np.square(points[:, start : start + step] - o).sum(axis=0, out=host[start : start + step])
+            np.square(points[:, start : start + step] - origin[:, None]).sum(axis=0, out=host[start : start + step])
         return torch.from_numpy(host)
-    o = torch.from_numpy(origin).to(x.device)[:, None]
+    shift = torch.from_numpy(origin).to(x.device)[:, None]
     out = torch.empty(x.shape[1], dtype=torch.float64, device=x.device)
     for start in range(0, x.shape[1], step):
-        torch.sum((x[:, start : start + step] - o).square_(), dim=0, out=out[start : start + step])
+        torch.sum((x[:, start : start + step] - shift).square_(), dim=0, out=out[start : start + step])
     return out
 
 
