@@ -170,7 +170,7 @@ def main() -> None:
         if json_path == parser.get_default("json"):
             json_path = json_path.with_name("sklearn_interactive_bench.json")
         table = interactive(args.rounds, args.steps)
-        write_results(json_path, "sklearn_interactive_bench", args.threads, [table])
+        write_results(json_path, "sklearn_api_bench", args.threads, [table])  # the command names this script
         return
     table = Table(
         f"GaussianMixture.fit, {args.iterations} EM iterations from the same start (s, best of {args.rounds})",
