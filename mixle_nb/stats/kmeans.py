@@ -153,14 +153,14 @@ def _nearest(
     offset = torch.from_numpy(const).to(x.device)[None, :]
     rows = x.T  # (N, D)
     n = rows.shape[0]
-    nearest = torch.empty(n, dtype=torch.float64, device=x.device)
-    which = torch.empty(n, dtype=torch.long, device=x.device)
+    best = torch.empty(n, dtype=torch.float64, device=x.device)
+    index = torch.empty(n, dtype=torch.long, device=x.device)
     step = _distance_rows(x.device, len(c))
     for start in range(0, n, step):
         stop = min(start + step, n)
         d2 = torch.addmm(offset, rows[start:stop], c.T, alpha=-2.0)
-        torch.min(d2, dim=1, out=(nearest[start:stop], which[start:stop]))
-    return nearest.add_(norms).clamp_(min=0.0), which
+        torch.min(d2, dim=1, out=(best[start:stop], index[start:stop]))
+    return best.add_(norms).clamp_(min=0.0), index
 
 
 def _nearest_on_host(x: np.ndarray, shifted: np.ndarray, const: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
