@@ -147,8 +147,8 @@ def _nearest(
     shifted = np.ascontiguousarray(centres, dtype=np.float64) - origin
     const = 2.0 * shifted @ origin + (shifted * shifted).sum(axis=1)
     if x.device.type == "cpu":
-        best, index = _nearest_on_host(x.numpy(), shifted, const)
-        return torch.from_numpy(np.maximum(best + norms.numpy(), 0.0)), torch.from_numpy(index)
+        lowest, where = _nearest_on_host(x.numpy(), shifted, const)
+        return torch.from_numpy(np.maximum(lowest + norms.numpy(), 0.0)), torch.from_numpy(where)
     c = torch.from_numpy(shifted).to(x.device)
     offset = torch.from_numpy(const).to(x.device)[None, :]
     rows = x.T  # (N, D)
