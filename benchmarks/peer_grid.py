@@ -21,6 +21,12 @@ Run in slices (defaults: the whole grid)::
     .venv/bin/python benchmarks/peer_grid.py --n 1e2,1e3 --d 1,2 --k 2,8 --cov full,diag --threads 1,2
 
 Cells already in the JSON are replaced, the others kept, so slices add up to the grid.
+``--baseline TREE`` adds another source tree's ``mixle_nb`` (a ``git worktree`` of an earlier
+commit, say) as the contender ``mixle_nb before``, timed in the same rounds, interleaved with
+the others, by a child process that imports it (it measures its own calls, so the pipe costs
+nothing); a cell then also holds ``before_ratio``, ours over it, per iteration and per fit.
+``--clock cpu`` times the process's CPU time instead of wall time: on a shared machine the
+time other processes hold the cores drops out (one thread only, where it is the work done).
 ``--plot-only`` redraws the heat map from the JSON alone; ``--grid-search`` times
 ``GridSearchCV(GaussianMixture(), {"n_components": range(1, 9)}, cv=5)`` on N = 1,000, D = 2,
 ours against scikit-learn's, into the JSON's ``grid_search``.
@@ -29,14 +35,16 @@ JSON (``benchmarks/results/peer_grid.json``)::
 
     {"schema": 1,
      "runs": [{"date": ISO UTC, "machine": str, "cpus": int, "load": [1, 5, 15 min],
-               "git": commit, "versions": {library: version}}, ...],
+               "git": commit, "versions": {library: version}, "clock": "wall" | "cpu",
+               "baseline": {"tree": path, "git": commit} (with --baseline)}, ...],
      "cells": [{"n": int, "d": int, "k": int, "covariance_type": str, "threads": int,
                 "run": index into runs,
                 "results": {library: {"iteration_s": float, "steps": int, "fit_s": float, "fit_n_iter": int}
                                       | {"trimmed": reason} | {"failed": error}},
                 "iteration_ratio": ours / fastest peer's (null without a peer),
                 "fit_ratio": the same for the whole fit,
-                "fastest_peer": {"iteration": library, "fit": library}}, ...],
+                "fastest_peer": {"iteration": library, "fit": library},
+                "before_ratio": {"iteration": ours / mixle_nb before, "fit": ...} (with --baseline)}, ...],
      "grid_search": {"run": index, "threads": 1, "seconds": {"mixle_nb": s, "scikit-learn": s}}}
 
 Libraries are ``mixle_nb``, ``scikit-learn``, ``pomegranate``, ``torchgmm``. A library's
@@ -60,13 +68,14 @@ import math
 import os
 import platform
 import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -75,9 +84,14 @@ from threadpoolctl import threadpool_limits
 RESULTS = Path(__file__).parent / "results"
 LIBRARIES = ("mixle_nb", "scikit-learn", "pomegranate", "torchgmm")
 PEERS = LIBRARIES[1:]
+BEFORE = "mixle_nb before"  # --baseline's contender: another source tree's mixle_nb
 COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
 LOW, PILOT_STEPS, MAX_STEPS = 2, 5, 200
 TIMED_S = 0.1  # iterations enough that their difference takes about this long
+# What a call's time is: wall time, or (``--clock cpu``) the process's CPU time, which on a shared
+# machine leaves out the time other processes hold the cores (exact for one thread only)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = CLOCKS["wall"]
 
 
 def make_data(n: int, d: int, k: int, seed: int = 0) -> np.ndarray:
@@ -198,24 +212,99 @@ FITTERS = {
 }
 
 
+class Timed(NamedTuple):
+    """A call's own measured seconds and its value (the baseline's child times its calls)."""
+
+    seconds: float
+    value: Any
+
+
 def timed(fn: Callable[[], Any], settle_s: float) -> tuple[float, Any]:
     time.sleep(settle_s)
-    t0 = time.perf_counter()
+    t0 = clock()
     out = fn()
-    return time.perf_counter() - t0, out
+    seconds = clock() - t0
+    return (out.seconds, out.value) if isinstance(out, Timed) else (seconds, out)
+
+
+class Baseline:
+    """``mixle_nb`` from another source tree, in a child process that imports it first and
+    answers one JSON line per call (``serve_baseline``), with the seconds it measured."""
+
+    def __init__(self, tree: Path, clock_name: str):
+        self.tree = tree.resolve()
+        self.commit = git_commit(self.tree)
+        env = {**os.environ, "PYTHONPATH": str(self.tree)}
+        self.child = subprocess.Popen(
+            [sys.executable, __file__, "--serve-baseline", "--clock", clock_name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+    def call(self, **request: Any) -> Timed:
+        assert self.child.stdin is not None and self.child.stdout is not None
+        self.child.stdin.write(json.dumps(request) + "\n")
+        self.child.stdin.flush()
+        reply = json.loads(self.child.stdout.readline() or '{"error": "the baseline child exited"}')
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return Timed(reply["seconds"], reply["value"])
+
+    def fitter(self, threads: int) -> Callable[[np.ndarray, int, str], tuple[Callable[[int], Any], Callable[[], Any]]]:
+        """A ``FITTERS`` entry whose calls run in the child, on the same data (``make_data``)."""
+
+        def make(x: np.ndarray, k: int, cov: str) -> tuple[Callable[[int], Any], Callable[[], Any]]:
+            cell = dict(n=len(x), d=x.shape[1], k=k, cov=cov, threads=threads)
+            return (lambda m: self.call(**cell, what="steps", m=m)), (lambda: self.call(**cell, what="fit"))
+
+        return make
+
+    def close(self) -> None:
+        assert self.child.stdin is not None
+        self.child.stdin.close()
+        self.child.wait(timeout=60)
+
+
+def serve_baseline() -> None:
+    """The baseline's child: each request line is a cell and a call of ``mixle_fitter``'s."""
+    fitters: dict[tuple, tuple[Callable[[int], Any], Callable[[], Any]]] = {}
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            torch.set_num_threads(request["threads"])
+            threadpool_limits(limits=request["threads"])  # set for the process, as the parent's are
+            key = (request["n"], request["d"], request["k"], request["cov"])
+            if key not in fitters:
+                fitters = {key: mixle_fitter(make_data(request["n"], request["d"], request["k"]), *key[2:])}
+            steps, whole = fitters[key]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t0 = clock()
+                if request["what"] == "grid_search":
+                    from mixle_nb.mixture import GaussianMixture
+
+                    value = one_grid_search(GaussianMixture, make_data(request["n"], request["d"], request["k"]))
+                else:
+                    value = steps(request["m"]) if request["what"] == "steps" else whole()
+                reply = {"seconds": clock() - t0, "value": value}
+        except Exception as error:
+            reply = {"error": f"{type(error).__name__}: {error}"[:300]}
+        print(json.dumps(reply), flush=True)
 
 
 def measure_cell(
-    x: np.ndarray, k: int, cov: str, libraries: list[str], repeats: int, settle_s: float
+    x: np.ndarray, k: int, cov: str, libraries: dict[str, Callable[..., Any]], repeats: int, settle_s: float
 ) -> dict[str, dict[str, Any]]:
     """Best-of-``repeats`` per-iteration and whole-fit times of each library, interleaved; a
     library whose fit raises (pomegranate's unregularised covariances on few points) is
     ``{"failed": message}``."""
     failed: dict[str, dict[str, Any]] = {}
     fitters = {}
-    for lib in libraries:
+    for lib, make in libraries.items():
         try:
-            fitters[lib] = FITTERS[lib](x, k, cov)
+            fitters[lib] = make(x, k, cov)
             fitters[lib][0](1)  # warm-up: imports, first-call caches
         except Exception as error:
             failed[lib] = {"failed": f"{type(error).__name__}: {error}"[:300]}
@@ -283,13 +372,17 @@ def cell_key(cell: dict[str, Any]) -> tuple:
     return (cell["n"], cell["d"], cell["k"], cell["covariance_type"], cell["threads"])
 
 
-def machine() -> dict[str, Any]:
+def git_commit(tree: Path) -> str:
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, check=True
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=tree, check=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+        return "unknown"
+
+
+def machine() -> dict[str, Any]:
+    commit = git_commit(Path(__file__).parent)
     versions = {}
     for lib, dist in (("scikit-learn", "scikit-learn"), ("pomegranate", "pomegranate"), ("torchgmm", "torchgmm")):
         try:
@@ -338,9 +431,17 @@ def trimmed_reason(
 
 
 def with_ratios(cell: dict[str, Any]) -> dict[str, Any]:
-    """``cell`` with its ratios and fastest peers (re)computed from its results."""
+    """``cell`` with its ratios and fastest peers (re)computed from its results, and ours over
+    ``mixle_nb before``'s where the cell has both."""
     ratio, fastest = ratios(cell["results"])
-    return {**cell, "iteration_ratio": ratio["iteration"], "fit_ratio": ratio["fit"], "fastest_peer": fastest}
+    out = {**cell, "iteration_ratio": ratio["iteration"], "fit_ratio": ratio["fit"], "fastest_peer": fastest}
+    ours, before = cell["results"].get("mixle_nb", {}), cell["results"].get(BEFORE, {})
+    if "fit_s" in ours and "fit_s" in before:
+        out["before_ratio"] = {
+            what: ours[key] / before[key] if before[key] > 0 else None
+            for what, key in (("iteration", "iteration_s"), ("fit", "fit_s"))
+        }
+    return out
 
 
 def plot(data: dict[str, Any], path: Path) -> None:
@@ -381,21 +482,33 @@ def plot(data: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def grid_search(repeats: int, settle_s: float) -> dict[str, float]:
+def grid_search(repeats: int, settle_s: float, baseline: Baseline | None = None) -> dict[str, float]:
     """Best-of-``repeats`` seconds of ``GridSearchCV(GaussianMixture(), {"n_components":
-    range(1, 9)}, cv=5)`` on N = 1,000, D = 2, ours and scikit-learn's, interleaved."""
+    range(1, 9)}, cv=5)`` on N = 1,000, D = 2, ours and scikit-learn's (and the baseline's),
+    interleaved."""
     from sklearn.mixture import GaussianMixture as Theirs
-    from sklearn.model_selection import GridSearchCV
 
     from mixle_nb.mixture import GaussianMixture as Ours
 
     x = make_data(1000, 2, 3)
-    times: dict[str, list[float]] = {"mixle_nb": [], "scikit-learn": []}
+    searches: dict[str, Callable[[], Any]] = {
+        "mixle_nb": lambda: one_grid_search(Ours, x),
+        "scikit-learn": lambda: one_grid_search(Theirs, x),
+    }
+    if baseline is not None:
+        searches[BEFORE] = lambda: baseline.call(n=1000, d=2, k=3, cov="full", threads=1, what="grid_search")
+    times: dict[str, list[float]] = {lib: [] for lib in searches}
     for _ in range(repeats):
-        for lib, estimator in (("mixle_nb", Ours), ("scikit-learn", Theirs)):
-            search = GridSearchCV(estimator(random_state=0), {"n_components": range(1, 9)}, cv=5)
-            times[lib].append(timed(lambda: search.fit(x), settle_s)[0])
+        for lib, search in searches.items():
+            times[lib].append(timed(search, settle_s)[0])
     return {lib: min(t) for lib, t in times.items()}
+
+
+def one_grid_search(estimator: type, x: np.ndarray) -> None:
+    """``GridSearchCV(estimator(random_state=0), {"n_components": range(1, 9)}, cv=5).fit(x)``."""
+    from sklearn.model_selection import GridSearchCV
+
+    GridSearchCV(estimator(random_state=0), {"n_components": range(1, 9)}, cv=5).fit(x)
 
 
 def numbers(text: str, kind: Callable[[str], Any] = int) -> list:
@@ -420,18 +533,33 @@ def main() -> None:
     parser.add_argument(
         "--grid-search", action="store_true", help="time GridSearchCV over n_components 1-8 (N=1,000, D=2) instead"
     )
+    parser.add_argument("--baseline", type=Path, help="a source tree whose mixle_nb runs beside as 'mixle_nb before'")
+    parser.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--clock", choices=tuple(CLOCKS), default="wall", help="wall time, or the process's CPU time (1 thread only)"
+    )
     args = parser.parse_args()
+    global clock
+    clock = CLOCKS[args.clock]
+    if args.clock == "cpu" and args.threads != "1" and not args.serve_baseline:
+        parser.error("--clock cpu measures one thread's work: use it with --threads 1")
+    if args.serve_baseline:
+        serve_baseline()
+        return
     data = load(args.json)
+    baseline = Baseline(args.baseline, args.clock) if args.baseline else None
+    if args.grid_search or not args.plot_only:
+        data["runs"].append({**machine(), "clock": args.clock})
+    if baseline is not None:
+        data["runs"][-1]["baseline"] = {"tree": str(baseline.tree), "git": baseline.commit}
     if args.grid_search:
-        data["runs"].append(machine())
         with threadpool_limits(limits=1):
             torch.set_num_threads(1)
-            seconds = grid_search(args.repeats, args.settle)
+            seconds = grid_search(args.repeats, args.settle, baseline)
         data["grid_search"] = {"run": len(data["runs"]) - 1, "threads": 1, "seconds": seconds}
         print(f"GridSearchCV, 1 thread: {seconds}", flush=True)
     elif not args.plot_only:
-        libraries = [lib for lib in args.libraries.split(",") if lib]
-        data["runs"].append(machine())
+        libraries = [lib for lib in args.libraries.split(",") if lib] + ([BEFORE] if baseline else [])
         run = len(data["runs"]) - 1
         by_key = {cell_key(c): c for c in data["cells"]}
         for threads in numbers(args.threads):
@@ -458,20 +586,28 @@ def main() -> None:
                                 if running and x is not None:
                                     with warnings.catch_warnings():
                                         warnings.simplefilter("ignore")
-                                        results.update(measure_cell(x, k, cov, running, args.repeats, args.settle))
+                                        factories = {
+                                            lib: baseline.fitter(threads)
+                                            if baseline and lib == BEFORE
+                                            else FITTERS[lib]
+                                            for lib in running
+                                        }
+                                        results.update(measure_cell(x, k, cov, factories, args.repeats, args.settle))
                                 ratio, fastest = ratios(results)
-                                cell = {
-                                    "n": n,
-                                    "d": d,
-                                    "k": k,
-                                    "covariance_type": cov,
-                                    "threads": threads,
-                                    "run": run,
-                                    "results": results,
-                                    "iteration_ratio": ratio["iteration"],
-                                    "fit_ratio": ratio["fit"],
-                                    "fastest_peer": fastest,
-                                }
+                                cell = with_ratios(
+                                    {
+                                        "n": n,
+                                        "d": d,
+                                        "k": k,
+                                        "covariance_type": cov,
+                                        "threads": threads,
+                                        "run": run,
+                                        "results": results,
+                                        "iteration_ratio": ratio["iteration"],
+                                        "fit_ratio": ratio["fit"],
+                                        "fastest_peer": fastest,
+                                    }
+                                )
                                 done.append(cell)
                                 by_key[cell_key(cell)] = cell
                                 shown = {
@@ -488,6 +624,8 @@ def main() -> None:
                                 data["cells"] = sorted(by_key.values(), key=cell_key)
                                 args.json.parent.mkdir(parents=True, exist_ok=True)
                                 args.json.write_text(json.dumps(data, indent=1))
+    if baseline is not None:
+        baseline.close()
     data["cells"] = [with_ratios(cell) for cell in data["cells"]]
     args.json.write_text(json.dumps(data, indent=1))
     plot(data, args.png)

@@ -8,6 +8,14 @@ Run: .venv/bin/python benchmarks/sklearn_api_bench.py  (``--quick`` for a small 
 ``--no-cluster`` to skip the cluster; ``--baseline DIR``: also the fit of the mixle_nb in another
 checkout, interleaved, for a change's before and after). This machine is shared and noisy:
 compare the ratios.
+
+``--interactive``: the sizes a notebook steps at instead (N = 1,000, D = 2, K = 3, full, one
+thread, this thread's CPU time, so other processes' time on a shared machine drops out, and so
+does the panel's redraw, which runs on a timer thread of its own, throttled to a share of a core): one
+EM iteration of ours and of scikit-learn's (fits of 2 and 2 + ``--steps`` iterations from the
+same start, differenced), and one step of a local ``EMPanel`` (no cluster: the panel's own
+in-process rank), into ``benchmarks/results/sklearn_interactive_bench.json``. Target: the
+panel's step no slower than scikit-learn's iteration.
 """
 
 from __future__ import annotations
@@ -68,6 +76,55 @@ def largest_difference(a, b) -> float:
     )
 
 
+def cpu_seconds(call) -> float:
+    """This thread's CPU time of ``call()`` (one thread: its work), after the settle pause."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        time.sleep(SETTLE_S)
+        t0 = time.thread_time()
+        call()
+        return time.thread_time() - t0
+
+
+def interactive(rounds: int, steps: int) -> Table:
+    """Per-iteration and panel-step CPU ms at N = 1,000, D = 2, K = 3 (full), best of ``rounds``
+    interleaved rounds."""
+    from mixle_nb.widgets import EMPanel
+
+    x, start = problem(1_000, 2, 3)
+    settings = dict(n_components=3, covariance_type="full", tol=0, **start)
+
+    def iteration(estimator) -> float:
+        low = cpu_seconds(lambda: estimator(max_iter=2, **settings).fit(x))
+        high = cpu_seconds(lambda: estimator(max_iter=2 + steps, **settings).fit(x))
+        return (high - low) / steps
+
+    model = GaussianMixture(max_iter=1, **settings).fit(x)._model()  # the fit's start, as a model
+    panel = EMPanel(handle=x, estimator=GaussianMixture(3).mixture_estimator(2), model=model)
+    panel.step()  # the first step builds what the panel keeps
+    times: dict[str, list[float]] = {"scikit-learn": [], "mixle_nb": [], "panel": []}
+    for _ in range(rounds):
+        times["scikit-learn"].append(iteration(ScikitGaussianMixture))
+        times["mixle_nb"].append(iteration(GaussianMixture))
+        times["panel"].append(cpu_seconds(lambda: [panel.step() for _ in range(steps)]) / steps)
+    best = {name: 1e3 * min(t) for name, t in times.items()}
+    table = Table(
+        f"N = 1,000, D = 2, K = 3 (full), one thread: CPU ms a step, best of {rounds} rounds of {steps} steps",
+        ["step", "ms", "scikit-learn iteration ms", "ours / scikit-learn's"],
+    )
+    table.add(
+        "mixle_nb EM iteration (GaussianMixture.fit, differenced)",
+        best["mixle_nb"],
+        best["scikit-learn"],
+        best["mixle_nb"] / best["scikit-learn"],
+    )
+    table.add(
+        "local EMPanel.step (no cluster)", best["panel"], best["scikit-learn"], best["panel"] / best["scikit-learn"]
+    )
+    print(*(f"{row[0]}: {row[1]:.3f} ms against {row[2]:.3f} ms ({row[3]:.2f}x)" for row in table.rows), sep="\n")
+    return table
+
+
 def on_cluster(cluster, x, settings) -> float:
     """Ours on the cluster's ranks, each reading its rows of ``x`` from a ``.npy`` file."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -102,10 +159,19 @@ def main() -> None:
         help="threads of each library in this process (torch's and scikit-learn's BLAS); "
         "on a loaded machine 2 threads' spin barriers slow both down many times over",
     )
+    parser.add_argument("--interactive", action="store_true", help="the per-step costs at N = 1,000 instead")
+    parser.add_argument("--steps", type=int, default=50, help="--interactive: steps differenced or timed a round")
     add_json_argument(parser, "sklearn_api_bench")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     threadpool_limits(args.threads)
+    if args.interactive:
+        json_path = args.json
+        if json_path == parser.get_default("json"):
+            json_path = json_path.with_name("sklearn_interactive_bench.json")
+        table = interactive(args.rounds, args.steps)
+        write_results(json_path, "sklearn_api_bench", args.threads, [table])  # the command names this script
+        return
     table = Table(
         f"GaussianMixture.fit, {args.iterations} EM iterations from the same start (s, best of {args.rounds})",
         [

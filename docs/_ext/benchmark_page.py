@@ -172,6 +172,8 @@ def draw(table: dict[str, Any], label: list[str], columns: list[str], options: d
 
 
 PEER_GRID_LIBRARIES = ("mixle_nb", "scikit-learn", "pomegranate", "torchgmm")
+# peer_grid.py --baseline's contender: an earlier commit's mixle_nb, a column where recorded
+PEER_GRID_BEFORE = "mixle_nb before"
 
 
 def peer_grid_provenance(grid: dict[str, Any]) -> str:
@@ -191,10 +193,12 @@ def peer_grid_provenance(grid: dict[str, Any]) -> str:
 def peer_grid_table(grid: dict[str, Any], what: str) -> dict[str, Any]:
     """Per cell, each library's time (ms an ``iteration`` or s a ``fit``) and ours over the fastest peer's."""
     unit, key, scale = ("ms", "iteration_s", 1e3) if what == "iteration" else ("s", "fit_s", 1.0)
+    before = any(PEER_GRID_BEFORE in cell["results"] for cell in grid["cells"])
+    libraries = [*PEER_GRID_LIBRARIES, *([PEER_GRID_BEFORE] if before else [])]
     rows = []
     for cell in sorted(grid["cells"], key=lambda c: (c["covariance_type"], c["d"], c["k"], c["threads"], c["n"])):
         times = []
-        for library in PEER_GRID_LIBRARIES:
+        for library in libraries:
             result = cell["results"].get(library, {})
             times.append(scale * result[key] if key in result else ("trimmed" if "trimmed" in result else None))
         ratio = cell[f"{what}_ratio"]
@@ -208,6 +212,7 @@ def peer_grid_table(grid: dict[str, Any], what: str) -> dict[str, Any]:
                 *times,
                 ratio,
                 cell["fastest_peer"][what] if ratio is not None else None,
+                *([(cell.get("before_ratio") or {}).get(what)] if before else []),
             ]
         )
     title = "Per EM iteration (the difference of two fits over their extra iterations; at or below 0: noise)"
@@ -221,9 +226,10 @@ def peer_grid_table(grid: dict[str, Any], what: str) -> dict[str, Any]:
             "K",
             "threads",
             "N",
-            *(f"{library} {unit}" for library in PEER_GRID_LIBRARIES),
+            *(f"{library} {unit}" for library in libraries),
             "ours / fastest peer",
             "fastest peer",
+            *(["ours / before"] if before else []),
         ],
         "rows": rows,
     }
@@ -255,13 +261,20 @@ class PeerGrid(SphinxDirective):
                     {
                         "title": "GridSearchCV(GaussianMixture(), {'n_components': range(1, 9)}, cv=5), N = 1,000, "
                         f"D = 2, recorded {grid['runs'][search['run']]['date']}",
-                        "columns": ["threads", "mixle_nb s", "scikit-learn s", "ours / scikit-learn's"],
+                        "columns": [
+                            "threads",
+                            "mixle_nb s",
+                            "scikit-learn s",
+                            "ours / scikit-learn's",
+                            *([f"{PEER_GRID_BEFORE} s"] if PEER_GRID_BEFORE in seconds else []),
+                        ],
                         "rows": [
                             [
                                 search["threads"],
                                 seconds["mixle_nb"],
                                 seconds["scikit-learn"],
                                 seconds["mixle_nb"] / seconds["scikit-learn"],
+                                *([seconds[PEER_GRID_BEFORE]] if PEER_GRID_BEFORE in seconds else []),
                             ]
                         ],
                     }

@@ -531,6 +531,8 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
                 started = inference.initial_model(enc, estimator, STARTS[self.init_params], rng, init_p=1.0)
             except DegenerateComponentError as error:
                 raise ValueError(f"{ILL_DEFINED} (The start's {error}.)") from error
+            if not initial:  # our start's model is the mixture of the estimator's own families
+                return cast(MixtureDistribution, started)
             initial = {
                 **dict(zip(("weights", "means", "covariances"), parameters_from_model(self.covariance_type, started))),
                 **initial,

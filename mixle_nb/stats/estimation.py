@@ -249,8 +249,9 @@ def accumulate(
     (3.0, 2.0)
     """
     acc = foreign.accumulator(estimator)
-    if counts is None:
-        counts = [encoded_count(enc, estimator) for enc in chunks]
+    if counts is None:  # counted by this accumulator's encoder (encoded_count would make another)
+        encoder = acc.acc_to_encoder()
+        counts = [foreign.rows(encoder, enc) for enc in chunks]
     counted: list[float] = []
     summed = 0.0
     for enc, n in zip(chunks, counts):

@@ -116,11 +116,16 @@ def _host(weights: torch.Tensor | None) -> np.ndarray | None:
 
 def squared_norms(x: torch.Tensor, origin: np.ndarray) -> torch.Tensor:
     """``|x - origin|²`` of each column of ``x`` (D, N), by blocks whose temporaries stay in cache."""
-    o = torch.from_numpy(origin).to(x.device)[:, None]
-    out = torch.empty(x.shape[1], dtype=torch.float64, device=x.device)
     step = _distance_rows(x.device, len(origin))
+    if x.device.type == "cpu":  # NumPy on the same memory: cheaper calls on small blocks
+        points, host = x.numpy(), np.empty(x.shape[1])
+        for start in range(0, x.shape[1], step):
+            np.square(points[:, start : start + step] - origin[:, None]).sum(axis=0, out=host[start : start + step])
+        return torch.from_numpy(host)
+    shift = torch.from_numpy(origin).to(x.device)[:, None]
+    out = torch.empty(x.shape[1], dtype=torch.float64, device=x.device)
     for start in range(0, x.shape[1], step):
-        torch.sum((x[:, start : start + step] - o).square_(), dim=0, out=out[start : start + step])
+        torch.sum((x[:, start : start + step] - shift).square_(), dim=0, out=out[start : start + step])
     return out
 
 
@@ -136,10 +141,16 @@ def _nearest(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Nearest centre by ``|x-o|² - 2 x·(c-o) + (2 o·(c-o) + |c-o|²)``: one product and one
     row-wise minimum per block of rows, ``|x-o|²`` (the same for every centre) added after
-    the minimum. The product's rounding is relative to ``|o|·|c-o|``, not ``|x|²``."""
+    the minimum. The product's rounding is relative to ``|o|·|c-o|``, not ``|x|²``. On the
+    CPU the arithmetic runs in NumPy on views of the same memory (a tiny product costs a
+    fraction of torch's call there); elsewhere in torch on the device."""
     shifted = np.ascontiguousarray(centres, dtype=np.float64) - origin
+    const = 2.0 * shifted @ origin + (shifted * shifted).sum(axis=1)
+    if x.device.type == "cpu":
+        lowest, where = _nearest_on_host(x.numpy(), shifted, const)
+        return torch.from_numpy(np.maximum(lowest + norms.numpy(), 0.0)), torch.from_numpy(where)
     c = torch.from_numpy(shifted).to(x.device)
-    const = torch.from_numpy(2.0 * shifted @ origin + (shifted * shifted).sum(axis=1)).to(x.device)[None, :]
+    offset = torch.from_numpy(const).to(x.device)[None, :]
     rows = x.T  # (N, D)
     n = rows.shape[0]
     best = torch.empty(n, dtype=torch.float64, device=x.device)
@@ -147,9 +158,28 @@ def _nearest(
     step = _distance_rows(x.device, len(c))
     for start in range(0, n, step):
         stop = min(start + step, n)
-        d2 = torch.addmm(const, rows[start:stop], c.T, alpha=-2.0)
+        d2 = torch.addmm(offset, rows[start:stop], c.T, alpha=-2.0)
         torch.min(d2, dim=1, out=(best[start:stop], index[start:stop]))
     return best.add_(norms).clamp_(min=0.0), index
+
+
+def _nearest_on_host(x: np.ndarray, shifted: np.ndarray, const: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_nearest`'s minimum of ``-2 x·(c-o) + const`` over the centres, and where, for
+    the (D, N) host array ``x``, by blocks of columns: centre-major (K, block) distances, so
+    the minimum runs along contiguous rows (a few centres' rows cost a fraction of per-row
+    minima over N short rows)."""
+    scaled, offset = -2.0 * shifted, const[:, None]  # scaling by -2 is exact
+    n = x.shape[1]
+    best = np.empty(n)
+    index = np.empty(n, dtype=np.int64)
+    step = _distance_rows(CPU, len(shifted))
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        d2 = scaled @ x[:, start:stop]
+        d2 += offset
+        d2.argmin(axis=0, out=index[start:stop])
+        d2.min(axis=0, out=best[start:stop])
+    return best, index
 
 
 def _slots(exchange: Exchange, local: np.ndarray) -> np.ndarray:
@@ -178,14 +208,23 @@ def _points_at(shard: _Shard, sizes: np.ndarray, global_index: np.ndarray, rank:
     rank's points and zeros elsewhere; summing it over ranks gives the chosen points."""
     out = np.zeros((len(global_index), shard.dim))
     local = global_index - int(sizes[:rank].sum())
-    starts = np.cumsum([0] + shard.sizes)
     rows = np.flatnonzero((local >= 0) & (local < sizes[rank]))
+    if len(shard.points) == 1:
+        out[rows] = _columns(shard.points[0], local[rows])
+        return out
+    starts = np.cumsum([0] + shard.sizes)
     chunk_of = np.searchsorted(starts, local[rows], side="right") - 1
     for chunk in np.unique(chunk_of):  # one copy from the device per chunk
         picked = rows[chunk_of == chunk]
-        columns = torch.from_numpy(local[picked] - starts[chunk]).to(shard.device)
-        out[picked] = shard.points[chunk][:, columns].T.cpu().numpy()
+        out[picked] = _columns(shard.points[chunk], local[picked] - starts[chunk])
     return out
+
+
+def _columns(points: torch.Tensor, index: np.ndarray) -> np.ndarray:
+    """Columns ``index`` of the (D, N) ``points`` as (len, D) host rows."""
+    if points.device.type == "cpu":
+        return points.numpy()[:, index].T
+    return points[:, torch.from_numpy(index).to(points.device)].T.cpu().numpy()
 
 
 def random_centres(shard: _Shard, k: int, seed: int, sizes: np.ndarray, exchange: Exchange) -> np.ndarray:
@@ -222,8 +261,8 @@ def kmeans_parallel_centres(
     Rounds of ``ℓ = 2k``: Bahmani et al. used five, Spark MLlib defaults to two; on four
     Gaussians 6σ apart two rounds left a cluster without a candidate in 2 of 300 seeds, three
     in none, and five cost a third more time than three."""
-    shared = np.random.default_rng([seed, 3])
-    candidates = proposals[[int(shared.choice(len(sizes), p=sizes / sizes.sum()))]]
+    first = int(np.random.default_rng([seed, 3]).choice(len(sizes), p=sizes / sizes.sum())) if len(sizes) > 1 else 0
+    candidates = proposals[[first]]
     shard.set_origin(candidates[0])
     nearest = shard.nearest(candidates)
     local_rng = np.random.default_rng([seed, 2, exchange.rank])
@@ -235,19 +274,23 @@ def kmeans_parallel_centres(
         local_cost = sum(float(c.sum()) for c in costs)
         # u / cost (inf at 0); u drawn on the host, so a seed gives the same start on any device
         ratio = [torch.from_numpy(local_rng.random(len(c))).to(c.device).div_(c) for c in costs]
-        ratio_all = torch.cat(ratio) if ratio else torch.zeros(0, dtype=torch.float64)
+        ratio_all = ratio[0] if len(ratio) == 1 else torch.cat(ratio) if ratio else torch.zeros(0, dtype=torch.float64)
         order = torch.nonzero(ratio_all * local_cost < ell).flatten()
         if len(order) > cap:
             order = order[torch.argsort(ratio_all[order])[:cap]]
-        sent = np.full((cap, 1 + shard.dim), np.inf)
-        sent[: len(order), 0] = ratio_all[order].cpu().numpy()
-        sent[: len(order), 1:] = _points_at(shard, sizes[exchange.rank : exchange.rank + 1], order.cpu().numpy(), 0)
-        received = _slots(exchange, np.concatenate([[local_cost], sent.ravel()]))
-        cost = float(received[:, 0].sum())
+        picked = _points_at(shard, sizes[exchange.rank : exchange.rank + 1], order.cpu().numpy(), 0)
+        if exchange.world == 1:  # φ is this rank's: its passing points are the sample, no exchange
+            cost, new = local_cost, picked
+        else:
+            sent = np.full((cap, 1 + shard.dim), np.inf)
+            sent[: len(order), 0] = ratio_all[order].cpu().numpy()
+            sent[: len(order), 1:] = picked
+            received = _slots(exchange, np.concatenate([[local_cost], sent.ravel()]))
+            cost = float(received[:, 0].sum())
+            offers = received[:, 1:].reshape(-1, 1 + shard.dim)
+            new = offers[offers[:, 0] * cost < ell, 1:]
         if cost <= 0.0:  # every point is a candidate already
             break
-        offers = received[:, 1:].reshape(-1, 1 + shard.dim)
-        new = offers[offers[:, 0] * cost < ell, 1:]
         if len(new) == 0:
             continue
         origin, norms = shard.frame()
@@ -291,16 +334,20 @@ def reduce_candidates(
     centres = np.array(chosen)
     if len(centres) < k:
         centres = centres[np.arange(k) % len(centres)]
+    d = points.shape[1]
+    weighted = (weights[:, None] * points).ravel()
+    previous = None
     for _ in range(lloyd_iterations):
         label = np.argmin(sq(points, centres), axis=1)
+        if previous is not None and np.array_equal(label, previous):
+            break  # the same labels give the same means: the centres already are those
         mass = np.bincount(label, weights=weights, minlength=k)
-        sums = np.stack(
-            [np.bincount(label, weights=weights * points[:, j], minlength=k) for j in range(points.shape[1])], axis=1
-        )
-        moved = np.where(mass[:, None] > 0, sums / np.maximum(mass, 1e-300)[:, None], centres)
+        # every (centre, feature) sum in one bincount, each bin's terms in row order as one per feature would
+        sums = np.bincount((label[:, None] * d + np.arange(d)).ravel(), weights=weighted, minlength=k * d)
+        moved = np.where(mass[:, None] > 0, sums.reshape(k, d) / np.maximum(mass, 1e-300)[:, None], centres)
         if np.array_equal(moved, centres):
             break
-        centres = moved
+        centres, previous = moved, label
     return centres
 
 
@@ -358,11 +405,11 @@ def model_from_centres(
 def _shares(centres: np.ndarray) -> torch.Tensor | None:
     """``(K, K)``: column ``j`` spreads a point nearest centre ``j`` evenly over the centres
     equal to it; ``None`` when the centres are distinct (each point wholly its nearest's)."""
-    _, group, sizes = np.unique(centres, axis=0, return_inverse=True, return_counts=True)
-    if len(sizes) == len(centres):
+    same = (centres[:, None, :] == centres[None, :, :]).all(axis=2)
+    count = same.sum(axis=0)
+    if np.all(count == 1):
         return None
-    group = group.ravel()
-    return torch.from_numpy((group[:, None] == group[None, :]) / sizes[group][None, :])
+    return torch.from_numpy(same / count[None, :])
 
 
 def kmeans_init(
