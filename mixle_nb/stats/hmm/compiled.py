@@ -32,8 +32,11 @@ LOWEST = np.finfo(np.float64).min
 # Sequences a scaled pass works at once (the innermost loops' length): their lattices, steps x
 # states x TILE, stay in the cache from the forward pass to the backward
 TILE = 256
-# Columns whose emission probabilities are made at once (K x BLOCK: a cache-sized block)
-BLOCK = 16384
+# exp's argument reduction (fdlibm's split of ln 2) and the shift that keeps 2**n normal
+LOG2E = 1.4426950408889634
+LN2_HI = 6.93147180369123816490e-01
+LN2_LO = 1.90821492927058770002e-10
+TWO_TO_MINUS_600 = 2.0**-600
 
 
 @functools.cache
@@ -44,81 +47,97 @@ def kernels() -> SimpleNamespace:
     jit = functools.partial(numba.njit, cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})
 
     @jit
-    def shifted(log_b: np.ndarray, first: int, end: int, peak: np.ndarray, out: np.ndarray) -> None:
-        """Columns ``first:end``: ``peak`` each column's largest log-term (at least ``LOWEST``),
-        ``out = log_b - peak``."""
-        k = log_b.shape[0]
-        top = peak[first:end]
-        for j in range(end - first):
-            top[j] = LOWEST
-        for s in range(k):
-            row = log_b[s, first:end]
-            for j in range(end - first):
-                top[j] = max(top[j], row[j])
-        for s in range(k):
-            row, shifted_row = log_b[s, first:end], out[s, first:end]
-            for j in range(end - first):
-                shifted_row[j] = row[j] - top[j]
+    def exp_nonpositive(values: np.ndarray) -> None:
+        """``values = exp(values)`` in place for ``values <= 0`` (-inf included), in a loop that
+        vectorises (numba's ``math.exp`` is a scalar call, several times slower): ``x = n ln 2
+        + r``, ``|r| <= ln 2 / 2``, ``exp(r)`` by its Taylor series to degree 12 (within 1 ulp),
+        times ``2**n`` put into the exponent field in two steps so that results below the
+        normal range round as a plain product does."""
+        bits = values.view(np.int64)
+        for j in range(len(values)):
+            x = max(values[j], -746.0)
+            n = math.floor(x * LOG2E + 0.5)
+            r = (x - n * LN2_HI) - n * LN2_LO
+            p = 1.0 / 479001600.0
+            for d in (39916800.0, 3628800.0, 362880.0, 40320.0, 5040.0, 720.0, 120.0, 24.0, 6.0, 2.0, 1.0, 1.0):
+                p = p * r + 1.0 / d
+            values[j] = p
+            bits[j] += (np.int64(n) + 600) << 52
+            values[j] *= TWO_TO_MINUS_600
 
     @jit
     def scaled_tiles(
-        b: np.ndarray,
-        peak: np.ndarray,
+        log_b: np.ndarray,
         sizes: np.ndarray,
         offsets: np.ndarray,
         startprob: np.ndarray,
         transmat: np.ndarray,
         weights: np.ndarray,
         posteriors: bool,
+        emissions: np.ndarray,
         alpha: np.ndarray,
         scale: np.ndarray,
+        gamma: np.ndarray,
         log_likelihood: np.ndarray,
         start: np.ndarray,
         transitions: np.ndarray,
     ) -> None:
-        """The scaled pass, ``TILE`` sequences at a time (each tile's lattices, ``alpha``
-        (steps, K, TILE) and ``scale`` (steps, TILE), stay in the cache). Forward: ``alpha_t``
-        normalised by ``c_t``; backward: ``u_t = b_t beta_t / c_t``, ``beta_{t-1} = A u_t``.
-        With ``posteriors``, each column's posterior ``alpha beta`` times its sequence's weight
-        replaces ``b`` there (read just before), and the expected starts and transitions
-        ``Σ_t alpha_{t-1} u_tᵀ * A`` are summed."""
-        k = b.shape[0]
+        """The scaled pass, ``TILE`` sequences at a time; each tile's lattices (``emissions``
+        and ``alpha`` (steps, K, TILE), ``scale`` (steps, TILE)) stay in the cache from the
+        forward pass to the backward. Each column's emission probabilities are taken relative
+        to its largest, ``b = exp(log_b - peak)``. Forward: ``alpha_t`` normalised by its sum
+        ``c_t``; backward: ``u_t = b_t beta_t / c_t``, ``beta_{t-1} = A u_t``. With
+        ``posteriors``: ``gamma`` (K, rows) each column's ``alpha beta`` times its sequence's
+        weight, the expected starts and the transitions ``Σ_t alpha_{t-1} (u_t w)ᵀ * A``."""
+        k = log_b.shape[0]
         n0 = sizes[0]
-        work = np.empty((k + 1, TILE))
+        work = np.empty((k + 2, TILE))
         beta = np.empty((k, TILE))
         u = np.empty((k, TILE))
         uw = np.empty((k, TILE))
         start[:] = 0.0
         transitions[:] = 0.0
         for j0 in range(0, n0, TILE):
-            # forward: step t holds the tile's first m = min(sizes[t] - j0, TILE) sequences
+            # step t holds the tile's first m = min(sizes[t] - j0, TILE) sequences
             steps = 0
             while steps < len(sizes) and sizes[steps] > j0:
                 steps += 1
-            total = work[k]
+            total, top = work[k], work[k + 1]
             ll = log_likelihood[j0 : j0 + min(TILE, n0 - j0)]
             for j in range(len(ll)):
                 ll[j] = 0.0
             for t in range(steps):
                 m, o = min(sizes[t] - j0, TILE), offsets[t] + j0
+                for j in range(m):
+                    top[j] = LOWEST
+                for s in range(k):
+                    row = log_b[s, o : o + m]
+                    for j in range(m):
+                        top[j] = max(top[j], row[j])
+                for s in range(k):
+                    row, b_s = log_b[s, o : o + m], emissions[t, s, :m]
+                    for j in range(m):
+                        b_s[j] = row[j] - top[j]
+                    exp_nonpositive(b_s)
                 if t == 0:
                     for s in range(k):
-                        start_s, out, b_s = startprob[s], work[s, :m], b[s, o : o + m]
+                        start_s, out, b_s = startprob[s], work[s, :m], emissions[t, s, :m]
                         for j in range(m):
                             out[j] = start_s * b_s[j]
                 else:
+                    # no slice inside the loops over state pairs: each costs a reference count
+                    previous = alpha[t - 1]
                     for s in range(k):
-                        out = work[s, :m]
+                        a = transmat[0, s]
                         for j in range(m):
-                            out[j] = 0.0
-                    for i in range(k):
-                        previous = alpha[t - 1, i, :m]
+                            work[s, j] = a * previous[0, j]
+                    for i in range(1, k):
                         for s in range(k):
-                            a, out = transmat[i, s], work[s, :m]
+                            a = transmat[i, s]
                             for j in range(m):
-                                out[j] += a * previous[j]
+                                work[s, j] += a * previous[i, j]
                     for s in range(k):
-                        out, b_s = work[s, :m], b[s, o : o + m]
+                        out, b_s = work[s, :m], emissions[t, s, :m]
                         for j in range(m):
                             out[j] *= b_s[j]
                 for j in range(m):
@@ -127,7 +146,7 @@ def kernels() -> SimpleNamespace:
                     out = work[s, :m]
                     for j in range(m):
                         total[j] += out[j]
-                c, top = scale[t, :m], peak[o : o + m]
+                c = scale[t, :m]
                 for j in range(m):
                     c[j] = total[j]
                     ll[j] += math.log(total[j]) + top[j]
@@ -141,43 +160,43 @@ def kernels() -> SimpleNamespace:
             # backward, from the tile's last step
             beta[:] = 1.0
             w = weights[j0 : j0 + len(ll)]
+            inverse = work[k]
             for t in range(steps - 1, -1, -1):
                 m, o = min(sizes[t] - j0, TILE), offsets[t] + j0
                 c = scale[t, :m]
+                for j in range(m):
+                    inverse[j] = 1.0 / c[j]
                 for s in range(k):
-                    b_s, beta_s, alpha_s, u_s = b[s, o : o + m], beta[s, :m], alpha[t, s, :m], u[s, :m]
+                    b_s, beta_s, alpha_s = emissions[t, s, :m], beta[s, :m], alpha[t, s, :m]
+                    u_s, uw_s, gamma_s = u[s, :m], uw[s, :m], gamma[s, o : o + m]
                     for j in range(m):
-                        u_s[j] = b_s[j] * beta_s[j] / c[j]
-                        b_s[j] = alpha_s[j] * beta_s[j] * w[j]
+                        u_s[j] = b_s[j] * beta_s[j] * inverse[j]
+                        uw_s[j] = u_s[j] * w[j]
+                        gamma_s[j] = alpha_s[j] * beta_s[j] * w[j]
                 if t == 0:
                     break
                 m_prev = min(sizes[t - 1] - j0, TILE)
-                for s in range(k):
-                    u_s, uw_s = u[s, :m], uw[s, :m]
-                    for j in range(m):
-                        uw_s[j] = u_s[j] * w[j]
+                previous = alpha[t - 1]
                 for i in range(k):
-                    previous = alpha[t - 1, i, :m]
                     for s in range(k):
-                        uw_s = uw[s, :m]
                         dot = 0.0
                         for j in range(m):
-                            dot += previous[j] * uw_s[j]
+                            dot += previous[i, j] * uw[s, j]
                         transitions[i, s] += dot
                 for i in range(k):
-                    beta_i = beta[i, :m_prev]
+                    a = transmat[i, 0]
                     for j in range(m):
-                        beta_i[j] = 0.0
+                        beta[i, j] = a * u[0, j]
                     for j in range(m, m_prev):
-                        beta_i[j] = 1.0  # these sequences end at step t - 1
-                    for s in range(k):
-                        a, u_s = transmat[i, s], u[s, :m]
+                        beta[i, j] = 1.0  # these sequences end at step t - 1
+                    for s in range(1, k):
+                        a = transmat[i, s]
                         for j in range(m):
-                            beta_i[j] += a * u_s[j]
+                            beta[i, j] += a * u[s, j]
             for s in range(k):
-                b_s = b[s, j0 : j0 + len(ll)]
+                gamma_s = gamma[s, j0 : j0 + len(ll)]
                 for j in range(len(ll)):
-                    start[s] += b_s[j]
+                    start[s] += gamma_s[j]
         for i in range(k):
             for s in range(k):
                 transitions[i, s] *= transmat[i, s]
@@ -199,7 +218,8 @@ def kernels() -> SimpleNamespace:
         for i in range(k):
             row, e = terms[i, first : first + n], exps[i]
             for j in range(n):
-                e[j] = math.exp(row[j] - top[j])
+                e[j] = row[j] - top[j]
+            exp_nonpositive(e[:n])
         for s in range(k):
             total = sums[s]
             for j in range(n):
@@ -254,8 +274,30 @@ def kernels() -> SimpleNamespace:
                 for j in range(n_prev):
                     total[j] = emission[j] + row[j]
 
+    @jit
+    def gather_columns(table: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
+        """``out[k, r] = table[k, index[r]]``: each row's entry of a per-state table."""
+        for s in range(table.shape[0]):
+            row, target = table[s], out[s]
+            for r in range(len(index)):
+                target[r] = row[index[r]]
+
+    @jit
+    def scatter_columns(values: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
+        """``out[k, i] = Σ_{r: index[r] = i} values[k, r]``, in row order."""
+        out[:] = 0.0
+        for s in range(values.shape[0]):
+            row, target = values[s], out[s]
+            for r in range(len(index)):
+                target[index[r]] += row[r]
+
     return SimpleNamespace(
-        shifted=shifted, scaled_tiles=scaled_tiles, log_forward=log_forward, log_backward=log_backward
+        scaled_tiles=scaled_tiles,
+        log_forward=log_forward,
+        log_backward=log_backward,
+        exp_nonpositive=exp_nonpositive,
+        gather_columns=gather_columns,
+        scatter_columns=scatter_columns,
     )
 
 
@@ -273,23 +315,17 @@ def scaled_pass(
 
     ``weights`` (B,) weigh each sequence's statistics; ``buffer(name, shape)`` gives reusable
     float64 scratch arrays. Returns the log-likelihoods (B,) and, with ``posteriors``, the
-    weighted posteriors (K, rows) (in the ``"emissions"`` buffer), the expected starts (K,)
+    weighted posteriors (K, rows) (in the ``"gamma"`` buffer), the expected starts (K,)
     and transitions (K, K)."""
-    compiled = kernels()
     k, rows = log_b.shape
-    n0 = int(sizes[0])
-    peak = buffer("peak", (rows,))
-    b = buffer("emissions", (k, rows))
-    for first in range(0, rows, BLOCK):  # a block's exponentials while it is in the cache
-        end = min(rows, first + BLOCK)
-        compiled.shifted(log_b, first, end, peak, b)
-        np.exp(b[:, first:end], out=b[:, first:end])
-    steps = len(sizes)
+    n0, steps = int(sizes[0]), len(sizes)
     log_likelihood, start, transitions = np.empty(n0), np.empty(k), np.empty((k, k))
-    compiled.scaled_tiles(
-        b, peak, sizes, offsets, startprob, transmat, weights, posteriors,
-        buffer("forward", (steps, k, TILE)), buffer("scale", (steps, TILE)), log_likelihood, start, transitions,
+    gamma = buffer("gamma", (k, rows)) if posteriors else np.empty((k, 0))
+    kernels().scaled_tiles(
+        log_b, sizes, offsets, startprob, transmat, weights, posteriors,
+        buffer("emissions", (steps, k, TILE)), buffer("forward", (steps, k, TILE)), buffer("scale", (steps, TILE)),
+        gamma, log_likelihood, start, transitions,
     )
     if not posteriors:
         return log_likelihood, None, None, None
-    return log_likelihood, b, start, transitions
+    return log_likelihood, gamma, start, transitions

@@ -497,7 +497,7 @@ class _CompiledLogLoops:
     def forward(self, batch: PackedBatch, log_b: torch.Tensor, log_start: torch.Tensor, transmat: torch.Tensor) -> torch.Tensor:
         """Forward log-variables (K, rows)."""
         k = log_b.shape[0]
-        la = torch.empty_like(log_b)
+        la = workspace("compiled forward", tuple(log_b.shape), log_b.device)
         compiled.kernels().log_forward(
             log_b.detach().contiguous().numpy(), *_int_steps(batch), log_start.numpy(),
             transmat.detach().contiguous().numpy(), la.numpy(), np.empty((2 * k + 1, int(batch.sizes[0]))),
@@ -507,7 +507,8 @@ class _CompiledLogLoops:
     def backward(self, batch: PackedBatch, log_b: torch.Tensor, transmat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Backward log-variables and ``log b + lbeta``, both (K, rows)."""
         k = log_b.shape[0]
-        lbeta, after = torch.empty_like(log_b), torch.empty_like(log_b)
+        shape = tuple(log_b.shape)
+        lbeta, after = workspace("compiled backward", shape, log_b.device), workspace("after", shape, log_b.device)
         compiled.kernels().log_backward(
             log_b.detach().contiguous().numpy(), *_int_steps(batch), transmat.detach().T.contiguous().numpy(),
             lbeta.numpy(), after.numpy(), np.empty((2 * k + 1, int(batch.sizes[0]))),
