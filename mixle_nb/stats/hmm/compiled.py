@@ -24,8 +24,8 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from types import SimpleNamespace
 
+import numba
 import numpy as np
 
 LOWEST = np.finfo(np.float64).min
@@ -39,266 +39,260 @@ LN2_LO = 1.90821492927058770002e-10
 TWO_TO_MINUS_600 = 2.0**-600
 
 
-@functools.cache
-def kernels() -> SimpleNamespace:
-    """The compiled kernels, built (or loaded from numba's cache) on the first call."""
-    import numba
+jit = functools.partial(numba.njit, cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})
 
-    jit = functools.partial(numba.njit, cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})
 
-    @jit
-    def exp_nonpositive(values: np.ndarray) -> None:
-        """``values = exp(values)`` in place for ``values <= 0`` (-inf included), in a loop that
-        vectorises (numba's ``math.exp`` is a scalar call, several times slower): ``x = n ln 2
-        + r``, ``|r| <= ln 2 / 2``, ``exp(r)`` by its Taylor series to degree 12 (within 1 ulp),
-        times ``2**n`` put into the exponent field in two steps so that results below the
-        normal range round as a plain product does."""
-        bits = values.view(np.int64)
-        for j in range(len(values)):
-            x = max(values[j], -746.0)
-            n = math.floor(x * LOG2E + 0.5)
-            r = (x - n * LN2_HI) - n * LN2_LO
-            p = 1.0 / 479001600.0
-            for d in (39916800.0, 3628800.0, 362880.0, 40320.0, 5040.0, 720.0, 120.0, 24.0, 6.0, 2.0, 1.0, 1.0):
-                p = p * r + 1.0 / d
-            values[j] = p
-            bits[j] += (np.int64(n) + 600) << 52
-            values[j] *= TWO_TO_MINUS_600
+@jit
+def exp_nonpositive(values: np.ndarray) -> None:
+    """``values = exp(values)`` in place for ``values <= 0`` (-inf included), in a loop that
+    vectorises (numba's ``math.exp`` is a scalar call, several times slower): ``x = n ln 2
+    + r``, ``|r| <= ln 2 / 2``, ``exp(r)`` by its Taylor series to degree 12 (within 1 ulp),
+    times ``2**n`` put into the exponent field in two steps so that results below the
+    normal range round as a plain product does."""
+    bits = values.view(np.int64)
+    for j in range(len(values)):
+        x = max(values[j], -746.0)
+        n = math.floor(x * LOG2E + 0.5)
+        r = (x - n * LN2_HI) - n * LN2_LO
+        p = 1.0 / 479001600.0
+        for d in (39916800.0, 3628800.0, 362880.0, 40320.0, 5040.0, 720.0, 120.0, 24.0, 6.0, 2.0, 1.0, 1.0):
+            p = p * r + 1.0 / d
+        values[j] = p
+        bits[j] += (np.int64(n) + 600) << 52
+        values[j] *= TWO_TO_MINUS_600
 
-    @jit
-    def scaled_tiles(
-        log_b: np.ndarray,
-        sizes: np.ndarray,
-        offsets: np.ndarray,
-        startprob: np.ndarray,
-        transmat: np.ndarray,
-        weights: np.ndarray,
-        posteriors: bool,
-        emissions: np.ndarray,
-        alpha: np.ndarray,
-        scale: np.ndarray,
-        gamma: np.ndarray,
-        log_likelihood: np.ndarray,
-        start: np.ndarray,
-        transitions: np.ndarray,
-    ) -> None:
-        """The scaled pass, ``TILE`` sequences at a time; each tile's lattices (``emissions``
-        and ``alpha`` (steps, K, TILE), ``scale`` (steps, TILE)) stay in the cache from the
-        forward pass to the backward. Each column's emission probabilities are taken relative
-        to its largest, ``b = exp(log_b - peak)``. Forward: ``alpha_t`` normalised by its sum
-        ``c_t``; backward: ``u_t = b_t beta_t / c_t``, ``beta_{t-1} = A u_t``. With
-        ``posteriors``: ``gamma`` (K, rows) each column's ``alpha beta`` times its sequence's
-        weight, the expected starts and the transitions ``Σ_t alpha_{t-1} (u_t w)ᵀ * A``."""
-        k = log_b.shape[0]
-        n0 = sizes[0]
-        work = np.empty((k + 2, TILE))
-        beta = np.empty((k, TILE))
-        u = np.empty((k, TILE))
-        uw = np.empty((k, TILE))
-        start[:] = 0.0
-        transitions[:] = 0.0
-        for j0 in range(0, n0, TILE):
-            # step t holds the tile's first m = min(sizes[t] - j0, TILE) sequences
-            steps = 0
-            while steps < len(sizes) and sizes[steps] > j0:
-                steps += 1
-            total, top = work[k], work[k + 1]
-            ll = log_likelihood[j0 : j0 + min(TILE, n0 - j0)]
-            for j in range(len(ll)):
-                ll[j] = 0.0
-            for t in range(steps):
-                m, o = min(sizes[t] - j0, TILE), offsets[t] + j0
+
+@jit
+def scaled_tiles(
+    log_b: np.ndarray,
+    sizes: np.ndarray,
+    offsets: np.ndarray,
+    startprob: np.ndarray,
+    transmat: np.ndarray,
+    weights: np.ndarray,
+    posteriors: bool,
+    emissions: np.ndarray,
+    alpha: np.ndarray,
+    scale: np.ndarray,
+    gamma: np.ndarray,
+    log_likelihood: np.ndarray,
+    start: np.ndarray,
+    transitions: np.ndarray,
+) -> None:
+    """The scaled pass, ``TILE`` sequences at a time; each tile's lattices (``emissions``
+    and ``alpha`` (steps, K, TILE), ``scale`` (steps, TILE)) stay in the cache from the
+    forward pass to the backward. Each column's emission probabilities are taken relative
+    to its largest, ``b = exp(log_b - peak)``. Forward: ``alpha_t`` normalised by its sum
+    ``c_t``; backward: ``u_t = b_t beta_t / c_t``, ``beta_{t-1} = A u_t``. With
+    ``posteriors``: ``gamma`` (K, rows) each column's ``alpha beta`` times its sequence's
+    weight, the expected starts and the transitions ``Σ_t alpha_{t-1} (u_t w)ᵀ * A``."""
+    k = log_b.shape[0]
+    n0 = sizes[0]
+    work = np.empty((k + 2, TILE))
+    beta = np.empty((k, TILE))
+    u = np.empty((k, TILE))
+    uw = np.empty((k, TILE))
+    start[:] = 0.0
+    transitions[:] = 0.0
+    for j0 in range(0, n0, TILE):
+        # step t holds the tile's first m = min(sizes[t] - j0, TILE) sequences
+        steps = 0
+        while steps < len(sizes) and sizes[steps] > j0:
+            steps += 1
+        total, top = work[k], work[k + 1]
+        ll = log_likelihood[j0 : j0 + min(TILE, n0 - j0)]
+        for j in range(len(ll)):
+            ll[j] = 0.0
+        for t in range(steps):
+            m, o = min(sizes[t] - j0, TILE), offsets[t] + j0
+            for j in range(m):
+                top[j] = LOWEST
+            for s in range(k):
+                row = log_b[s, o : o + m]
                 for j in range(m):
-                    top[j] = LOWEST
-                for s in range(k):
-                    row = log_b[s, o : o + m]
-                    for j in range(m):
-                        top[j] = max(top[j], row[j])
-                for s in range(k):
-                    row, b_s = log_b[s, o : o + m], emissions[t, s, :m]
-                    for j in range(m):
-                        b_s[j] = row[j] - top[j]
-                    exp_nonpositive(b_s)
-                if t == 0:
-                    for s in range(k):
-                        start_s, out, b_s = startprob[s], work[s, :m], emissions[t, s, :m]
-                        for j in range(m):
-                            out[j] = start_s * b_s[j]
-                else:
-                    # no slice inside the loops over state pairs: each costs a reference count
-                    previous = alpha[t - 1]
-                    for s in range(k):
-                        a = transmat[0, s]
-                        for j in range(m):
-                            work[s, j] = a * previous[0, j]
-                    for i in range(1, k):
-                        for s in range(k):
-                            a = transmat[i, s]
-                            for j in range(m):
-                                work[s, j] += a * previous[i, j]
-                    for s in range(k):
-                        out, b_s = work[s, :m], emissions[t, s, :m]
-                        for j in range(m):
-                            out[j] *= b_s[j]
+                    top[j] = max(top[j], row[j])
+            for s in range(k):
+                row, b_s = log_b[s, o : o + m], emissions[t, s, :m]
                 for j in range(m):
-                    total[j] = 0.0
+                    b_s[j] = row[j] - top[j]
+                exp_nonpositive(b_s)
+            if t == 0:
                 for s in range(k):
-                    out = work[s, :m]
+                    start_s, out, b_s = startprob[s], work[s, :m], emissions[t, s, :m]
                     for j in range(m):
-                        total[j] += out[j]
-                c = scale[t, :m]
-                for j in range(m):
-                    c[j] = total[j]
-                    ll[j] += math.log(total[j]) + top[j]
-                    total[j] = 1.0 / total[j]
-                for s in range(k):
-                    out, alpha_s = work[s, :m], alpha[t, s, :m]
-                    for j in range(m):
-                        alpha_s[j] = out[j] * total[j]
-            if not posteriors:
-                continue
-            # backward, from the tile's last step
-            beta[:] = 1.0
-            w = weights[j0 : j0 + len(ll)]
-            inverse = work[k]
-            for t in range(steps - 1, -1, -1):
-                m, o = min(sizes[t] - j0, TILE), offsets[t] + j0
-                c = scale[t, :m]
-                for j in range(m):
-                    inverse[j] = 1.0 / c[j]
-                for s in range(k):
-                    b_s, beta_s, alpha_s = emissions[t, s, :m], beta[s, :m], alpha[t, s, :m]
-                    u_s, uw_s, gamma_s = u[s, :m], uw[s, :m], gamma[s, o : o + m]
-                    for j in range(m):
-                        u_s[j] = b_s[j] * beta_s[j] * inverse[j]
-                        uw_s[j] = u_s[j] * w[j]
-                        gamma_s[j] = alpha_s[j] * beta_s[j] * w[j]
-                if t == 0:
-                    break
-                m_prev = min(sizes[t - 1] - j0, TILE)
+                        out[j] = start_s * b_s[j]
+            else:
+                # no slice inside the loops over state pairs: each costs a reference count
                 previous = alpha[t - 1]
-                for i in range(k):
-                    for s in range(k):
-                        dot = 0.0
-                        for j in range(m):
-                            dot += previous[i, j] * uw[s, j]
-                        transitions[i, s] += dot
-                for i in range(k):
-                    a = transmat[i, 0]
+                for s in range(k):
+                    a = transmat[0, s]
                     for j in range(m):
-                        beta[i, j] = a * u[0, j]
-                    for j in range(m, m_prev):
-                        beta[i, j] = 1.0  # these sequences end at step t - 1
-                    for s in range(1, k):
+                        work[s, j] = a * previous[0, j]
+                for i in range(1, k):
+                    for s in range(k):
                         a = transmat[i, s]
                         for j in range(m):
-                            beta[i, j] += a * u[s, j]
-            for s in range(k):
-                gamma_s = gamma[s, j0 : j0 + len(ll)]
-                for j in range(len(ll)):
-                    start[s] += gamma_s[j]
-        for i in range(k):
-            for s in range(k):
-                transitions[i, s] *= transmat[i, s]
-
-    @jit
-    def log_sum_product(
-        terms: np.ndarray, first: int, n: int, matrix: np.ndarray, work: np.ndarray, out: np.ndarray, at: int
-    ) -> None:
-        """``out[s, at + j] = log Σ_i exp(terms[i, first + j]) matrix[i, s]`` for ``j < n``,
-        the sum taken about each column's largest term (at least ``LOWEST``)."""
-        k = terms.shape[0]
-        top, exps, sums = work[k], work[:k], work[k + 1 :]
-        for j in range(n):
-            top[j] = LOWEST
-        for i in range(k):
-            row = terms[i, first : first + n]
-            for j in range(n):
-                top[j] = max(top[j], row[j])
-        for i in range(k):
-            row, e = terms[i, first : first + n], exps[i]
-            for j in range(n):
-                e[j] = row[j] - top[j]
-            exp_nonpositive(e[:n])
-        for s in range(k):
-            total = sums[s]
-            for j in range(n):
+                            work[s, j] += a * previous[i, j]
+                for s in range(k):
+                    out, b_s = work[s, :m], emissions[t, s, :m]
+                    for j in range(m):
+                        out[j] *= b_s[j]
+            for j in range(m):
                 total[j] = 0.0
+            for s in range(k):
+                out = work[s, :m]
+                for j in range(m):
+                    total[j] += out[j]
+            c = scale[t, :m]
+            for j in range(m):
+                c[j] = total[j]
+                ll[j] += math.log(total[j]) + top[j]
+                total[j] = 1.0 / total[j]
+            for s in range(k):
+                out, alpha_s = work[s, :m], alpha[t, s, :m]
+                for j in range(m):
+                    alpha_s[j] = out[j] * total[j]
+        if not posteriors:
+            continue
+        # backward, from the tile's last step
+        beta[:] = 1.0
+        w = weights[j0 : j0 + len(ll)]
+        inverse = work[k]
+        for t in range(steps - 1, -1, -1):
+            m, o = min(sizes[t] - j0, TILE), offsets[t] + j0
+            c = scale[t, :m]
+            for j in range(m):
+                inverse[j] = 1.0 / c[j]
+            for s in range(k):
+                b_s, beta_s, alpha_s = emissions[t, s, :m], beta[s, :m], alpha[t, s, :m]
+                u_s, uw_s, gamma_s = u[s, :m], uw[s, :m], gamma[s, o : o + m]
+                for j in range(m):
+                    u_s[j] = b_s[j] * beta_s[j] * inverse[j]
+                    uw_s[j] = u_s[j] * w[j]
+                    gamma_s[j] = alpha_s[j] * beta_s[j] * w[j]
+            if t == 0:
+                break
+            m_prev = min(sizes[t - 1] - j0, TILE)
+            previous = alpha[t - 1]
             for i in range(k):
-                a, e = matrix[i, s], exps[i]
-                for j in range(n):
-                    total[j] += a * e[j]
-            target = out[s, at : at + n]
+                for s in range(k):
+                    dot = 0.0
+                    for j in range(m):
+                        dot += previous[i, j] * uw[s, j]
+                    transitions[i, s] += dot
+            for i in range(k):
+                a = transmat[i, 0]
+                for j in range(m):
+                    beta[i, j] = a * u[0, j]
+                for j in range(m, m_prev):
+                    beta[i, j] = 1.0  # these sequences end at step t - 1
+                for s in range(1, k):
+                    a = transmat[i, s]
+                    for j in range(m):
+                        beta[i, j] += a * u[s, j]
+        for s in range(k):
+            gamma_s = gamma[s, j0 : j0 + len(ll)]
+            for j in range(len(ll)):
+                start[s] += gamma_s[j]
+    for i in range(k):
+        for s in range(k):
+            transitions[i, s] *= transmat[i, s]
+
+
+@jit
+def log_sum_product(
+    terms: np.ndarray, first: int, n: int, matrix: np.ndarray, work: np.ndarray, out: np.ndarray, at: int
+) -> None:
+    """``out[s, at + j] = log Σ_i exp(terms[i, first + j]) matrix[i, s]`` for ``j < n``,
+    the sum taken about each column's largest term (at least ``LOWEST``)."""
+    k = terms.shape[0]
+    top, exps, sums = work[k], work[:k], work[k + 1 :]
+    for j in range(n):
+        top[j] = LOWEST
+    for i in range(k):
+        row = terms[i, first : first + n]
+        for j in range(n):
+            top[j] = max(top[j], row[j])
+    for i in range(k):
+        row, e = terms[i, first : first + n], exps[i]
+        for j in range(n):
+            e[j] = row[j] - top[j]
+        exp_nonpositive(e[:n])
+    for s in range(k):
+        total = sums[s]
+        for j in range(n):
+            total[j] = 0.0
+        for i in range(k):
+            a, e = matrix[i, s], exps[i]
             for j in range(n):
-                target[j] = math.log(total[j]) + top[j]
+                total[j] += a * e[j]
+        target = out[s, at : at + n]
+        for j in range(n):
+            target[j] = math.log(total[j]) + top[j]
 
-    @jit
-    def log_forward(
-        log_b: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, log_start: np.ndarray, transmat: np.ndarray,
-        la: np.ndarray, work: np.ndarray,
-    ) -> None:
-        """Forward log-variables ``la`` (K, rows): ``la_t = log Σ_i exp(la_{t-1, i}) A_i + log b_t``."""
-        k = log_b.shape[0]
+
+@jit
+def log_forward(
+    log_b: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, log_start: np.ndarray, transmat: np.ndarray,
+    la: np.ndarray, work: np.ndarray,
+) -> None:
+    """Forward log-variables ``la`` (K, rows): ``la_t = log Σ_i exp(la_{t-1, i}) A_i + log b_t``."""
+    k = log_b.shape[0]
+    for s in range(k):
+        for j in range(sizes[0]):
+            la[s, j] = log_start[s] + log_b[s, j]
+    for t in range(1, len(sizes)):
+        n, o = sizes[t], offsets[t]
+        log_sum_product(la, offsets[t - 1], n, transmat, work, la, o)
         for s in range(k):
-            for j in range(sizes[0]):
-                la[s, j] = log_start[s] + log_b[s, j]
-        for t in range(1, len(sizes)):
-            n, o = sizes[t], offsets[t]
-            log_sum_product(la, offsets[t - 1], n, transmat, work, la, o)
-            for s in range(k):
-                row, emission = la[s, o : o + n], log_b[s, o : o + n]
-                for j in range(n):
-                    row[j] += emission[j]
+            row, emission = la[s, o : o + n], log_b[s, o : o + n]
+            for j in range(n):
+                row[j] += emission[j]
 
-    @jit
-    def log_backward(
-        log_b: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, transposed: np.ndarray,
-        lbeta: np.ndarray, after: np.ndarray, work: np.ndarray,
-    ) -> None:
-        """Backward log-variables ``lbeta`` (K, rows), 0 at each sequence's last step, and
-        ``after = log b + lbeta``: ``lbeta_{t-1} = log Σ_s A_s exp(after_t, s)``."""
-        k = log_b.shape[0]
-        last = len(sizes) - 1
-        o = offsets[last]
+
+@jit
+def log_backward(
+    log_b: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, transposed: np.ndarray,
+    lbeta: np.ndarray, after: np.ndarray, work: np.ndarray,
+) -> None:
+    """Backward log-variables ``lbeta`` (K, rows), 0 at each sequence's last step, and
+    ``after = log b + lbeta``: ``lbeta_{t-1} = log Σ_s A_s exp(after_t, s)``."""
+    k = log_b.shape[0]
+    last = len(sizes) - 1
+    o = offsets[last]
+    for s in range(k):
+        for j in range(sizes[last]):
+            lbeta[s, o + j] = 0.0
+            after[s, o + j] = log_b[s, o + j]
+    for t in range(last, 0, -1):
+        n, o, n_prev, p = sizes[t], offsets[t], sizes[t - 1], offsets[t - 1]
+        log_sum_product(after, o, n, transposed, work, lbeta, p)
         for s in range(k):
-            for j in range(sizes[last]):
-                lbeta[s, o + j] = 0.0
-                after[s, o + j] = log_b[s, o + j]
-        for t in range(last, 0, -1):
-            n, o, n_prev, p = sizes[t], offsets[t], sizes[t - 1], offsets[t - 1]
-            log_sum_product(after, o, n, transposed, work, lbeta, p)
-            for s in range(k):
-                row, emission, total = lbeta[s, p : p + n_prev], log_b[s, p : p + n_prev], after[s, p : p + n_prev]
-                for j in range(n, n_prev):
-                    row[j] = 0.0  # these sequences end at step t - 1
-                for j in range(n_prev):
-                    total[j] = emission[j] + row[j]
+            row, emission, total = lbeta[s, p : p + n_prev], log_b[s, p : p + n_prev], after[s, p : p + n_prev]
+            for j in range(n, n_prev):
+                row[j] = 0.0  # these sequences end at step t - 1
+            for j in range(n_prev):
+                total[j] = emission[j] + row[j]
 
-    @jit
-    def gather_columns(table: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
-        """``out[k, r] = table[k, index[r]]``: each row's entry of a per-state table."""
-        for s in range(table.shape[0]):
-            row, target = table[s], out[s]
-            for r in range(len(index)):
-                target[r] = row[index[r]]
 
-    @jit
-    def scatter_columns(values: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
-        """``out[k, i] = Σ_{r: index[r] = i} values[k, r]``, in row order."""
-        out[:] = 0.0
-        for s in range(values.shape[0]):
-            row, target = values[s], out[s]
-            for r in range(len(index)):
-                target[index[r]] += row[r]
+@jit
+def gather_columns(table: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
+    """``out[k, r] = table[k, index[r]]``: each row's entry of a per-state table."""
+    for s in range(table.shape[0]):
+        row, target = table[s], out[s]
+        for r in range(len(index)):
+            target[r] = row[index[r]]
 
-    return SimpleNamespace(
-        scaled_tiles=scaled_tiles,
-        log_forward=log_forward,
-        log_backward=log_backward,
-        exp_nonpositive=exp_nonpositive,
-        gather_columns=gather_columns,
-        scatter_columns=scatter_columns,
-    )
+
+@jit
+def scatter_columns(values: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
+    """``out[k, i] = Σ_{r: index[r] = i} values[k, r]``, in row order."""
+    out[:] = 0.0
+    for s in range(values.shape[0]):
+        row, target = values[s], out[s]
+        for r in range(len(index)):
+            target[index[r]] += row[r]
+
 
 
 def scaled_pass(
@@ -321,7 +315,7 @@ def scaled_pass(
     n0, steps = int(sizes[0]), len(sizes)
     log_likelihood, start, transitions = np.empty(n0), np.empty(k), np.empty((k, k))
     gamma = buffer("gamma", (k, rows)) if posteriors else np.empty((k, 0))
-    kernels().scaled_tiles(
+    scaled_tiles(
         log_b, sizes, offsets, startprob, transmat, weights, posteriors,
         buffer("emissions", (steps, k, TILE)), buffer("forward", (steps, k, TILE)), buffer("scale", (steps, TILE)),
         gamma, log_likelihood, start, transitions,

@@ -19,7 +19,6 @@ import torch
 from ..base import Distribution
 from ..categorical import CategoricalAccumulator, CategoricalDistribution, LabelEncoding
 from ..mixture import _stacked_kernel, component_log_density
-from . import compiled
 from .forward_backward import workspace
 
 
@@ -50,16 +49,20 @@ def categorical_log_b(emissions: Sequence[CategoricalDistribution], enc: LabelEn
         table = np.log(np.array([[e.pmap.get(label, 0.0) for label in labels] for e in emissions], dtype=np.float64))
     if enc.device.type != "cpu":
         return torch.from_numpy(table).to(enc.device).index_select(1, enc.index)
+    from . import compiled  # numba's import when first needed
+
     out = workspace("categorical log_b", (len(emissions), len(enc)), enc.device)
-    compiled.kernels().gather_columns(table, enc.index.numpy(), out.numpy())
+    compiled.gather_columns(table, enc.index.numpy(), out.numpy())
     return out
 
 
 def add_categorical_counts(accumulators: Sequence[CategoricalAccumulator], enc: LabelEncoding, resp: torch.Tensor) -> None:
     """Add each state's posterior-weighted label counts (``resp`` (K, N)) to its accumulator."""
     if enc.device.type == "cpu":
+        from . import compiled
+
         counts = np.empty((len(accumulators), len(enc.labels)))
-        compiled.kernels().scatter_columns(resp.detach().contiguous().numpy(), enc.index.numpy(), counts)
+        compiled.scatter_columns(resp.detach().contiguous().numpy(), enc.index.numpy(), counts)
     else:
         counts = torch.zeros(len(accumulators), len(enc.labels), dtype=torch.float64, device=enc.device)
         counts = counts.index_add_(1, enc.index, resp).cpu().numpy()

@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import compiled
 from .encoding import PackedBatch
 
 #: The forward–backward arithmetics: "log" (log-space) and "scaling" (probabilities rescaled
@@ -170,6 +169,7 @@ def _compiled_scaled(
     posteriors: bool,
 ) -> BatchPosteriors:
     """The scaled :func:`forward_backward` through :func:`.compiled.scaled_pass`."""
+    from . import compiled  # numba's import (0.4 s) when a CPU pass first runs, not with the package
     seq_weights = np.ones(batch.batch) if weights is None else weights.detach().numpy().astype(np.float64)
     with np.errstate(under="ignore", divide="ignore", invalid="ignore"):
         log_likelihood, gamma, start, transitions = compiled.scaled_pass(
@@ -497,8 +497,10 @@ class _CompiledLogLoops:
     def forward(self, batch: PackedBatch, log_b: torch.Tensor, log_start: torch.Tensor, transmat: torch.Tensor) -> torch.Tensor:
         """Forward log-variables (K, rows)."""
         k = log_b.shape[0]
+        from . import compiled
+
         la = workspace("compiled forward", tuple(log_b.shape), log_b.device)
-        compiled.kernels().log_forward(
+        compiled.log_forward(
             log_b.detach().contiguous().numpy(), *_int_steps(batch), log_start.numpy(),
             transmat.detach().contiguous().numpy(), la.numpy(), np.empty((2 * k + 1, int(batch.sizes[0]))),
         )
@@ -509,7 +511,9 @@ class _CompiledLogLoops:
         k = log_b.shape[0]
         shape = tuple(log_b.shape)
         lbeta, after = workspace("compiled backward", shape, log_b.device), workspace("after", shape, log_b.device)
-        compiled.kernels().log_backward(
+        from . import compiled
+
+        compiled.log_backward(
             log_b.detach().contiguous().numpy(), *_int_steps(batch), transmat.detach().T.contiguous().numpy(),
             lbeta.numpy(), after.numpy(), np.empty((2 * k + 1, int(batch.sizes[0]))),
         )
