@@ -26,8 +26,13 @@ from mixle_nb.stats import (
     seq_initialize,
 )
 from mixle_nb.stats.categorical import integer_labels
-from mixle_nb.stats.hmm import HiddenMarkovDistribution, HiddenMarkovEncoder, HiddenMarkovEstimator, forward_backward
-from mixle_nb.stats.hmm import compiled
+from mixle_nb.stats.hmm import (
+    HiddenMarkovDistribution,
+    HiddenMarkovEncoder,
+    HiddenMarkovEstimator,
+    compiled,
+    forward_backward,
+)
 from mixle_nb.stats.hmm.columns import ColumnsDistribution
 
 STARTPROB = [0.6, 0.3, 0.1]
@@ -282,20 +287,32 @@ def _state_families(rng):
     """Each emission family of three states, and a ragged set of its sequences."""
     cov = [np.eye(2), [[2.0, 0.5], [0.5, 1.0]], [[1.0, -0.3], [-0.3, 0.5]]]
     return {
-        "gaussian": ([GaussianDistribution(m, v) for m, v in [(0.0, 1.0), (3.0, 0.5), (-2.0, 2.0)]], rng.normal(0, 3, 60)),
+        "gaussian": (
+            [GaussianDistribution(m, v) for m, v in [(0.0, 1.0), (3.0, 0.5), (-2.0, 2.0)]],
+            rng.normal(0, 3, 60),
+        ),
         "diagonal": (
             [DiagonalGaussianDistribution([m, -m], [1.0, 1.0 + m * m]) for m in (0.0, 2.0, -1.5)],
             rng.normal(0, 2, (60, 2)),
         ),
-        "full": ([MultivariateGaussianDistribution([m, m / 2], c) for m, c in zip((0.0, 2.0, -1.5), cov)], rng.normal(0, 2, (60, 2))),
-        "spherical": ([SphericalGaussianDistribution([m, 1.0], 1.0 + m * m) for m in (0.0, 2.0, -1.5)], rng.normal(0, 2, (60, 2))),
+        "full": (
+            [MultivariateGaussianDistribution([m, m / 2], c) for m, c in zip((0.0, 2.0, -1.5), cov)],
+            rng.normal(0, 2, (60, 2)),
+        ),
+        "spherical": (
+            [SphericalGaussianDistribution([m, 1.0], 1.0 + m * m) for m in (0.0, 2.0, -1.5)],
+            rng.normal(0, 2, (60, 2)),
+        ),
         "categorical": (
             [CategoricalDistribution(dict(zip(range(4), p))) for p in rng.dirichlet(np.ones(4), 3)],
             rng.integers(0, 4, 60),
         ),
         "poisson": ([PoissonDistribution(lam) for lam in (0.5, 3.0, 9.0)], rng.poisson(3.0, 60)),
         "columns": (
-            [ColumnsDistribution([PoissonDistribution(lam), PoissonDistribution(2 * lam + 1)]) for lam in (0.5, 3.0, 9.0)],
+            [
+                ColumnsDistribution([PoissonDistribution(lam), PoissonDistribution(2 * lam + 1)])
+                for lam in (0.5, 3.0, 9.0)
+            ],
             rng.poisson(3.0, (60, 2)),
         ),
     }
@@ -335,7 +352,9 @@ def test_compiled_scaled_pass_far_from_every_state_and_on_near_impossible_chains
     for implementation in ("scaling", "log"):
         model = HiddenMarkovDistribution(emissions, [0.5, 0.5], [[1 - eps, eps], [eps, 1 - eps]], implementation)
         batch = seq_encode(seqs, model=model).batches[0]
-        result = forward_backward(batch, model.log_b(batch)[0], *model.parameters_on(torch.device("cpu")), implementation)
+        result = forward_backward(
+            batch, model.log_b(batch)[0], *model.parameters_on(torch.device("cpu")), implementation
+        )
         passes.append({name: value.clone() for name, value in vars(result).items()})
     assert np.all(np.isfinite(passes[0]["log_likelihood"].numpy()))
     for name in passes[0]:
@@ -345,7 +364,9 @@ def test_compiled_scaled_pass_far_from_every_state_and_on_near_impossible_chains
 def test_compiled_exponential_is_within_two_ulps_of_numpys():
     """The vectorised exp of the compiled passes (for arguments <= 0, -inf and the subnormal
     range included) against NumPy's."""
-    x = np.concatenate([-np.logspace(-12, np.log10(745.0), 20001), [0.0, -0.0, -np.inf, -745.2, -746.0, -708.4, -800.0]])
+    x = np.concatenate(
+        [-np.logspace(-12, np.log10(745.0), 20001), [0.0, -0.0, -np.inf, -745.2, -746.0, -708.4, -800.0]]
+    )
     ours = x.copy()
     compiled.exp_nonpositive(ours)
     reference = np.exp(x)

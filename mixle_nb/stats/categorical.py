@@ -58,7 +58,9 @@ class CategoricalEncoder(Encoder):
         if values.dtype.kind == "f" and np.any(np.isnan(values)):
             raise ValueError("Categorical labels contain NaN; drop or relabel those observations")
         try:
-            labels, index = integer_labels(values) if values.dtype.kind in "iu" else np.unique(values, return_inverse=True)
+            labels, index = (
+                integer_labels(values) if values.dtype.kind in "iu" else np.unique(values, return_inverse=True)
+            )
         except TypeError:
             raise ValueError("Categorical labels must be mutually comparable (e.g. all str or all int)") from None
         return LabelEncoding(labels, torch.from_numpy(index.reshape(-1).astype(np.int64)).to(resolve_device(device)))

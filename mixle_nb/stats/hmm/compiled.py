@@ -21,9 +21,9 @@ Compiled on first use (about 2 s per implementation) and cached on disk (numba's
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numba
 import numpy as np
@@ -39,7 +39,10 @@ LN2_LO = 1.90821492927058770002e-10
 TWO_TO_MINUS_600 = 2.0**-600
 
 
-jit = functools.partial(numba.njit, cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})
+def jit(function: Callable[..., None]) -> Any:
+    """``function`` compiled by numba with this module's options: cached on disk, without the
+    GIL, reassociation (the innermost sums vectorise) and fused multiply-adds allowed."""
+    return numba.njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})(function)
 
 
 @jit
@@ -233,8 +236,13 @@ def log_sum_product(
 
 @jit
 def log_forward(
-    log_b: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, log_start: np.ndarray, transmat: np.ndarray,
-    la: np.ndarray, work: np.ndarray,
+    log_b: np.ndarray,
+    sizes: np.ndarray,
+    offsets: np.ndarray,
+    log_start: np.ndarray,
+    transmat: np.ndarray,
+    la: np.ndarray,
+    work: np.ndarray,
 ) -> None:
     """Forward log-variables ``la`` (K, rows): ``la_t = log Σ_i exp(la_{t-1, i}) A_i + log b_t``."""
     k = log_b.shape[0]
@@ -252,8 +260,13 @@ def log_forward(
 
 @jit
 def log_backward(
-    log_b: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, transposed: np.ndarray,
-    lbeta: np.ndarray, after: np.ndarray, work: np.ndarray,
+    log_b: np.ndarray,
+    sizes: np.ndarray,
+    offsets: np.ndarray,
+    transposed: np.ndarray,
+    lbeta: np.ndarray,
+    after: np.ndarray,
+    work: np.ndarray,
 ) -> None:
     """Backward log-variables ``lbeta`` (K, rows), 0 at each sequence's last step, and
     ``after = log b + lbeta``: ``lbeta_{t-1} = log Σ_s A_s exp(after_t, s)``."""
@@ -294,7 +307,6 @@ def scatter_columns(values: np.ndarray, index: np.ndarray, out: np.ndarray) -> N
             target[index[r]] += row[r]
 
 
-
 def scaled_pass(
     log_b: np.ndarray,
     sizes: np.ndarray,
@@ -316,9 +328,20 @@ def scaled_pass(
     log_likelihood, start, transitions = np.empty(n0), np.empty(k), np.empty((k, k))
     gamma = buffer("gamma", (k, rows)) if posteriors else np.empty((k, 0))
     scaled_tiles(
-        log_b, sizes, offsets, startprob, transmat, weights, posteriors,
-        buffer("emissions", (steps, k, TILE)), buffer("forward", (steps, k, TILE)), buffer("scale", (steps, TILE)),
-        gamma, log_likelihood, start, transitions,
+        log_b,
+        sizes,
+        offsets,
+        startprob,
+        transmat,
+        weights,
+        posteriors,
+        buffer("emissions", (steps, k, TILE)),
+        buffer("forward", (steps, k, TILE)),
+        buffer("scale", (steps, TILE)),
+        gamma,
+        log_likelihood,
+        start,
+        transitions,
     )
     if not posteriors:
         return log_likelihood, None, None, None

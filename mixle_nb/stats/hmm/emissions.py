@@ -11,7 +11,7 @@ counts (compiled on the CPU)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ class EmissionKernel:
 
     def __call__(self, enc: Any) -> tuple[torch.Tensor, Any]:
         if self._categorical and isinstance(enc, LabelEncoding):
-            return categorical_log_b(self.emissions, enc), None
+            return categorical_log_b(cast(list[CategoricalDistribution], self.emissions), enc), None
         if self._kernel is None:
             return torch.stack([component_log_density(e, enc) for e in self.emissions]), None
         joint = getattr(self._kernel, "joint", None)
@@ -56,7 +56,9 @@ def categorical_log_b(emissions: Sequence[CategoricalDistribution], enc: LabelEn
     return out
 
 
-def add_categorical_counts(accumulators: Sequence[CategoricalAccumulator], enc: LabelEncoding, resp: torch.Tensor) -> None:
+def add_categorical_counts(
+    accumulators: Sequence[CategoricalAccumulator], enc: LabelEncoding, resp: torch.Tensor
+) -> None:
     """Add each state's posterior-weighted label counts (``resp`` (K, N)) to its accumulator."""
     if enc.device.type == "cpu":
         from . import compiled
@@ -64,8 +66,8 @@ def add_categorical_counts(accumulators: Sequence[CategoricalAccumulator], enc: 
         counts = np.empty((len(accumulators), len(enc.labels)))
         compiled.scatter_columns(resp.detach().contiguous().numpy(), enc.index.numpy(), counts)
     else:
-        counts = torch.zeros(len(accumulators), len(enc.labels), dtype=torch.float64, device=enc.device)
-        counts = counts.index_add_(1, enc.index, resp).cpu().numpy()
+        on_device = torch.zeros(len(accumulators), len(enc.labels), dtype=torch.float64, device=enc.device)
+        counts = on_device.index_add_(1, enc.index, resp).cpu().numpy()
     labels = enc.labels.tolist()
     for acc, row in zip(accumulators, counts.tolist()):
         acc.combine(dict(zip(labels, row)))

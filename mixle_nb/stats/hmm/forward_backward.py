@@ -170,6 +170,7 @@ def _compiled_scaled(
 ) -> BatchPosteriors:
     """The scaled :func:`forward_backward` through :func:`.compiled.scaled_pass`."""
     from . import compiled  # numba's import (0.4 s) when a CPU pass first runs, not with the package
+
     seq_weights = np.ones(batch.batch) if weights is None else weights.detach().numpy().astype(np.float64)
     with np.errstate(under="ignore", divide="ignore", invalid="ignore"):
         log_likelihood, gamma, start, transitions = compiled.scaled_pass(
@@ -185,7 +186,10 @@ def _compiled_scaled(
     if not posteriors:
         return BatchPosteriors(torch.from_numpy(log_likelihood))
     return BatchPosteriors(
-        torch.from_numpy(log_likelihood), torch.from_numpy(gamma), torch.from_numpy(start), torch.from_numpy(transitions)
+        torch.from_numpy(log_likelihood),
+        torch.from_numpy(gamma),
+        torch.from_numpy(start),
+        torch.from_numpy(transitions),
     )
 
 
@@ -444,7 +448,9 @@ def _scaled(
 class _TorchLogLoops:
     """The log pass's two time loops in torch, one step at a time."""
 
-    def forward(self, batch: PackedBatch, log_b: torch.Tensor, log_start: torch.Tensor, transmat: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, batch: PackedBatch, log_b: torch.Tensor, log_start: torch.Tensor, transmat: torch.Tensor
+    ) -> torch.Tensor:
         """Forward log-variables (K, rows)."""
         k, n0 = log_b.shape[0], int(batch.sizes[0])
         sizes = batch.sizes.tolist()
@@ -466,7 +472,9 @@ class _TorchLogLoops:
             cur.log_().add_(m).add_(lb_t[t])
         return la
 
-    def backward(self, batch: PackedBatch, log_b: torch.Tensor, transmat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def backward(
+        self, batch: PackedBatch, log_b: torch.Tensor, transmat: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Backward log-variables and ``log b + lbeta``, both (K, rows)."""
         k, n0 = log_b.shape[0], int(batch.sizes[0])
         sizes = batch.sizes.tolist()
@@ -494,19 +502,27 @@ class _TorchLogLoops:
 class _CompiledLogLoops:
     """The log pass's two time loops compiled (:mod:`.compiled`), on CPU tensors."""
 
-    def forward(self, batch: PackedBatch, log_b: torch.Tensor, log_start: torch.Tensor, transmat: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, batch: PackedBatch, log_b: torch.Tensor, log_start: torch.Tensor, transmat: torch.Tensor
+    ) -> torch.Tensor:
         """Forward log-variables (K, rows)."""
         k = log_b.shape[0]
         from . import compiled
 
         la = workspace("compiled forward", tuple(log_b.shape), log_b.device)
         compiled.log_forward(
-            log_b.detach().contiguous().numpy(), *_int_steps(batch), log_start.numpy(),
-            transmat.detach().contiguous().numpy(), la.numpy(), np.empty((2 * k + 1, int(batch.sizes[0]))),
+            log_b.detach().contiguous().numpy(),
+            *_int_steps(batch),
+            log_start.numpy(),
+            transmat.detach().contiguous().numpy(),
+            la.numpy(),
+            np.empty((2 * k + 1, int(batch.sizes[0]))),
         )
         return la
 
-    def backward(self, batch: PackedBatch, log_b: torch.Tensor, transmat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def backward(
+        self, batch: PackedBatch, log_b: torch.Tensor, transmat: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Backward log-variables and ``log b + lbeta``, both (K, rows)."""
         k = log_b.shape[0]
         shape = tuple(log_b.shape)
@@ -514,8 +530,12 @@ class _CompiledLogLoops:
         from . import compiled
 
         compiled.log_backward(
-            log_b.detach().contiguous().numpy(), *_int_steps(batch), transmat.detach().T.contiguous().numpy(),
-            lbeta.numpy(), after.numpy(), np.empty((2 * k + 1, int(batch.sizes[0]))),
+            log_b.detach().contiguous().numpy(),
+            *_int_steps(batch),
+            transmat.detach().T.contiguous().numpy(),
+            lbeta.numpy(),
+            after.numpy(),
+            np.empty((2 * k + 1, int(batch.sizes[0]))),
         )
         return lbeta, after
 
