@@ -32,6 +32,8 @@ LOWEST = np.finfo(np.float64).min
 # Sequences a scaled pass works at once (the innermost loops' length): their lattices, steps x
 # states x TILE, stay in the cache from the forward pass to the backward
 TILE = 256
+# The scaled pass's running product of scaling factors is logged before it falls below this
+TINY_FACTOR = 1e-150
 # exp's argument reduction (fdlibm's split of ln 2) and the shift that keeps 2**n normal
 LOG2E = 1.4426950408889634
 LN2_HI = 6.93147180369123816490e-01
@@ -91,7 +93,7 @@ def scaled_tiles(
     weight, the expected starts and the transitions ``Σ_t alpha_{t-1} (u_t w)ᵀ * A``."""
     k = log_b.shape[0]
     n0 = sizes[0]
-    work = np.empty((k + 2, TILE))
+    work = np.empty((k + 3, TILE))
     beta = np.empty((k, TILE))
     u = np.empty((k, TILE))
     uw = np.empty((k, TILE))
@@ -104,8 +106,10 @@ def scaled_tiles(
             steps += 1
         total, top = work[k], work[k + 1]
         ll = log_likelihood[j0 : j0 + min(TILE, n0 - j0)]
+        product = work[k + 2]
         for j in range(len(ll)):
             ll[j] = 0.0
+            product[j] = 1.0
         for t in range(steps):
             m, o = min(sizes[t] - j0, TILE), offsets[t] + j0
             for j in range(m):
@@ -141,20 +145,31 @@ def scaled_tiles(
                     for j in range(m):
                         out[j] *= b_s[j]
             for j in range(m):
-                total[j] = 0.0
-            for s in range(k):
+                total[j] = work[0, j]
+            for s in range(1, k):
                 out = work[s, :m]
                 for j in range(m):
                     total[j] += out[j]
             c = scale[t, :m]
             for j in range(m):
                 c[j] = total[j]
-                ll[j] += math.log(total[j]) + top[j]
+                ll[j] += top[j]
+                # Σ log c_t as the log of a running product of the c_t (each <= 1), taken
+                # before the product could leave the normal range
+                if total[j] < TINY_FACTOR:
+                    ll[j] += math.log(total[j])
+                else:
+                    product[j] *= total[j]
+                    if product[j] < TINY_FACTOR:
+                        ll[j] += math.log(product[j])
+                        product[j] = 1.0
                 total[j] = 1.0 / total[j]
             for s in range(k):
                 out, alpha_s = work[s, :m], alpha[t, s, :m]
                 for j in range(m):
                     alpha_s[j] = out[j] * total[j]
+        for j in range(len(ll)):
+            ll[j] += math.log(product[j])
         if not posteriors:
             continue
         # backward, from the tile's last step
