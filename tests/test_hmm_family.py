@@ -26,14 +26,17 @@ from mixle_nb.stats import (
     seq_initialize,
 )
 from mixle_nb.stats.categorical import integer_labels
+from mixle_nb.stats.frame import centred
 from mixle_nb.stats.hmm import (
     HiddenMarkovDistribution,
     HiddenMarkovEncoder,
     HiddenMarkovEstimator,
     compiled,
+    diagonal_states,
     forward_backward,
 )
 from mixle_nb.stats.hmm.columns import ColumnsDistribution
+from mixle_nb.stats.mixture import component_log_density
 
 STARTPROB = [0.6, 0.3, 0.1]
 TRANSMAT = [[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]]
@@ -386,3 +389,21 @@ def test_integer_labels_equal_numpy_unique(values):
     assert labels.dtype == expected_labels.dtype
     np.testing.assert_array_equal(labels, expected_labels)
     np.testing.assert_array_equal(index.reshape(-1), expected_index.reshape(-1))
+
+
+@pytest.mark.parametrize("dim", [1, 3])
+def test_diagonal_states_equal_the_mixture_kernels(dim):
+    """The compiled route of axis-aligned Gaussian states (log-densities and M-step sums about
+    each state's mean) against the mixtures' kernel and ``CentredBlock``, on points far from 0."""
+    rng = np.random.default_rng(3)
+    emissions = [DiagonalGaussianDistribution(1e4 + rng.normal(size=dim), rng.uniform(0.5, 2.0, dim)) for _ in range(4)]
+    enc = emissions[0].dist_to_encoder().seq_encode(1e4 + rng.normal(size=(50, dim)))
+    assert diagonal_states.applies(emissions, enc)
+    log_b, block = diagonal_states.diagonal_log_b(emissions, enc)
+    reference = torch.stack([component_log_density(e, enc) for e in emissions])
+    np.testing.assert_allclose(log_b.numpy(), reference.numpy(), rtol=1e-12)
+    weights = torch.from_numpy(rng.uniform(size=(4, 50)))
+    mu = np.stack([e.mu for e in emissions])
+    for full in (False, True):
+        expected = centred(enc, mu).device_sums(weights, full).numpy()
+        np.testing.assert_allclose(block.device_sums(weights, full).numpy(), expected, rtol=1e-12, atol=1e-12)

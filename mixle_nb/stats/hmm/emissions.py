@@ -4,9 +4,11 @@ The states' emissions are the components of a mixture with no weights: one batch
 gives every state's log-density of a batch's observations (and what it computed on the way,
 the Gaussians' centred differences or shared-frame features, which their M-step sums reuse),
 and the state posteriors are handed to the states' accumulators as a mixture hands its
-responsibilities. Categorical states take a faster route of their own: one gather from a
-(K, labels) table of log-probabilities, and one scatter of the posteriors into (K, labels)
-counts (compiled on the CPU)."""
+responsibilities. On the CPU two families take faster routes of their own (compiled, into
+reused buffers: a batch is a million rows): categorical states one gather from a (K, labels)
+table of log-probabilities and one scatter of the posteriors into (K, labels) counts;
+axis-aligned Gaussian states (:mod:`.diagonal_states`) their log-densities and M-step sums
+centred on each state's mean."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ import torch
 
 from ..base import Distribution
 from ..categorical import CategoricalAccumulator, CategoricalDistribution, LabelEncoding
+from ..diagonal_gaussian import DiagonalGaussianDistribution
 from ..mixture import _stacked_kernel, component_log_density
+from . import diagonal_states
 from .forward_backward import workspace
 
 
@@ -30,10 +34,13 @@ class EmissionKernel:
         stacked = _stacked_kernel(self.emissions, "stacked_kernel")
         self._kernel = stacked(self.emissions) if stacked is not None else None
         self._categorical = all(isinstance(e, CategoricalDistribution) for e in self.emissions)
+        self._diagonal = all(isinstance(e, DiagonalGaussianDistribution) for e in self.emissions)
 
     def __call__(self, enc: Any) -> tuple[torch.Tensor, Any]:
         if self._categorical and isinstance(enc, LabelEncoding):
             return categorical_log_b(cast(list[CategoricalDistribution], self.emissions), enc), None
+        if self._diagonal and diagonal_states.applies(self.emissions, enc):
+            return diagonal_states.diagonal_log_b(cast(list[DiagonalGaussianDistribution], self.emissions), enc)
         if self._kernel is None:
             return torch.stack([component_log_density(e, enc) for e in self.emissions]), None
         joint = getattr(self._kernel, "joint", None)
