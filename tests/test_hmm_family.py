@@ -407,3 +407,21 @@ def test_diagonal_states_equal_the_mixture_kernels(dim):
     for full in (False, True):
         expected = centred(enc, mu).device_sums(weights, full).numpy()
         np.testing.assert_allclose(block.device_sums(weights, full).numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("implementation", ["scaling", "log"])
+def test_compiled_pass_over_several_tiles_of_sequences(implementation):
+    """More sequences than one tile of the compiled scaled pass holds (two full tiles and a
+    ragged rest, lengths 1 to 6), with sequence weights: equal to the torch pass."""
+    rng = np.random.default_rng(11)
+    model = gaussian_model(implementation)
+    seqs = [rng.normal(0, 3, n) for n in rng.integers(1, 7, 2 * compiled.TILE + 37)]
+    batch = seq_encode(seqs, model=model).batches[0]
+    log_b, _ = model.log_b(batch)
+    startprob, transmat = model.parameters_on(torch.device("cpu"))
+    weights = torch.from_numpy(rng.uniform(0.1, 2.0, len(seqs)))
+    ours = forward_backward(batch, log_b, startprob, transmat, implementation, weights, compiled=True)
+    ours = {name: value.clone() for name, value in vars(ours).items()}
+    reference = forward_backward(batch, log_b, startprob, transmat, implementation, weights, compiled=False)
+    for name, value in ours.items():
+        np.testing.assert_allclose(value.numpy(), getattr(reference, name).numpy(), rtol=1e-12, atol=1e-14)

@@ -1,6 +1,8 @@
 """Forward–backward over one packed batch of sequences, in torch float64.
 
-One loop over time steps updates every running sequence of the batch at once (a ``(K, K) @
+On the CPU the time loops run compiled (:mod:`.compiled`, numba; ``forward_backward(...,
+compiled=False)`` runs the torch pass there too, the reference the tests compare with); the
+torch pass below runs on any other device. One loop over time steps updates every running sequence of the batch at once (a ``(K, K) @
 (K, n_t)`` product and a few elementwise passes per step); everything that does not recur runs
 once over the whole batch before or after the loop: the emission probabilities, the
 posteriors ``gamma = alpha * beta`` and the expected transitions, one ``(K, rows) @ (rows, K)``
