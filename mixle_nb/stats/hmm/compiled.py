@@ -49,7 +49,7 @@ LN2_LO = 1.90821492927058770002e-10
 TWO_TO_MINUS_600 = 2.0**-600
 
 
-def jit(function: Callable[..., None]) -> Any:
+def jit(function: Callable[..., Any]) -> Any:
     """``function`` compiled by numba with this module's options: cached on disk, without the
     GIL, reassociation (the innermost sums vectorise) and fused multiply-adds allowed."""
     return numba.njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})(function)
