@@ -63,7 +63,9 @@ class CategoricalEncoder(Encoder):
             )
         except TypeError:
             raise ValueError("Categorical labels must be mutually comparable (e.g. all str or all int)") from None
-        return LabelEncoding(labels, torch.from_numpy(index.reshape(-1).astype(np.int64)).to(resolve_device(device)))
+        return LabelEncoding(
+            labels, torch.from_numpy(np.asarray(index.reshape(-1), dtype=np.int64)).to(resolve_device(device))
+        )
 
 
 class CategoricalDistribution(Distribution):
