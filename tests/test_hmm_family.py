@@ -36,6 +36,7 @@ from mixle_nb.stats.hmm import (
     forward_backward,
 )
 from mixle_nb.stats.hmm.columns import ColumnsDistribution
+from mixle_nb.stats.hmm.emissions import EmissionKernel, add_emission_statistics
 from mixle_nb.stats.mixture import component_log_density
 
 STARTPROB = [0.6, 0.3, 0.1]
@@ -425,3 +426,27 @@ def test_compiled_pass_over_several_tiles_of_sequences(implementation):
     reference = forward_backward(batch, log_b, startprob, transmat, implementation, weights, compiled=False)
     for name, value in ours.items():
         np.testing.assert_allclose(value.numpy(), getattr(reference, name).numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_categorical_states_equal_the_per_state_kernels_and_counts():
+    """The compiled route of categorical states (one gather of log-probabilities, one scatter
+    of the posteriors into counts) against each state's own log-density and accumulator,
+    with a label one state cannot emit."""
+    rng = np.random.default_rng(5)
+    emissions = [CategoricalDistribution(dict(zip("abcd", p))) for p in rng.dirichlet(np.ones(4), 2)]
+    emissions.append(CategoricalDistribution({"a": 0.5, "b": 0.5}))
+    enc = emissions[0].dist_to_encoder().seq_encode(rng.choice(list("abcd"), 40))
+    log_b, terms = EmissionKernel(emissions)(enc)
+    reference = torch.stack([component_log_density(e, enc) for e in emissions])
+    np.testing.assert_array_equal(log_b.numpy(), reference.numpy())
+    resp = torch.from_numpy(rng.uniform(size=(3, 40)))
+    ours = [e.estimator().accumulator_factory().make() for e in emissions]
+    add_emission_statistics(ours, enc, resp, emissions, terms)
+    for acc, weights, emission in zip(ours, resp, emissions):
+        expected = emission.estimator().accumulator_factory().make()
+        expected.seq_update(enc, weights, emission)
+        assert acc.value().keys() == expected.value().keys()
+        counts = acc.value()
+        np.testing.assert_allclose(
+            [counts[label] for label in expected.value()], list(expected.value().values()), rtol=1e-12
+        )
