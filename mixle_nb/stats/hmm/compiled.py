@@ -22,8 +22,8 @@ polynomial that vectorises (numba's ``math.exp`` is a scalar call, several times
 Sums are reassociated where they vectorise (fixed code, so the results stay deterministic) and
 agree with the torch pass within 1e-12.
 
-Compiled on first use (about 7 s of CPU for all of them, measured on a loaded 2-core Xeon) and
-cached on disk (numba's ``cache=True``): a later process loads them in about 0.4 s (with
+Compiled on first use (about 6 s of CPU for all of them, measured on a loaded 2-core Xeon) and
+cached on disk (numba's ``cache=True``): a later process loads them in about 0.7 s (with
 numba's import, which waits until a CPU pass first runs).
 """
 
