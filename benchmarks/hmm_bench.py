@@ -10,7 +10,9 @@ and its wall clock counts other people's work) and, beside it, the least wall ti
 What is timed, per library:
 
 - mixle_nb ``em_step``: one E-step (forward–backward over the encoded sequences) and M-step of
-  the HMM family, on data encoded once beforehand (as a handle keeps it resident);
+  the HMM family, on data encoded once beforehand (as a handle keeps it resident); on the CPU
+  the forward–backward runs compiled (``mixle_nb/stats/hmm/compiled.py``, numba), compiled or
+  loaded from numba's disk cache by the warm-up call, which is not timed;
 - mixle_nb ``fit``: ``GaussianHMM`` / ``CategoricalHMM(n_iter=1).fit(X, lengths)`` as a user
   calls it, with the checks and the encoding;
 - hmmlearn: ``fit(X, lengths)`` with ``n_iter=1`` and ``init_params=""`` (its per-sequence

@@ -9,6 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 
 from mixle_nb.parallel.local_launch import run_local
 from mixle_nb.stats import (
@@ -16,13 +17,27 @@ from mixle_nb.stats import (
     DiagonalGaussianDistribution,
     GaussianDistribution,
     GaussianEstimator,
+    MultivariateGaussianDistribution,
     PoissonDistribution,
+    SphericalGaussianDistribution,
     em_step,
     free_parameters,
     seq_encode,
     seq_initialize,
 )
-from mixle_nb.stats.hmm import HiddenMarkovDistribution, HiddenMarkovEncoder, HiddenMarkovEstimator
+from mixle_nb.stats.categorical import integer_labels
+from mixle_nb.stats.frame import centred
+from mixle_nb.stats.hmm import (
+    HiddenMarkovDistribution,
+    HiddenMarkovEncoder,
+    HiddenMarkovEstimator,
+    compiled,
+    diagonal_states,
+    forward_backward,
+)
+from mixle_nb.stats.hmm.columns import ColumnsDistribution
+from mixle_nb.stats.hmm.emissions import EmissionKernel, add_emission_statistics
+from mixle_nb.stats.mixture import component_log_density
 
 STARTPROB = [0.6, 0.3, 0.1]
 TRANSMAT = [[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]]
@@ -265,3 +280,173 @@ def test_scaled_pass_falls_back_to_dividing_every_step_on_near_impossible_chains
     assert np.all(np.isfinite(results[0][0]))
     np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-12)
     np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-10, atol=1e-300)
+
+
+# -- the compiled (numba) pass against the torch pass -------------------------------------------
+
+RAGGED_LENGTHS = [1, 2, 7, 5, 2, 1, 13, 3, 2, 9]
+
+
+def _state_families(rng):
+    """Each emission family of three states, and a ragged set of its sequences."""
+    cov = [np.eye(2), [[2.0, 0.5], [0.5, 1.0]], [[1.0, -0.3], [-0.3, 0.5]]]
+    return {
+        "gaussian": (
+            [GaussianDistribution(m, v) for m, v in [(0.0, 1.0), (3.0, 0.5), (-2.0, 2.0)]],
+            rng.normal(0, 3, 60),
+        ),
+        "diagonal": (
+            [DiagonalGaussianDistribution([m, -m], [1.0, 1.0 + m * m]) for m in (0.0, 2.0, -1.5)],
+            rng.normal(0, 2, (60, 2)),
+        ),
+        "full": (
+            [MultivariateGaussianDistribution([m, m / 2], c) for m, c in zip((0.0, 2.0, -1.5), cov)],
+            rng.normal(0, 2, (60, 2)),
+        ),
+        "spherical": (
+            [SphericalGaussianDistribution([m, 1.0], 1.0 + m * m) for m in (0.0, 2.0, -1.5)],
+            rng.normal(0, 2, (60, 2)),
+        ),
+        "categorical": (
+            [CategoricalDistribution(dict(zip(range(4), p))) for p in rng.dirichlet(np.ones(4), 3)],
+            rng.integers(0, 4, 60),
+        ),
+        "poisson": ([PoissonDistribution(lam) for lam in (0.5, 3.0, 9.0)], rng.poisson(3.0, 60)),
+        "columns": (
+            [
+                ColumnsDistribution([PoissonDistribution(lam), PoissonDistribution(2 * lam + 1)])
+                for lam in (0.5, 3.0, 9.0)
+            ],
+            rng.poisson(3.0, (60, 2)),
+        ),
+    }
+
+
+@pytest.mark.parametrize("implementation", ["scaling", "log"])
+@pytest.mark.parametrize("family", ["gaussian", "diagonal", "full", "spherical", "categorical", "poisson", "columns"])
+def test_compiled_pass_equals_torch_pass_on_ragged_batches(implementation, family):
+    """Sequences of lengths 1, 2 and odd lengths in one batch, with and without sequence
+    weights: log-likelihoods, posteriors, expected starts and transitions of the compiled
+    pass equal the torch pass's (the reference, as on a GPU) within 1e-12."""
+    rng = np.random.default_rng(7)
+    emissions, data = _state_families(rng)[family]
+    model = HiddenMarkovDistribution(emissions, STARTPROB, TRANSMAT, implementation)
+    ends = np.cumsum(RAGGED_LENGTHS)
+    batch = seq_encode(np.split(data[: ends[-1]], ends[:-1]), model=model).batches[0]
+    log_b, _ = model.log_b(batch)
+    startprob, transmat = model.parameters_on(torch.device("cpu"))
+    for weights in (None, torch.from_numpy(rng.uniform(0.1, 2.0, len(RAGGED_LENGTHS)))):
+        ours = forward_backward(batch, log_b, startprob, transmat, implementation, weights, compiled=True)
+        ours = {name: value.clone() for name, value in vars(ours).items()}  # gamma is a reused buffer
+        reference = forward_backward(batch, log_b, startprob, transmat, implementation, weights, compiled=False)
+        for name, value in ours.items():
+            np.testing.assert_allclose(value.numpy(), getattr(reference, name).numpy(), rtol=1e-12, atol=1e-14)
+        alone = forward_backward(batch, log_b, startprob, transmat, implementation, posteriors=False, compiled=True)
+        np.testing.assert_allclose(alone.log_likelihood.numpy(), ours["log_likelihood"].numpy(), rtol=1e-12)
+
+
+def test_compiled_scaled_pass_far_from_every_state_and_on_near_impossible_chains():
+    """Observations 1e4 standard deviations from every state (each emission underflows) and
+    transitions of 1e-90 taken at every step: the compiled scaled pass stays finite and
+    equals the log-space pass."""
+    eps = 1e-90
+    emissions = [GaussianDistribution(0.0, 1.0), GaussianDistribution(100.0, 1.0)]
+    seqs = [np.tile([0.0, 100.0], 20), np.tile([100.0, 0.0, 0.0], 9), np.array([1e4, -1e4, 5e3])]
+    passes = []
+    for implementation in ("scaling", "log"):
+        model = HiddenMarkovDistribution(emissions, [0.5, 0.5], [[1 - eps, eps], [eps, 1 - eps]], implementation)
+        batch = seq_encode(seqs, model=model).batches[0]
+        result = forward_backward(
+            batch, model.log_b(batch)[0], *model.parameters_on(torch.device("cpu")), implementation
+        )
+        passes.append({name: value.clone() for name, value in vars(result).items()})
+    assert np.all(np.isfinite(passes[0]["log_likelihood"].numpy()))
+    for name in passes[0]:
+        np.testing.assert_allclose(passes[0][name].numpy(), passes[1][name].numpy(), rtol=1e-10, atol=1e-300)
+
+
+def test_compiled_exponential_is_within_two_ulps_of_numpys():
+    """The vectorised exp of the compiled passes (for arguments <= 0, -inf and the subnormal
+    range included) against NumPy's."""
+    x = np.concatenate(
+        [-np.logspace(-12, np.log10(745.0), 20001), [0.0, -0.0, -np.inf, -745.2, -746.0, -708.4, -800.0]]
+    )
+    ours = x.copy()
+    compiled.exp_nonpositive(ours)
+    reference = np.exp(x)
+    normal = reference > np.finfo(np.float64).tiny
+    np.testing.assert_allclose(ours[normal], reference[normal], rtol=4.5e-16, atol=0)
+    np.testing.assert_allclose(ours[~normal], reference[~normal], rtol=0, atol=1e-323)
+
+
+@pytest.mark.parametrize(
+    "values", [[5, 3, 3, 9, -2], [0], np.array([7, 7], dtype=np.uint8), np.arange(-50, 50) % 17, [0, 10**12]]
+)
+def test_integer_labels_equal_numpy_unique(values):
+    """Integer labels counted (the categorical encoder's fast route) equal ``np.unique``'s."""
+    values = np.asarray(values)
+    labels, index = integer_labels(values)
+    expected_labels, expected_index = np.unique(values, return_inverse=True)
+    assert labels.dtype == expected_labels.dtype
+    np.testing.assert_array_equal(labels, expected_labels)
+    np.testing.assert_array_equal(index.reshape(-1), expected_index.reshape(-1))
+
+
+@pytest.mark.parametrize("dim", [1, 3])
+def test_diagonal_states_equal_the_mixture_kernels(dim):
+    """The compiled route of axis-aligned Gaussian states (log-densities and M-step sums about
+    each state's mean) against the mixtures' kernel and ``CentredBlock``, on points far from 0."""
+    rng = np.random.default_rng(3)
+    emissions = [DiagonalGaussianDistribution(1e4 + rng.normal(size=dim), rng.uniform(0.5, 2.0, dim)) for _ in range(4)]
+    enc = emissions[0].dist_to_encoder().seq_encode(1e4 + rng.normal(size=(50, dim)))
+    assert diagonal_states.applies(emissions, enc)
+    log_b, block = diagonal_states.diagonal_log_b(emissions, enc)
+    reference = torch.stack([component_log_density(e, enc) for e in emissions])
+    np.testing.assert_allclose(log_b.numpy(), reference.numpy(), rtol=1e-12)
+    weights = torch.from_numpy(rng.uniform(size=(4, 50)))
+    mu = np.stack([e.mu for e in emissions])
+    for full in (False, True):
+        expected = centred(enc, mu).device_sums(weights, full).numpy()
+        np.testing.assert_allclose(block.device_sums(weights, full).numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("implementation", ["scaling", "log"])
+def test_compiled_pass_over_several_tiles_of_sequences(implementation):
+    """More sequences than one tile of the compiled scaled pass holds (two full tiles and a
+    ragged rest, lengths 1 to 6), with sequence weights: equal to the torch pass."""
+    rng = np.random.default_rng(11)
+    model = gaussian_model(implementation)
+    seqs = [rng.normal(0, 3, n) for n in rng.integers(1, 7, 2 * compiled.TILE + 37)]
+    batch = seq_encode(seqs, model=model).batches[0]
+    log_b, _ = model.log_b(batch)
+    startprob, transmat = model.parameters_on(torch.device("cpu"))
+    weights = torch.from_numpy(rng.uniform(0.1, 2.0, len(seqs)))
+    ours = forward_backward(batch, log_b, startprob, transmat, implementation, weights, compiled=True)
+    ours = {name: value.clone() for name, value in vars(ours).items()}
+    reference = forward_backward(batch, log_b, startprob, transmat, implementation, weights, compiled=False)
+    for name, value in ours.items():
+        np.testing.assert_allclose(value.numpy(), getattr(reference, name).numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_categorical_states_equal_the_per_state_kernels_and_counts():
+    """The compiled route of categorical states (one gather of log-probabilities, one scatter
+    of the posteriors into counts) against each state's own log-density and accumulator,
+    with a label one state cannot emit."""
+    rng = np.random.default_rng(5)
+    emissions = [CategoricalDistribution(dict(zip("abcd", p))) for p in rng.dirichlet(np.ones(4), 2)]
+    emissions.append(CategoricalDistribution({"a": 0.5, "b": 0.5}))
+    enc = emissions[0].dist_to_encoder().seq_encode(rng.choice(list("abcd"), 40))
+    log_b, terms = EmissionKernel(emissions)(enc)
+    reference = torch.stack([component_log_density(e, enc) for e in emissions])
+    np.testing.assert_array_equal(log_b.numpy(), reference.numpy())
+    resp = torch.from_numpy(rng.uniform(size=(3, 40)))
+    ours = [e.estimator().accumulator_factory().make() for e in emissions]
+    add_emission_statistics(ours, enc, resp, emissions, terms)
+    for acc, weights, emission in zip(ours, resp, emissions):
+        expected = emission.estimator().accumulator_factory().make()
+        expected.seq_update(enc, weights, emission)
+        assert acc.value().keys() == expected.value().keys()
+        counts = acc.value()
+        np.testing.assert_allclose(
+            [counts[label] for label in expected.value()], list(expected.value().values()), rtol=1e-12
+        )

@@ -37,6 +37,19 @@ class LabelEncoding:
         return LabelEncoding(self.labels, self.index[start:stop])
 
 
+def integer_labels(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` of integers, by counting when their range is
+    no wider than their number (several times faster than unique's sort)."""
+    if values.size == 0 or int(values.max()) - int(values.min()) > max(values.size, 1 << 16):
+        return np.unique(values, return_inverse=True)
+    low = values.min()
+    shifted = values - low
+    present = np.flatnonzero(np.bincount(shifted))
+    position = np.zeros(int(present[-1]) + 1, dtype=np.int64)
+    position[present] = np.arange(len(present))
+    return (present + low).astype(values.dtype), position[shifted]
+
+
 class CategoricalEncoder(Encoder):
     def seq_encode(self, data: ArrayLike, device: torch.device | str | None = None) -> LabelEncoding:
         values = np.asarray(data)
@@ -45,10 +58,14 @@ class CategoricalEncoder(Encoder):
         if values.dtype.kind == "f" and np.any(np.isnan(values)):
             raise ValueError("Categorical labels contain NaN; drop or relabel those observations")
         try:
-            labels, index = np.unique(values, return_inverse=True)
+            labels, index = (
+                integer_labels(values) if values.dtype.kind in "iu" else np.unique(values, return_inverse=True)
+            )
         except TypeError:
             raise ValueError("Categorical labels must be mutually comparable (e.g. all str or all int)") from None
-        return LabelEncoding(labels, torch.from_numpy(index.reshape(-1).astype(np.int64)).to(resolve_device(device)))
+        return LabelEncoding(
+            labels, torch.from_numpy(np.asarray(index.reshape(-1), dtype=np.int64)).to(resolve_device(device))
+        )
 
 
 class CategoricalDistribution(Distribution):

@@ -1,6 +1,8 @@
 """Forward–backward over one packed batch of sequences, in torch float64.
 
-One loop over time steps updates every running sequence of the batch at once (a ``(K, K) @
+On the CPU the time loops run compiled (:mod:`.compiled`, numba; ``forward_backward(...,
+compiled=False)`` runs the torch pass there too, the reference the tests compare with); the
+torch pass below runs on any other device. One loop over time steps updates every running sequence of the batch at once (a ``(K, K) @
 (K, n_t)`` product and a few elementwise passes per step); everything that does not recur runs
 once over the whole batch before or after the loop: the emission probabilities, the
 posteriors ``gamma = alpha * beta`` and the expected transitions, one ``(K, rows) @ (rows, K)``
@@ -90,6 +92,7 @@ def forward_backward(
     implementation: str = "log",
     weights: torch.Tensor | None = None,
     posteriors: bool = True,
+    compiled: bool | None = None,
 ) -> BatchPosteriors:
     """Forward–backward on one packed batch.
 
@@ -109,6 +112,9 @@ def forward_backward(
         ``(B,)`` weights of each sequence's statistics (``None``: 1 each).
     posteriors : bool, default True
         ``False`` runs the forward pass alone (the log-likelihood).
+    compiled : bool, optional
+        Run the compiled loops of :mod:`.compiled` (CPU tensors only) or the torch pass;
+        ``None`` (default): compiled on the CPU, torch on any other device.
 
     Returns
     -------
@@ -118,7 +124,7 @@ def forward_backward(
     Raises
     ------
     ValueError
-        An unknown ``implementation``.
+        An unknown ``implementation``, or ``compiled=True`` for tensors off the CPU.
 
     Examples
     --------
@@ -136,12 +142,57 @@ def forward_backward(
     """
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}; got {implementation!r}")
+    on_cpu = log_b.device.type == "cpu"
+    if compiled and not on_cpu:
+        raise ValueError(f"compiled=True runs on CPU tensors; these are on {log_b.device} (pass compiled=None)")
+    use_compiled = on_cpu and compiled is not False
+    if use_compiled and implementation == "scaling":
+        return _compiled_scaled(batch, log_b, startprob, transmat, weights, posteriors)
     # NumPy's warnings off: a chain whose column sums underflow between two divisions makes
     # 0/0 there, which the scaled pass detects and redoes (see ``_scaled``)
     with collection_paused(), np.errstate(under="ignore", divide="ignore", invalid="ignore"):
         if implementation == "scaling":
             return _scaled(batch, log_b, startprob, transmat, weights, posteriors)
-        return _logarithmic(batch, log_b, startprob, transmat, weights, posteriors)
+        loops = _CompiledLogLoops() if use_compiled else _TorchLogLoops()
+        return _logarithmic(batch, log_b, startprob, transmat, weights, posteriors, loops)
+
+
+def _cpu_buffer(name: str, shape: tuple) -> np.ndarray:
+    """:func:`workspace`'s CPU buffer ``name`` of the compiled passes, as a NumPy array."""
+    return workspace("compiled " + name, shape, torch.device("cpu")).numpy()
+
+
+def _compiled_scaled(
+    batch: PackedBatch,
+    log_b: torch.Tensor,
+    startprob: torch.Tensor,
+    transmat: torch.Tensor,
+    weights: torch.Tensor | None,
+    posteriors: bool,
+) -> BatchPosteriors:
+    """The scaled :func:`forward_backward` through :func:`.compiled.scaled_pass`."""
+    from . import compiled  # numba's import (0.4 s) when a CPU pass first runs, not with the package
+
+    seq_weights = np.ones(batch.batch) if weights is None else weights.detach().numpy().astype(np.float64)
+    with np.errstate(under="ignore", divide="ignore", invalid="ignore"):
+        log_likelihood, gamma, start, transitions = compiled.scaled_pass(
+            log_b.detach().contiguous().numpy(),
+            np.ascontiguousarray(batch.sizes, dtype=np.int64),
+            np.ascontiguousarray(batch.offsets, dtype=np.int64),
+            startprob.detach().numpy(),
+            transmat.detach().contiguous().numpy(),
+            np.ascontiguousarray(seq_weights),
+            posteriors,
+            _cpu_buffer,
+        )
+    if not posteriors:
+        return BatchPosteriors(torch.from_numpy(log_likelihood))
+    return BatchPosteriors(
+        torch.from_numpy(log_likelihood),
+        torch.from_numpy(gamma),
+        torch.from_numpy(start),
+        torch.from_numpy(transitions),
+    )
 
 
 def step_views(batch: PackedBatch, tensor: torch.Tensor) -> list[torch.Tensor]:
@@ -396,6 +447,106 @@ def _scaled(
     return BatchPosteriors(log_likelihood, gamma_out, start, xi.mul_(transmat))
 
 
+class _TorchLogLoops:
+    """The log pass's two time loops in torch, one step at a time."""
+
+    def forward(
+        self, batch: PackedBatch, log_b: torch.Tensor, log_start: torch.Tensor, transmat: torch.Tensor
+    ) -> torch.Tensor:
+        """Forward log-variables (K, rows)."""
+        k, n0 = log_b.shape[0], int(batch.sizes[0])
+        sizes = batch.sizes.tolist()
+        transposed = transmat.T.contiguous()
+        la = torch.empty_like(log_b)
+        torch.add(log_b[:, :n0], log_start[:, None], out=la[:, :n0])
+        peak = torch.empty(1, n0, dtype=torch.float64, device=log_b.device)
+        work = torch.empty(k, n0, dtype=torch.float64, device=log_b.device)
+        la_t, lb_t = step_views(batch, la), step_views(batch, log_b)
+        for t in range(1, len(sizes)):
+            n = sizes[t]
+            prev = la_t[t - 1] if sizes[t - 1] == n else la_t[t - 1][:, :n]
+            m, e = peak[:, :n], work[:, :n]
+            torch.amax(prev, dim=0, keepdim=True, out=m)
+            m.clamp_(min=LOWEST)
+            torch.sub(prev, m, out=e).exp_()
+            cur = la_t[t]
+            torch.mm(transposed, e, out=cur)
+            cur.log_().add_(m).add_(lb_t[t])
+        return la
+
+    def backward(
+        self, batch: PackedBatch, log_b: torch.Tensor, transmat: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Backward log-variables and ``log b + lbeta``, both (K, rows)."""
+        k, n0 = log_b.shape[0], int(batch.sizes[0])
+        sizes = batch.sizes.tolist()
+        peak = torch.empty(1, n0, dtype=torch.float64, device=log_b.device)
+        work = torch.empty(k, n0, dtype=torch.float64, device=log_b.device)
+        lbeta = torch.zeros_like(log_b)
+        after = torch.empty_like(log_b)  # log b_t + log beta_t, for each column
+        lb_t, lbeta_t, after_t = step_views(batch, log_b), step_views(batch, lbeta), step_views(batch, after)
+        last = len(sizes) - 1
+        after_t[last].copy_(lb_t[last])
+        for t in range(last, 0, -1):
+            n, n_prev = sizes[t], sizes[t - 1]
+            m, e = peak[:, :n], work[:, :n]
+            w = after_t[t]
+            torch.amax(w, dim=0, keepdim=True, out=m)
+            m.clamp_(min=LOWEST)
+            torch.sub(w, m, out=e).exp_()
+            cur = lbeta_t[t - 1] if n == n_prev else lbeta_t[t - 1][:, :n]
+            torch.mm(transmat, e, out=cur)
+            cur.log_().add_(m)
+            torch.add(lb_t[t - 1], lbeta_t[t - 1], out=after_t[t - 1])
+        return lbeta, after
+
+
+class _CompiledLogLoops:
+    """The log pass's two time loops compiled (:mod:`.compiled`), on CPU tensors."""
+
+    def forward(
+        self, batch: PackedBatch, log_b: torch.Tensor, log_start: torch.Tensor, transmat: torch.Tensor
+    ) -> torch.Tensor:
+        """Forward log-variables (K, rows)."""
+        k = log_b.shape[0]
+        from . import compiled
+
+        la = workspace("compiled forward", tuple(log_b.shape), log_b.device)
+        compiled.log_forward(
+            log_b.detach().contiguous().numpy(),
+            *_int_steps(batch),
+            log_start.numpy(),
+            transmat.detach().contiguous().numpy(),
+            la.numpy(),
+            np.empty((2 * k + 1, int(batch.sizes[0]))),
+        )
+        return la
+
+    def backward(
+        self, batch: PackedBatch, log_b: torch.Tensor, transmat: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Backward log-variables and ``log b + lbeta``, both (K, rows)."""
+        k = log_b.shape[0]
+        shape = tuple(log_b.shape)
+        lbeta, after = workspace("compiled backward", shape, log_b.device), workspace("after", shape, log_b.device)
+        from . import compiled
+
+        compiled.log_backward(
+            log_b.detach().contiguous().numpy(),
+            *_int_steps(batch),
+            transmat.detach().T.contiguous().numpy(),
+            lbeta.numpy(),
+            after.numpy(),
+            np.empty((2 * k + 1, int(batch.sizes[0]))),
+        )
+        return lbeta, after
+
+
+def _int_steps(batch: PackedBatch) -> tuple[np.ndarray, np.ndarray]:
+    """The batch's ``sizes`` and ``offsets`` as contiguous int64 arrays (the kernels' one type)."""
+    return np.ascontiguousarray(batch.sizes, dtype=np.int64), np.ascontiguousarray(batch.offsets, dtype=np.int64)
+
+
 def _logarithmic(
     batch: PackedBatch,
     log_b: torch.Tensor,
@@ -403,55 +554,19 @@ def _logarithmic(
     transmat: torch.Tensor,
     weights: torch.Tensor | None,
     posteriors: bool,
+    loops: _TorchLogLoops | _CompiledLogLoops,
 ) -> BatchPosteriors:
-    k, n0 = log_b.shape[0], int(batch.sizes[0])
+    """The log pass: its two time loops from ``loops``, the rest in bulk."""
+    n0 = int(batch.sizes[0])
     device = log_b.device
-    sizes = batch.sizes.tolist()
     with torch.no_grad():
         log_start = torch.log(startprob)
-    transposed = transmat.T.contiguous()
-    la = torch.empty_like(log_b)
-    torch.add(log_b[:, :n0], log_start[:, None], out=la[:, :n0])
-    peak = torch.empty(1, n0, dtype=torch.float64, device=device)
-    work = torch.empty(k, n0, dtype=torch.float64, device=device)
-    buffers: dict = {}
-
-    def scratch(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if n not in buffers:
-            buffers[n] = (peak[:, :n], work[:, :n])
-        return buffers[n]
-
-    la_t, lb_t = step_views(batch, la), step_views(batch, log_b)
-    for t in range(1, len(sizes)):
-        n = sizes[t]
-        prev = la_t[t - 1] if sizes[t - 1] == n else la_t[t - 1][:, :n]
-        m, e = scratch(n)
-        torch.amax(prev, dim=0, keepdim=True, out=m)
-        m.clamp_(min=LOWEST)
-        torch.sub(prev, m, out=e).exp_()
-        cur = la_t[t]
-        torch.mm(transposed, e, out=cur)
-        cur.log_().add_(m).add_(lb_t[t])
+    la = loops.forward(batch, log_b, log_start, transmat)
     last_rows = torch.from_numpy(batch.last_rows()).to(device)
     log_likelihood = torch.logsumexp(la[:, last_rows], dim=0)
     if not posteriors:
         return BatchPosteriors(log_likelihood)
-    lbeta = torch.zeros_like(la)
-    after = torch.empty_like(la)  # log b_t + log beta_t, for each column
-    lbeta_t, after_t = step_views(batch, lbeta), step_views(batch, after)
-    last = len(sizes) - 1
-    after_t[last].copy_(lb_t[last])
-    for t in range(last, 0, -1):
-        n, n_prev = sizes[t], sizes[t - 1]
-        m, e = scratch(n)
-        w = after_t[t]
-        torch.amax(w, dim=0, keepdim=True, out=m)
-        m.clamp_(min=LOWEST)
-        torch.sub(w, m, out=e).exp_()
-        cur = lbeta_t[t - 1] if n == n_prev else lbeta_t[t - 1][:, :n]
-        torch.mm(transmat, e, out=cur)
-        cur.log_().add_(m)
-        torch.add(lb_t[t - 1], lbeta_t[t - 1], out=after_t[t - 1])
+    lbeta, after = loops.backward(batch, log_b, transmat)
     ll_row = log_likelihood[batch.seq_of_row]
     gamma = torch.add(la, lbeta).sub_(ll_row).exp_()
     # xi_t(i, j) = exp(la_{t-1,i} + log A_ij + after_t,j - ll): each factor about its column's
