@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.ranks
+# ranks: its steps start gloo ranks; subprocess: it is a shell script of other Python programs,
+# which puts it in `make test`'s side lane (it mostly waits on them)
+pytestmark = [pytest.mark.ranks, pytest.mark.subprocess]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUMBER = r"([0-9.]+(?:e[+-]?\d+)?)"
