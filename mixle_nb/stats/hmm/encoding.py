@@ -171,13 +171,30 @@ class SequenceEncoding:
 def packed_index(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For sequences sorted longest first (their ``starts`` in the concatenated data): the
     concatenated row of each packed row, each packed row's sequence, and per time step the
-    first packed row and the number of running sequences."""
-    steps = int(lengths[0])
-    sizes = (lengths[None, :] > np.arange(steps)[:, None]).sum(axis=1)
+    first packed row and the number of running sequences. Sequences of one length are a
+    ``(steps, batch)`` grid, built by broadcasting rather than by repeats."""
+    steps, count = int(lengths[0]), len(lengths)
+    # lengths are non-increasing: the sequences running at step t are those longer than t
+    sizes = np.searchsorted(-lengths, -np.arange(steps), side="left")
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    if lengths[-1] == steps:
+        return (np.arange(steps)[:, None] + starts).reshape(-1), np.tile(np.arange(count), steps), offsets, sizes
     t = np.repeat(np.arange(steps), sizes)
     seq = np.arange(len(t)) - np.repeat(offsets, sizes)
     return starts[seq] + t, seq, offsets, sizes
+
+
+def packed_rows(x: np.ndarray, rows: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``x[rows]``, the batch's observations in packed order; when the batch's sequences have
+    one length and lie one after another in ``x`` (as equal-length data does), as a transposed
+    copy of their ``(batch, steps)`` block, several times faster than the gather."""
+    steps, count = int(lengths[0]), len(lengths)
+    first = int(starts[0])
+    consecutive = lengths[-1] == steps and np.array_equal(starts, first + steps * np.arange(count))
+    if not consecutive:
+        return x[rows]
+    grid = x[first : first + steps * count].reshape(count, steps, *x.shape[1:])
+    return np.ascontiguousarray(grid.swapaxes(0, 1)).reshape(steps * count, *x.shape[1:])
 
 
 def equal_size_runs(offsets: np.ndarray, sizes: np.ndarray) -> tuple:
@@ -366,8 +383,8 @@ class HiddenMarkovEncoder(Encoder):
                     lengths=lengths[members],
                     offsets=offsets,
                     sizes=sizes,
-                    seq_of_row=torch.from_numpy(seq.astype(np.int64)).to(device),
-                    emissions=encode(self.emission_encoder, x[rows], device),
+                    seq_of_row=torch.from_numpy(seq.astype(np.int64, copy=False)).to(device),
+                    emissions=encode(self.emission_encoder, packed_rows(x, rows, starts[members], lengths[members]), device),
                     rows=len(rows),
                     previous=previous_index(sizes, device),
                     source=rows,
