@@ -334,12 +334,15 @@ def gather_columns(table: np.ndarray, index: np.ndarray, out: np.ndarray) -> Non
 
 @jit
 def scatter_columns(values: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
-    """``out[k, i] = Σ_{r: index[r] = i} values[k, r]``, in row order."""
+    """``out[k, i] = Σ_{r: index[r] = i} values[k, r]``, in row order. Row by row, each row's
+    K additions go to K different counts: runs of one label (an HMM's sticky states) make no
+    chain of additions into one count, waiting on each other, as a state-by-state loop does."""
     out[:] = 0.0
-    for s in range(values.shape[0]):
-        row, target = values[s], out[s]
-        for r in range(len(index)):
-            target[index[r]] += row[r]
+    k = values.shape[0]
+    for r in range(len(index)):
+        i = index[r]
+        for s in range(k):
+            out[s, i] += values[s, r]
 
 
 def scaled_pass(
