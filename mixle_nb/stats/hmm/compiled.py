@@ -334,12 +334,15 @@ def gather_columns(table: np.ndarray, index: np.ndarray, out: np.ndarray) -> Non
 
 @jit
 def scatter_columns(values: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
-    """``out[k, i] = Σ_{r: index[r] = i} values[k, r]``, in row order."""
+    """``out[k, i] = Σ_{r: index[r] = i} values[k, r]``, in row order. Row by row, each row's
+    K additions go to K different counts: runs of one label (an HMM's sticky states) make no
+    chain of additions into one count, waiting on each other, as a state-by-state loop does."""
     out[:] = 0.0
-    for s in range(values.shape[0]):
-        row, target = values[s], out[s]
-        for r in range(len(index)):
-            target[index[r]] += row[r]
+    k = values.shape[0]
+    for r in range(len(index)):
+        i = index[r]
+        for s in range(k):
+            out[s, i] += values[s, r]
 
 
 def scaled_pass(
@@ -388,35 +391,39 @@ def diagonal_log_b(
     points: np.ndarray, mu: np.ndarray, neg_half_precision: np.ndarray, const: np.ndarray, out: np.ndarray
 ) -> None:
     """``out[k, r] = const_k + Σ_d neg_half_precision[k, d] (points[d, r] - mu[k, d])²``: each
-    state's axis-aligned Gaussian log-density of each point, centred on the state's mean."""
+    state's axis-aligned Gaussian log-density of each point, centred on the state's mean. The
+    first dimension's pass writes the row (the constant with it), the others add to it: one
+    pass over the (K, N) output per dimension."""
     for s in range(mu.shape[0]):
-        row = out[s]
-        for r in range(points.shape[1]):
-            row[r] = const[s]
+        row, bias = out[s], const[s]
         for d in range(points.shape[0]):
             x, centre, factor = points[d], mu[s, d], neg_half_precision[s, d]
-            for r in range(points.shape[1]):
-                y = x[r] - centre
-                row[r] += factor * y * y
+            if d == 0:
+                for r in range(points.shape[1]):
+                    y = x[r] - centre
+                    row[r] = bias + factor * y * y
+            else:
+                for r in range(points.shape[1]):
+                    y = x[r] - centre
+                    row[r] += factor * y * y
 
 
 @jit
 def centred_sums(points: np.ndarray, mu: np.ndarray, weights: np.ndarray, out: np.ndarray) -> None:
     """``out[k] = [Σ w, Σ w (x - mu_k), Σ w (x - mu_k)²]`` (1 + 2D) over the points, ``w`` row
-    ``k`` of ``weights`` (K, N)."""
+    ``k`` of ``weights`` (K, N); ``Σ w`` in the first dimension's pass, so that 1-D data reads
+    the weights once."""
     dim = points.shape[0]
     for s in range(mu.shape[0]):
         w = weights[s]
-        total = 0.0
-        for r in range(points.shape[1]):
-            total += w[r]
-        out[s, 0] = total
         for d in range(dim):
             x, centre = points[d], mu[s, d]
-            first, second = 0.0, 0.0
+            total, first, second = 0.0, 0.0, 0.0
             for r in range(points.shape[1]):
                 y = x[r] - centre
+                total += w[r]
                 first += w[r] * y
                 second += w[r] * y * y
+            out[s, 0] = total  # the same sum in every dimension's pass
             out[s, 1 + d] = first
             out[s, 1 + dim + d] = second

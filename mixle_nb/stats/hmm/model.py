@@ -401,9 +401,13 @@ class HiddenMarkovAccumulator(Accumulator):
             resp, start, transitions = result.gamma, result.start, result.transitions
             assert resp is not None and start is not None and transitions is not None
             add_emission_statistics(self.accumulators, batch.emissions, resp, model.emissions, terms)
-            self.occupancy += resp.sum(dim=1).cpu().numpy()
-            self.start += start.cpu().numpy()
-            self.transitions += transitions.cpu().numpy()
+            start_counts, transition_counts = start.cpu().numpy(), transitions.cpu().numpy()
+            # each step after the first enters its state by one transition: Σ_i ξ_t(i, s) = γ_t(s), so
+            # the expected occupancy is the starts plus the transitions into each state, with no
+            # pass over the (K, rows) posteriors
+            self.occupancy += start_counts + transition_counts.sum(axis=0)
+            self.start += start_counts
+            self.transitions += transition_counts
             out[order] = result.log_likelihood
         return resident(out)
 
