@@ -109,6 +109,33 @@ def combine_rows(coefficients: np.ndarray, source: np.ndarray, m: int, target: n
 
 
 @jit
+def add_dots(row: np.ndarray, others: np.ndarray, m: int, out: np.ndarray) -> None:
+    """``out[s] += Σ_j row[j] others[s, j]`` for ``j < m``, four rows of ``others`` a pass (one
+    load of ``row`` for four products)."""
+    k = others.shape[0]
+    s = 0
+    while s + 4 <= k:
+        d0, d1, d2, d3 = 0.0, 0.0, 0.0, 0.0
+        for j in range(m):
+            x = row[j]
+            d0 += x * others[s, j]
+            d1 += x * others[s + 1, j]
+            d2 += x * others[s + 2, j]
+            d3 += x * others[s + 3, j]
+        out[s] += d0
+        out[s + 1] += d1
+        out[s + 2] += d2
+        out[s + 3] += d3
+        s += 4
+    while s < k:
+        d0 = 0.0
+        for j in range(m):
+            d0 += row[j] * others[s, j]
+        out[s] += d0
+        s += 1
+
+
+@jit
 def scaled_tiles(
     log_b: np.ndarray,
     sizes: np.ndarray,
@@ -234,11 +261,7 @@ def scaled_tiles(
             m_prev = min(sizes[t - 1] - j0, TILE)
             previous = block(alpha, position[t - 1], k, m_prev)
             for i in range(k):
-                for s in range(k):
-                    dot = 0.0
-                    for j in range(m):
-                        dot += previous[i, j] * uw[s, j]
-                    transitions[i, s] += dot
+                add_dots(previous[i], uw, m, transitions[i])
             for i in range(k):
                 combine_rows(transmat[i], u, m, beta[i])
                 for j in range(m, m_prev):
