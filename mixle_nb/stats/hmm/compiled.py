@@ -10,8 +10,9 @@ other device):
   state), the forward variables divided by their sum ``c_t`` at every step, the backward ones
   by the same ``c_t``. It works ``TILE`` sequences at a time, their lattices (emission
   probabilities, forward variables, scaling factors: steps x states x ``TILE``) kept in the
-  cache from the forward pass to the backward, so that only ``log_b`` is read and the
-  posteriors written in memory;
+  cache from the forward pass to the backward when the sequences are short (at 1,000 steps they
+  go through memory); its matrix–vector products combine four states a pass
+  (:func:`combine_rows`, :func:`add_dots`), one load and store of the target per four products;
 - ``"log"`` (:func:`log_forward`, :func:`log_backward`): the two time loops in
   log-probabilities, each step's sum over states taken about its largest term; the posteriors
   and expected transitions then in bulk, in torch.
