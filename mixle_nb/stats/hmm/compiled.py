@@ -10,8 +10,9 @@ other device):
   state), the forward variables divided by their sum ``c_t`` at every step, the backward ones
   by the same ``c_t``. It works ``TILE`` sequences at a time, their lattices (emission
   probabilities, forward variables, scaling factors: steps x states x ``TILE``) kept in the
-  cache from the forward pass to the backward, so that only ``log_b`` is read and the
-  posteriors written in memory;
+  cache from the forward pass to the backward when the sequences are short (at 1,000 steps they
+  go through memory); its matrix–vector products combine four states a pass
+  (:func:`combine_rows`, :func:`add_dots`), one load and store of the target per four products;
 - ``"log"`` (:func:`log_forward`, :func:`log_backward`): the two time loops in
   log-probabilities, each step's sum over states taken about its largest term; the posteriors
   and expected transitions then in bulk, in torch.
@@ -82,6 +83,60 @@ def block(flat: np.ndarray, first: int, k: int, m: int) -> np.ndarray:
 
 
 @jit
+def combine_rows(coefficients: np.ndarray, source: np.ndarray, m: int, target: np.ndarray) -> None:
+    """``target[j] = Σ_i coefficients[i] source[i, j]`` for ``j < m``, four rows of ``source``
+    a pass (each pass loads and stores ``target`` once: a row a pass is bound by those stores)."""
+    k = len(coefficients)
+    i = min(k, 4)
+    c0 = coefficients[0]
+    if i == 4:
+        c1, c2, c3 = coefficients[1], coefficients[2], coefficients[3]
+        for j in range(m):
+            target[j] = c0 * source[0, j] + c1 * source[1, j] + c2 * source[2, j] + c3 * source[3, j]
+    else:
+        i = 1
+        for j in range(m):
+            target[j] = c0 * source[0, j]
+    while i + 4 <= k:
+        c0, c1, c2, c3 = coefficients[i], coefficients[i + 1], coefficients[i + 2], coefficients[i + 3]
+        for j in range(m):
+            target[j] += c0 * source[i, j] + c1 * source[i + 1, j] + c2 * source[i + 2, j] + c3 * source[i + 3, j]
+        i += 4
+    while i < k:
+        c0 = coefficients[i]
+        for j in range(m):
+            target[j] += c0 * source[i, j]
+        i += 1
+
+
+@jit
+def add_dots(row: np.ndarray, others: np.ndarray, m: int, out: np.ndarray) -> None:
+    """``out[s] += Σ_j row[j] others[s, j]`` for ``j < m``, four rows of ``others`` a pass (one
+    load of ``row`` for four products)."""
+    k = others.shape[0]
+    s = 0
+    while s + 4 <= k:
+        d0, d1, d2, d3 = 0.0, 0.0, 0.0, 0.0
+        for j in range(m):
+            x = row[j]
+            d0 += x * others[s, j]
+            d1 += x * others[s + 1, j]
+            d2 += x * others[s + 2, j]
+            d3 += x * others[s + 3, j]
+        out[s] += d0
+        out[s + 1] += d1
+        out[s + 2] += d2
+        out[s + 3] += d3
+        s += 4
+    while s < k:
+        d0 = 0.0
+        for j in range(m):
+            d0 += row[j] * others[s, j]
+        out[s] += d0
+        s += 1
+
+
+@jit
 def scaled_tiles(
     log_b: np.ndarray,
     sizes: np.ndarray,
@@ -112,6 +167,7 @@ def scaled_tiles(
     beta = np.empty((k, TILE))
     u = np.empty((k, TILE))
     uw = np.empty((k, TILE))
+    into = np.ascontiguousarray(transmat.T)  # row s: the transitions into state s
     start[:] = 0.0
     transitions[:] = 0.0
     for j0 in range(0, n0, TILE):
@@ -150,14 +206,7 @@ def scaled_tiles(
                 # no slice inside the loops over state pairs: each costs a reference count
                 previous = block(alpha, position[t - 1], k, min(sizes[t - 1] - j0, TILE))
                 for s in range(k):
-                    a = transmat[0, s]
-                    for j in range(m):
-                        work[s, j] = a * previous[0, j]
-                for i in range(1, k):
-                    for s in range(k):
-                        a = transmat[i, s]
-                        for j in range(m):
-                            work[s, j] += a * previous[i, j]
+                    combine_rows(into[s], previous, m, work[s])
                 for s in range(k):
                     out, b_s = work[s, :m], b_t[s, :m]
                     for j in range(m):
@@ -213,21 +262,11 @@ def scaled_tiles(
             m_prev = min(sizes[t - 1] - j0, TILE)
             previous = block(alpha, position[t - 1], k, m_prev)
             for i in range(k):
-                for s in range(k):
-                    dot = 0.0
-                    for j in range(m):
-                        dot += previous[i, j] * uw[s, j]
-                    transitions[i, s] += dot
+                add_dots(previous[i], uw, m, transitions[i])
             for i in range(k):
-                a = transmat[i, 0]
-                for j in range(m):
-                    beta[i, j] = a * u[0, j]
+                combine_rows(transmat[i], u, m, beta[i])
                 for j in range(m, m_prev):
                     beta[i, j] = 1.0  # these sequences end at step t - 1
-                for s in range(1, k):
-                    a = transmat[i, s]
-                    for j in range(m):
-                        beta[i, j] += a * u[s, j]
         for s in range(k):
             gamma_s = gamma[s, j0 : j0 + len(ll)]
             for j in range(len(ll)):
