@@ -5,7 +5,8 @@ thread each.
 Problems: 1-D Gaussian emissions with 8 states, and categorical emissions with 32 symbols and 8
 states; full size 1,000 sequences x 1,000 steps, ``--quick`` 300 x 500. Each number is the least
 of ``--repeats`` runs of CPU time of this process (``time.process_time``: this machine is shared
-and its wall clock counts other people's work) and, beside it, the least wall time.
+and its wall clock counts other people's work) and, beside it, the least wall time; the runs are
+interleaved, every contender once a round, so that a slow spell falls on all of them alike.
 
 What is timed, per library:
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import time
 import warnings
+from functools import partial
 
 import numpy as np
 import torch
@@ -83,15 +85,25 @@ def model(cls, kind: str, implementation: str, start: dict, **kw):
     return m
 
 
-def timed(fn, repeats: int):
-    """Least CPU time and least wall time of ``repeats`` calls (ms), and the last result."""
-    cpu, wall, result = [], [], None
+def fit_from(cls, kind: str, implementation: str, start: dict, X: np.ndarray, lengths):
+    """One Baum–Welch iteration of ``cls`` from ``start``, as a user calls it."""
+    return model(cls, kind, implementation, start).fit(X, lengths)
+
+
+def interleaved(contenders: dict, repeats: int) -> tuple[dict, dict]:
+    """Each contender called once a round for ``repeats`` rounds, in turn, so that a slow spell of
+    this shared machine falls on all of them alike: each one's least CPU time and least wall time
+    (ms), and its last result."""
+    cpu: dict = {name: [] for name in contenders}
+    wall: dict = {name: [] for name in contenders}
+    results: dict = {}
     for _ in range(repeats):
-        c, w = time.process_time(), time.perf_counter()
-        result = fn()
-        cpu.append(time.process_time() - c)
-        wall.append(time.perf_counter() - w)
-    return 1e3 * min(cpu), 1e3 * min(wall), result
+        for name, fn in contenders.items():
+            c, w = time.process_time(), time.perf_counter()
+            results[name] = fn()
+            cpu[name].append(time.process_time() - c)
+            wall[name].append(time.perf_counter() - w)
+    return {name: (1e3 * min(cpu[name]), 1e3 * min(wall[name])) for name in contenders}, results
 
 
 def parameters(m, kind: str) -> np.ndarray:
@@ -149,27 +161,34 @@ def compare(kind: str, sequences: int, steps: int, repeats: int) -> tuple[Table,
     from hmmlearn import hmm as hmmlearn_hmm
 
     theirs_cls = getattr(hmmlearn_hmm, cls.__name__)
-    times, differences = {}, {}
+    contenders: dict = {}
     for implementation in ("scaling", "log"):
         face = model(cls, kind, implementation, start)
-        estimator = face.family_estimator()
-        hmm_model = face._model()
+        estimator, hmm_model = face.family_estimator(), face._model()
         enc = face._encode(X, lengths)
-        em_step(enc, estimator, hmm_model)  # warm up
-        cpu, wall, _ = timed(lambda: em_step(enc, estimator, hmm_model), repeats)
-        times[("mixle_nb em_step", implementation)] = (cpu, wall)
-        cpu, wall, ours = timed(lambda: model(cls, kind, implementation, start).fit(X, lengths), repeats)
-        times[("mixle_nb fit", implementation)] = (cpu, wall)
-        cpu, wall, reference = timed(
-            lambda: model(theirs_cls, kind, implementation, start).fit(X, lengths), max(1, repeats // 2)
+        em_step(enc, estimator, hmm_model)  # warm up (and compile, on first use)
+        contenders[("mixle_nb em_step", implementation)] = partial(em_step, enc, estimator, hmm_model)
+        contenders[("mixle_nb fit", implementation)] = partial(fit_from, cls, kind, implementation, start, X, lengths)
+        contenders[("hmmlearn fit", implementation)] = partial(
+            fit_from, theirs_cls, kind, implementation, start, X, lengths
         )
-        times[("hmmlearn fit", implementation)] = (cpu, wall)
-        differences[implementation] = float(np.max(np.abs(parameters(ours, kind) - parameters(reference, kind))))
     run = pomegranate_iteration(kind, X, sequences, steps, start)
     assert torch.get_num_threads() == 1
     if run is not None:
         run()
-        times[("pomegranate DenseHMM (float32)", "-")] = timed(run, max(1, repeats // 2))[:2]
+        contenders[("pomegranate DenseHMM (float32)", "-")] = run
+    times, results = interleaved(contenders, repeats)
+    differences = {
+        implementation: float(
+            np.max(
+                np.abs(
+                    parameters(results[("mixle_nb fit", implementation)], kind)
+                    - parameters(results[("hmmlearn fit", implementation)], kind)
+                )
+            )
+        )
+        for implementation in ("scaling", "log")
+    }
     best_hmmlearn = min(times[("hmmlearn fit", i)][0] for i in ("scaling", "log"))
     title = f"{kind}: {sequences} sequences x {steps} steps, {STATES} states" + (
         f", {SYMBOLS} symbols" if kind == "categorical" else ""
