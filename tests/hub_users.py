@@ -92,6 +92,7 @@ class LocalUsers:
         self.count = count
         self.users: list[LocalUser] = []
         self.opened: list[str] = []  # the folders given an ACL entry for each user
+        self.acls: dict[str, str] = {}  # their ACLs before, restored whole afterwards
 
     def __enter__(self) -> list[LocalUser]:
         remove_stale()
@@ -108,6 +109,9 @@ class LocalUsers:
                 self.users.append(LocalUser(name, entry.pw_uid, entry.pw_gid, entry.pw_dir))
             self.opened = [folder for folder in _folders_to_reach() if _closed_to_others(folder)]
             for folder in self.opened:
+                self.acls[folder] = subprocess.run(
+                    ["getfacl", "--omit-header", "--absolute-names", folder], check=True, capture_output=True, text=True
+                ).stdout
                 for user in self.users:
                     subprocess.run(["setfacl", "-m", f"u:{user.name}:x", folder], check=True, capture_output=True)
         except BaseException:
@@ -117,7 +121,9 @@ class LocalUsers:
 
     def __exit__(self, *exc: object) -> None:
         _remove([(user.name, user.uid) for user in self.users], self.opened)
-        self.users = []
+        for folder, acl in self.acls.items():  # removing an entry leaves a mask entry behind
+            subprocess.run(["setfacl", "--set-file=-", folder], input=acl, text=True, check=False, capture_output=True)
+        self.users, self.acls = [], {}
 
 
 def _remove(users: list[tuple[str, int]], opened: list[str]) -> None:
