@@ -588,33 +588,6 @@ def fixed_cost(args) -> int:
 # -- float32 ---------------------------------------------------------------------------------
 
 
-def _in_dtype(kind: str, dim: int, start_means: np.ndarray, dtype: str):
-    """The mixture estimator of ``kind`` ("1-D", "diag", "full") with its E-step in ``dtype``,
-    and the start (unit variances, equal weights)."""
-    from mixle_nb.stats import (
-        DiagonalGaussianDistribution,
-        DiagonalGaussianEstimator,
-        GaussianDistribution,
-        GaussianEstimator,
-        MixtureDistribution,
-        MixtureEstimator,
-        MultivariateGaussianDistribution,
-        MultivariateGaussianEstimator,
-    )
-
-    k = len(start_means)
-    if kind == "1-D":
-        comps = [GaussianDistribution(m[0], 1.0) for m in start_means]
-        estimators = [GaussianEstimator(dtype=dtype) for _ in range(k)]
-    elif kind == "diag":
-        comps = [DiagonalGaussianDistribution(m, np.ones(dim)) for m in start_means]
-        estimators = [DiagonalGaussianEstimator(dim, dtype=dtype) for _ in range(k)]
-    else:
-        comps = [MultivariateGaussianDistribution(m, np.eye(dim)) for m in start_means]
-        estimators = [MultivariateGaussianEstimator(dim, dtype=dtype) for _ in range(k)]
-    return MixtureEstimator(estimators), MixtureDistribution(comps, np.full(k, 1.0 / k))
-
-
 def float32(args) -> int:
     if args.smoke:
         workloads = [(20_000, 1, "1-D"), (4_000, 8, "diag"), (4_000, 8, "full")]
@@ -628,12 +601,14 @@ def float32(args) -> int:
 
 
 def _float32_workload(n: int, dim: int, kind: str, device: str) -> bool:
+    from dtype_bench import estimator_and_start  # beside this script
+
     from mixle_nb.stats import seq_encode
 
     x, start_means = _speed_problem(n, dim, 8)
     chains = {}
     for dtype in ("float64", "float32"):
-        estimator, start = _in_dtype(kind, dim, start_means, dtype)
+        estimator, start = estimator_and_start(kind, dim, start_means, dtype)
         chains[dtype] = _Chain(seq_encode(x, estimator=estimator, device=device), estimator, start)
         chains[dtype]()  # warm-up: kernels, allocator
     t = _best_per_iteration(chains, 3, 3, device)
