@@ -43,6 +43,9 @@ STARTS_A_CLUSTER = {
     "06_from_scikit_learn.ipynb",
     "07_hidden_markov.ipynb",
 }
+# The longest notebook runs in make test's side lane (marker ``side_lane``): the main lane,
+# which holds every other notebook, would otherwise take a minute and a half longer than the side.
+SIDE_LANE = {"02_distributed_em.ipynb"}
 SUMMARY_CELLS = {"02_distributed_em.ipynb": 3, "03_streaming_transformer.ipynb": 1}
 PAIRING = "ipynb,py:percent"
 TIME_LIMIT_S = 180  # the "under 3 minutes on this 2-core machine"
@@ -227,7 +230,18 @@ def notebook_runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[N
 
 @pytest.mark.kernel
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.cluster) if n in STARTS_A_CLUSTER else n for n in NAMES]
+    "name",
+    [
+        pytest.param(
+            n,
+            marks=[
+                m
+                for m, on in ((pytest.mark.cluster, n in STARTS_A_CLUSTER), (pytest.mark.side_lane, n in SIDE_LANE))
+                if on
+            ],
+        )
+        for n in NAMES
+    ],
 )
 def test_notebook_runs_top_to_bottom_in_a_fresh_kernel(name, notebook_runs):
     run = notebook_runs[name].result()  # raises the notebook's CellExecutionError, naming the cell
