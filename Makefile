@@ -89,7 +89,8 @@ check: venv
 # the docs build in subprocesses; JupyterLab and the built site in Chromium; the JupyterHub; and,
 # marked side_lane, the longest teaching notebook, which balances the lanes) beside all the
 # others. Coverage of mixle_nb's lines in every process either lane starts (engines, kernels,
-# ranks: see [tool.coverage.run] in pyproject.toml) is combined at the end; below [tool.coverage.report] fail_under, it fails, as does a failure in either lane.
+# ranks: see [tool.coverage.run] in pyproject.toml) is combined at the end; below
+# [tool.coverage.report] fail_under, it fails, as does a failure in either lane.
 SIDE := multihost or mpi or slurm or subprocess or browser or hub or side_lane
 TEST_ENV := OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM)
 SIDE_LOG := .side-lane.log
