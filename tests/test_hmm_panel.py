@@ -176,3 +176,56 @@ def face_of(model: HiddenMarkovDistribution):
     m.covars_ = np.array([[e.sigma2] for e in model.emissions])
     m.n_features = 1  # a fit on a handle does not see the data's width
     return m
+
+
+def gmm_face(covariance_type: str, means: np.ndarray, covars: np.ndarray):
+    """Our GMMHMM (two states of two components) and hmmlearn's, with the same numbers."""
+    from mixle_nb.hmm import GMMHMM
+
+    faces = (GMMHMM(2, n_mix=2, covariance_type=covariance_type, init_params=""),) + (
+        hmmlearn_hmm.GMMHMM(2, n_mix=2, covariance_type=covariance_type, init_params=""),
+    )
+    for face in faces:
+        face.startprob_, face.transmat_ = np.array([0.6, 0.4]), np.array([[0.9, 0.1], [0.15, 0.85]])
+        face.weights_, face.means_, face.covars_ = np.array([[0.3, 0.7], [0.55, 0.45]]), means, covars
+        face.n_features = means.shape[-1]
+    return faces
+
+
+def test_gmmhmm_states_draw_their_mixture_density_in_1d_and_component_ellipses_in_2d():
+    ours, theirs = gmm_face(
+        "diag", np.array([[[-3.0], [-1.0]], [[2.0], [4.5]]]), np.array([[[0.5], [0.3]], [[0.4], [1.2]]])
+    )
+    x = ours.sample(300, random_state=1)[0]
+    view = EMView(ours._model(), x, distributed=False)
+    picture = view.picture.emissions
+    assert picture.kind == "density" and len(picture.part_lines) == 2  # a curve per state, not per component
+    shares = ours.predict_proba(x).mean(axis=0)
+    np.testing.assert_allclose(shares, theirs.predict_proba(x).mean(axis=0), rtol=1e-8)
+    grid = picture.grid
+    for k, line in enumerate(picture.part_lines):  # the state's share times its mixture's closed-form density
+        density = sum(
+            w * stats.norm.pdf(grid, mu[0], np.sqrt(var[0]))
+            for w, mu, var in zip(ours.weights_[k], ours.means_[k], ours.covars_[k])
+        )
+        np.testing.assert_allclose(line.get_ydata(), shares[k] * density, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(picture.line.get_ydata(), sum(ln.get_ydata() for ln in picture.part_lines), rtol=1e-12)
+    path = theirs.decode(x)[1]
+    np.testing.assert_array_equal(view.picture.points.get_facecolors(), to_rgba_array([COLOURS[s] for s in path]))
+
+    covars = np.array(
+        [[[[1.0, 0.3], [0.3, 0.5]], [[0.4, -0.1], [-0.1, 0.8]]], [[[0.6, 0.0], [0.0, 0.6]], [[2.0, 0.9], [0.9, 1.0]]]]
+    )
+    ours, theirs = gmm_face("full", np.array([[[-3.0, 0.0], [-1.0, 2.0]], [[2.0, 2.0], [4.0, -1.0]]]), covars)
+    x = ours.sample(200, random_state=2)[0]
+    picture = EMView(ours._model(), x, distributed=False).picture.emissions
+    assert picture.kind == "ellipses" and len(picture.ellipses) == 4  # one per mixture component
+    shares = theirs.predict_proba(x).mean(axis=0)
+    for i, ellipse in enumerate(picture.ellipses):
+        k, j = divmod(i, 2)
+        np.testing.assert_array_equal(ellipse.get_edgecolor(), to_rgba_array(COLOURS[k])[0])  # the state's colour
+        np.testing.assert_allclose(ellipse.get_center(), theirs.means_[k, j], rtol=1e-12)
+        np.testing.assert_allclose(
+            sorted([ellipse.width, ellipse.height]), 4 * np.sqrt(np.linalg.eigvalsh(covars[k, j])), rtol=1e-12
+        )
+        assert ellipse.get_linewidth() == pytest.approx(1 + 3 * shares[k] * ours.weights_[k, j], rel=1e-8)
