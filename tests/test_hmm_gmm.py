@@ -36,6 +36,37 @@ def gmm_data(d: int = 2, seed: int = 0) -> np.ndarray:
     return centres[states] + rng.normal(size=(len(states), d)) + 1.5 * rng.integers(0, 2, size=(len(states), 1))
 
 
+def separated_data(seed: int = 0) -> np.ndarray:
+    """Three states 12 apart, each of two components 6 apart, of spread 0.5: every k-means
+    draw ends in the same partition, so starts agree to rounding however they are drawn."""
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 0.0], [12.0, 0.0], [0.0, 12.0]])
+    states = rng.integers(0, 3, size=sum(LENGTHS))
+    side = np.where(rng.random((len(states), 1)) < 0.5, -3.0, 3.0) * [1.0, 0.0]
+    return centres[states] + side + 0.5 * rng.normal(size=(len(states), 2))
+
+
+def canonical_means(means: np.ndarray) -> np.ndarray:
+    """``means_`` (K, M, 2) with the states, and each state's components, in the order of
+    their coordinates (two starts' labels differ)."""
+    states = means[np.lexsort(means.mean(axis=1).T[::-1])]
+    order = np.argsort(states[:, :, 0], axis=1)  # a state's components lie apart along x
+    return np.take_along_axis(states, order[:, :, None], axis=1)
+
+
+def handle_fit(covariance_type: str, n_iter: int, implementation: str = "log", **handle_options):
+    """``GMMHMM(3, n_mix=2)`` with nothing set, fitted on a handle of the separated data."""
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    seqs = np.split(separated_data(), np.cumsum(LENGTHS)[:-1])
+    family = gaussian_mixture_estimator(3, 2, covariance_type, dim=2)
+    m = ours.GMMHMM(
+        3, n_mix=2, covariance_type=covariance_type, implementation=implementation, random_state=0, n_iter=n_iter
+    )
+    with TorchRunEncodedData(seqs, estimator=family, **handle_options) as handle:
+        return m.fit(handle), handle.local_count
+
+
 def gmm_start(cls, covariance_type, implementation="log", n_components=3, n_mix=2, d=2, **kw):
     """A model of ``cls`` at a fixed start (seeded, so hmmlearn's and ours are equal)."""
     rng = np.random.default_rng(n_components * 10 + n_mix)
@@ -232,6 +263,27 @@ def test_the_family_in_stats():
         gaussian_mixture_estimator(2, 2, "round")
 
 
+@pytest.mark.parametrize("covariance_type", COVARIANCE_TYPES)
+def test_a_handle_starts_an_unset_model_as_hmmlearn_starts_the_arrays(covariance_type):
+    """On a handle (one process), nothing set: uniform weights, the two-level k-means‖ means
+    equal to hmmlearn's scikit-learn k-means start on data whose partition is clear, the
+    data's covariance (denominator n) plus min_covar in every component; then EM runs."""
+    X = separated_data()
+    m, _ = handle_fit(covariance_type, 0, init_process_group=False)
+    theirs = hmmlearn_hmm.GMMHMM(3, n_mix=2, covariance_type=covariance_type, random_state=0, n_iter=0)
+    theirs.fit(X, LENGTHS)
+    np.testing.assert_array_equal(m.weights_, np.full((3, 2), 0.5))
+    np.testing.assert_allclose(canonical_means(m.means_), canonical_means(theirs.means_), rtol=0, atol=1e-10)
+    cv = np.cov(X.T, bias=True) + 1e-3 * np.eye(2)
+    if covariance_type in ("spherical", "diag"):
+        expected = np.full((3, 2), cv.mean()) if covariance_type == "spherical" else np.tile(np.diag(cv), (3, 2, 1))
+    else:
+        expected = np.broadcast_to(cv, theirs.covars_.shape)
+    np.testing.assert_allclose(m.covars_, expected, rtol=1e-12)
+    fitted, _ = handle_fit(covariance_type, 3, init_process_group=False)
+    assert fitted.monitor_.iter == 3 and np.all(np.diff(fitted.monitor_.history) >= 0)
+
+
 def _two_rank_fit(rank, world):
     from mixle_nb.hmm import GMMHMM
     from mixle_nb.parallel import TorchRunEncodedData
@@ -245,6 +297,10 @@ def _two_rank_fit(rank, world):
             m.fit(handle)
             out["local_sequences"] = handle.local_count
         out[covariance_type] = [np.asarray(getattr(m, name)) for name in ATTRIBUTES], list(m.monitor_.history)
+    for covariance_type, implementation in (("tied", "log"), ("diag", "scaling")):  # nothing set: started here
+        for n_iter in (0, 4):
+            m, _ = handle_fit(covariance_type, n_iter, implementation)
+            out["unset", covariance_type, n_iter] = [np.asarray(getattr(m, name)) for name in ATTRIBUTES]
     return out
 
 
@@ -262,6 +318,12 @@ def test_two_rank_handle_fit_equals_one_process():
             np.testing.assert_allclose(history, list(single.monitor_.history), rtol=1e-10)
         for got, same in zip(results[0][covariance_type][0], results[1][covariance_type][0]):
             np.testing.assert_array_equal(got, same)
+    for covariance_type, implementation in (("tied", "log"), ("diag", "scaling")):  # the k-means‖ start
+        for n_iter in (0, 4):
+            single, _ = handle_fit(covariance_type, n_iter, implementation, init_process_group=False)
+            for r in results:
+                for name, got in zip(ATTRIBUTES, r["unset", covariance_type, n_iter]):
+                    np.testing.assert_allclose(got, getattr(single, name), rtol=1e-10, atol=1e-12, err_msg=name)
 
 
 def _make_gmm_handle():
