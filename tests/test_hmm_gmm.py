@@ -354,3 +354,52 @@ def _close_gmm_handle():
     from mixle_nb.cluster.rank_side import rank_namespace
 
     rank_namespace().pop("gmm_handle").close()
+
+
+def test_choosing_k_with_tied_covariances_ties_them_within_each_state_as_hmmlearn():
+    """Choose K fits K states of copies of the first state's family: with ``"tied"`` each
+    state's components share a covariance and the states keep their own (hmmlearn's
+    ``GMMHMM`` meaning). From our K = 3 fit, our EM step equals hmmlearn's (which takes the
+    scatter about the means it started at: the same, to 1e-9, where EM has converged); the
+    BIC is hmmlearn's log-likelihood and covariance count."""
+    from functools import partial
+
+    from mixle_nb.inference import choose_k
+    from mixle_nb.stats.hmm import states_of_copies
+    from mixle_nb.stats.hmm.gaussian_mixture_emission import StateTiedMixtureEstimator
+
+    X = separated_data()
+    seqs = np.split(X, np.cumsum(LENGTHS)[:-1])
+    family = gaussian_mixture_estimator(3, 2, "tied", dim=2, reg_covar=0.0)
+    found = choose_k(
+        seqs, partial(states_of_copies, family), [2, 3], init="kmeans++", rng=0, out=None, tol=1e-10, max_its=200
+    )
+    assert found.best_k == 3
+    model = found.results[1].model
+    covars = [state.components[0].covar for state in model.emissions]
+    for state, covar in zip(model.emissions, covars):
+        np.testing.assert_allclose(state.components[1].covar, covar, rtol=1e-12)  # tied within the state
+    assert min(np.abs(a - b).max() for i, a in enumerate(covars) for b in covars[:i]) > 1e-3  # not across states
+    theirs = hmmlearn_hmm.GMMHMM(3, n_mix=2, covariance_type="tied", init_params="", n_iter=1, tol=-np.inf)
+    theirs.startprob_, theirs.transmat_ = model.startprob, model.transmat
+    theirs.weights_, theirs.means_, theirs.covars_ = gaussian_mixture_arrays(model.emissions, "tied")
+    theirs.fit(X, LENGTHS)  # one step of hmmlearn's EM from our fit (its scatter about the means it started at)
+    step = em_step(model.dist_to_encoder().seq_encode(seqs), states_of_copies(family, 3), model).model
+    for got, want in zip(
+        (step.startprob, step.transmat, *gaussian_mixture_arrays(step.emissions, "tied")),
+        (theirs.startprob_, theirs.transmat_, theirs.weights_, theirs.means_, theirs.covars_),
+    ):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+    n_fit = theirs._get_n_fit_scalars_per_param()
+    assert n_fit["c"] == 3 * 3  # one covariance per state, D (D + 1) / 2 = 3 numbers each
+    # hmmlearn 0.3.3 counts one state's weights (n_mix - 1) where K (n_mix - 1) are fitted
+    ours_count = free_parameters(states_of_copies(family, 3), model)
+    assert ours_count == sum(n_fit.values()) + (3 - 1) * (2 - 1)
+    assert found.bic[1] == pytest.approx(theirs.bic(X, LENGTHS) + 2 * np.log(len(X)), rel=1e-9)
+    # a GMMHMM's own family copies as tied within each state too (the panel's Choose K copies it)
+    face = gmm_start(ours.GMMHMM, "tied")
+    face.n_features = 2
+    assert all(
+        isinstance(state, StateTiedMixtureEstimator)
+        for state in states_of_copies(face.family_estimator(), 4).estimators
+    )

@@ -18,14 +18,13 @@ from scipy import linalg
 from sklearn import cluster
 from sklearn.utils import check_random_state
 
-from ..stats.diagonal_gaussian import DiagonalGaussianEstimator
 from ..stats.hmm import HiddenMarkovDistribution, HiddenMarkovEstimator
 from ..stats.hmm.gaussian_mixture_emission import (
     gaussian_mixture_arrays,
     gaussian_mixture_estimator,
     gaussian_mixture_states,
+    state_estimator,
 )
-from ..stats.mixture import MixtureEstimator
 from ..stats.multivariate_gaussian import MultivariateGaussianEstimator
 from .base import BaseHMM, _fit_on_rank, is_handle, is_reference
 from .covariances import COVARIANCE_TYPES, fill_covars
@@ -483,13 +482,10 @@ class GMMHMM(BaseHMM):
         return mixture_states(self.covariance_type, self.weights_, self.means_, self.covars_)
 
     def _emission_estimators(self) -> list:
-        d, m = self.n_features, self.n_mix
-        component: Any = (
-            DiagonalGaussianEstimator(d, reg_covar=0.0)
-            if self.covariance_type in ("spherical", "diag")
-            else MultivariateGaussianEstimator(d, reg_covar=0.0)
-        )
-        return [MixtureEstimator([component] * m) for _ in range(self.n_components)]
+        """The states' family (its accumulators gather the E-step's sums; hmmlearn's M-step
+        is :class:`GaussianMixtureUpdate`'s): what a copy of a state fits, as choosing the
+        number of states does, by maximum likelihood."""
+        return [state_estimator(self.n_mix, self.covariance_type, self.n_features, 0.0)] * self.n_components
 
     def _emission_update(self) -> GaussianMixtureUpdate:
         return GaussianMixtureUpdate(self)
