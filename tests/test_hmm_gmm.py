@@ -338,7 +338,7 @@ def _make_gmm_handle():
 
 @pytest.mark.cluster
 def test_fit_on_the_cluster_handle_equals_one_process(cluster2):
-    X = gmm_data()
+    X = separated_data()
     cluster2.push(gmm_seqs=np.split(X, np.cumsum(LENGTHS)[:-1]), gmm_face=gmm_start(ours.GMMHMM, "tied"))
     assert sorted(cluster2.run(_make_gmm_handle)) == [3, 3]
     on_ranks = gmm_start(ours.GMMHMM, "tied").fit(cluster2.handle("gmm_handle"))
@@ -346,6 +346,12 @@ def test_fit_on_the_cluster_handle_equals_one_process(cluster2):
     for name in ATTRIBUTES:
         np.testing.assert_allclose(getattr(on_ranks, name), getattr(here, name), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(on_ranks.monitor_.history, here.monitor_.history, rtol=1e-10)
+    # nothing set: the k-means‖ start runs on the ranks too
+    unset = ours.GMMHMM(3, n_mix=2, covariance_type="tied", random_state=0, n_iter=4)
+    unset.fit(cluster2.handle("gmm_handle"))
+    single, _ = handle_fit("tied", 4, init_process_group=False)
+    for name in ATTRIBUTES:
+        np.testing.assert_allclose(getattr(unset, name), getattr(single, name), rtol=1e-10, atol=1e-12)
     cluster2.run(_close_gmm_handle)
 
 
