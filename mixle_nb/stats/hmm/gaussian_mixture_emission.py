@@ -191,7 +191,7 @@ def gaussian_mixture_estimator(
     """The HMM family whose states emit from a mixture of ``n_mix`` Gaussians.
 
     Maximum likelihood; ``"tied"`` shares one covariance among the components of each state
-    (:class:`StateTiedMixtureEstimator`), as hmmlearn's ``GMMHMM`` does.
+    (``StateTiedMixtureEstimator``, a tie within each state), as hmmlearn's ``GMMHMM`` does.
 
     Parameters
     ----------
