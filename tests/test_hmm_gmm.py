@@ -284,6 +284,9 @@ def test_a_handle_starts_an_unset_model_as_hmmlearn_starts_the_arrays(covariance
     assert fitted.monitor_.iter == 3 and np.all(np.diff(fitted.monitor_.history) >= 0)
 
 
+UNSET_FITS = (("tied", "log", 0), ("diag", "scaling", 0), ("tied", "log", 4))  # type, implementation, n_iter
+
+
 def _two_rank_fit(rank, world):
     from mixle_nb.hmm import GMMHMM
     from mixle_nb.parallel import TorchRunEncodedData
@@ -297,10 +300,9 @@ def _two_rank_fit(rank, world):
             m.fit(handle)
             out["local_sequences"] = handle.local_count
         out[covariance_type] = [np.asarray(getattr(m, name)) for name in ATTRIBUTES], list(m.monitor_.history)
-    for covariance_type, implementation in (("tied", "log"), ("diag", "scaling")):  # nothing set: started here
-        for n_iter in (0, 4):
-            m, _ = handle_fit(covariance_type, n_iter, implementation)
-            out["unset", covariance_type, n_iter] = [np.asarray(getattr(m, name)) for name in ATTRIBUTES]
+    for covariance_type, implementation, n_iter in UNSET_FITS:  # nothing set: started here
+        m, _ = handle_fit(covariance_type, n_iter, implementation)
+        out["unset", covariance_type, n_iter] = [np.asarray(getattr(m, name)) for name in ATTRIBUTES]
     return out
 
 
@@ -318,12 +320,11 @@ def test_two_rank_handle_fit_equals_one_process():
             np.testing.assert_allclose(history, list(single.monitor_.history), rtol=1e-10)
         for got, same in zip(results[0][covariance_type][0], results[1][covariance_type][0]):
             np.testing.assert_array_equal(got, same)
-    for covariance_type, implementation in (("tied", "log"), ("diag", "scaling")):  # the k-means‖ start
-        for n_iter in (0, 4):
-            single, _ = handle_fit(covariance_type, n_iter, implementation, init_process_group=False)
-            for r in results:
-                for name, got in zip(ATTRIBUTES, r["unset", covariance_type, n_iter]):
-                    np.testing.assert_allclose(got, getattr(single, name), rtol=1e-10, atol=1e-12, err_msg=name)
+    for covariance_type, implementation, n_iter in UNSET_FITS:  # the k-means‖ start, and a fit from it
+        single, _ = handle_fit(covariance_type, n_iter, implementation, init_process_group=False)
+        for r in results:
+            for name, got in zip(ATTRIBUTES, r["unset", covariance_type, n_iter]):
+                np.testing.assert_allclose(got, getattr(single, name), rtol=1e-10, atol=1e-12, err_msg=name)
 
 
 def _make_gmm_handle():
