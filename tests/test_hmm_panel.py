@@ -229,3 +229,30 @@ def test_gmmhmm_states_draw_their_mixture_density_in_1d_and_component_ellipses_i
             sorted([ellipse.width, ellipse.height]), 4 * np.sqrt(np.linalg.eigvalsh(covars[k, j])), rtol=1e-12
         )
         assert ellipse.get_linewidth() == pytest.approx(1 + 3 * shares[k] * ours.weights_[k, j], rel=1e-8)
+
+
+def test_the_panel_starts_and_chooses_k_for_tied_gaussian_mixture_states():
+    """Init's k-means‖ start and Choose K for a GMMHMM family with ``"tied"`` covariances: the
+    start's means are the data's six clusters (two a state), and every fit ties each state's
+    components, never two states; BIC picks the three states the data hold."""
+    from mixle_nb.stats.hmm import gaussian_mixture_estimator
+
+    rng = np.random.default_rng(5)
+    centres = np.array([[0.0, 0.0], [12.0, 0.0], [0.0, 12.0]])
+    seqs = []
+    for n in (60, 45, 30):
+        states = rng.integers(0, 3, size=n)
+        side = np.where(rng.random((n, 1)) < 0.5, -3.0, 3.0) * [1.0, 0.0]
+        seqs.append(centres[states] + side + 0.5 * rng.normal(size=(n, 2)))
+    family = gaussian_mixture_estimator(3, 2, "tied", dim=2)
+    panel = EMPanel(handle=seqs, estimator=family, init="kmeans++", seed=0, model_selection=True)
+    means = np.concatenate([[c.mu for c in state.components] for state in panel.start_model.emissions])
+    truth = np.concatenate([centres - [3.0, 0.0], centres + [3.0, 0.0]])
+    assert np.abs(means[:, None, :] - truth[None]).sum(axis=2).min(axis=0).max() < 0.5  # every cluster found
+    panel.choose_k(3, seed=0)
+    assert panel.k_choice["best_k"] == 3
+    for model in panel.k_choice["models"]:
+        covars = [state.components[0].covar for state in model.emissions]
+        for state, covar in zip(model.emissions, covars):
+            np.testing.assert_allclose(state.components[1].covar, covar, rtol=1e-12)
+        assert all(np.abs(a - b).max() > 1e-3 for i, a in enumerate(covars) for b in covars[:i])
