@@ -36,6 +36,37 @@ def gmm_data(d: int = 2, seed: int = 0) -> np.ndarray:
     return centres[states] + rng.normal(size=(len(states), d)) + 1.5 * rng.integers(0, 2, size=(len(states), 1))
 
 
+def separated_data(seed: int = 0) -> np.ndarray:
+    """Three states 12 apart, each of two components 6 apart, of spread 0.5: every k-means
+    draw ends in the same partition, so starts agree to rounding however they are drawn."""
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 0.0], [12.0, 0.0], [0.0, 12.0]])
+    states = rng.integers(0, 3, size=sum(LENGTHS))
+    side = np.where(rng.random((len(states), 1)) < 0.5, -3.0, 3.0) * [1.0, 0.0]
+    return centres[states] + side + 0.5 * rng.normal(size=(len(states), 2))
+
+
+def canonical_means(means: np.ndarray) -> np.ndarray:
+    """``means_`` (K, M, 2) with the states, and each state's components, in the order of
+    their coordinates (two starts' labels differ)."""
+    states = means[np.lexsort(means.mean(axis=1).T[::-1])]
+    order = np.argsort(states[:, :, 0], axis=1)  # a state's components lie apart along x
+    return np.take_along_axis(states, order[:, :, None], axis=1)
+
+
+def handle_fit(covariance_type: str, n_iter: int, implementation: str = "log", **handle_options):
+    """``GMMHMM(3, n_mix=2)`` with nothing set, fitted on a handle of the separated data."""
+    from mixle_nb.parallel import TorchRunEncodedData
+
+    seqs = np.split(separated_data(), np.cumsum(LENGTHS)[:-1])
+    family = gaussian_mixture_estimator(3, 2, covariance_type, dim=2)
+    m = ours.GMMHMM(
+        3, n_mix=2, covariance_type=covariance_type, implementation=implementation, random_state=0, n_iter=n_iter
+    )
+    with TorchRunEncodedData(seqs, estimator=family, **handle_options) as handle:
+        return m.fit(handle), handle.local_count
+
+
 def gmm_start(cls, covariance_type, implementation="log", n_components=3, n_mix=2, d=2, **kw):
     """A model of ``cls`` at a fixed start (seeded, so hmmlearn's and ours are equal)."""
     rng = np.random.default_rng(n_components * 10 + n_mix)
@@ -232,6 +263,30 @@ def test_the_family_in_stats():
         gaussian_mixture_estimator(2, 2, "round")
 
 
+@pytest.mark.parametrize("covariance_type", COVARIANCE_TYPES)
+def test_a_handle_starts_an_unset_model_as_hmmlearn_starts_the_arrays(covariance_type):
+    """On a handle (one process), nothing set: uniform weights, the two-level k-means‖ means
+    equal to hmmlearn's scikit-learn k-means start on data whose partition is clear, the
+    data's covariance (denominator n) plus min_covar in every component; then EM runs."""
+    X = separated_data()
+    m, _ = handle_fit(covariance_type, 0, init_process_group=False)
+    theirs = hmmlearn_hmm.GMMHMM(3, n_mix=2, covariance_type=covariance_type, random_state=0, n_iter=0)
+    theirs.fit(X, LENGTHS)
+    np.testing.assert_array_equal(m.weights_, np.full((3, 2), 0.5))
+    np.testing.assert_allclose(canonical_means(m.means_), canonical_means(theirs.means_), rtol=0, atol=1e-10)
+    cv = np.cov(X.T, bias=True) + 1e-3 * np.eye(2)
+    if covariance_type in ("spherical", "diag"):
+        expected = np.full((3, 2), cv.mean()) if covariance_type == "spherical" else np.tile(np.diag(cv), (3, 2, 1))
+    else:
+        expected = np.broadcast_to(cv, theirs.covars_.shape)
+    np.testing.assert_allclose(m.covars_, expected, rtol=1e-12)
+    fitted, _ = handle_fit(covariance_type, 3, init_process_group=False)
+    assert fitted.monitor_.iter == 3 and np.all(np.diff(fitted.monitor_.history) >= 0)
+
+
+UNSET_FITS = (("tied", "log", 0), ("diag", "scaling", 0), ("tied", "log", 4))  # type, implementation, n_iter
+
+
 def _two_rank_fit(rank, world):
     from mixle_nb.hmm import GMMHMM
     from mixle_nb.parallel import TorchRunEncodedData
@@ -245,6 +300,9 @@ def _two_rank_fit(rank, world):
             m.fit(handle)
             out["local_sequences"] = handle.local_count
         out[covariance_type] = [np.asarray(getattr(m, name)) for name in ATTRIBUTES], list(m.monitor_.history)
+    for covariance_type, implementation, n_iter in UNSET_FITS:  # nothing set: started here
+        m, _ = handle_fit(covariance_type, n_iter, implementation)
+        out["unset", covariance_type, n_iter] = [np.asarray(getattr(m, name)) for name in ATTRIBUTES]
     return out
 
 
@@ -262,6 +320,11 @@ def test_two_rank_handle_fit_equals_one_process():
             np.testing.assert_allclose(history, list(single.monitor_.history), rtol=1e-10)
         for got, same in zip(results[0][covariance_type][0], results[1][covariance_type][0]):
             np.testing.assert_array_equal(got, same)
+    for covariance_type, implementation, n_iter in UNSET_FITS:  # the k-means‖ start, and a fit from it
+        single, _ = handle_fit(covariance_type, n_iter, implementation, init_process_group=False)
+        for r in results:
+            for name, got in zip(ATTRIBUTES, r["unset", covariance_type, n_iter]):
+                np.testing.assert_allclose(got, getattr(single, name), rtol=1e-10, atol=1e-12, err_msg=name)
 
 
 def _make_gmm_handle():
@@ -276,7 +339,7 @@ def _make_gmm_handle():
 
 @pytest.mark.cluster
 def test_fit_on_the_cluster_handle_equals_one_process(cluster2):
-    X = gmm_data()
+    X = separated_data()
     cluster2.push(gmm_seqs=np.split(X, np.cumsum(LENGTHS)[:-1]), gmm_face=gmm_start(ours.GMMHMM, "tied"))
     assert sorted(cluster2.run(_make_gmm_handle)) == [3, 3]
     on_ranks = gmm_start(ours.GMMHMM, "tied").fit(cluster2.handle("gmm_handle"))
@@ -284,6 +347,12 @@ def test_fit_on_the_cluster_handle_equals_one_process(cluster2):
     for name in ATTRIBUTES:
         np.testing.assert_allclose(getattr(on_ranks, name), getattr(here, name), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(on_ranks.monitor_.history, here.monitor_.history, rtol=1e-10)
+    # nothing set: the k-means‖ start runs on the ranks too
+    unset = ours.GMMHMM(3, n_mix=2, covariance_type="tied", random_state=0, n_iter=4)
+    unset.fit(cluster2.handle("gmm_handle"))
+    single, _ = handle_fit("tied", 4, init_process_group=False)
+    for name in ATTRIBUTES:
+        np.testing.assert_allclose(getattr(unset, name), getattr(single, name), rtol=1e-10, atol=1e-12)
     cluster2.run(_close_gmm_handle)
 
 
@@ -292,3 +361,52 @@ def _close_gmm_handle():
     from mixle_nb.cluster.rank_side import rank_namespace
 
     rank_namespace().pop("gmm_handle").close()
+
+
+def test_choosing_k_with_tied_covariances_ties_them_within_each_state_as_hmmlearn():
+    """Choose K fits K states of copies of the first state's family: with ``"tied"`` each
+    state's components share a covariance and the states keep their own (hmmlearn's
+    ``GMMHMM`` meaning). From our K = 3 fit, our EM step equals hmmlearn's (which takes the
+    scatter about the means it started at: the same, to 1e-9, where EM has converged); the
+    BIC is hmmlearn's log-likelihood and covariance count."""
+    from functools import partial
+
+    from mixle_nb.inference import choose_k
+    from mixle_nb.stats.hmm import states_of_copies
+    from mixle_nb.stats.hmm.gaussian_mixture_emission import StateTiedMixtureEstimator
+
+    X = separated_data()
+    seqs = np.split(X, np.cumsum(LENGTHS)[:-1])
+    family = gaussian_mixture_estimator(3, 2, "tied", dim=2, reg_covar=0.0)
+    found = choose_k(
+        seqs, partial(states_of_copies, family), [2, 3], init="kmeans++", rng=0, out=None, tol=1e-10, max_its=200
+    )
+    assert found.best_k == 3
+    model = found.results[1].model
+    covars = [state.components[0].covar for state in model.emissions]
+    for state, covar in zip(model.emissions, covars):
+        np.testing.assert_allclose(state.components[1].covar, covar, rtol=1e-12)  # tied within the state
+    assert min(np.abs(a - b).max() for i, a in enumerate(covars) for b in covars[:i]) > 1e-3  # not across states
+    theirs = hmmlearn_hmm.GMMHMM(3, n_mix=2, covariance_type="tied", init_params="", n_iter=1, tol=-np.inf)
+    theirs.startprob_, theirs.transmat_ = model.startprob, model.transmat
+    theirs.weights_, theirs.means_, theirs.covars_ = gaussian_mixture_arrays(model.emissions, "tied")
+    theirs.fit(X, LENGTHS)  # one step of hmmlearn's EM from our fit (its scatter about the means it started at)
+    step = em_step(model.dist_to_encoder().seq_encode(seqs), states_of_copies(family, 3), model).model
+    for got, want in zip(
+        (step.startprob, step.transmat, *gaussian_mixture_arrays(step.emissions, "tied")),
+        (theirs.startprob_, theirs.transmat_, theirs.weights_, theirs.means_, theirs.covars_),
+    ):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+    n_fit = theirs._get_n_fit_scalars_per_param()
+    assert n_fit["c"] == 3 * 3  # one covariance per state, D (D + 1) / 2 = 3 numbers each
+    # hmmlearn 0.3.3 counts one state's weights (n_mix - 1) where K (n_mix - 1) are fitted
+    ours_count = free_parameters(states_of_copies(family, 3), model)
+    assert ours_count == sum(n_fit.values()) + (3 - 1) * (2 - 1)
+    assert found.bic[1] == pytest.approx(theirs.bic(X, LENGTHS) + 2 * np.log(len(X)), rel=1e-9)
+    # a GMMHMM's own family copies as tied within each state too (the panel's Choose K copies it)
+    face = gmm_start(ours.GMMHMM, "tied")
+    face.n_features = 2
+    assert all(
+        isinstance(state, StateTiedMixtureEstimator)
+        for state in states_of_copies(face.family_estimator(), 4).estimators
+    )

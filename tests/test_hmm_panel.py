@@ -176,3 +176,83 @@ def face_of(model: HiddenMarkovDistribution):
     m.covars_ = np.array([[e.sigma2] for e in model.emissions])
     m.n_features = 1  # a fit on a handle does not see the data's width
     return m
+
+
+def gmm_face(covariance_type: str, means: np.ndarray, covars: np.ndarray):
+    """Our GMMHMM (two states of two components) and hmmlearn's, with the same numbers."""
+    from mixle_nb.hmm import GMMHMM
+
+    faces = (GMMHMM(2, n_mix=2, covariance_type=covariance_type, init_params=""),) + (
+        hmmlearn_hmm.GMMHMM(2, n_mix=2, covariance_type=covariance_type, init_params=""),
+    )
+    for face in faces:
+        face.startprob_, face.transmat_ = np.array([0.6, 0.4]), np.array([[0.9, 0.1], [0.15, 0.85]])
+        face.weights_, face.means_, face.covars_ = np.array([[0.3, 0.7], [0.55, 0.45]]), means, covars
+        face.n_features = means.shape[-1]
+    return faces
+
+
+def test_gmmhmm_states_draw_their_mixture_density_in_1d_and_component_ellipses_in_2d():
+    ours, theirs = gmm_face(
+        "diag", np.array([[[-3.0], [-1.0]], [[2.0], [4.5]]]), np.array([[[0.5], [0.3]], [[0.4], [1.2]]])
+    )
+    x = ours.sample(300, random_state=1)[0]
+    view = EMView(ours._model(), x, distributed=False)
+    picture = view.picture.emissions
+    assert picture.kind == "density" and len(picture.part_lines) == 2  # a curve per state, not per component
+    shares = ours.predict_proba(x).mean(axis=0)
+    np.testing.assert_allclose(shares, theirs.predict_proba(x).mean(axis=0), rtol=1e-8)
+    grid = picture.grid
+    for k, line in enumerate(picture.part_lines):  # the state's share times its mixture's closed-form density
+        density = sum(
+            w * stats.norm.pdf(grid, mu[0], np.sqrt(var[0]))
+            for w, mu, var in zip(ours.weights_[k], ours.means_[k], ours.covars_[k])
+        )
+        np.testing.assert_allclose(line.get_ydata(), shares[k] * density, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(picture.line.get_ydata(), sum(ln.get_ydata() for ln in picture.part_lines), rtol=1e-12)
+    path = theirs.decode(x)[1]
+    np.testing.assert_array_equal(view.picture.points.get_facecolors(), to_rgba_array([COLOURS[s] for s in path]))
+
+    covars = np.array(
+        [[[[1.0, 0.3], [0.3, 0.5]], [[0.4, -0.1], [-0.1, 0.8]]], [[[0.6, 0.0], [0.0, 0.6]], [[2.0, 0.9], [0.9, 1.0]]]]
+    )
+    ours, theirs = gmm_face("full", np.array([[[-3.0, 0.0], [-1.0, 2.0]], [[2.0, 2.0], [4.0, -1.0]]]), covars)
+    x = ours.sample(200, random_state=2)[0]
+    picture = EMView(ours._model(), x, distributed=False).picture.emissions
+    assert picture.kind == "ellipses" and len(picture.ellipses) == 4  # one per mixture component
+    shares = theirs.predict_proba(x).mean(axis=0)
+    for i, ellipse in enumerate(picture.ellipses):
+        k, j = divmod(i, 2)
+        np.testing.assert_array_equal(ellipse.get_edgecolor(), to_rgba_array(COLOURS[k])[0])  # the state's colour
+        np.testing.assert_allclose(ellipse.get_center(), theirs.means_[k, j], rtol=1e-12)
+        np.testing.assert_allclose(
+            sorted([ellipse.width, ellipse.height]), 4 * np.sqrt(np.linalg.eigvalsh(covars[k, j])), rtol=1e-12
+        )
+        assert ellipse.get_linewidth() == pytest.approx(1 + 3 * shares[k] * ours.weights_[k, j], rel=1e-8)
+
+
+def test_the_panel_starts_and_chooses_k_for_tied_gaussian_mixture_states():
+    """Init's k-means‖ start and Choose K for a GMMHMM family with ``"tied"`` covariances: the
+    start's means are the data's six clusters (two a state), and every fit ties each state's
+    components, never two states; BIC picks the three states the data hold."""
+    from mixle_nb.stats.hmm import gaussian_mixture_estimator
+
+    rng = np.random.default_rng(5)
+    centres = np.array([[0.0, 0.0], [12.0, 0.0], [0.0, 12.0]])
+    seqs = []
+    for n in (60, 45, 30):
+        states = rng.integers(0, 3, size=n)
+        side = np.where(rng.random((n, 1)) < 0.5, -3.0, 3.0) * [1.0, 0.0]
+        seqs.append(centres[states] + side + 0.5 * rng.normal(size=(n, 2)))
+    family = gaussian_mixture_estimator(3, 2, "tied", dim=2)
+    panel = EMPanel(handle=seqs, estimator=family, init="kmeans++", seed=0, model_selection=True)
+    means = np.concatenate([[c.mu for c in state.components] for state in panel.start_model.emissions])
+    truth = np.concatenate([centres - [3.0, 0.0], centres + [3.0, 0.0]])
+    assert np.abs(means[:, None, :] - truth[None]).sum(axis=2).min(axis=0).max() < 0.5  # every cluster found
+    panel.choose_k(3, seed=0)
+    assert panel.k_choice["best_k"] == 3
+    for model in panel.k_choice["models"]:
+        covars = [state.components[0].covar for state in model.emissions]
+        for state, covar in zip(model.emissions, covars):
+            np.testing.assert_allclose(state.components[1].covar, covar, rtol=1e-12)
+        assert all(np.abs(a - b).max() > 1e-3 for i, a in enumerate(covars) for b in covars[:i])

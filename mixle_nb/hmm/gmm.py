@@ -11,23 +11,31 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import linalg
 from sklearn import cluster
 from sklearn.utils import check_random_state
 
-from ..stats.diagonal_gaussian import DiagonalGaussianEstimator
-from ..stats.hmm import HiddenMarkovDistribution
-from ..stats.hmm.gaussian_mixture_emission import gaussian_mixture_arrays, gaussian_mixture_states
-from ..stats.mixture import MixtureEstimator
+from ..stats.hmm import HiddenMarkovDistribution, HiddenMarkovEstimator
+from ..stats.hmm.gaussian_mixture_emission import (
+    gaussian_mixture_arrays,
+    gaussian_mixture_estimator,
+    gaussian_mixture_states,
+    state_estimator,
+)
 from ..stats.multivariate_gaussian import MultivariateGaussianEstimator
-from .base import BaseHMM
+from .base import BaseHMM, _fit_on_rank, is_handle, is_reference
 from .covariances import COVARIANCE_TYPES, fill_covars
 from .gaussian import centred_state_sums, positive_definite
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from typing_extensions import Self
+
 _log = logging.getLogger(__name__)
+EMISSION_CODES = (("w", "weights_"), ("m", "means_"), ("c", "covars_"))
 
 
 @dataclass(frozen=True)
@@ -295,29 +303,113 @@ class GMMHMM(BaseHMM):
         }
 
     def _init_emissions(self, X: np.ndarray | None, lengths: np.ndarray | None) -> None:
-        needs = {
-            code: self._needs_init(code, name) for code, name in (("w", "weights_"), ("m", "means_"), ("c", "covars_"))
-        }
-        if X is None:
-            if any(needs.values()):
-                raise ValueError(
-                    "fit on a handle starts from set emission parameters: set weights_, means_ and covars_ "
-                    "(and leave 'w', 'm' and 'c' out of init_params)"
-                )
+        if X is None:  # on a handle: started by fit before the chain (_start_on_handle)
             return
-        nc, nf, nm = self.n_components, self.n_features, self.n_mix
-        cv = np.atleast_2d(np.cov(X.T) + self.min_covar * np.eye(nf))
+        needs = {code: self._needs_init(code, name) for code, name in EMISSION_CODES}
+        cv = np.atleast_2d(np.cov(X.T) + self.min_covar * np.eye(self.n_features))
         if needs["w"]:
-            self.weights_ = np.full((nc, nm), 1 / nm)
+            self.weights_ = np.full((self.n_components, self.n_mix), 1 / self.n_mix)
         if needs["m"]:
             self.means_ = self._kmeans_means(X, cv)
         if needs["c"]:
-            shapes = {"tied": (nc, nf, nf), "full": (nc, nm, nf, nf), "diag": (nc, nm, nf), "spherical": (nc, nm)}
-            start = {"tied": cv, "full": cv, "diag": np.diag(cv), "spherical": cv.mean()}
-            if self.covariance_type not in COVARIANCE_TYPES:
-                raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}")
-            self.covars_ = np.zeros(shapes[self.covariance_type])
-            self.covars_[:] = start[self.covariance_type]
+            self._start_covars(cv)
+
+    def _start_covars(self, cv: np.ndarray) -> None:
+        """hmmlearn's start of ``covars_``: the data's covariance ``cv`` (with ``min_covar``
+        on its diagonal) in every component, in the covariance type's shape."""
+        nc, nf, nm = self.n_components, self.n_features, self.n_mix
+        shapes = {"tied": (nc, nf, nf), "full": (nc, nm, nf, nf), "diag": (nc, nm, nf), "spherical": (nc, nm)}
+        start = {"tied": cv, "full": cv, "diag": np.diag(cv), "spherical": cv.mean()}
+        if self.covariance_type not in COVARIANCE_TYPES:
+            raise ValueError(f"covariance_type must be one of {COVARIANCE_TYPES}")
+        self.covars_ = np.zeros(shapes[self.covariance_type])
+        self.covars_[:] = start[self.covariance_type]
+
+    def fit(self, X: Any, lengths: ArrayLike | None = None) -> Self:
+        """Estimate the parameters with EM (Baum–Welch), as :meth:`BaseHMM.fit`.
+
+        On a handle of sequences (or ``cluster.handle(name)``) the emission parameters that
+        ``init_params`` names, or that are not set, start where the sequences live, as the
+        array start does with scikit-learn's k-means: uniform ``weights_``; ``means_`` from
+        k-means‖ of the states over every observation, then of each state's components
+        over the observations nearest its centre; ``covars_`` from the data's covariance
+        (its maximum-likelihood estimate over every rank) plus ``min_covar``. The start is
+        the same on every rank. k-means‖'s draws depend on the seed and the number of
+        ranks; where the data's clusters are clear, every draw ends in the same partition,
+        so one process and any number of ranks start alike (to rounding).
+
+        Parameters
+        ----------
+        X : array-like, shape (n_samples, n_features), a handle of sequences, or a cluster reference
+            As :meth:`BaseHMM.fit`; a handle can be built with the family of
+            :func:`~mixle_nb.stats.hmm.gaussian_mixture_estimator` before any parameter is set.
+        lengths : array-like of int, shape (n_sequences,), optional
+            The sequences' lengths (arrays only).
+
+        Returns
+        -------
+        self : object
+            Fitted.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`BaseHMM.fit`; on a handle without a k-means start (``pysp_kmeans_init``),
+            emission parameters to start.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from mixle_nb.hmm import GMMHMM
+        >>> from mixle_nb.parallel import TorchRunEncodedData
+        >>> from mixle_nb.stats.hmm import gaussian_mixture_estimator
+        >>> rng = np.random.default_rng(0)
+        >>> seqs = [rng.normal(0, 1, (40, 1)) + 6 * (rng.random((40, 1)) < 0.5) for _ in range(4)]
+        >>> family = gaussian_mixture_estimator(2, 2, dim=1)
+        >>> with TorchRunEncodedData(seqs, estimator=family, init_process_group=False) as handle:
+        ...     m = GMMHMM(2, n_mix=2, n_iter=3, random_state=0).fit(handle)
+        >>> m.means_.shape, m.n_features
+        ((2, 2, 1), 1)
+        """
+        if not (is_handle(X) or is_reference(X)) or not self._emissions_to_start():
+            return super().fit(X, lengths)
+        if is_reference(X):  # started and fitted where the sequences live; rank 0's result comes back
+            self.__dict__.update(vars(X.call_with_handle(_fit_on_rank, self)))
+            return self
+        self._start_on_handle(X)
+        kept = self.init_params
+        self.init_params = "".join(code for code in kept if code not in "wmc")  # started above
+        try:
+            return super().fit(X)
+        finally:
+            self.init_params = kept
+
+    def _emissions_to_start(self) -> bool:
+        """Whether ``init_params`` names an emission parameter, or one is not set."""
+        return any(code in self.init_params or not hasattr(self, name) for code, name in EMISSION_CODES)
+
+    def _start_on_handle(self, handle: Any) -> None:
+        """The emission parameters ``init_params`` names (or not set) started on ``handle``:
+        k-means‖ in two levels (:mod:`mixle_nb.stats.hmm.starts`) for the means, one pass of
+        a one-state model for the data's covariance."""
+        if not hasattr(handle, "pysp_kmeans_init"):
+            raise ValueError(
+                f"{type(handle).__name__} has no k-means start (pysp_kmeans_init): set weights_, means_ and "
+                "covars_ and leave 'w', 'm' and 'c' out of init_params"
+            )
+        needs = {code: self._needs_init(code, name) for code, name in EMISSION_CODES}
+        random_state = check_random_state(self.random_state)
+        states = gaussian_mixture_estimator(self.n_components, self.n_mix, "diag", reg_covar=0.0)
+        means = gaussian_mixture_arrays(handle.pysp_kmeans_init(states, random_state).emissions, "diag")[1]
+        self._check_and_set_n_features(means[0])
+        if needs["w"]:
+            self.weights_ = np.full((self.n_components, self.n_mix), 1 / self.n_mix)
+        if needs["m"]:
+            self.means_ = means
+        if needs["c"]:
+            whole = HiddenMarkovEstimator([MultivariateGaussianEstimator(self.n_features, reg_covar=0.0)])
+            covar = handle.pysp_kmeans_init(whole, random_state).emissions[0].covar
+            self._start_covars(covar + self.min_covar * np.eye(self.n_features))
 
     def _kmeans_means(self, X: np.ndarray, cv: np.ndarray) -> np.ndarray:
         """hmmlearn's start of the means: k-means of the states, then of the components within
@@ -390,13 +482,10 @@ class GMMHMM(BaseHMM):
         return mixture_states(self.covariance_type, self.weights_, self.means_, self.covars_)
 
     def _emission_estimators(self) -> list:
-        d, m = self.n_features, self.n_mix
-        component: Any = (
-            DiagonalGaussianEstimator(d, reg_covar=0.0)
-            if self.covariance_type in ("spherical", "diag")
-            else MultivariateGaussianEstimator(d, reg_covar=0.0)
-        )
-        return [MixtureEstimator([component] * m) for _ in range(self.n_components)]
+        """The states' family (its accumulators gather the E-step's sums; hmmlearn's M-step
+        is :class:`GaussianMixtureUpdate`'s): what a copy of a state fits, as choosing the
+        number of states does, by maximum likelihood."""
+        return [state_estimator(self.n_mix, self.covariance_type, self.n_features, 0.0)] * self.n_components
 
     def _emission_update(self) -> GaussianMixtureUpdate:
         return GaussianMixtureUpdate(self)

@@ -2,7 +2,9 @@
 transition matrix as a heat map with each probability written in its cell; each state's
 emission over the data (1-D Gaussian densities over a histogram, bars of probabilities for
 categorical and Poisson states, 2-sigma ellipses for D >= 2 Gaussians: a
-:class:`~.model_picture.ModelPicture` of the states weighted by their share of the sequence);
+:class:`~.model_picture.ModelPicture` of the states weighted by their share of the sequence;
+a state that emits from a Gaussian mixture, as ``GMMHMM``'s, draws its mixture's density in
+1-D and each of its components' ellipses, in the state's colour, for D >= 2);
 and one sequence's observations coloured by their most likely (Viterbi) states."""
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from matplotlib.axes import Axes
 from ..stats.hmm.columns import ColumnsDistribution
 from .axis_limits import fit_limits
 from .live_figure import LiveFigure
-from .model_picture import ModelPicture, colour
+from .model_picture import ModelPicture, colour, components, gaussian
 
 SEQUENCE_STEPS = 500  # the time steps of the sequence drawn, decoded and histogrammed
 NO_SEQUENCE = "no sequence to draw"
@@ -31,16 +33,32 @@ def is_hmm(model: Any) -> bool:
 
 @dataclass
 class StateEmissions:
-    """An HMM's states as a mixture for :class:`ModelPicture`: state k's emission weighted by
-    ``w[k]``, its share of the sequence's posteriors."""
+    """An HMM's states as a mixture for :class:`ModelPicture`: component i weighted by
+    ``w[i]`` and belonging to state ``owners[i]``. A state's weight is its share of the
+    sequence's posteriors; a Gaussian-mixture state gives one component per mixture
+    component, weighted by the state's share times the component's weight."""
 
     w: np.ndarray
     components: list
+    owners: np.ndarray
 
 
 def state_emissions(model: Any, weights: np.ndarray) -> StateEmissions:
     """``model``'s states, weighted, as a mixture :class:`ModelPicture` draws."""
-    return StateEmissions(weights, [single_column(e) for e in model.emissions])
+    w, parts, owners = [], [], []
+    for state, (share, emission) in enumerate(zip(weights, model.emissions)):
+        for weight, part in gaussian_parts(single_column(emission)):
+            w.append(share * weight)
+            parts.append(part)
+            owners.append(state)
+    return StateEmissions(np.asarray(w, dtype=float), parts, np.asarray(owners))
+
+
+def gaussian_parts(emission: Any) -> list:
+    """``[(weight, component)]`` of a mixture of Gaussians (a ``GMMHMM`` state), else
+    ``[(1, emission)]``."""
+    parts = components(emission)
+    return parts if all(gaussian(c) is not None for _, c in parts) else [(1.0, emission)]
 
 
 def single_column(emission: Any) -> Any:

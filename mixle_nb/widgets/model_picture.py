@@ -35,6 +35,13 @@ def components(model: Any) -> list:
     return [(1.0, model)]
 
 
+def owners(model: Any) -> np.ndarray:
+    """Per component, the part it belongs to: ``model.owners`` where the model groups its
+    components (an HMM's Gaussian-mixture states), else each component its own part."""
+    owner = getattr(model, "owners", None)
+    return np.arange(len(components(model))) if owner is None else np.asarray(owner, dtype=int)
+
+
 def gaussian(component: Any) -> tuple[np.ndarray, np.ndarray] | None:
     """``(mean, covariance)`` of a Gaussian-family component (full, diagonal or spherical; ours
     keep ``sigma2``/``covar``, mixle's ``sigma2``/``covar``), else None."""
@@ -169,20 +176,22 @@ class ModelPicture:
         if self.part == "state":
             self.part_lines = [
                 self.live.dynamic(self.ax.plot(self.grid, np.zeros_like(self.grid), color=colour(k), lw=1.5)[0])
-                for k in range(len(components(model)))
+                for k in range(int(owners(model).max()) + 1)
             ]
         total_colour = "black" if self.part_lines else "#c0392b"
         self.line = self.live.dynamic(self.ax.plot(self.grid, np.zeros_like(self.grid), color=total_colour, lw=2)[0])
         self._update_density(model)
 
     def _update_density(self, model: Any) -> bool:
-        density = np.zeros_like(self.grid)
-        for k, (w, mu, cov) in enumerate(gaussians(model)):
+        parts = np.zeros((max(len(self.part_lines), 1), len(self.grid)))
+        for owner, (w, mu, cov) in zip(owners(model), gaussians(model)):
             var = cov[0, 0]
-            part = w * np.exp(-0.5 * (self.grid - mu[0]) ** 2 / var) / math.sqrt(2 * math.pi * var)
-            if self.part_lines:
-                self.part_lines[k].set_ydata(part)
-            density += part
+            parts[owner if self.part_lines else 0] += (
+                w * np.exp(-0.5 * (self.grid - mu[0]) ** 2 / var) / math.sqrt(2 * math.pi * var)
+            )
+        for line, part in zip(self.part_lines, parts):
+            line.set_ydata(part)
+        density = parts.sum(axis=0)
         self.line.set_ydata(density)
         return fit_limits(self.ax, [0.0, self._histogram_top, density.max()], floor=0.0)
 
@@ -200,8 +209,8 @@ class ModelPicture:
                 self._data_points[:, 0], self._data_points[:, 1], s=3, color="#7f8c8d", alpha=0.4, linewidths=0
             )
         self.ellipses = []
-        for k in range(len(components(model))):
-            ellipse = Ellipse((0, 0), 1, 1, fill=False, color=colour(k))
+        for owner in owners(model):
+            ellipse = Ellipse((0, 0), 1, 1, fill=False, color=colour(int(owner)))
             self.ax.add_patch(ellipse)
             self.ellipses.append(self.live.dynamic(ellipse))
         self._update_ellipses(model)

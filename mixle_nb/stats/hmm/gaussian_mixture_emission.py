@@ -12,6 +12,11 @@ hmmlearn keeps such a model in compact arrays: ``weights`` (K, M), ``means`` (K,
 (K, M, D, D) ``"full"``, and (K, D, D) ``"tied"`` (one covariance for the components of each
 state). This module turns those arrays into the states' mixtures and back, and builds the
 family's estimator for each covariance type.
+
+``"tied"`` pools the scatter of a state's components inside the state's own estimate
+(:class:`StateTiedMixtureEstimator`), not by a key shared through the whole model: a copy of the
+state's estimator (K states of one family, as choosing the number of states builds them) ties
+only its own components, never the covariances of different states.
 """
 
 from __future__ import annotations
@@ -22,13 +27,42 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..centred_moments import CentredMoments
 from ..diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEstimator
 from ..mixture import MixtureDistribution, MixtureEstimator
 from ..multivariate_gaussian import MultivariateGaussianDistribution, MultivariateGaussianEstimator
+from ..parameters import ParameterCount
 from ..spherical_gaussian import SphericalGaussianDistribution, SphericalGaussianEstimator
 from .model import HiddenMarkovEstimator
 
 MIXTURE_COVARIANCE_TYPES = ("spherical", "diag", "full", "tied")
+STATE_COVARIANCE = "the state's covariance"  # the tie, local to one state's estimate
+
+
+class StateTiedMixtureEstimator(MixtureEstimator):
+    """A state's mixture of full-covariance Gaussians sharing one covariance (hmmlearn's
+    ``GMMHMM`` ``"tied"``): its estimate pools the components' scatter about their own means,
+    each component keeping its mean. The pooling is local to the estimate, so copies of this
+    estimator (one per state) stay independent of each other."""
+
+    def estimate(self, nobs: float | None, value: tuple) -> MixtureDistribution:
+        counts, component_values = value
+        pooled: dict = {}
+        accumulators = []
+        for estimator, component_value in zip(self.estimators, component_values):
+            accumulator = estimator.accumulator_factory().make()
+            assert isinstance(accumulator, CentredMoments)  # the Gaussian families' statistics
+            accumulator.from_value(component_value).tie_key = STATE_COVARIANCE  # a fresh one, tied here only
+            accumulator.key_merge(pooled)
+            accumulators.append(accumulator)
+        for accumulator in accumulators:
+            accumulator.key_replace(pooled)
+        return super().estimate(nobs, (counts, [a.value() for a in accumulators]))
+
+    def free_parameters(self, model: MixtureDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # as MixtureEstimator's
+        """The weights, every component's mean and one covariance."""
+        d = len(np.atleast_1d(model.components[0].mu))  # type: ignore[attr-defined]  # Gaussian components
+        return super().free_parameters(model, count) - (len(model.components) - 1) * d * (d + 1) // 2
 
 
 def _checked_type(covariance_type: str) -> str:
@@ -157,7 +191,7 @@ def gaussian_mixture_estimator(
     """The HMM family whose states emit from a mixture of ``n_mix`` Gaussians.
 
     Maximum likelihood; ``"tied"`` shares one covariance among the components of each state
-    (a ``covariance_key`` per state), as hmmlearn's ``GMMHMM`` does.
+    (``StateTiedMixtureEstimator``, a tie within each state), as hmmlearn's ``GMMHMM`` does.
 
     Parameters
     ----------
@@ -202,18 +236,21 @@ def gaussian_mixture_estimator(
     _checked_type(covariance_type)
     if n_states < 1 or n_mix < 1:
         raise ValueError(f"a Gaussian-mixture HMM needs n_states >= 1 and n_mix >= 1; got {n_states}, {n_mix}")
-    states = []
-    for k in range(n_states):
-        component: Any
-        if covariance_type == "spherical":
-            component = SphericalGaussianEstimator(dim, reg_covar=reg_covar)
-        elif covariance_type == "diag":
-            component = DiagonalGaussianEstimator(dim, reg_covar=reg_covar)
-        else:
-            key = f"gmm-hmm state {k} covariance" if covariance_type == "tied" else None
-            component = MultivariateGaussianEstimator(dim, reg_covar=reg_covar, covariance_key=key)
-        states.append(MixtureEstimator([component] * n_mix))
-    return HiddenMarkovEstimator(states, implementation=implementation)
+    return HiddenMarkovEstimator(
+        [state_estimator(n_mix, covariance_type, dim, reg_covar)] * n_states, implementation=implementation
+    )
+
+
+def state_estimator(n_mix: int, covariance_type: str, dim: int | None, reg_covar: float) -> MixtureEstimator:
+    """One state's mixture estimator of ``n_mix`` Gaussians of ``covariance_type``."""
+    if covariance_type == "tied":
+        return StateTiedMixtureEstimator([MultivariateGaussianEstimator(dim, reg_covar=reg_covar)] * n_mix)
+    component: Any = {
+        "spherical": SphericalGaussianEstimator,
+        "diag": DiagonalGaussianEstimator,
+        "full": MultivariateGaussianEstimator,
+    }[covariance_type](dim, reg_covar=reg_covar)
+    return MixtureEstimator([component] * n_mix)
 
 
 __all__ = [
