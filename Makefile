@@ -33,7 +33,7 @@ SETFACL ?= /usr/bin/setfacl
 # deselects them, and under that selection starting such a process fails the test.
 FAST := not (cluster or kernel or ranks or subprocess or browser or multihost or mpi or slurm or hub)
 
-.PHONY: venv browser multihost slurm mpi hub check test demo lab docs tutorials
+.PHONY: venv browser multihost slurm mpi hub check test screenshots demo lab docs tutorials
 
 venv: $(STAMP)
 
@@ -102,6 +102,13 @@ test: venv browser multihost slurm mpi hub
 	wait $$side; side_rc=$$?; echo "=== beside it, the tests marked $(SIDE):"; cat $(SIDE_LOG); \
 	$(PY) -m coverage combine -q && $(PY) -m coverage report; cov=$$?; \
 	test $$main -eq 0 && test $$side_rc -eq 0 && test $$cov -eq 0
+
+# The docs' pictures the browser tests take (docs/_static/site_*.png and hmm_panel_browser.png),
+# rewritten only here: `make test` writes them into tests/browser/artifacts/pictures/ (ignored).
+SCREENSHOT_TESTS := tests/browser/test_docs_site_pages.py tests/browser/test_hmm_panel_browser.py
+
+screenshots: venv browser
+	$(TEST_ENV) MIXLE_UPDATE_SCREENSHOTS=1 $(PY) -m pytest -q -p no:cacheprovider $(SCREENSHOT_TESTS)
 
 demo: venv
 	$(PY) -m mixle_nb.demo

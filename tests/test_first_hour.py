@@ -1,6 +1,9 @@
 """The first hour of a new user (issue 31): each place where the README's path broke or misled,
 on real gloo groups, the real 2-engine cluster and a real IPython shell. Every bad input must
-give one clear error on every rank at once, naming the problem, the rank and the fix."""
+give one clear error on every rank at once, naming the problem, the rank and the fix.
+
+The spawned ranks import this module for ``_handle_checks``: the widgets and IPython, which they
+never use (a second of each rank's start), are imported by the tests that use them."""
 
 from __future__ import annotations
 
@@ -11,9 +14,6 @@ import warnings
 
 import numpy as np
 import pytest
-from IPython import get_ipython
-from IPython.core.error import UsageError
-from IPython.testing.globalipapp import start_ipython
 from rank_functions import outcome, params
 
 from mixle_nb import cluster as cluster_module
@@ -29,7 +29,6 @@ from mixle_nb.stats import (
     em_step,
     seq_encode,
 )
-from mixle_nb.widgets import EMPanel
 
 
 def blobs(n: int = 400, seed: int = 0) -> np.ndarray:
@@ -231,6 +230,8 @@ def test_9_fit_and_choose_k_print_on_the_root_only_and_name_each_k(rank_results)
 
 
 def test_6_a_local_panel_encodes_raw_data_it_is_given():
+    from mixle_nb.widgets import EMPanel
+
     x, est = blobs(), mixture_2d()
     panel = EMPanel(handle=x, estimator=est, init="kmeans++")
     panel.step()
@@ -242,6 +243,8 @@ def test_6_a_local_panel_encodes_raw_data_it_is_given():
 
 
 def test_9_back_takes_an_integer_as_run_does():
+    from mixle_nb.widgets import EMPanel
+
     panel = EMPanel(handle=blobs(), estimator=mixture_2d(), init="kmeans++")
     panel.run(3)
     for bad in (2.0, True):
@@ -254,6 +257,7 @@ def test_9_back_takes_an_integer_as_run_does():
 
 def test_10_the_docs_a_user_reaches_for_first():
     from mixle_nb.parallel import TorchRunEncodedData
+    from mixle_nb.widgets import EMPanel
 
     assert "fit(h, est" in TorchRunEncodedData.__doc__ and "from_shards" in TorchRunEncodedData.__doc__
     for phrase in ("init=", "kmeans++", "model_selection=True", "Choose K"):
@@ -424,6 +428,9 @@ def _build_on_scattered(name: str, use_from_shards: bool):
 
 @pytest.fixture(scope="module")
 def shell(cluster2):
+    from IPython import get_ipython
+    from IPython.testing.globalipapp import start_ipython
+
     ip = start_ipython() or get_ipython()  # start_ipython answers None once another module started it
     ip.run_line_magic("load_ext", "mixle_nb")
     previous = cluster_module.current()
@@ -470,6 +477,8 @@ def _define_on_rank_one():
 
 @pytest.mark.cluster
 def test_9_pull_names_the_ranks_that_have_it(shell, cluster2):
+    from IPython.core.error import UsageError
+
     cluster2.run(_define_on_rank_one)
     with pytest.raises(UsageError) as info:
         shell.run_line_magic("mixle_pull", "fh_only_one")
@@ -483,6 +492,8 @@ def test_9_pull_names_the_ranks_that_have_it(shell, cluster2):
 
 @pytest.mark.cluster
 def test_5_9_panel_on_the_cluster_wrong_model_and_a_handle_gone(shell, cluster2):
+    from mixle_nb.widgets import EMPanel
+
     cluster2.push(fh_est=mixture_2d(), fh_x=blobs())
     cluster2.run(_build_on_scattered, "fh_x", False)  # the same full data on every rank: a good handle
     panel = EMPanel(cluster2, handle="fh_h", estimator="fh_est", model=model_3d())

@@ -5,11 +5,14 @@ single-process EM from the same start: the model is identical on every rank, its
 match mixle's within 1e-9 relative and its total log-density within 1e-10, with the
 observation count exact. mixle's
 dispatch drives our handle, and our dispatch drives mixle's estimators. All of a world size's
-checks share one process group to keep the suite fast.
+checks share one process group, and both world sizes one start of 4 processes (the 2-rank group
+is formed afresh by two of them after the 4-rank one is destroyed): each process's start,
+imports of torch and mixle included, costs more than all its checks.
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -126,17 +129,16 @@ def _our_fit(handle, estimator, model, steps=STEPS):
 
 
 def _rank_checks(rank, world):
+    """Every check of one world size on a rank, in the default group formed beforehand (each
+    handle adopts it: a handle that made its own group destroys it at close, and re-forming one
+    on the same port races a slow rank's closing store)."""
     import mixle.inference
     import mixle.inference.streaming
     import mixle.stats
-    import torch.distributed as dist
 
     from mixle_nb.inference import optimize
     from mixle_nb.parallel import TorchRunEncodedData
 
-    # One group for every handle below (they adopt it): a handle that made its own group destroys
-    # it at close, and re-forming one on the same port races a slow rank's closing store.
-    dist.init_process_group("gloo")
     out = {}
     for name, problem in PROBLEMS.items():
         data, start = problem()
@@ -182,13 +184,44 @@ def _rank_checks(rank, world):
         )
         out[f"tiny_{root_only}"] = (_our_fit(tiny, estimator, start, steps=2), tiny.local_count)
         tiny.close()
-    dist.destroy_process_group()
     return out
 
 
-@pytest.fixture(scope="module", params=[2, 4])
-def world_results(request):
-    return request.param, run_local(_rank_checks, request.param, timeout=600)
+WORLDS = (4, 2)
+
+
+def _every_world(rank, world, store_dir):
+    """On 4 ranks: the checks in the launcher's 4-rank group, then on ranks 0 and 1 in a new
+    2-rank group (a file store of its own); {world size: results}. One thread a rank for mixle's
+    numba kernels too (``OMP_NUM_THREADS=1`` does not reach them): 4 ranks of 2 threads each on
+    2 cores took 3x as long."""
+    import numba
+    import torch.distributed as dist
+
+    numba.set_num_threads(1)
+    out = {}
+    for size in WORLDS:
+        if rank >= size:
+            break
+        if size == world:
+            dist.init_process_group("gloo")
+        else:
+            store = dist.FileStore(os.path.join(store_dir, f"world{size}"), size)
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=size)
+        out[size] = _rank_checks(rank, size)
+        dist.destroy_process_group()
+    return out
+
+
+@pytest.fixture(scope="module")
+def every_world(tmp_path_factory):
+    return run_local(_every_world, max(WORLDS), timeout=600, store_dir=str(tmp_path_factory.mktemp("stores")))
+
+
+@pytest.fixture(scope="module", params=sorted(WORLDS))
+def world_results(request, every_world):
+    world = request.param
+    return world, [by_world[world] for by_world in every_world[:world]]
 
 
 def _same_on_every_rank(results, *keys):

@@ -21,7 +21,7 @@ from mixle_nb.neural import (
     stream_sequence_source,
 )
 from mixle_nb.parallel import StreamingTokenEncodedData
-from mixle_nb.parallel.local_launch import run_local
+from mixle_nb.parallel.local_launch import free_port, run_local
 from mixle_nb.parallel.token_handle import SAME_TOKENS
 from mixle_nb.parallel.torch_internals import default_group_timeout
 
@@ -217,8 +217,8 @@ def _rank_main(rank, world):
 
 
 @pytest.fixture(scope="module")
-def ranks():
-    return run_local(_rank_main, 2, timeout=240)
+def ranks(every_run):
+    return run_part(every_run, "ranks")
 
 
 def _assert_replicas_identical(results, key):
@@ -416,6 +416,7 @@ def _raise_at_step_2(report):
 
 
 def _fault_runs(rank):
+    FAULT_TIME.clear()
     out, bad = {}, rank == 1
     est = lambda: StreamingTransformerLeafEstimator(tiny_model(), lr=LR)  # noqa: E731
     out["construct"] = _outcome(lambda: handle(inject(TOKENS.astype(np.float32)) if bad else TOKENS))
@@ -522,11 +523,8 @@ def _extras_main(rank, world, token_dir):
 
 
 @pytest.fixture(scope="module")
-def extras(tmp_path_factory):
-    token_dir = tmp_path_factory.mktemp("tokens")
-    np.save(token_dir / "tokens.npy", TOKENS.astype(np.uint16))
-    TOKENS.astype(np.uint32).tofile(token_dir / "tokens.bin")
-    return run_local(_extras_main, 2, timeout=240, token_dir=str(token_dir))
+def extras(every_run):
+    return run_part(every_run, "extras")
 
 
 FAULTS = ["construct", "stop", "forward_2", "forward_4", "progress", "log_density"]
@@ -576,6 +574,7 @@ def _fsdp_fault_runs(rank, world, store_dir):
     def fsdp_handle(**kw):
         return handle(parallel="fsdp", **kw)
 
+    FAULT_TIME.clear()
     bad = rank == 1
     est = lambda: StreamingTransformerLeafEstimator(tiny_model(), lr=LR)  # noqa: E731
     cases = {  # each as FAULTS are run above; "last_step" fails after the last exchange of training
@@ -610,9 +609,47 @@ def _fsdp_fault_runs(rank, world, store_dir):
     return out
 
 
+def _every_run(rank, world, token_dir, store_dir, ports):
+    """The file's three 2-rank runs in one start of the 2 processes (each start, torch's import
+    included, costs seconds): the training runs and the extras each in a group formed from the
+    launcher's variables, on a port of its own, then the FSDP2 faults in their file-store groups;
+    {run: its results, or ``run + "_error"``: the traceback of what it raised}."""
+    out = {}
+    runs = [
+        ("ranks", lambda: _rank_main(rank, world)),
+        ("extras", lambda: _extras_main(rank, world, token_dir)),
+        ("fsdp_faults", lambda: _fsdp_fault_runs(rank, world, store_dir)),
+    ]
+    for (name, run), port in zip(runs, ports):
+        os.environ["MASTER_PORT"] = str(port)
+        try:
+            out[name] = run()
+        except Exception:  # noqa: BLE001 - its fixture fails with the rank's traceback
+            out[f"{name}_error"] = traceback.format_exc()
+    return out
+
+
 @pytest.fixture(scope="module")
-def fsdp_faults(tmp_path_factory):
-    return run_local(_fsdp_fault_runs, 2, timeout=240, store_dir=str(tmp_path_factory.mktemp("stores")))
+def every_run(tmp_path_factory):
+    token_dir = tmp_path_factory.mktemp("tokens")
+    np.save(token_dir / "tokens.npy", TOKENS.astype(np.uint16))
+    TOKENS.astype(np.uint32).tofile(token_dir / "tokens.bin")
+    stores = str(tmp_path_factory.mktemp("stores"))
+    ports = [free_port() for _ in range(3)]
+    return run_local(_every_run, 2, timeout=600, token_dir=str(token_dir), store_dir=stores, ports=ports)
+
+
+def run_part(every_run, name):
+    """One run's per-rank results from ``every_run``; failing with each rank's traceback if it raised."""
+    errors = [f"rank {rank}:\n{out[name + '_error']}" for rank, out in enumerate(every_run) if name + "_error" in out]
+    if errors:
+        pytest.fail(f"the {name} run raised:\n" + "\n".join(errors))
+    return [out[name] for out in every_run]
+
+
+@pytest.fixture(scope="module")
+def fsdp_faults(every_run):
+    return run_part(every_run, "fsdp_faults")
 
 
 @pytest.mark.parametrize(
@@ -712,8 +749,6 @@ def test_a_handle_on_a_one_rank_subgroup_trains_in_that_group_only(extras):
 
 
 def _launcher_variables(monkeypatch, world: int) -> None:
-    from mixle_nb.parallel.local_launch import free_port
-
     assert not dist.is_initialized()
     for name, value in (
         ("RANK", "0"),

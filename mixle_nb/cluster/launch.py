@@ -40,6 +40,16 @@ LOCAL_ENGINE_ARGS = ("--IPEngine.enable_nanny=False", "--IPEngine.max_heartbeat_
 # On one host the engines start with the controller, not after it: each reads the controller's
 # connection file (waiting for it up to this long) and imports torch meanwhile (.rank_engine).
 CONNECTION_FILE_WAIT_S = 120.0
+# The controller's command-line aliases (ipyparallel.controller.app's) for the settings the
+# cluster or ipyparallel.Cluster put on its command line: "--ping=200" sets HeartMonitor.period.
+CONTROLLER_ALIASES = {
+    "ping": "HeartMonitor.period",
+    "ip": "IPController.ip",
+    "transport": "IPController.transport",
+    "location": "IPController.location",
+}
+# ipyparallel.Cluster's options that it passes to the controller as a command-line setting
+_CLUSTER_SETTINGS = {"controller_ip": "IPController.ip", "controller_location": "IPController.location"}
 # ipyparallel.Cluster options that MixleCluster sets itself, and what to give instead
 _RESERVED = {
     "n": "the number of engines is MixleCluster's first argument",
@@ -103,6 +113,38 @@ def _close(name: str, valid: Sequence[str]) -> list[str]:
     return difflib.get_close_matches(name, valid, n=1, cutoff=0.75)
 
 
+def controller_setting(arg: str) -> str | None:
+    """The setting (``"Class.trait"``) a controller argument like ``--Class.trait=value`` or
+    ``--alias=value`` sets; None for a flag or a value (the ``"200"`` of ``["--ping", "200"]``)."""
+    name = arg[2:].split("=", 1)[0] if arg.startswith("--") else ""
+    if name in CONTROLLER_ALIASES:
+        return CONTROLLER_ALIASES[name]
+    return name if "." in name else None  # a flag (``--reuse``) may be given twice
+
+
+def _checked_controller_args(args: tuple[str, ...], cluster_options: Mapping[str, Any]) -> tuple[str, ...]:
+    """``args`` once no setting is given twice: the controller (traitlets) exits on a setting
+    given twice, even with one value, so each is refused here, naming both arguments."""
+    seen: dict[str, str] = {}
+    for arg in args:
+        setting = controller_setting(arg)
+        if setting is None:
+            continue
+        if setting in seen:
+            raise ValueError(
+                f"controller_args set {setting} twice ({seen[setting]!r} and {arg!r}); the controller "
+                "takes each setting once: keep one"
+            )
+        seen[setting] = arg
+    for option, setting in _CLUSTER_SETTINGS.items():
+        if cluster_options.get(option) and setting in seen:
+            raise ValueError(
+                f"{option}={cluster_options[option]!r} and controller_args' {seen[setting]!r} both set "
+                f"{setting}; the controller takes it once: give {option}= or the argument, not both"
+            )
+    return args
+
+
 def _strings(name: str, values: Any, example: str) -> tuple[str, ...]:
     if isinstance(values, str) or not all(isinstance(v, str) for v in values):
         raise ValueError(f"{name} must be a list of strings, e.g. {example}; got {values!r}")
@@ -159,7 +201,8 @@ class LaunchSpec:
         TypeError
             An unknown keyword in ``ipyparallel_options`` (:func:`check_ipyparallel_options`).
         ValueError
-            A malformed option, or a launcher's option given to another launcher.
+            A malformed option, a launcher's option given to another launcher, or a controller
+            setting given twice (in ``controller_args``, or there and as ``controller_ip``).
         """
         if not isinstance(launcher, str) or not launcher:
             raise ValueError(f"launcher must name an ipyparallel engine launcher, e.g. 'local'; got {launcher!r}")
@@ -168,30 +211,42 @@ class LaunchSpec:
             raise ValueError(f"controller_ip must be an address like '10.0.0.1' or '*'; got {controller_ip!r}")
         given = {name: value for name, value in slurm_options.items() if value is not None}
         checked_args = mpi.checked_mpiexec_args(launcher, mpiexec_args)
+        own_controller_args = _checked_controller_args(
+            _strings("controller_args", controller_args, "['--IPController.engine_ports=10101-10116']"),
+            {**options, "controller_ip": controller_ip},
+        )
         return cls(
             launcher=launcher,
             slurm=SlurmSpec.from_options(launcher, given),
             mpiexec_args=None if checked_args is None else tuple(checked_args),
             controller_ip=controller_ip,
-            controller_args=_strings("controller_args", controller_args, "['--IPController.engine_ports=10101-10116']"),
+            controller_args=own_controller_args,
             config=config,
             ipyparallel_options=options,
         )
 
     @property
+    def given_settings(self) -> set[str]:
+        """The controller settings (``"Class.trait"``) that :attr:`controller_args` set."""
+        return {setting for arg in self.controller_args if (setting := controller_setting(arg))}
+
+    @property
     def on_this_host(self) -> bool:
         """Whether every process runs on this host: the local launcher, with the controller
-        left on its default address (then they talk over Unix sockets, :meth:`cluster_arguments`)."""
+        left on its default address and transport (then they talk over Unix sockets,
+        :meth:`cluster_arguments`)."""
         return (
             self.launcher == "local"
             and self.controller_ip is None
             and not {"controller_ip", "controller_location"} & set(self.ipyparallel_options)
+            and not {"IPController.ip", "IPController.transport"} & self.given_settings
         )
 
     def cluster_arguments(self, n: int, batch_dir: str | None, socket_dir: str | None = None) -> dict[str, Any]:
         """``ipyparallel.Cluster``'s keyword arguments for ``n`` engines (the Slurm batch script
-        goes in ``batch_dir``). The controller's heartbeat comes first in its arguments, so the
-        caller's own ``controller_args`` still override it.
+        goes in ``batch_dir``). The cluster's own controller settings (its heartbeat, CurveZMQ,
+        the Unix sockets) are left out where the caller's ``controller_args`` set them: the
+        controller exits on a setting given twice, so the caller's value is the one given.
 
         With ``socket_dir`` (a private folder; only when :attr:`on_this_host`), the controller,
         engines and client talk over Unix sockets in it instead of loopback TCP, and the engines
@@ -202,20 +257,23 @@ class LaunchSpec:
         ``--IPController.enable_curve`` themselves."""
         from traitlets.config import Config
 
-        if socket_dir is None:  # unless the caller's own arguments say otherwise (once only)
-            given = {arg.split("=")[0] for arg in self.controller_args}
-            sockets = [arg for arg in CURVE_ARGS if arg.split("=")[0] not in given]
+        if socket_dir is None:
+            sockets = list(CURVE_ARGS)
         else:
             sockets = ["--IPController.transport=ipc", f"--IPController.ip={socket_dir}/c"]
+        own = [
+            f"--HeartMonitor.period={HEARTBEAT_MS}",
+            f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}",
+            *sockets,
+        ]
+        given = self.given_settings
         arguments: dict[str, Any] = {
             "log_level": logging.WARNING,
             "shutdown_atexit": False,  # the lifeline ends the cluster at exit
             **self.ipyparallel_options,
             "engines": self.launcher,
             "controller_args": [
-                f"--HeartMonitor.period={HEARTBEAT_MS}",
-                f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}",
-                *sockets,
+                *(arg for arg in own if controller_setting(arg) not in given),
                 *self.controller_args,
             ],
         }
@@ -237,7 +295,8 @@ class LaunchSpec:
                 raise ValueError("a Slurm cluster's batch script needs a folder (batch_dir)")
             self.slurm.configure(config, n, batch_dir)
             # the compute nodes must reach the controller: every interface unless told which
-            arguments.setdefault("controller_ip", "*")
+            if "IPController.ip" not in given:
+                arguments.setdefault("controller_ip", "*")
         if self.mpiexec_args is not None:
             mpi.configure(config, list(self.mpiexec_args))
         return arguments

@@ -88,7 +88,9 @@ class MixleCluster(RankCalls):
         The interface the controller listens on (``"*"``: every one); engines on other hosts
         reach it there.
     controller_args : sequence of str
-        Extra controller arguments, e.g. ``["--IPController.engine_ports=10101-10116"]``.
+        Extra controller arguments, e.g. ``["--IPController.engine_ports=10101-10116"]``. A
+        setting given here replaces the cluster's own (its heartbeat, CurveZMQ, its address);
+        each setting may be given once.
     config : traitlets.config.Config, optional
         ipyparallel's launcher configuration (``SSHEngineSetLauncher.engines``, ...).
     partition, account, time : str, optional
@@ -111,8 +113,8 @@ class MixleCluster(RankCalls):
         A keyword that is neither one of these nor an ``ipyparallel.Cluster`` option (a typo:
         the message names it and the valid ones).
     ValueError
-        A value out of range, or a launcher's option given to another launcher (a Slurm option
-        with ``launcher="local"``).
+        A value out of range, a launcher's option given to another launcher (a Slurm option
+        with ``launcher="local"``), or a controller setting given twice.
 
     See Also
     --------

@@ -35,6 +35,10 @@ from strictness import unavailable
 HERE = Path(__file__).resolve().parent
 NOTEBOOKS = HERE / "notebooks"
 ARTIFACTS = HERE / "artifacts"
+# The docs' pictures some tests take: committed in docs/_static/, written there only on request
+# (``make screenshots``), else beside the artifacts, so that a test run leaves the tree as it was.
+DOCS_PICTURES = HERE.parents[1] / "docs" / "_static"
+UPDATE_SCREENSHOTS = "MIXLE_UPDATE_SCREENSHOTS"
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 VIEWPORT = {"width": 1500, "height": 1000}
@@ -414,6 +418,15 @@ def opened(lab: LabServer, browser, src, name: str | None = None, label: str = "
         raise
     finally:
         page.close()
+
+
+def docs_picture(name: str) -> Path:
+    """Where a test saves the docs' picture ``name``: ``docs/_static/`` under
+    ``MIXLE_UPDATE_SCREENSHOTS=1`` (``make screenshots``), else ``artifacts/pictures/`` (ignored;
+    a folder, so the lab fixture's clearing of the artifacts at its start spares it)."""
+    folder = DOCS_PICTURES if os.environ.get(UPDATE_SCREENSHOTS) == "1" else ARTIFACTS / "pictures"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
 
 
 def save_screenshot(locator, name: str) -> Path:

@@ -1,13 +1,15 @@
 """The built documentation site in headless Chromium (issue 41): the front page, the ``EMPanel``
 reference page and a tutorial render their title, a code block and, where the page has one, a
 picture. The site is tests/docs_site.py's build (shared with tests/test_docs_site.py), opened
-from its folder with no server; a screenshot of each page is saved as docs/_static/site_*.png.
+from its folder with no server; a screenshot of each page is saved as ``site_*.png`` by
+``labdriver.docs_picture`` (into docs/_static/ only under ``make screenshots``).
 """
 
 from __future__ import annotations
 
 import pytest
-from docs_site import DOCS, built_site, stub_page
+from docs_site import built_site, stub_page
+from labdriver import docs_picture
 from playwright.sync_api import expect
 
 VIEWPORT = {"width": 1400, "height": 1000}
@@ -39,7 +41,7 @@ def test_built_site_page_renders(browser, path, title, has_picture, screenshot):
             picture = page.locator("article img").first
             expect(picture).to_be_visible()
             assert picture.evaluate("img => img.complete && img.naturalWidth > 0"), "the picture did not load"
-        page.screenshot(path=str(DOCS / "_static" / screenshot))
+        page.screenshot(path=str(docs_picture(screenshot)))
         assert not errors, f"JavaScript errors on {path}: {errors}"
     finally:
         context.close()

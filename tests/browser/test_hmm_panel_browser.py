@@ -3,20 +3,18 @@ three times in the browser on a local panel over four sequences (``notebooks/hmm
 then the rendered picture read back from the browser's screenshot — the transition heat map's
 colours and each state's colour where the sequence is drawn — and the page checked for errors.
 The screenshot is the docs' picture (``docs/_static/hmm_panel_browser.png``, shown in
-``docs/guide/hmm.md``)."""
+``docs/guide/hmm.md``), rewritten there only by ``make screenshots`` (``labdriver.docs_picture``)."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
-from labdriver import image_digest, opened, wait_for_new_digest
+from labdriver import docs_picture, image_digest, opened, wait_for_new_digest
 
 pytestmark = pytest.mark.browser
 
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "_static" / "hmm_panel_browser.png"
 STEPS = 3
 
 
@@ -66,9 +64,9 @@ def test_the_hmm_picture_in_the_browser(lab, browser):
         expect(page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")).to_have_count(0)
         expect(page.locator(".jp-OutputArea-output", has_text="Traceback")).to_have_count(0)
         assert not [line for line in notebook.console if line.startswith("[pageerror]")], notebook.console
-        SCREENSHOT.parent.mkdir(exist_ok=True)
-        panel.screenshot(path=str(SCREENSHOT))
-    shot = np.asarray(Image.open(SCREENSHOT).convert("RGB"))
+        screenshot = docs_picture("hmm_panel_browser.png")
+        panel.screenshot(path=str(screenshot))
+    shot = np.asarray(Image.open(screenshot).convert("RGB"))
     for rgb in heat:  # the heat map's cells of the largest transition probabilities
         assert pixels_near(shot, rgb) > 200, f"no heat-map cell of colour {rgb} in the screenshot"
     assert len(states) >= 2, "the first sequence's Viterbi path visits one state only"
