@@ -86,8 +86,11 @@ def test_float32_is_accepted_in_every_spelling(spelling):
 def test_another_dtype_is_refused_naming_the_choices(bad):
     with pytest.raises(ValueError, match=r"dtype must be float64 \(the default\) or float32 .*; got"):
         DiagonalGaussianEstimator(dtype=bad)
-    with pytest.raises(ValueError, match=r"dtype"):  # scikit-learn's message for a wrong type, else ours
-        GaussianMixture(dtype=bad).fit(np.random.default_rng(0).normal(size=(20, 2)))
+    x = np.random.default_rng(0).normal(size=(20, 2))
+    for estimator in (GaussianMixture(dtype=bad), BayesianGaussianMixture(dtype=bad)):
+        for method in (estimator.fit, estimator.partial_fit):
+            with pytest.raises(ValueError, match=r"dtype"):  # scikit-learn's message for a wrong type, else ours
+                method(x)
 
 
 def test_a_mixture_dtype_needs_components_of_our_gaussian_families():

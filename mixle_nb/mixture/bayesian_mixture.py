@@ -268,12 +268,10 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             self._warn_unless_converged()
             return self
         data, count, n_features, input_dtype = self._fit_data(X)
+        e_step = self._e_step_dtype(input_dtype)  # a bad dtype= is refused before any work
         weights = None if sample_weight is None else checked_sample_weight(sample_weight, count)
         estimator = VariationalGaussianMixtureEstimator(
-            self.n_components,
-            n_features,
-            self._priors(data, n_features, weights, input_dtype),
-            self._e_step_dtype(input_dtype),
+            self.n_components, n_features, self._priors(data, n_features, weights, input_dtype), e_step
         )
         enc = self._encoding(data, estimator, weights)
         warm = self.warm_start and hasattr(self, "converged_")
@@ -388,11 +386,10 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         running = getattr(self, "_stepwise", None)
         fitted = hasattr(self, "converged_")
         data, count, n_features, input_dtype = self._chunk(X, fitted)
+        e_step = self._e_step_dtype(input_dtype)  # a bad dtype= is refused before any work
         weights = None if sample_weight is None else checked_sample_weight(sample_weight, count)
         priors = self._fitted_priors() if fitted else self._priors(data, n_features, weights, input_dtype)
-        estimator = VariationalGaussianMixtureEstimator(
-            self.n_components, n_features, priors, self._e_step_dtype(input_dtype)
-        )
+        estimator = VariationalGaussianMixtureEstimator(self.n_components, n_features, priors, e_step)
         enc = self._encoding(data, estimator, weights)
         if fitted:
             model = self._model(priors)
