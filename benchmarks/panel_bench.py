@@ -20,6 +20,18 @@ interleaved round by round so all see the same machine load; the batched ratio o
 is printed too. Target at N = 1e6: the panel's step at most 1.1x the ranks'. ``--pin`` puts
 both engines on core 0 and this process and the controller on core 1, as on a host where the
 notebook has a core of its own.
+
+``--local``: instead, the step of a local panel (no cluster: the panel's own in-process rank) at
+the sizes a notebook steps at (N = 1,000, D = 2, K = 3, full covariance, one thread), this
+thread's CPU ms a step (the panel's redraws run on a timer thread and are left out): a
+scikit-learn iteration (fits of 2 and 2 + ``--steps`` iterations from the same start,
+differenced), our EM step alone (``em_step`` on the panel's own encoding, each from the last
+step's model: the arithmetic the panel runs), ``EMPanel.step`` and, with ``--baseline DIR``,
+the EMPanel of the mixle_nb checked out in DIR, interleaved round by round (each going first in
+turn), best of ``--rounds``. The panel's cost over the EM step is its per-step overhead, which a
+machine's load blurs, so it is also measured alone ("outside EM": the panel's steps with
+``em_step`` replaced by a copy of one step's record). Target: the panel's step no slower than
+scikit-learn's iteration. Results: benchmarks/results/panel_bench.json.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ import time
 
 import numpy as np
 import psutil
+from results import Table, add_json_argument, write_results
 
 from mixle_nb.cluster import MixleCluster
 from mixle_nb.cluster.rank_side import em_step_on_rank
@@ -287,6 +300,103 @@ def panel_step_seconds(panel: EMPanel, steps: int) -> tuple[float, float, float,
     return (t2 - t0) / steps, steps / (panel.step_calls - calls), t2 - t1, time.process_time() - cpu
 
 
+def local_panel(package: str, x: np.ndarray, settings: dict):
+    """A local EMPanel of ``package`` (``mixle_nb`` or a baseline's) on ``x`` from the start of
+    ``settings`` (a one-iteration fit's), one step taken (the first builds what the panel keeps)."""
+    mixture = importlib.import_module(f"{package}.mixture")
+    widgets = importlib.import_module(f"{package}.widgets")
+    model = mixture.GaussianMixture(max_iter=1, **settings).fit(x)._model()
+    estimator = mixture.GaussianMixture(settings["n_components"]).mixture_estimator(x.shape[1])
+    panel = widgets.EMPanel(handle=x, estimator=estimator, model=model)
+    panel.step()
+    return panel
+
+
+def outside_em_seconds(package: str, panel, steps: int, rounds: int) -> float:
+    """CPU seconds a step of the local ``panel`` (of ``package``) spends outside EM: its
+    ``em_step`` replaced by a copy of one step's record, best of ``rounds`` runs of ``steps``."""
+    import copy
+
+    from sklearn_api_bench import cpu_seconds
+
+    estimation = importlib.import_module(f"{package}.stats.estimation")
+    real = estimation.em_step
+    record = real(panel.ranks.namespace["handle"], panel.ranks.namespace["estimator"], panel.start_model)
+    estimation.em_step = lambda enc, estimator, model: copy.copy(record)
+    try:
+        best = min(cpu_seconds(lambda: [panel.step() for _ in range(steps)]) for _ in range(rounds))
+    finally:
+        estimation.em_step = real
+    panel.reset()
+    return best / steps
+
+
+def local_bench(rounds: int, steps: int, baseline: str | None) -> Table:
+    """Thread CPU ms a step at N = 1,000, D = 2, K = 3 (full): a scikit-learn iteration, our EM
+    step alone, the local panel's step (and a baseline checkout's), interleaved, best of ``rounds``."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.mixture import GaussianMixture as ScikitGaussianMixture
+    from sklearn_api_bench import cpu_seconds
+    from sklearn_api_bench import problem as sklearn_problem
+
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    x, start = sklearn_problem(1_000, 2, 3)
+    settings = dict(n_components=3, covariance_type="full", tol=0, **start)
+    packages = {"mixle_nb": "mixle_nb"} | ({"baseline": baseline_package(baseline)} if baseline else {})
+    panels = {name: local_panel(package, x, settings) for name, package in packages.items()}
+    panel = panels["mixle_nb"]
+    enc, estimator = panel.ranks.namespace["handle"], panel.ranks.namespace["estimator"]
+
+    def sklearn_iteration() -> float:
+        low = cpu_seconds(lambda: ScikitGaussianMixture(max_iter=2, **settings).fit(x))
+        high = cpu_seconds(lambda: ScikitGaussianMixture(max_iter=2 + steps, **settings).fit(x))
+        return (high - low) / steps
+
+    def em_steps() -> None:
+        model = panel.start_model
+        for _ in range(steps):
+            model = em_step(enc, estimator, model).model
+
+    def panel_steps(stepped: EMPanel):
+        return lambda: [stepped.step() for _ in range(steps)]
+
+    timed_steps = {"EM step alone (em_step)": em_steps} | {
+        f"local EMPanel.step ({name})": panel_steps(p) for name, p in panels.items()
+    }
+    reset = {f"local EMPanel.step ({name})": p.reset for name, p in panels.items()}
+    contenders = ["scikit-learn iteration", *timed_steps]
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for r in range(rounds):
+        for name in contenders[r % len(contenders) :] + contenders[: r % len(contenders)]:  # each goes first in turn
+            if name == "scikit-learn iteration":
+                times[name].append(sklearn_iteration())
+                continue
+            reset.get(name, lambda: None)()  # every panel steps from the start, as em_step does
+            times[name].append(cpu_seconds(timed_steps[name]) / steps)
+    best = {name: 1e3 * min(t) for name, t in times.items()}
+    outside = {
+        f"local EMPanel.step ({name})": 1e3 * outside_em_seconds(packages[name], p, steps, rounds)
+        for name, p in panels.items()
+    }
+    em_alone = best["EM step alone (em_step)"]
+    table = Table(
+        f"N = 1,000, D = 2, K = 3 (full), one thread: CPU ms a step, best of {rounds} interleaved rounds of {steps}",
+        ["step", "ms", "/ scikit-learn iteration", "over the EM step alone ms", "outside EM ms"],
+    )
+    for name, ms in best.items():
+        over = ms - em_alone if name in outside else None
+        table.add(name, ms, ms / best["scikit-learn iteration"], over, outside.get(name))
+        extra = (
+            f", {1e3 * over:.0f} us over the EM step alone, {1e3 * outside[name]:.0f} us outside EM"
+            if over is not None
+            else ""
+        )
+        print(f"{name:<38} {ms:7.3f} ms  {ms / best['scikit-learn iteration']:5.2f}x scikit-learn's{extra}")
+    return table
+
+
 def pin_cores() -> None:
     """Both engines on core 0; this process (the notebook's stand-in) and the controller on
     core 1: a host where the notebook does not share the ranks' cores, emulated on two."""
@@ -363,7 +473,18 @@ def main():
     parser.add_argument(
         "--pin", action="store_true", help="engines on core 0, this process and the controller on core 1"
     )
+    parser.add_argument("--local", action="store_true", help="the local panel's step at N = 1,000 instead")
+    add_json_argument(parser, "panel_bench")
     args = parser.parse_args()
+    if args.local:
+        import torch
+        from threadpoolctl import threadpool_limits
+
+        torch.set_num_threads(1)
+        threadpool_limits(1)
+        table = local_bench(args.rounds, args.steps, args.baseline)
+        write_results(args.json, "panel_bench", 1, [table])
+        return
     if not args.skip_redraw:
         redraw_bench(args.redraws)
     if args.baseline:

@@ -5,7 +5,9 @@ Every check is against the float64 E-step or the float64 objective, at stated to
 start to ``AGREE`` (weights; means in spreads; covariances in spreads²) while the data's extent
 is within 1e3 of the components' spreads; data at offsets 1e4 and 1e6 give the fit at 0 moved,
 and data in units 1e3 times smaller or larger the fit scaled, within the same ``AGREE``; EM never lowers the float64 objective by more than ``DOWNHILL`` per
-observation; the encoded data take half the bytes.
+observation; the encoded data take half the bytes. The Bayesian mixture's float32 fit agrees
+with its float64 fit to the same ``AGREE`` and its lower bound to ``BOUND_NOISE`` per
+observation, and both mixtures' ``partial_fit`` take float32 from their input as ``fit`` does.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 import torch
 from offset_data import KINDS, estimator_and_start, full_covariances, offset_problem
 
-from mixle_nb.mixture import GaussianMixture
+from mixle_nb.mixture import BayesianGaussianMixture, GaussianMixture
 from mixle_nb.stats import (
     DiagonalGaussianEstimator,
     GaussianEstimator,
@@ -35,6 +37,11 @@ DOWNHILL = 1e-7  # the float64 objective per observation may fall by this much i
 # spread of the data's extent (a point's rounding, |x - o|·6e-8, moves its log-density by z·that)
 OBJECTIVE, OBJECTIVE_PER_EXTENT = 1e-6, 2e-8
 STEPS = 25
+# the Bayesian mixture's float32 lower bound (a total, as scikit-learn's) per observation: within this
+# of the float64 fit's, and it may fall between iterations by as much (float32's rounding of the
+# responsibilities' entropy; measured at most 1.3e-6 and 1.2e-6; float64's never falls)
+BOUND_NOISE = 5e-6
+PRIOR_TYPES = ("dirichlet_process", "dirichlet_distribution")
 
 
 def _em(p, kind, dtype, steps=STEPS, model=None, reg_covar=1e-6):
@@ -79,8 +86,11 @@ def test_float32_is_accepted_in_every_spelling(spelling):
 def test_another_dtype_is_refused_naming_the_choices(bad):
     with pytest.raises(ValueError, match=r"dtype must be float64 \(the default\) or float32 .*; got"):
         DiagonalGaussianEstimator(dtype=bad)
-    with pytest.raises(ValueError, match=r"dtype"):  # scikit-learn's message for a wrong type, else ours
-        GaussianMixture(dtype=bad).fit(np.random.default_rng(0).normal(size=(20, 2)))
+    x = np.random.default_rng(0).normal(size=(20, 2))
+    for estimator in (GaussianMixture(dtype=bad), BayesianGaussianMixture(dtype=bad)):
+        for method in (estimator.fit, estimator.partial_fit):
+            with pytest.raises(ValueError, match=r"dtype"):  # scikit-learn's message for a wrong type, else ours
+                method(x)
 
 
 def test_a_mixture_dtype_needs_components_of_our_gaussian_families():
@@ -180,3 +190,105 @@ def test_gaussian_mixture_takes_float32_from_its_input_as_scikit_learn_does():
     # the k-means start on a float32 encoding finds the same two groups
     labels = GaussianMixture(2, random_state=0).fit(x.astype(np.float32)).predict(x)
     assert len(set(labels[:300])) == len(set(labels[300:])) == 1 and labels[0] != labels[-1]
+
+
+def _groups(offset: float, centres=(-3.0, 3.0), per: int = 300, dim: int = 3, seed: int = 0) -> np.ndarray:
+    """Unit-spread groups at ``centres`` (on the diagonal) about ``offset``, in numbers float32 holds exactly."""
+    rng = np.random.default_rng(seed)
+    x = np.concatenate([rng.normal(c, 1, (per, dim)) for c in centres]) + offset
+    return x.astype(np.float32).astype(np.float64)
+
+
+def _covariances_by_component(fit, kind: str) -> np.ndarray:
+    """``covariances_`` as one row per component (the tied one repeated)."""
+    k = len(fit.weights_)
+    covariances = np.asarray(fit.covariances_, dtype=np.float64)
+    return np.broadcast_to(
+        covariances.reshape(1 if kind == "tied" else k, -1), (k, covariances.size // (1 if kind == "tied" else k))
+    )
+
+
+@pytest.mark.filterwarnings("ignore:Best performing initialization did not converge")  # 100 iterations, tol=0
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_float32_bayesian_fit_agrees_with_the_float64_fit(kind):
+    """Three groups and three components at an offset of 1e4, 100 iterations from the same start
+    (more components than groups would split a group, a ridge along which any rounding moves the fit)."""
+    x = _groups(1e4, centres=(-4.0, 0.0, 4.0), per=200)
+    for prior in PRIOR_TYPES:
+        settings = dict(
+            n_components=3,
+            covariance_type=kind,
+            weight_concentration_prior_type=prior,
+            random_state=0,
+            max_iter=100,
+            tol=0,
+        )
+        wide = BayesianGaussianMixture(**settings).fit(x)
+        narrow = BayesianGaussianMixture(dtype="float32", **settings).fit(x)
+        where = f"{kind} {prior}"
+        assert np.abs(narrow.weights_ - wide.weights_).max() <= AGREE, where
+        assert np.abs(narrow.means_ - wide.means_).max() <= AGREE, where
+        covariances = _covariances_by_component(narrow, kind), _covariances_by_component(wide, kind)
+        assert np.abs(covariances[0] - covariances[1]).max() <= AGREE, where
+        assert abs(narrow.lower_bound_ - wide.lower_bound_) / len(x) <= BOUND_NOISE, where
+        assert np.max(-np.diff(narrow.lower_bounds_)) / len(x) <= BOUND_NOISE, where
+
+
+@pytest.mark.filterwarnings("ignore:Best performing initialization did not converge")
+@pytest.mark.parametrize("kind", KINDS)
+def test_bayesian_mixture_takes_float32_from_its_input_as_scikit_learn_does(kind):
+    from sklearn.mixture import BayesianGaussianMixture as ScikitBayesianGaussianMixture
+
+    x = _groups(0.0, per=100, dim=2)
+    narrow_x = x.astype(np.float32)
+    settings = dict(n_components=3, covariance_type=kind, random_state=0, max_iter=20, tol=0)
+    narrow = BayesianGaussianMixture(**settings).fit(narrow_x)
+    theirs = ScikitBayesianGaussianMixture(**settings).fit(narrow_x)
+    for name in ("weights_", "means_", "covariances_", "precisions_", "precisions_cholesky_", "mean_precision_"):
+        assert getattr(narrow, name).dtype == getattr(theirs, name).dtype, name
+    for name in ("mean_prior_", "covariance_prior_"):  # taken from the data: float32 where scikit-learn's are
+        assert np.asarray(getattr(narrow, name)).dtype == np.asarray(getattr(theirs, name)).dtype, name
+    assert narrow.score_samples(narrow_x).dtype == theirs.score_samples(narrow_x).dtype
+    assert narrow.predict_proba(narrow_x).dtype == theirs.predict_proba(narrow_x).dtype
+    # the input's float32 chose the float32 E-step; dtype= overrides it either way
+    priors = dict(mean_prior=narrow.mean_prior_, covariance_prior=narrow.covariance_prior_)
+    chosen = BayesianGaussianMixture(dtype="float32", **priors, **settings).fit(x)
+    wide = BayesianGaussianMixture(**priors, **settings).fit(x)
+    overridden = BayesianGaussianMixture(dtype="float64", **priors, **settings).fit(narrow_x)
+    for name in ("weights_", "means_", "covariances_", "lower_bound_"):
+        np.testing.assert_array_equal(getattr(narrow, name), getattr(chosen, name), err_msg=name)
+        np.testing.assert_array_equal(getattr(overridden, name), getattr(wide, name), err_msg=name)
+    assert np.abs(narrow.weights_ - wide.weights_).max() <= AGREE
+
+
+@pytest.mark.parametrize("estimator", [GaussianMixture, BayesianGaussianMixture])
+def test_partial_fit_takes_float32_from_its_input_as_fit_does(estimator):
+    """Six chunks at an offset of 1e4: float32 chunks are folded exactly as ``dtype="float32"``
+    folds their float64 values, and ``dtype="float64"`` folds float32 chunks as float64 ones."""
+    x = _groups(1e4, per=300, dim=2)
+    np.random.default_rng(1).shuffle(x)
+    start = (
+        dict(means_init=[[1e4 - 2, 1e4 - 2], [1e4 + 2, 1e4 + 2]])
+        if estimator is GaussianMixture
+        else dict(mean_prior=[1e4, 1e4], covariance_prior=9.0 * np.eye(2))
+    )
+
+    def folded(dtype, chunk_dtype):
+        fit = estimator(n_components=2, random_state=0, dtype=dtype, **start)
+        for chunk in np.array_split(x, 6):
+            fit.partial_fit(chunk.astype(chunk_dtype))
+        return fit
+
+    wide, narrow = folded(None, np.float64), folded(None, np.float32)
+    chosen, overridden = folded("float32", np.float64), folded("float64", np.float32)
+    # the attributes' dtype is the chunks' as fit's is: float32 for GaussianMixture, float64 for the Bayesian
+    attribute_dtype = np.float32 if estimator is GaussianMixture else np.float64
+    assert narrow.means_.dtype == overridden.means_.dtype == attribute_dtype
+    assert wide.means_.dtype == chosen.means_.dtype == np.float64
+    for name in ("weights_", "means_", "covariances_"):
+        np.testing.assert_array_equal(getattr(narrow, name), getattr(chosen, name).astype(attribute_dtype), name)
+        np.testing.assert_array_equal(getattr(overridden, name), getattr(wide, name).astype(attribute_dtype), name)
+    assert narrow.lower_bounds_ == chosen.lower_bounds_ and overridden.lower_bounds_ == wide.lower_bounds_
+    np.testing.assert_allclose(chosen.weights_, wide.weights_, rtol=0, atol=AGREE)
+    np.testing.assert_allclose(chosen.means_, wide.means_, rtol=0, atol=AGREE)
+    np.testing.assert_allclose(chosen.covariances_, wide.covariances_, rtol=0, atol=AGREE)

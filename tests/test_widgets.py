@@ -233,6 +233,25 @@ def test_local_panel_without_a_cluster():
     np.testing.assert_allclose([r.log_density for r in panel.history], [r.log_density for r in records], rtol=1e-12)
 
 
+def test_a_local_panels_history_keeps_its_models_without_what_their_e_steps_prepared():
+    """A step keeps a shallow copy of its model (no pickle round trip): the copy drops the kernel
+    the model's next E-step builds on the live model, which stays bound on the rank, and the
+    steps go on as one process's EM does."""
+    x, start = em_problem(2000)
+    panel = EMPanel(handle=x, estimator=start.estimator(), model=start)
+    panel.run(4)
+    live = panel.ranks.namespace[panel.model_name]
+    assert live is not panel.history[-1].model
+    assert all(r.model._kernel is None for r in panel.history)  # the E-steps ran on the live models
+    assert live._kernel is None and panel.step().model is not live  # the step's E-step ran on `live`
+    assert live._kernel is not None
+    records = []
+    optimize(x, start.estimator(), prev_estimate=start, max_its=5, delta=0.0, out=None, on_step=records.append)
+    for kept, reference in zip(panel.history, records):
+        np.testing.assert_allclose([c.mu for c in kept.model.components], [c.mu for c in reference.model.components])
+        np.testing.assert_allclose(kept.model.w, reference.model.w, rtol=1e-12)
+
+
 def test_names_without_a_running_cluster_say_how_to_start_one(monkeypatch):
     from mixle_nb import cluster as cluster_module
 

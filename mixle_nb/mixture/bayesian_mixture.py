@@ -23,7 +23,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .. import inference
 from ..stats import em_step, seq_encode
 from ..stats.estimation import is_handle
-from ..stats.frame import PointEncoding, with_weights
+from ..stats.frame import PointEncoding, encoding_dtype, with_weights
 from ..stats.variational_gaussian import (
     VariationalGaussianMixture,
     VariationalGaussianMixtureEstimator,
@@ -41,7 +41,7 @@ from .bayesian_handles import (
 from .bayesian_priors import prior_attributes
 from .bayesian_starts import array_start
 from .encoding_face import HandleEncoding
-from .gaussian_mixture import SAMPLE_WEIGHT_ON_RANKS, is_reference
+from .gaussian_mixture import SAMPLE_WEIGHT_ON_RANKS, _array_dtype, is_reference
 from .sample_weights import checked_sample_weight
 from .stepwise import stepwise_update
 from .translation import precisions_from_cholesky
@@ -106,6 +106,14 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         Iterations between progress lines.
     device : str or torch.device, optional
         Keyword-only: where an array is encoded and the E-step runs (``None``: the CPU).
+    dtype : {None, "float32", "float64"}, torch.dtype or numpy dtype, default None
+        Keyword-only: the E-step's arithmetic (encoding, expected log-joints, responsibilities),
+        as ``GaussianMixture``'s: ``None`` takes the input array's (float32 for a float32
+        array, else float64; a handle's encoding is its own). The statistics, the entropy, the
+        lower bound and the variational update stay float64, and so do the fitted parameters,
+        as scikit-learn's are for a float32 array (its ``mean_prior_``, and the diagonal and
+        spherical ``covariance_prior_`` taken from the data, are float32). What float32 keeps
+        of the numerics guarantees is in the numerics guide.
 
     Attributes
     ----------
@@ -150,12 +158,19 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
     2
     >>> bgm.predict([[-4.0, -4.0], [4.0, 4.0]]).tolist() != [0, 0]
     True
+
+    A float32 array is fitted with the float32 E-step:
+
+    >>> bgm32 = BayesianGaussianMixture(n_components=5, random_state=0).fit(X.astype(np.float32))
+    >>> bool(np.allclose(bgm32.weights_, bgm.weights_, atol=1e-4)), bgm32.means_.dtype
+    (True, dtype('float64'))
     """
 
     n_features_in_: int
     _parameter_constraints: dict = {
         **scikit_internals.bayesian_parameter_constraints(),
         "device": [None, str, torch.device],
+        "dtype": [None, str, type, np.dtype, torch.dtype],
     }
 
     def __init__(
@@ -179,6 +194,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         verbose: int = 0,
         verbose_interval: int = 10,
         device: str | torch.device | None = None,
+        dtype: Any = None,
     ) -> None:
         self.n_components = n_components
         self.covariance_type = covariance_type
@@ -198,6 +214,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         self.verbose = verbose
         self.verbose_interval = verbose_interval
         self.device = device
+        self.dtype = dtype
 
     # -- fitting ----------------------------------------------------------------------------
 
@@ -250,10 +267,11 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             self.__dict__.update(fitted)
             self._warn_unless_converged()
             return self
-        data, count, n_features = self._fit_data(X)
+        data, count, n_features, input_dtype = self._fit_data(X)
+        e_step = self._e_step_dtype(input_dtype)  # a bad dtype= is refused before any work
         weights = None if sample_weight is None else checked_sample_weight(sample_weight, count)
         estimator = VariationalGaussianMixtureEstimator(
-            self.n_components, n_features, self._priors(data, n_features, weights)
+            self.n_components, n_features, self._priors(data, n_features, weights, input_dtype), e_step
         )
         enc = self._encoding(data, estimator, weights)
         warm = self.warm_start and hasattr(self, "converged_")
@@ -367,10 +385,11 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             return self
         running = getattr(self, "_stepwise", None)
         fitted = hasattr(self, "converged_")
-        data, count, n_features = self._chunk(X, fitted)
+        data, count, n_features, input_dtype = self._chunk(X, fitted)
+        e_step = self._e_step_dtype(input_dtype)  # a bad dtype= is refused before any work
         weights = None if sample_weight is None else checked_sample_weight(sample_weight, count)
-        priors = self._fitted_priors() if fitted else self._priors(data, n_features, weights)
-        estimator = VariationalGaussianMixtureEstimator(self.n_components, n_features, priors)
+        priors = self._fitted_priors() if fitted else self._priors(data, n_features, weights, input_dtype)
+        estimator = VariationalGaussianMixtureEstimator(self.n_components, n_features, priors, e_step)
         enc = self._encoding(data, estimator, weights)
         if fitted:
             model = self._model(priors)
@@ -385,21 +404,24 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         self._stepwise = (value, step + 1, seen)
         return self
 
-    def _chunk(self, X: Any, fitted: bool) -> tuple[Any, int, int]:
-        """``(data, count, n_features)`` of a ``partial_fit`` chunk, checked as scikit-learn
-        checks it (the first sets ``n_features_in_``, the rest must match)."""
+    def _chunk(self, X: Any, fitted: bool) -> tuple[Any, int, int, type]:
+        """``(data, count, n_features, dtype)`` of a ``partial_fit`` chunk (``dtype``: the
+        array's, float32 or float64), checked as scikit-learn checks it (the first sets
+        ``n_features_in_``, the rest must match)."""
+        input_dtype: type = np.float64
         if is_handle(X):
             count = len(X)
             self.n_features_in_ = n_features = handle_features(X, self.n_features_in_ if fitted else None)
             check_handle_weight(X, priors_from_data=not fitted and self.covariance_prior is None)
         else:
-            X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=not fitted), dtype=np.float64)
+            X = validate_data(self, X, dtype=[np.float64, np.float32], reset=not fitted)
+            input_dtype, X = _array_dtype(X), np.asarray(X, dtype=np.float64)
             count, n_features = X.shape
         if not fitted and count < self.n_components:
             raise ValueError(
                 f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {count}"
             )
-        return X, count, n_features
+        return X, count, n_features, input_dtype
 
     def _encoding(self, data: Any, estimator: VariationalGaussianMixtureEstimator, weights: np.ndarray | None) -> Any:
         """A handle as it is; an array encoded, its rows carrying ``weights`` where given."""
@@ -417,8 +439,10 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
                 stacklevel=3,
             )
 
-    def _fit_data(self, X: Any) -> tuple[Any, int, int]:
-        """``(data, count, n_features)``, checked as scikit-learn does."""
+    def _fit_data(self, X: Any) -> tuple[Any, int, int, type]:
+        """``(data, count, n_features, dtype)`` (``dtype``: the array's, float32 or float64),
+        checked as scikit-learn does."""
+        input_dtype: type = np.float64
         if is_handle(X):
             count, n_features = len(X), handle_features(X)
             self.__dict__.pop("feature_names_in_", None)
@@ -429,22 +453,30 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
                 )
             check_handle_weight(X, priors_from_data=self.covariance_prior is None)
         else:
-            X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2), np.float64)
+            X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+            input_dtype, X = _array_dtype(X), np.asarray(X, np.float64)
             count, n_features = len(X), X.shape[1]
         if count < self.n_components:
             raise ValueError(
                 f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {count}"
             )
-        return X, count, n_features
+        return X, count, n_features, input_dtype
 
-    def _priors(self, data: Any, n_features: int, weights: np.ndarray | None = None) -> VariationalPriors:
+    def _e_step_dtype(self, input_dtype: type) -> torch.dtype:
+        """The E-step's dtype: ``dtype=``, else the input array's (float32 or float64)."""
+        return encoding_dtype(self.dtype if self.dtype is not None else input_dtype)
+
+    def _priors(
+        self, data: Any, n_features: int, weights: np.ndarray | None = None, input_dtype: type = np.float64
+    ) -> VariationalPriors:
         """The priors of a fit on ``data``, set as the ``*_prior_`` attributes
-        (``bayesian_priors.prior_attributes``)."""
-        self.__dict__.update(prior_attributes(self, data, n_features, weights))
+        (``bayesian_priors.prior_attributes``; those from the data in ``input_dtype``)."""
+        self.__dict__.update(prior_attributes(self, data, n_features, weights, input_dtype))
         return self._fitted_priors()
 
     def _fitted_priors(self) -> VariationalPriors:
-        """The priors of the fitted ``*_prior_`` attributes."""
+        """The priors of the fitted ``*_prior_`` attributes, in float64."""
+        covariance = self.covariance_prior_
         return VariationalPriors(
             self.covariance_type,
             self.weight_concentration_prior_type,
@@ -452,7 +484,7 @@ class BayesianGaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             float(self.mean_precision_prior_),
             np.asarray(self.mean_prior_, dtype=np.float64),
             float(self.degrees_of_freedom_prior_),
-            self.covariance_prior_,
+            float(covariance) if np.ndim(covariance) == 0 else np.asarray(covariance, dtype=np.float64),
             float(self.reg_covar),
         )
 

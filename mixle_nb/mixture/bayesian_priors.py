@@ -15,9 +15,13 @@ from .bayesian_handles import check_weight_for_priors, handle_moments
 from .initial_parameters import checked_precisions
 
 
-def prior_attributes(bgm: Any, data: Any, n_features: int, weights: np.ndarray | None = None) -> dict[str, Any]:
+def prior_attributes(
+    bgm: Any, data: Any, n_features: int, weights: np.ndarray | None = None, dtype: type = np.float64
+) -> dict[str, Any]:
     """The ``*_prior_`` attributes of a fit of ``bgm`` (a ``BayesianGaussianMixture``) on
-    ``data``, an array (its rows weighted by ``weights`` where given) or a handle.
+    ``data``, an array (its rows weighted by ``weights`` where given) or a handle. Those taken
+    from the data are in ``dtype``, the input array's, where scikit-learn's are (the mean, and
+    the diagonal and spherical covariances: its moments of a float32 array); the rest float64.
 
     Raises
     ------
@@ -46,13 +50,13 @@ def prior_attributes(bgm: Any, data: Any, n_features: int, weights: np.ndarray |
         check_weight_for_priors(float(weights.sum()))
     if mean is None or covariance is None:
         data_mean, data_covariance = _data_moments(data, d, full_statistics(kind, d), weights)
-        mean = data_mean if mean is None else mean
+        mean = data_mean.astype(dtype) if mean is None else mean
         if covariance is None:
             covariance = {
                 "full": np.atleast_2d(data_covariance),
                 "tied": np.atleast_2d(data_covariance),
-                "diag": np.diag(np.atleast_2d(data_covariance)).copy(),
-                "spherical": float(np.diag(np.atleast_2d(data_covariance)).mean()),
+                "diag": np.diag(np.atleast_2d(data_covariance)).astype(dtype),
+                "spherical": dtype(np.diag(np.atleast_2d(data_covariance)).mean()),
             }[kind]
     return {
         "weight_concentration_prior_": (

@@ -354,7 +354,9 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         parameters after :meth:`fit`; :meth:`fit` starts afresh. Passes over the chunks of a
         dataset reach its batch fit. ``n_iter_`` counts the chunks folded, ``lower_bound_``
         is the last chunk's mean log-density under the model it was folded under (and
-        ``lower_bounds_`` every chunk's); ``converged_`` stays ``False``.
+        ``lower_bounds_`` every chunk's); ``converged_`` stays ``False``. As in :meth:`fit`,
+        a float32 chunk is folded with the float32 E-step unless ``dtype`` says otherwise,
+        and the fitted attributes take the chunk's dtype.
 
         Parameters
         ----------
@@ -403,9 +405,10 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             return self
         running = getattr(self, "_stepwise", None)
         fitted = hasattr(self, "converged_")
-        enc, n_features = self._chunk(X, fitted, sample_weight)
-        estimator = self.mixture_estimator(n_features)
-        if fitted:
+        enc, estimator, n_features, input_dtype = self._chunk(X, fitted, sample_weight)
+        if running is not None:  # the last fold's model, in float64: float32 attributes are rounded
+            model = estimator.estimate(1.0, running[0])
+        elif fitted:
             model = self._model()
         else:
             initial = self._initial_parameters(n_features)
@@ -418,14 +421,18 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         except DegenerateComponentError as error:
             raise ValueError(f"{ILL_DEFINED} ({error}.)") from error
         bounds = [*self.lower_bounds_] if running is not None else []
-        self._set_fitted(inference.FitResult(new, log_density, [], False, step + 1, "model"), weight)
+        self._set_fitted(inference.FitResult(new, log_density, [], False, step + 1, "model"), weight, input_dtype)
         self.lower_bounds_ = [*bounds, self.lower_bound_]
         self._stepwise = (value, step + 1)
         return self
 
-    def _chunk(self, X: Any, fitted: bool, sample_weight: ArrayLike | None) -> tuple[Any, int]:
-        """``(encoding or handle, n_features)`` of a ``partial_fit`` chunk, checked as
-        scikit-learn checks it (the first sets ``n_features_in_``, the rest must match)."""
+    def _chunk(self, X: Any, fitted: bool, sample_weight: ArrayLike | None) -> tuple[Any, MixtureEstimator, int, type]:
+        """``(encoding or handle, estimator, n_features, dtype)`` of a ``partial_fit`` chunk,
+        checked as scikit-learn checks it (the first sets ``n_features_in_``, the rest must
+        match). ``dtype`` is the array's (float32 or float64); the estimator's E-step is
+        ``dtype=``'s, else the array's (a handle's: ``dtype=``'s, else float64, its encoding
+        its own)."""
+        input_dtype: type = np.float64
         if is_handle(X):
             count, n_features = len(X), _handle_features(X)
             if fitted and n_features != self.n_features_in_:
@@ -436,17 +443,21 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             self.n_features_in_ = n_features
             checked_total_weight(X)
             enc: Any = X
+            estimator = self.mixture_estimator(n_features)
         else:
-            X = np.asarray(validate_data(self, X, dtype=[np.float64, np.float32], reset=not fitted), dtype=np.float64)
+            X = validate_data(self, X, dtype=[np.float64, np.float32], reset=not fitted)
+            input_dtype, X = _array_dtype(X), np.asarray(X, dtype=np.float64)
             count, n_features = X.shape
-            enc = seq_encode(X, estimator=self.mixture_estimator(n_features), device=self.device)
+            e_step = self.dtype if self.dtype is not None else input_dtype
+            estimator = mixture_estimator(self.covariance_type, self.n_components, n_features, self.reg_covar, e_step)
+            enc = seq_encode(X, estimator=estimator, device=self.device)
             if sample_weight is not None:
                 enc = with_weights(cast(PointEncoding, enc), checked_sample_weight(sample_weight, count))
         if not fitted and count < self.n_components:
             raise ValueError(
                 f"Expected n_samples >= n_components but got n_components = {self.n_components}, n_samples = {count}"
             )
-        return enc, n_features
+        return enc, estimator, n_features, input_dtype
 
     def _warn_unless_converged(self) -> None:
         if not self.converged_ and self.max_iter > 0:

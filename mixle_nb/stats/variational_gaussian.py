@@ -34,7 +34,7 @@ from scipy.special import betaln, digamma, gammaln
 from .base import Accumulator, Distribution, Encoder, Estimator, total
 from .centred_moments import _split
 from .diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEstimator
-from .frame import LOG_2PI
+from .frame import LOG_2PI, encoding_dtype
 from .mixture import MixtureAccumulator, MixtureDistribution, MixtureEstimator
 from .multivariate_gaussian import MultivariateGaussianDistribution, MultivariateGaussianEstimator
 from .spherical_gaussian import SphericalGaussianDistribution
@@ -277,23 +277,25 @@ class VariationalGaussianMixtureEstimator(Estimator):
     :class:`VariationalGaussianMixture` (``(counts, component values, entropy)``) into the
     next one, carrying the lower bound; :meth:`start` turns statistics taken with given
     responsibilities (``(counts, component values)``) into a start, as scikit-learn's
-    ``_initialize`` does."""
+    ``_initialize`` does. ``dtype`` is the E-step's (float64 by default; float32 keeps the
+    statistics, the entropy and the update in float64, as the Gaussian mixture's does)."""
 
-    def __init__(self, n_components: int, n_features: int, priors: VariationalPriors):
+    def __init__(self, n_components: int, n_features: int, priors: VariationalPriors, dtype: Any = None):
         self.n_components, self.n_features, self.priors = n_components, n_features, priors
         self.full = full_statistics(priors.covariance_type, n_features)
+        self.dtype = None if dtype is None else encoding_dtype(dtype)
 
     def gaussian_estimator(self) -> MixtureEstimator:
         """A Gaussian mixture's estimator with this type's component statistics, untied (the
-        variational update pools the tied type's scatter itself): what a start's statistics
-        and a handle's encoding come from."""
+        variational update pools the tied type's scatter itself), its E-step in ``dtype``:
+        what a start's statistics and a handle's encoding come from."""
         d, reg = self.n_features, self.priors.reg_covar
         component: Estimator
         if self.full:
             component = MultivariateGaussianEstimator(dim=d, reg_covar=reg)
         else:
             component = DiagonalGaussianEstimator(dim=d, reg_covar=reg)
-        return MixtureEstimator([component] * self.n_components)
+        return MixtureEstimator([component] * self.n_components, dtype=self.dtype)
 
     def make_accumulator(self) -> VariationalMixtureAccumulator:
         return VariationalMixtureAccumulator(self.gaussian_estimator().make_accumulator())
