@@ -34,6 +34,7 @@ from mixle_nb.stats.hmm import (
     compiled,
     diagonal_states,
     forward_backward,
+    scaled_kernel,
 )
 from mixle_nb.stats.hmm.columns import ColumnsDistribution
 from mixle_nb.stats.hmm.emissions import EmissionKernel, add_emission_statistics
@@ -438,7 +439,7 @@ def test_compiled_pass_over_several_tiles_of_sequences(implementation):
     ragged rest, lengths 1 to 6), with sequence weights: equal to the torch pass."""
     rng = np.random.default_rng(11)
     model = gaussian_model(implementation)
-    seqs = [rng.normal(0, 3, n) for n in rng.integers(1, 7, 2 * compiled.TILE + 37)]
+    seqs = [rng.normal(0, 3, n) for n in rng.integers(1, 7, 2 * scaled_kernel.TILE + 37)]
     batch = seq_encode(seqs, model=model).batches[0]
     log_b, _ = model.log_b(batch)
     startprob, transmat = model.parameters_on(torch.device("cpu"))
