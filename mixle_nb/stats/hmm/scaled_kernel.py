@@ -13,10 +13,10 @@ pass with the stored arrays moved about 580 MB an iteration, this one about 150 
 
 Emission sources (``source``): ``LOG_B``, a given (K, rows) array of log-densities (any
 family); ``DIAGONAL``, axis-aligned Gaussian states (``const_k + Σ_d factor_kd (x_d - mu_kd)²``
-of the points (D, rows)); ``CATEGORICAL``, a (K, labels) table of log-probabilities gathered at
-each row's label index. Statistics (``target``): ``GAMMA``, the weighted posteriors (K, rows);
+of the points (D, rows)); ``CATEGORICAL``, a (K, labels) table of emission probabilities (each
+label's relative to its largest, made once) gathered at each row's label index. Statistics (``target``): ``GAMMA``, the weighted posteriors (K, rows);
 ``DIAGONAL``, ``[Σ g, Σ g (x - mu_k), Σ g (x - mu_k)²]`` (K, 1 + 2D); ``CATEGORICAL``, the
-posteriors summed per label (K, labels).
+posteriors summed per label (labels, K).
 
 The numerics are the torch pass's (:mod:`.forward_backward`): each column's emission
 probabilities relative to its largest, ``exp(log_b - peak)``, the forward variables divided by
@@ -48,19 +48,30 @@ def block(flat: np.ndarray, first: int, k: int, m: int) -> np.ndarray:
 
 
 @jit
-def relative_emissions(source: int, emission: tuple, o: int, m: int, b: np.ndarray, top: np.ndarray) -> None:
+def relative_emissions(
+    source: int, emission: tuple, o: int, m: int, b: np.ndarray, top: np.ndarray, scratch: np.ndarray
+) -> None:
     """``b[s, :m] = exp(log p_s(x_{o+j}) - top[j])`` with ``top[j] = max_s log p_s(x_{o+j})``
     (at least ``LOWEST``): the emission probabilities of packed rows ``o .. o+m-1`` relative to
-    each row's largest."""
+    each row's largest (``scratch``: the exponential's, at least ``m``)."""
     log_b, points, mu, factor, const, index, table = emission
     k = b.shape[0]
+    if source == CATEGORICAL:  # made per label beforehand: gathered, no exponential
+        labels = index[o : o + m]
+        for s in range(k):
+            out, relative = b[s, :m], table[s]
+            for j in range(m):
+                out[j] = relative[labels[j]]
+        for j in range(m):
+            top[j] = const[labels[j]]
+        return
     for s in range(k):
         out = b[s, :m]
         if source == LOG_B:
             row = log_b[s, o : o + m]
             for j in range(m):
                 out[j] = row[j]
-        elif source == DIAGONAL:
+        else:
             bias = const[s]
             for j in range(m):
                 out[j] = bias
@@ -69,10 +80,6 @@ def relative_emissions(source: int, emission: tuple, o: int, m: int, b: np.ndarr
                 for j in range(m):
                     y = x[j] - centre
                     out[j] += f * y * y
-        else:
-            probabilities, labels = table[s], index[o : o + m]
-            for j in range(m):
-                out[j] = probabilities[labels[j]]
     for j in range(m):
         top[j] = LOWEST
     for s in range(k):
@@ -83,7 +90,7 @@ def relative_emissions(source: int, emission: tuple, o: int, m: int, b: np.ndarr
         out = b[s, :m]
         for j in range(m):
             out[j] -= top[j]
-        exp_nonpositive(out)
+        exp_nonpositive(out, scratch)
 
 
 @jit
@@ -115,12 +122,16 @@ def add_statistics(
                     statistics[s, 0] += total
                 statistics[s, 1 + d] += first_moment
                 statistics[s, 1 + dim + d] += second_moment
-        elif target == CATEGORICAL:
-            counts, labels = statistics[s], index[o : o + m]
-            for j in range(m):
-                counts[labels[j]] += g_s[j]
-        else:
+        elif target == GAMMA:
             statistics[s, o : o + m] = g_s
+    if target == CATEGORICAL:
+        # a row's K additions go to K different counts: rows of one label close together do
+        # not chain additions into one count, each waiting on the last
+        labels = index[o : o + m]
+        for j in range(m):
+            counts = statistics[labels[j]]
+            for s in range(k):
+                counts[s] += g[s, j]
 
 
 @jit
@@ -150,7 +161,7 @@ def scaled_tiles(
     k = transmat.shape[0]
     n0 = sizes[0]
     position = np.zeros(len(sizes) + 1, dtype=np.int64)
-    work = np.empty((k + 3, TILE))
+    work = np.empty((k + 4, TILE))  # rows k..k+3: sums, peaks, running products, scratch
     b = np.empty((k, TILE))
     beta = np.empty((k, TILE))
     u = np.empty((k, TILE))
@@ -176,7 +187,7 @@ def scaled_tiles(
             product[j] = 1.0
         for t in range(steps):
             m, o = min(sizes[t] - j0, TILE), offsets[t] + j0
-            relative_emissions(source, emission, o, m, b, top)
+            relative_emissions(source, emission, o, m, b, top, work[k + 3])
             if t == 0:
                 for s in range(k):
                     start_s, out, b_s = startprob[s], work[s, :m], b[s, :m]
@@ -226,7 +237,7 @@ def scaled_tiles(
         inverse = work[k]
         for t in range(steps - 1, -1, -1):
             m, o = min(sizes[t] - j0, TILE), offsets[t] + j0
-            relative_emissions(source, emission, o, m, b, top)
+            relative_emissions(source, emission, o, m, b, top, work[k + 3])
             c = scale[position[t] : position[t] + m]
             alpha_t = block(alpha, position[t], k, m)
             for j in range(m):
@@ -270,10 +281,15 @@ def diagonal_emission(points: np.ndarray, mu: np.ndarray, factor: np.ndarray, co
     return (_NO_TABLE, points, mu, factor, const, _NO_INDEX, _NO_TABLE)
 
 
-def categorical_emission(index: np.ndarray, table: np.ndarray) -> tuple:
-    """``CATEGORICAL``'s emission tuple: each row's label index (rows,) and the states'
-    log-probabilities of each label (K, labels)."""
-    return (_NO_TABLE, _NO_TABLE, _NO_TABLE, _NO_TABLE, _NO_VECTOR, index, table)
+def categorical_emission(index: np.ndarray, log_table: np.ndarray) -> tuple:
+    """``CATEGORICAL``'s emission tuple from each row's label index (rows,) and the states'
+    log-probabilities of each label (K, labels): a row's emission probabilities relative to
+    their largest depend on its label alone, so they are made once per label here (the table
+    relative to each label's largest, and that largest), not once per row in the pass."""
+    top = np.maximum(log_table.max(axis=0), LOWEST)
+    relative = np.ascontiguousarray(log_table - top)
+    exp_nonpositive(relative.reshape(-1), np.empty(relative.size))
+    return (_NO_TABLE, _NO_TABLE, _NO_TABLE, _NO_TABLE, top, index, relative)
 
 
 def scaled_pass(
