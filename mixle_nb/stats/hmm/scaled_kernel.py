@@ -8,8 +8,9 @@ states' family reads (the points, or the labels) rather than from a stored (K, r
 each step's posteriors go straight into the statistics the M-step reads (the axis-aligned
 Gaussians' sums about each state's mean, the categoricals' counts) rather than into a stored
 (K, rows) array read again afterwards. At 1,000 sequences x 1,000 steps x 8 states each of those
-arrays is 64 MB, and a pass over them costs more than the arithmetic it saves (measured: the
-pass with the stored arrays moved about 580 MB an iteration, this one about 150 MB).
+arrays is 64 MB; counted from the arrays' sizes, the pass that stored them moved about 580 MB an
+iteration, this one about 150 MB, and it costs about a third less CPU time (measured: 110 -> 70
+ms for a 1-D Gaussian E-step, 109 -> 55 ms for a categorical one, on a loaded 2-core Xeon).
 
 Emission sources (``source``): ``LOG_B``, a given (K, rows) array of log-densities (any
 family); ``DIAGONAL``, axis-aligned Gaussian states (``const_k + Σ_d factor_kd (x_d - mu_kd)²``
