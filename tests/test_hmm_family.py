@@ -38,6 +38,7 @@ from mixle_nb.stats.hmm import (
 )
 from mixle_nb.stats.hmm.columns import ColumnsDistribution
 from mixle_nb.stats.hmm.emissions import EmissionKernel, add_emission_statistics
+from mixle_nb.stats.hmm.encoding import locate_non_finite
 from mixle_nb.stats.mixture import component_log_density
 
 STARTPROB = [0.6, 0.3, 0.1]
@@ -473,3 +474,14 @@ def test_categorical_states_equal_the_per_state_kernels_and_counts():
         np.testing.assert_allclose(
             [counts[label] for label in expected.value()], list(expected.value().values()), rtol=1e-12
         )
+
+
+def test_non_finite_values_are_located_and_finite_sums_that_overflow_are_not_bad():
+    """The encoder's NaN / infinity check: finite values whose sum overflows pass, and a bad
+    value is named by its sequence and position."""
+    x = np.array([1e308, 1e308, 1.0, -1e308])
+    assert locate_non_finite(x, np.array([2, 2])) is None
+    x[2] = np.nan
+    assert locate_non_finite(x, np.array([2, 2])) == "sequence 1, position 0"
+    x[2], x[0] = 1.0, -np.inf
+    assert locate_non_finite(x, np.array([3, 1])) == "sequence 0, position 0"

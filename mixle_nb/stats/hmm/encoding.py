@@ -272,9 +272,14 @@ class SequenceError(ValueError):
 
 
 def locate_non_finite(x: np.ndarray, lengths: np.ndarray) -> str | None:
-    """``"sequence s, position p"`` of the first NaN or infinite observation, else ``None``."""
-    if x.dtype.kind not in "fc" or np.all(np.isfinite(x)):
+    """``"sequence s, position p"`` of the first NaN or infinite observation, else ``None``.
+    A finite sum (one pass, no temporary) proves every value finite; only a sum that is not
+    (a bad value, or finite values that overflow it) looks value by value."""
+    if x.dtype.kind not in "fc":
         return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(x.sum()) or np.all(np.isfinite(x)):
+            return None
     row = int(np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))[0])
     ends = np.cumsum(lengths)
     seq = int(np.searchsorted(ends, row, side="right"))
