@@ -53,7 +53,7 @@ class PackedBatch:
         length.
     starts : numpy.ndarray
         The batch's sequences' first rows in the shard's concatenated observations (each packed
-        row's there is :attr:`source`).
+        row's position there is its ``source`` property).
     segments : tuple
         The runs of steps with equal ``sizes``: ``(first column, steps, size)``.
     device : torch.device
