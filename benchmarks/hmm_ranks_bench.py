@@ -15,7 +15,10 @@ one iteration is timed on each, interleaved round by round, one thread a rank:
 - mixle's: ``pysp_seq_estimate`` with mixle's ``HiddenMarkovModelEstimator`` (the step mixle's
   own dispatch calls on a handle), same data, same start.
 
-Each number is the least over ``--rounds`` rounds: the wall time of a step on rank 0 (the step
+One thread a rank for both: torch's, and numba's (mixle's E-step is a numba ``parallel=True``
+kernel on numba's OpenMP layer, which by default runs as many threads as cores on every rank:
+before this was set, mixle's step ran two threads a rank on two cores, its CPU time counting
+the oversubscription and the workers' waiting). Each number is the least over ``--rounds`` rounds: the wall time of a step on rank 0 (the step
 ends in a collective, so every rank waits for the slower) and, beside it, the larger of the two
 ranks' CPU times (``time.process_time``; this machine is shared, and its wall clock counts other
 people's work). The last columns check that the same iteration was timed: the largest
@@ -83,6 +86,7 @@ def peak_mib() -> float:
 
 def _rank(rank: int, world: int, folder: str, states: int, rounds: int) -> dict:
     import mixle.stats as ms
+    import numba
     import torch
     import torch.distributed as dist
 
@@ -90,7 +94,11 @@ def _rank(rank: int, world: int, folder: str, states: int, rounds: int) -> dict:
     from mixle_nb.stats import GaussianDistribution
     from mixle_nb.stats.hmm import HiddenMarkovDistribution
 
+    # one thread a rank, for both: mixle's E-step is a numba ``parallel=True`` kernel, which
+    # otherwise runs numba's default thread count (the cores) on every rank, two ranks
+    # oversubscribing the cores and its CPU time counting the OpenMP workers' spinning
     torch.set_num_threads(1)
+    numba.set_num_threads(1)
     startprob, transmat, means, var = start(states)
     ours = {
         impl: HiddenMarkovDistribution([GaussianDistribution(m, var) for m in means], startprob, transmat, impl)

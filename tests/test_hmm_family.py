@@ -34,9 +34,11 @@ from mixle_nb.stats.hmm import (
     compiled,
     diagonal_states,
     forward_backward,
+    scaled_kernel,
 )
 from mixle_nb.stats.hmm.columns import ColumnsDistribution
 from mixle_nb.stats.hmm.emissions import EmissionKernel, add_emission_statistics
+from mixle_nb.stats.hmm.encoding import locate_non_finite
 from mixle_nb.stats.mixture import component_log_density
 
 STARTPROB = [0.6, 0.3, 0.1]
@@ -394,7 +396,7 @@ def test_compiled_exponential_is_within_two_ulps_of_numpys():
         [-np.logspace(-12, np.log10(745.0), 20001), [0.0, -0.0, -np.inf, -745.2, -746.0, -708.4, -800.0]]
     )
     ours = x.copy()
-    compiled.exp_nonpositive(ours)
+    compiled.exp_nonpositive(ours, np.empty(len(ours)))
     reference = np.exp(x)
     normal = reference > np.finfo(np.float64).tiny
     np.testing.assert_allclose(ours[normal], reference[normal], rtol=4.5e-16, atol=0)
@@ -438,7 +440,7 @@ def test_compiled_pass_over_several_tiles_of_sequences(implementation):
     ragged rest, lengths 1 to 6), with sequence weights: equal to the torch pass."""
     rng = np.random.default_rng(11)
     model = gaussian_model(implementation)
-    seqs = [rng.normal(0, 3, n) for n in rng.integers(1, 7, 2 * compiled.TILE + 37)]
+    seqs = [rng.normal(0, 3, n) for n in rng.integers(1, 7, 2 * scaled_kernel.TILE + 37)]
     batch = seq_encode(seqs, model=model).batches[0]
     log_b, _ = model.log_b(batch)
     startprob, transmat = model.parameters_on(torch.device("cpu"))
@@ -472,3 +474,14 @@ def test_categorical_states_equal_the_per_state_kernels_and_counts():
         np.testing.assert_allclose(
             [counts[label] for label in expected.value()], list(expected.value().values()), rtol=1e-12
         )
+
+
+def test_non_finite_values_are_located_and_finite_sums_that_overflow_are_not_bad():
+    """The encoder's NaN / infinity check: finite values whose sum overflows pass, and a bad
+    value is named by its sequence and position."""
+    x = np.array([1e308, 1e308, 1.0, -1e308])
+    assert locate_non_finite(x, np.array([2, 2])) is None
+    x[2] = np.nan
+    assert locate_non_finite(x, np.array([2, 2])) == "sequence 1, position 0"
+    x[2], x[0] = 1.0, -np.inf
+    assert locate_non_finite(x, np.array([3, 1])) == "sequence 0, position 0"

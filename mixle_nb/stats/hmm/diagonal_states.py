@@ -56,6 +56,14 @@ class CentredPoints:
         return self.rows(self.device_sums(weights, full), full)
 
 
+def state_parameters(emissions: Sequence[DiagonalGaussianDistribution]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The states' means (K, D), ``-1 / (2 sigma²)`` (K, D) and log-normalising constants (K,)."""
+    mu = np.ascontiguousarray(np.stack([np.atleast_1d(np.asarray(e.mu, dtype=np.float64)) for e in emissions]))
+    sigma2 = np.stack([np.atleast_1d(np.asarray(e.sigma2, dtype=np.float64)) for e in emissions])
+    const = -0.5 * (mu.shape[1] * LOG_2PI + np.log(sigma2).sum(axis=1))
+    return mu, np.ascontiguousarray(-0.5 / sigma2), const
+
+
 def diagonal_log_b(
     emissions: Sequence[DiagonalGaussianDistribution], enc: PointEncoding
 ) -> tuple[torch.Tensor, CentredPoints]:
@@ -63,9 +71,7 @@ def diagonal_log_b(
     the block of points centred on the states' means."""
     from . import compiled
 
-    mu = np.ascontiguousarray(np.stack([np.atleast_1d(np.asarray(e.mu, dtype=np.float64)) for e in emissions]))
-    sigma2 = np.stack([np.atleast_1d(np.asarray(e.sigma2, dtype=np.float64)) for e in emissions])
-    const = -0.5 * (mu.shape[1] * LOG_2PI + np.log(sigma2).sum(axis=1))
+    mu, factor, const = state_parameters(emissions)
     out = workspace("diagonal log_b", (len(emissions), len(enc)), enc.points.device)
-    compiled.diagonal_log_b(enc.points.numpy(), mu, np.ascontiguousarray(-0.5 / sigma2), const, out.numpy())
+    compiled.diagonal_log_b(enc.points.numpy(), mu, factor, const, out.numpy())
     return out, CentredPoints(enc, mu)

@@ -8,11 +8,13 @@ responsibilities. On the CPU two families take faster routes of their own (compi
 reused buffers: a batch is a million rows): categorical states one gather from a (K, labels)
 table of log-probabilities and one scatter of the posteriors into (K, labels) counts;
 axis-aligned Gaussian states (:mod:`.diagonal_states`) their log-densities and M-step sums
-centred on each state's mean."""
+centred on each state's mean. For the compiled scaled pass, which makes these two families'
+emission terms and statistics inside the pass (:mod:`.scaled_kernel`), :func:`compiled_source`
+and :func:`compiled_statistics` say what it reads and where it adds."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -20,6 +22,7 @@ import torch
 
 from ..base import Distribution
 from ..categorical import CategoricalAccumulator, CategoricalDistribution, LabelEncoding
+from ..centred_moments import CentredMoments
 from ..diagonal_gaussian import DiagonalGaussianDistribution
 from ..mixture import _stacked_kernel, component_log_density
 from . import diagonal_states
@@ -47,13 +50,18 @@ class EmissionKernel:
         return joint(enc) if joint is not None else (self._kernel(enc), None)
 
 
+def log_probability_table(emissions: Sequence[CategoricalDistribution], enc: LabelEncoding) -> np.ndarray:
+    """``(K, labels)``: each state's log-probability of each of ``enc``'s labels."""
+    labels = enc.labels.tolist()
+    with np.errstate(divide="ignore"):
+        return np.log(np.array([[e.pmap.get(label, 0.0) for label in labels] for e in emissions], dtype=np.float64))
+
+
 def categorical_log_b(emissions: Sequence[CategoricalDistribution], enc: LabelEncoding) -> torch.Tensor:
     """``(K, N)`` log-probabilities of ``enc``'s labels under each state's categorical; on the
     CPU in a reused buffer (:func:`.forward_backward.workspace`: a fresh array this large costs
     its page faults, as much as the gather), valid until this thread's next call."""
-    labels = enc.labels.tolist()
-    with np.errstate(divide="ignore"):
-        table = np.log(np.array([[e.pmap.get(label, 0.0) for label in labels] for e in emissions], dtype=np.float64))
+    table = log_probability_table(emissions, enc)
     if enc.device.type != "cpu":
         return torch.from_numpy(table).to(enc.device).index_select(1, enc.index)
     from . import compiled  # numba's import when first needed
@@ -75,9 +83,56 @@ def add_categorical_counts(
     else:
         on_device = torch.zeros(len(accumulators), len(enc.labels), dtype=torch.float64, device=enc.device)
         counts = on_device.index_add_(1, enc.index, resp).cpu().numpy()
+    hand_counts(accumulators, enc, counts)
+
+
+def hand_counts(accumulators: Sequence[CategoricalAccumulator], enc: LabelEncoding, counts: np.ndarray) -> None:
+    """Add row k of ``counts`` (K, labels), the weights of each of ``enc``'s labels, to state k."""
     labels = enc.labels.tolist()
     for acc, row in zip(accumulators, counts.tolist()):
         acc.combine(dict(zip(labels, row)))
+
+
+def compiled_source(emissions: Sequence[Distribution], enc: Any) -> tuple[int, tuple] | None:
+    """What the compiled scaled pass reads to make the emission terms of ``enc`` itself
+    (:mod:`.scaled_kernel`'s source and emission tuple): axis-aligned Gaussian states on
+    unweighted CPU points, or categorical states on CPU labels; ``None`` for any other."""
+    from . import scaled_kernel
+
+    if diagonal_states.applies(emissions, enc):
+        mu, factor, const = diagonal_states.state_parameters(cast(list[DiagonalGaussianDistribution], emissions))
+        points = np.ascontiguousarray(enc.points.numpy())
+        return scaled_kernel.DIAGONAL, scaled_kernel.diagonal_emission(points, mu, factor, const)
+    categorical = all(isinstance(e, CategoricalDistribution) for e in emissions)
+    if categorical and isinstance(enc, LabelEncoding) and enc.device.type == "cpu":
+        table = log_probability_table(cast(list[CategoricalDistribution], emissions), enc)
+        return scaled_kernel.CATEGORICAL, scaled_kernel.categorical_emission(enc.index.numpy(), table)
+    return None
+
+
+def compiled_statistics(
+    accumulators: Sequence[Any], source: int, emission: tuple, enc: Any
+) -> tuple[int, np.ndarray, Callable[[], None]] | None:
+    """Where the compiled scaled pass adds the posteriors of ``enc``'s observations, for states
+    whose emission terms it makes from ``source``: the target, its array, and what hands the
+    array to ``accumulators`` afterwards; ``None`` where the accumulators take the posteriors
+    in their own way (full-covariance sums, mixed kinds)."""
+    from . import scaled_kernel
+
+    k = len(accumulators)
+    if source == scaled_kernel.DIAGONAL and all(type(a) is CentredMoments and not a.full for a in accumulators):
+        mu = emission[2]
+        sums = np.empty((k, 1 + 2 * mu.shape[1]))
+
+        def hand_sums() -> None:
+            for acc, reference, row in zip(accumulators, mu, sums):
+                acc.add_sums(reference, row)
+
+        return scaled_kernel.DIAGONAL, sums, hand_sums
+    if source == scaled_kernel.CATEGORICAL and all(type(a) is CategoricalAccumulator for a in accumulators):
+        counts = np.empty((len(enc.labels), k))
+        return scaled_kernel.CATEGORICAL, counts, lambda: hand_counts(accumulators, enc, counts.T)
+    return None
 
 
 def add_emission_statistics(accumulators: list, enc: Any, resp: torch.Tensor, emissions: Sequence, terms: Any) -> None:

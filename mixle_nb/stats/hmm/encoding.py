@@ -51,8 +51,9 @@ class PackedBatch:
     previous : torch.Tensor or None
         Each row's predecessor (see :meth:`previous_rows`); ``None`` when every sequence has one
         length.
-    source : numpy.ndarray
-        Each packed row's position in the shard's concatenated observations.
+    starts : numpy.ndarray
+        The batch's sequences' first rows in the shard's concatenated observations (each packed
+        row's position there is its ``source`` property).
     segments : tuple
         The runs of steps with equal ``sizes``: ``(first column, steps, size)``.
     device : torch.device
@@ -80,9 +81,15 @@ class PackedBatch:
     emissions: Any
     rows: int
     previous: torch.Tensor | None
-    source: np.ndarray
+    starts: np.ndarray
     segments: tuple
     device: torch.device
+
+    @cached_property
+    def source(self) -> np.ndarray:
+        """Each packed row's position in the shard's concatenated observations, made on first
+        use (decoding reads it; an E-step does not)."""
+        return packed_source(self.starts, self.lengths, self.offsets, self.sizes)
 
     @cached_property
     def seq_of_row(self) -> torch.Tensor:
@@ -183,29 +190,36 @@ def packed_sequences(offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return np.arange(int(sizes.sum())) - np.repeat(offsets, sizes)
 
 
-def packed_index(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For sequences sorted longest first (their ``starts`` in the concatenated data): the
-    concatenated row of each packed row, and per time step the first packed row and the number
-    of running sequences. Sequences of one length are a ``(steps, batch)`` grid, built by
-    broadcasting rather than by repeats."""
+def packed_steps(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For sequences sorted longest first: per time step the first packed row and the number of
+    running sequences."""
     steps = int(lengths[0])
     # lengths are non-increasing: the sequences running at step t are those longer than t
     sizes = np.searchsorted(-lengths, -np.arange(steps), side="left")
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes
+
+
+def packed_source(starts: np.ndarray, lengths: np.ndarray, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """For sequences sorted longest first (their ``starts`` in the concatenated data): the
+    concatenated row of each packed row. Sequences of one length are a ``(steps, batch)`` grid,
+    built by broadcasting rather than by repeats."""
+    steps = int(lengths[0])
     if lengths[-1] == steps:
-        return (np.arange(steps)[:, None] + starts).reshape(-1), offsets, sizes
-    return starts[packed_sequences(offsets, sizes)] + np.repeat(np.arange(steps), sizes), offsets, sizes
+        return (np.arange(steps)[:, None] + starts).reshape(-1)
+    return starts[packed_sequences(offsets, sizes)] + np.repeat(np.arange(steps), sizes)
 
 
-def packed_rows(x: np.ndarray, rows: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """``x[rows]``, the batch's observations in packed order; when the batch's sequences have
-    one length and lie one after another in ``x`` (as equal-length data does), as a transposed
-    copy of their ``(batch, steps)`` block, several times faster than the gather."""
+def packed_rows(
+    x: np.ndarray, starts: np.ndarray, lengths: np.ndarray, offsets: np.ndarray, sizes: np.ndarray
+) -> np.ndarray:
+    """The batch's observations in packed order; when the batch's sequences have one length
+    and lie one after another in ``x`` (as equal-length data does), as a transposed copy of
+    their ``(batch, steps)`` block, several times faster than the gather (and with no index)."""
     steps, count = int(lengths[0]), len(lengths)
     first = int(starts[0])
     consecutive = lengths[-1] == steps and np.array_equal(starts, first + steps * np.arange(count))
     if not consecutive:
-        return x[rows]
+        return x[packed_source(starts, lengths, offsets, sizes)]
     grid = x[first : first + steps * count].reshape(count, steps, *x.shape[1:])
     return np.ascontiguousarray(grid.swapaxes(0, 1)).reshape(steps * count, *x.shape[1:])
 
@@ -258,9 +272,14 @@ class SequenceError(ValueError):
 
 
 def locate_non_finite(x: np.ndarray, lengths: np.ndarray) -> str | None:
-    """``"sequence s, position p"`` of the first NaN or infinite observation, else ``None``."""
-    if x.dtype.kind not in "fc" or np.all(np.isfinite(x)):
+    """``"sequence s, position p"`` of the first NaN or infinite observation, else ``None``.
+    A finite sum (one pass, no temporary) proves every value finite; only a sum that is not
+    (a bad value, or finite values that overflow it) looks value by value."""
+    if x.dtype.kind not in "fc":
         return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(x.sum()) or np.all(np.isfinite(x)):
+            return None
     row = int(np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))[0])
     ends = np.cumsum(lengths)
     seq = int(np.searchsorted(ends, row, side="right"))
@@ -389,19 +408,19 @@ class HiddenMarkovEncoder(Encoder):
         batches = []
         for lo, hi in batch_bounds(lengths[order], max(self.states, 1), budget):
             members = order[lo:hi]
-            rows, offsets, sizes = packed_index(starts[members], lengths[members])
+            member_starts, member_lengths = starts[members], lengths[members]
+            offsets, sizes = packed_steps(member_lengths)
+            packed = packed_rows(x, member_starts, member_lengths, offsets, sizes)
             batches.append(
                 PackedBatch(
                     order=members,
-                    lengths=lengths[members],
+                    lengths=member_lengths,
                     offsets=offsets,
                     sizes=sizes,
-                    emissions=encode(
-                        self.emission_encoder, packed_rows(x, rows, starts[members], lengths[members]), device
-                    ),
-                    rows=len(rows),
+                    emissions=encode(self.emission_encoder, packed, device),
+                    rows=len(packed),
                     previous=previous_index(sizes, device),
-                    source=rows,
+                    starts=member_starts,
                     segments=equal_size_runs(offsets, sizes),
                     device=device,
                 )

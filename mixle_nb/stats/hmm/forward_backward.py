@@ -170,21 +170,16 @@ def _compiled_scaled(
     weights: torch.Tensor | None,
     posteriors: bool,
 ) -> BatchPosteriors:
-    """The scaled :func:`forward_backward` through :func:`.compiled.scaled_pass`."""
-    from . import compiled  # numba's import (0.4 s) when a CPU pass first runs, not with the package
+    """The scaled :func:`forward_backward` through :func:`.scaled_kernel.scaled_pass`, from
+    the given emission terms, the posteriors written out."""
+    from . import scaled_kernel  # numba's import (0.4 s) when a CPU pass first runs, not with the package
 
-    seq_weights = np.ones(batch.batch) if weights is None else weights.detach().numpy().astype(np.float64)
-    with np.errstate(under="ignore", divide="ignore", invalid="ignore"):
-        log_likelihood, gamma, start, transitions = compiled.scaled_pass(
-            log_b.detach().contiguous().numpy(),
-            np.ascontiguousarray(batch.sizes, dtype=np.int64),
-            np.ascontiguousarray(batch.offsets, dtype=np.int64),
-            startprob.detach().numpy(),
-            transmat.detach().contiguous().numpy(),
-            np.ascontiguousarray(seq_weights),
-            posteriors,
-            _cpu_buffer,
-        )
+    k, rows = log_b.shape
+    gamma = _cpu_buffer("gamma", (k, rows)) if posteriors else np.empty((k, 0))
+    emission = scaled_kernel.log_b_emission(log_b.detach().contiguous().numpy())
+    log_likelihood, start, transitions = compiled_scaled(
+        batch, scaled_kernel.LOG_B, emission, scaled_kernel.GAMMA, gamma, startprob, transmat, weights, posteriors
+    )
     if not posteriors:
         return BatchPosteriors(torch.from_numpy(log_likelihood))
     return BatchPosteriors(
@@ -193,6 +188,41 @@ def _compiled_scaled(
         torch.from_numpy(start),
         torch.from_numpy(transitions),
     )
+
+
+def compiled_scaled(
+    batch: PackedBatch,
+    source: int,
+    emission: tuple,
+    target: int,
+    statistics: np.ndarray,
+    startprob: torch.Tensor,
+    transmat: torch.Tensor,
+    weights: torch.Tensor | None,
+    posteriors: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The compiled scaled pass of one CPU batch, its emission terms from ``source`` and its
+    posteriors into ``target``'s ``statistics`` (:mod:`.scaled_kernel`): each sequence's
+    log-likelihood (B,), the expected starts (K,) and transitions (K, K), each sequence's
+    statistics times its ``weights`` (``None``: 1 each)."""
+    from . import scaled_kernel
+
+    k, rows = len(startprob), batch.rows
+    seq_weights = np.ones(batch.batch) if weights is None else weights.detach().numpy().astype(np.float64)
+    with np.errstate(under="ignore", divide="ignore", invalid="ignore"):
+        return scaled_kernel.scaled_pass(
+            source,
+            emission,
+            target,
+            statistics,
+            *_int_steps(batch),
+            startprob.detach().numpy(),
+            transmat.detach().contiguous().numpy(),
+            np.ascontiguousarray(seq_weights),
+            posteriors,
+            _cpu_buffer("scaled forward", (k * rows,)),
+            _cpu_buffer("scale", (rows,)),
+        )
 
 
 def step_views(batch: PackedBatch, tensor: torch.Tensor) -> list[torch.Tensor]:
@@ -518,7 +548,7 @@ class _CompiledLogLoops:
             log_start.numpy(),
             transmat.detach().contiguous().numpy(),
             la.numpy(),
-            np.empty((2 * k + 1, int(batch.sizes[0]))),
+            np.empty((2 * k + 2, int(batch.sizes[0]))),
         )
         return la
 
@@ -537,7 +567,7 @@ class _CompiledLogLoops:
             transmat.detach().T.contiguous().numpy(),
             lbeta.numpy(),
             after.numpy(),
-            np.empty((2 * k + 1, int(batch.sizes[0]))),
+            np.empty((2 * k + 2, int(batch.sizes[0]))),
         )
         return lbeta, after
 

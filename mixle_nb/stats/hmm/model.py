@@ -21,9 +21,9 @@ from ..base import Accumulator, Distribution, Estimator, device_tensor, merge_in
 from ..centred_moments import DegenerateComponentError
 from ..sampler import Sampler
 from .decoding import viterbi
-from .emissions import EmissionKernel, add_emission_statistics
+from .emissions import EmissionKernel, add_emission_statistics, compiled_source, compiled_statistics
 from .encoding import HiddenMarkovEncoder, PackedBatch, SequenceEncoding
-from .forward_backward import IMPLEMENTATIONS, forward_backward
+from .forward_backward import IMPLEMENTATIONS, BatchPosteriors, compiled_scaled, forward_backward
 
 
 def stochastic_rows(matrix: np.ndarray, name: str, allow_zero_rows: bool = False) -> np.ndarray:
@@ -395,12 +395,10 @@ class HiddenMarkovAccumulator(Accumulator):
         startprob, transmat = model.parameters_on(enc.device)
         for batch in enc.batches:
             order = torch.from_numpy(batch.order).to(enc.device)
-            log_b, terms = model.log_b(batch)
             w = None if w_all is None else w_all[order]
-            result = forward_backward(batch, log_b, startprob, transmat, model.implementation, w)
-            resp, start, transitions = result.gamma, result.start, result.transitions
-            assert resp is not None and start is not None and transitions is not None
-            add_emission_statistics(self.accumulators, batch.emissions, resp, model.emissions, terms)
+            result = self._compiled_batch(batch, w, model) or self._batch(batch, w, model)
+            start, transitions = result.start, result.transitions
+            assert start is not None and transitions is not None
             start_counts, transition_counts = start.cpu().numpy(), transitions.cpu().numpy()
             # each step after the first enters its state by one transition: Σ_i ξ_t(i, s) = γ_t(s), so
             # the expected occupancy is the starts plus the transitions into each state, with no
@@ -410,6 +408,36 @@ class HiddenMarkovAccumulator(Accumulator):
             self.transitions += transition_counts
             out[order] = result.log_likelihood
         return resident(out)
+
+    def _batch(self, batch: PackedBatch, w: torch.Tensor | None, model: HiddenMarkovDistribution) -> BatchPosteriors:
+        """One batch's E-step: the forward–backward's posteriors handed to the emission accumulators."""
+        log_b, terms = model.log_b(batch)
+        result = forward_backward(batch, log_b, *model.parameters_on(batch.device), model.implementation, w)
+        assert result.gamma is not None
+        add_emission_statistics(self.accumulators, batch.emissions, result.gamma, model.emissions, terms)
+        return result
+
+    def _compiled_batch(
+        self, batch: PackedBatch, w: torch.Tensor | None, model: HiddenMarkovDistribution
+    ) -> BatchPosteriors | None:
+        """One batch's E-step in the compiled scaled pass, the emission terms and statistics
+        made inside it (:mod:`.scaled_kernel`); ``None`` where it does not apply."""
+        if model.implementation != "scaling" or batch.device.type != "cpu":
+            return None
+        source = compiled_source(model.emissions, batch.emissions)
+        if source is None:
+            return None
+        statistics = compiled_statistics(self.accumulators, *source, batch.emissions)
+        if statistics is None:
+            return None
+        target, values, hand_over = statistics
+        log_likelihood, start, transitions = compiled_scaled(
+            batch, *source, target, values, *model.parameters_on(batch.device), w
+        )
+        hand_over()
+        return BatchPosteriors(
+            torch.from_numpy(log_likelihood), start=torch.from_numpy(start), transitions=torch.from_numpy(transitions)
+        )
 
     def seq_initialize(
         self, enc: SequenceEncoding, weights: np.ndarray | torch.Tensor | None, rng: np.random.Generator
