@@ -11,7 +11,7 @@ import pytest
 
 from mixle_nb.stats import CategoricalDistribution, GaussianDistribution, accumulate
 from mixle_nb.stats.hmm import HiddenMarkovDistribution
-from mixle_nb.stats.hmm.encoding import packed_index, packed_rows
+from mixle_nb.stats.hmm.encoding import packed_rows, packed_source, packed_steps
 
 STEPS, SEQUENCES = 17, 300  # more sequences than the scaled pass's tile of 256
 
@@ -32,10 +32,12 @@ def test_the_packed_index_and_rows_are_the_loop_order(lengths):
     lengths = np.array(lengths)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     x = np.random.default_rng(0).normal(size=(int(lengths.sum()), 3))
-    got, want = packed_index(starts, lengths), loop_packing(starts, lengths)
-    for a, b in zip(got, want):
+    offsets, sizes = packed_steps(lengths)
+    rows, want = packed_source(starts, lengths, offsets, sizes), loop_packing(starts, lengths)
+    for a, b in zip((rows, offsets, sizes), want):
         np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(packed_rows(x, got[0], starts, lengths), x[want[0]])  # the block copy is the gather
+    # the block copy (equal lengths, consecutive) is the gather
+    np.testing.assert_array_equal(packed_rows(x, starts, lengths, offsets, sizes), x[want[0]])
 
 
 def models(implementation: str) -> list[HiddenMarkovDistribution]:
