@@ -330,13 +330,17 @@ def stacked_estimate(
     values: Sequence[np.ndarray], reg_covar: float, full: bool, spherical: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
     """:func:`diagonal_estimate` or :func:`full_estimate` of K components at once, the same
-    arithmetic on stacked arrays (one batched Cholesky): means (K, D), variances (K, D) or
+    arithmetic on stacked arrays (one batched Cholesky; ``values`` a sequence of K values or
+    one (K, size) float64 array): means (K, D), variances (K, D) or
     (K,) (``spherical``) or covariances (K, D, D) and their Cholesky factors (``full``).
     ``None`` when any component is degenerate: the per-component estimates then raise, with
     their messages."""
-    if len({np.size(v) for v in values}) != 1:
+    if isinstance(values, np.ndarray) and values.ndim == 2:
+        stats = values
+    elif len({np.size(v) for v in values}) != 1:
         return None
-    stats = np.stack([np.asarray(v, dtype=np.float64) for v in values])
+    else:
+        stats = np.array([np.asarray(v, dtype=np.float64) for v in values])
     d = _dim(stats.shape[1], full)
     n = stats[:, :1]
     if d == 0 or not (n > 0).all():

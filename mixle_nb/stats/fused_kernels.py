@@ -13,7 +13,8 @@ run over the tile's rows and vectorise):
   ``exp(lp - peak)`` about its largest (an impossible row's peak clamped to the lowest float, so
   it stays ``-inf``), their sum clamped at 1 before it divides, times the row's weight;
 - the sums ``[Σw, Σw·d, Σw·d²]`` (diagonal) or ``[Σw, Σw·d, Σw·ddᵀ]`` (full) about each
-  component's mean, the values :class:`~mixle_nb.stats.centred_moments.CentredMoments` holds;
+  component's mean, written as the values ``[n, n·μ, S1, S2]`` that
+  :class:`~mixle_nb.stats.centred_moments.CentredMoments` holds about that mean;
 - the objective ``Σ w·log p(x)`` (rows of weight 0 left out), in float64.
 
 Compiled on first use and cached on disk (``cache=True``), as :mod:`mixle_nb.stats.hmm.compiled`.
@@ -25,6 +26,7 @@ import math
 
 import numpy as np
 
+from .frame import LOG_2PI
 from .hmm.compiled import LOWEST, exp_nonpositive, jit
 
 # Rows a tile: its (K, TILE) log-joint and its differences stay in the first-level cache.
@@ -68,18 +70,22 @@ def _posterior_tile(
 
 @jit
 def diagonal_pass(
-    points: np.ndarray,
-    weights: np.ndarray,
-    mu: np.ndarray,
-    neg_half_precision: np.ndarray,
-    const: np.ndarray,
-    sums: np.ndarray,
+    points: np.ndarray, weights: np.ndarray, mu: np.ndarray, sigma2: np.ndarray, log_w: np.ndarray, sums: np.ndarray
 ) -> float:
-    """E-step of axis-aligned Gaussians over ``points`` (D, N): adds ``[Σw, Σw·d, Σw·d²]`` about
-    each mean ``mu`` (K, D) to ``sums`` (K, 1 + 2D) and returns ``Σ w·log p(x)``; the log-joint is
-    ``const_k + Σ_j neg_half_precision_kj·d_j²`` (``const`` with the log-weights)."""
+    """E-step of axis-aligned Gaussians (means ``mu``, variances ``sigma2``, (K, D); log-weights
+    ``log_w``) over ``points`` (D, N): writes each component's value ``[Σw, Σw·μ, Σw·d, Σw·d²]``
+    about its mean into ``sums`` (K, 1 + 3D) and returns ``Σ w·log p(x)``."""
     dim, n = points.shape
     k = mu.shape[0]
+    neg_half_precision = np.empty((k, dim))
+    const = np.empty(k)
+    for c in range(k):
+        log_det = 0.0
+        for j in range(dim):
+            log_det += math.log(sigma2[c, j])
+            neg_half_precision[c, j] = -0.5 / sigma2[c, j]
+        const[c] = -0.5 * (dim * LOG_2PI + log_det) + log_w[c]
+    sums[:] = 0.0
     lp = np.empty((k, TILE))
     peak, summed, d = np.empty(TILE), np.empty(TILE), np.empty(TILE)
     objective = 0.0
@@ -109,26 +115,32 @@ def diagonal_pass(
                     d[t] = r[t] * y
                     first += d[t]
                     second += d[t] * y
-                sums[c, 1 + j] += first
-                sums[c, 1 + dim + j] += second
+                sums[c, 1 + dim + j] += first
+                sums[c, 1 + 2 * dim + j] += second
+    _scaled_means(sums, mu)
     return objective
 
 
 @jit
+def _scaled_means(sums: np.ndarray, mu: np.ndarray) -> None:
+    """``Σw·μ`` of each component into its value's second part (the reference times its weight)."""
+    for c in range(mu.shape[0]):
+        for j in range(mu.shape[1]):
+            sums[c, 1 + j] = sums[c, 0] * mu[c, j]
+
+
+@jit
 def full_pass(
-    points: np.ndarray,
-    weights: np.ndarray,
-    mu: np.ndarray,
-    whiten: np.ndarray,
-    const: np.ndarray,
-    sums: np.ndarray,
+    points: np.ndarray, weights: np.ndarray, mu: np.ndarray, prec_chol: np.ndarray, const: np.ndarray, sums: np.ndarray
 ) -> float:
-    """E-step of full-covariance Gaussians over ``points`` (D, N): adds ``[Σw, Σw·d, Σw·ddᵀ]``
-    (the square flattened row-major) about each mean ``mu`` (K, D) to ``sums`` (K, 1 + D + D²) and
-    returns ``Σ w·log p(x)``; the log-joint is ``const_k - ½‖whiten_k d‖²`` (``whiten`` (K, D, D)
-    ``= U_kᵀ`` with ``Σ_k⁻¹ = U_k U_kᵀ``; ``const`` with the log-weights)."""
+    """E-step of full-covariance Gaussians over ``points`` (D, N): writes each component's value
+    ``[Σw, Σw·μ, Σw·d, Σw·ddᵀ]`` (the square flattened row-major) about its mean ``mu`` (K, D) into
+    ``sums`` (K, 1 + 2D + D²) and returns ``Σ w·log p(x)``; the log-joint is ``const_k -
+    ½‖U_kᵀ d‖²`` (``prec_chol`` (K, D, D) the ``U_k`` of ``Σ_k⁻¹ = U_k U_kᵀ``; ``const`` with the
+    log-weights)."""
     dim, n = points.shape
     k = mu.shape[0]
+    sums[:] = 0.0
     lp = np.empty((k, TILE))
     peak, summed, z, rd = np.empty(TILE), np.empty(TILE), np.empty(TILE), np.empty(TILE)
     d = np.empty((dim, TILE))
@@ -147,7 +159,7 @@ def full_pass(
                 for t in range(m):
                     z[t] = 0.0
                 for b in range(dim):
-                    u = whiten[c, a, b]
+                    u = prec_chol[c, b, a]
                     if u != 0.0:  # U is triangular: half the products are with zeros
                         for t in range(m):
                             z[t] += u * d[b, t]
@@ -169,14 +181,44 @@ def full_pass(
                 for t in range(m):
                     rd[t] = r[t] * d[a, t]
                     first += rd[t]
-                sums[c, 1 + a] += first
+                sums[c, 1 + dim + a] += first
                 for b in range(a, dim):
                     second = 0.0
                     for t in range(m):
                         second += rd[t] * d[b, t]
-                    sums[c, 1 + dim + a * dim + b] += second
+                    sums[c, 1 + 2 * dim + a * dim + b] += second
     for c in range(k):  # the lower triangle from the upper
         for a in range(dim):
             for b in range(a):
-                sums[c, 1 + dim + a * dim + b] = sums[c, 1 + dim + b * dim + a]
+                sums[c, 1 + 2 * dim + a * dim + b] = sums[c, 1 + 2 * dim + b * dim + a]
+    _scaled_means(sums, mu)
     return objective
+
+
+@jit
+def labelled_pass(
+    points: np.ndarray, weights: np.ndarray, labels: np.ndarray, centres: np.ndarray, full: bool, sums: np.ndarray
+) -> None:
+    """Hard-label statistics: writes each centre's value ``[Σw, Σw·c, Σw·d, Σw·d²]`` (or, ``full``,
+    ``Σw·ddᵀ``) about that centre ``c`` (``centres`` (K, D)) over the points (D, N) labelled with
+    it into ``sums`` (K, 1 + 2D + S); unit weights when ``weights`` is empty."""
+    dim, n = points.shape
+    sums[:] = 0.0
+    unit = len(weights) == 0
+    d = np.empty(dim)
+    for i in range(n):
+        c = labels[i]
+        w = 1.0 if unit else weights[i]
+        sums[c, 0] += w
+        for a in range(dim):
+            d[a] = points[a, i] - centres[c, a]
+            sums[c, 1 + dim + a] += w * d[a]
+        if full:
+            for a in range(dim):
+                wd = w * d[a]
+                for b in range(dim):
+                    sums[c, 1 + 2 * dim + a * dim + b] += wd * d[b]
+        else:
+            for a in range(dim):
+                sums[c, 1 + 2 * dim + a] += w * d[a] * d[a]
+    _scaled_means(sums, centres)

@@ -18,6 +18,7 @@ takes the general step.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,11 +28,12 @@ import torch
 from .base import Distribution, Estimator
 from .centred_moments import pooled_values
 from .diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEstimator
-from .frame import LOG_2PI, PointEncoding
+from .frame import PointEncoding
 from .mixture import MixtureDistribution, MixtureEstimator
 from .multivariate_gaussian import MultivariateGaussianDistribution, MultivariateGaussianEstimator
 from .spherical_gaussian import SphericalGaussianDistribution, SphericalGaussianEstimator
 
+_UNIT = np.empty(0)  # no sample weights: every row weighs 1
 # Rows x components up to which the compiled pass runs (one thread) instead of torch's blocks.
 FUSED_MAX_ELEMENTS = 1 << 17
 DIAGONAL_MODELS = (DiagonalGaussianDistribution, SphericalGaussianDistribution)
@@ -42,13 +44,27 @@ FAMILIES: dict[type, tuple[bool, tuple[type, ...]]] = {  # estimator -> (full, i
 }
 
 
+_FAMILIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _tie_key(estimator: Any) -> str | None:
     return getattr(estimator, "variance_key", None) or getattr(estimator, "covariance_key", None)
 
 
 def _family(estimator: Estimator) -> tuple[bool, tuple[type, ...], bool] | None:
-    """``(full, model classes, tied)`` of a mixture estimator the fused step takes, else ``None``."""
-    if type(estimator) is not MixtureEstimator or estimator.keys is not None:
+    """``(full, model classes, tied)`` of a mixture estimator the fused step takes, else ``None``
+    (decided once per estimator and list of components)."""
+    if type(estimator) is not MixtureEstimator:
+        return None
+    components = estimator.estimators
+    found = _FAMILIES.get(estimator)
+    if found is None or found[0] is not components:
+        found = _FAMILIES[estimator] = (components, _decided_family(estimator))
+    return found[1]
+
+
+def _decided_family(estimator: MixtureEstimator) -> tuple[bool, tuple[type, ...], bool] | None:
+    if estimator.keys is not None:
         return None
     if estimator.dtype not in (None, torch.float64):
         return None
@@ -86,12 +102,10 @@ def fused_em_step(enc: Any, estimator: Estimator, model: Distribution) -> tuple[
     DegenerateComponentError
         From the M-step, as the general step raises it.
     """
-    if not isinstance(enc, PointEncoding) or enc.offset is not None or enc.values.dtype != torch.float64:
-        return None
-    if enc.values.device.type != "cpu" or type(model) is not MixtureDistribution:
+    if type(model) is not MixtureDistribution or not _local(enc):
         return None
     components = model.components
-    if len(enc) * len(components) > FUSED_MAX_ELEMENTS or not len(enc):
+    if len(enc) * len(components) > FUSED_MAX_ELEMENTS:
         return None
     family = _family(estimator)
     if family is None or len(components) != len(estimator.estimators):  # type: ignore[attr-defined]
@@ -104,8 +118,66 @@ def fused_em_step(enc: Any, estimator: Estimator, model: Distribution) -> tuple[
         values = pooled_values(values, full)
     weights = enc.weights
     count = float(len(enc)) if weights is None else float(weights.sum())
-    new = estimator.estimate(count, (counts, list(values)))
+    new = estimator.estimate(count, (counts, values))
     return new, count, objective
+
+
+def fused_labelled_estimate(
+    enc: Any, estimator: Estimator, centres: np.ndarray, labels: np.ndarray
+) -> Distribution | None:
+    """The M-step from hard labels (a k-means start's): each row wholly its label's component,
+    with statistics about that component's centre, from one compiled pass, where the fused step
+    applies to ``enc`` and ``estimator``.
+
+    Parameters
+    ----------
+    enc : object
+        The data: a local encoding.
+    estimator : Estimator
+        The mixture's estimator.
+    centres : numpy.ndarray
+        ``(K, D)``: the centres the statistics are taken about.
+    labels : numpy.ndarray
+        ``(N,)`` int64: each row's component.
+
+    Returns
+    -------
+    Distribution or None
+        The estimated mixture; ``None`` where the fused step does not apply.
+
+    Raises
+    ------
+    DegenerateComponentError
+        From the M-step, as the general one raises it.
+    """
+    if not _local(enc) or len(enc) * len(centres) > FUSED_MAX_ELEMENTS:
+        return None
+    family = _family(estimator)
+    if family is None or len(centres) != len(estimator.estimators):  # type: ignore[attr-defined]
+        return None
+    full, _, tied = family
+    from . import fused_kernels  # numba's import when first needed
+
+    centres = np.ascontiguousarray(centres, dtype=np.float64)
+    k, dim = centres.shape
+    values = np.empty((k, 1 + 2 * dim + (dim * dim if full else dim)))
+    weights = _UNIT if enc.weights is None else enc.weights.numpy()
+    fused_kernels.labelled_pass(enc.values.numpy(), weights, labels, centres, full, values)
+    if tied:
+        values = pooled_values(values, full)
+    count = float(len(enc)) if enc.weights is None else float(enc.weights.sum())
+    return estimator.estimate(count, (values[:, 0].copy(), values))
+
+
+def _local(enc: Any) -> bool:
+    """Whether ``enc`` is a non-empty local float64 encoding of points on the CPU."""
+    return (
+        isinstance(enc, PointEncoding)
+        and enc.offset is None
+        and enc.values.dtype == torch.float64
+        and enc.values.device.type == "cpu"
+        and len(enc) > 0
+    )
 
 
 def _statistics(
@@ -116,18 +188,15 @@ def _statistics(
     from . import fused_kernels  # numba's import when first needed
 
     points = enc.values.numpy()
-    weights = np.empty(0) if enc.weights is None else enc.weights.numpy()
-    mu = np.stack([c.mu for c in components])
+    weights = _UNIT if enc.weights is None else enc.weights.numpy()
+    mu = np.array([c.mu for c in components])
     k, dim = mu.shape
-    sums = np.zeros((k, 1 + dim + (dim * dim if full else dim)))
+    values = np.empty((k, 1 + 2 * dim + (dim * dim if full else dim)))
     if full:
-        whiten = np.ascontiguousarray(np.stack([c._prec_chol for c in components]).transpose(0, 2, 1))
+        prec_chol = np.array([c._prec_chol for c in components])
         const = np.array([c._log_norm for c in components]) + log_w
-        objective = fused_kernels.full_pass(points, weights, mu, whiten, const, sums)
+        objective = fused_kernels.full_pass(points, weights, mu, prec_chol, const, values)
     else:
-        sigma2 = np.stack([c.sigma2 for c in components])
-        const = -0.5 * (dim * LOG_2PI + np.log(sigma2).sum(axis=1)) + log_w
-        objective = fused_kernels.diagonal_pass(points, weights, mu, -0.5 / sigma2, const, sums)
-    counts = sums[:, 0].copy()
-    values = np.concatenate([sums[:, :1], sums[:, :1] * mu, sums[:, 1:]], axis=1)
-    return counts, values, float(objective)
+        sigma2 = np.array([c.sigma2 for c in components])
+        objective = fused_kernels.diagonal_pass(points, weights, mu, sigma2, log_w, values)
+    return values[:, 0].copy(), values, objective
