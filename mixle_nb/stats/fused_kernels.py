@@ -23,14 +23,62 @@ Compiled on first use and cached on disk (``cache=True``), as :mod:`mixle_nb.sta
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from .frame import LOG_2PI
-from .hmm.compiled import LOWEST, exp_nonpositive, jit
+import numba
+
+from .hmm.compiled import LOWEST, exp_nonpositive
+
+
+
+def jit(function: Any) -> Any:
+    """``function`` compiled by numba, cached on disk, without the GIL; fused multiply-adds
+    allowed but no reassociation, so every sum adds in the order written, whatever the arrays'
+    alignment (a reassociated, vectorised sum's rounding depended on it: the same step could
+    differ in its last bit from call to call)."""
+    return numba.njit(cache=True, nogil=True, boundscheck=False, fastmath={"contract"})(function)
+
 
 # Rows a tile: its (K, TILE) log-joint and its differences stay in the first-level cache.
 TILE = 128
+
+
+@jit
+def _dot(x: np.ndarray, y: np.ndarray, m: int) -> float:
+    """``Σ_t x[t]·y[t]`` for ``t < m`` in four interleaved partial sums (fixed order: it vectorises
+    without reassociation)."""
+    a0, a1, a2, a3 = 0.0, 0.0, 0.0, 0.0
+    t = 0
+    while t + 4 <= m:
+        a0 += x[t] * y[t]
+        a1 += x[t + 1] * y[t + 1]
+        a2 += x[t + 2] * y[t + 2]
+        a3 += x[t + 3] * y[t + 3]
+        t += 4
+    while t < m:
+        a0 += x[t] * y[t]
+        t += 1
+    return (a0 + a1) + (a2 + a3)
+
+
+@jit
+def _sum(x: np.ndarray, m: int) -> float:
+    """``Σ_t x[t]`` for ``t < m`` in four interleaved partial sums (as :func:`_dot`)."""
+    a0, a1, a2, a3 = 0.0, 0.0, 0.0, 0.0
+    t = 0
+    while t + 4 <= m:
+        a0 += x[t]
+        a1 += x[t + 1]
+        a2 += x[t + 2]
+        a3 += x[t + 3]
+        t += 4
+    while t < m:
+        a0 += x[t]
+        t += 1
+    return (a0 + a1) + (a2 + a3)
 
 
 @jit
@@ -87,7 +135,7 @@ def diagonal_pass(
         const[c] = -0.5 * (dim * LOG_2PI + log_det) + log_w[c]
     sums[:] = 0.0
     lp = np.empty((k, TILE))
-    peak, summed, d = np.empty(TILE), np.empty(TILE), np.empty(TILE)
+    peak, summed, d, y = np.empty(TILE), np.empty(TILE), np.empty(TILE), np.empty(TILE)
     objective = 0.0
     for start in range(0, n, TILE):
         m = min(TILE, n - start)
@@ -98,25 +146,18 @@ def diagonal_pass(
             for j in range(dim):
                 x, centre, p = points[j, start : start + m], mu[c, j], neg_half_precision[c, j]
                 for t in range(m):
-                    y = x[t] - centre
-                    row[t] += p * y * y
+                    row[t] += p * (x[t] - centre) * (x[t] - centre)
         objective += _posterior_tile(lp, m, weights, start, peak, summed)
         for c in range(k):
             r = lp[c]
-            total = 0.0
-            for t in range(m):
-                total += r[t]
-            sums[c, 0] += total
+            sums[c, 0] += _sum(r, m)
             for j in range(dim):
                 x, centre = points[j, start : start + m], mu[c, j]
-                first, second = 0.0, 0.0
                 for t in range(m):
-                    y = x[t] - centre
-                    d[t] = r[t] * y
-                    first += d[t]
-                    second += d[t] * y
-                sums[c, 1 + dim + j] += first
-                sums[c, 1 + 2 * dim + j] += second
+                    y[t] = x[t] - centre
+                    d[t] = r[t] * y[t]
+                sums[c, 1 + dim + j] += _sum(d, m)
+                sums[c, 1 + 2 * dim + j] += _dot(d, y, m)
     _scaled_means(sums, mu)
     return objective
 
@@ -168,25 +209,17 @@ def full_pass(
         objective += _posterior_tile(lp, m, weights, start, peak, summed)
         for c in range(k):
             r = lp[c]
-            total = 0.0
-            for t in range(m):
-                total += r[t]
-            sums[c, 0] += total
+            sums[c, 0] += _sum(r, m)
             for j in range(dim):
                 x, centre = points[j, start : start + m], mu[c, j]
                 for t in range(m):
                     d[j, t] = x[t] - centre
             for a in range(dim):
-                first = 0.0
                 for t in range(m):
                     rd[t] = r[t] * d[a, t]
-                    first += rd[t]
-                sums[c, 1 + dim + a] += first
+                sums[c, 1 + dim + a] += _sum(rd, m)
                 for b in range(a, dim):
-                    second = 0.0
-                    for t in range(m):
-                        second += rd[t] * d[b, t]
-                    sums[c, 1 + 2 * dim + a * dim + b] += second
+                    sums[c, 1 + 2 * dim + a * dim + b] += _dot(rd, d[b], m)
     for c in range(k):  # the lower triangle from the upper
         for a in range(dim):
             for b in range(a):
