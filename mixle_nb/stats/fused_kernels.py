@@ -12,9 +12,10 @@ run over the tile's rows and vectorise):
 - the posterior as :func:`mixle_nb.stats.mixture.posterior` makes it: each row's terms
   ``exp(lp - peak)`` about its largest (an impossible row's peak clamped to the lowest float, so
   it stays ``-inf``), their sum clamped at 1 before it divides, times the row's weight;
-- the sums ``[Σw, Σw·d, Σw·d²]`` (diagonal) or ``[Σw, Σw·d, Σw·ddᵀ]`` (full) about each
-  component's mean, written as the values ``[n, n·μ, S1, S2]`` that
-  :class:`~mixle_nb.stats.centred_moments.CentredMoments` holds about that mean;
+- the sums ``[Σw, Σw·d, Σw·d²]`` (diagonal) or ``[Σw, Σw·d, Σw·ddᵀ]`` (full) of ``d = x - r``
+  about the reference points the torch path takes (the kernels' shared point, the mean of the
+  means, when every mean is within its reach, else each component's mean), written as the values
+  ``[n, n·r, S1, S2]`` that :class:`~mixle_nb.stats.centred_moments.CentredMoments` holds;
 - the objective ``Σ w·log p(x)`` (rows of weight 0 left out), in float64.
 
 Compiled on first use and cached on disk (``cache=True``), as :mod:`mixle_nb.stats.hmm.compiled`.
@@ -25,13 +26,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numba
 import numpy as np
 
 from .frame import LOG_2PI
-import numba
-
 from .hmm.compiled import LOWEST, exp_nonpositive
-
 
 
 def jit(function: Any) -> Any:
@@ -118,11 +117,18 @@ def _posterior_tile(
 
 @jit
 def diagonal_pass(
-    points: np.ndarray, weights: np.ndarray, mu: np.ndarray, sigma2: np.ndarray, log_w: np.ndarray, sums: np.ndarray
+    points: np.ndarray,
+    weights: np.ndarray,
+    mu: np.ndarray,
+    sigma2: np.ndarray,
+    log_w: np.ndarray,
+    references: np.ndarray,
+    sums: np.ndarray,
 ) -> float:
     """E-step of axis-aligned Gaussians (means ``mu``, variances ``sigma2``, (K, D); log-weights
-    ``log_w``) over ``points`` (D, N): writes each component's value ``[Σw, Σw·μ, Σw·d, Σw·d²]``
-    about its mean into ``sums`` (K, 1 + 3D) and returns ``Σ w·log p(x)``."""
+    ``log_w``) over ``points`` (D, N): writes each component's value ``[Σw, Σw·r, Σw·d, Σw·d²]``
+    about its reference ``r`` (``references`` (K, D), ``d = x - r``) into ``sums`` (K, 1 + 3D)
+    and returns ``Σ w·log p(x)``."""
     dim, n = points.shape
     k = mu.shape[0]
     neg_half_precision = np.empty((k, dim))
@@ -152,13 +158,13 @@ def diagonal_pass(
             r = lp[c]
             sums[c, 0] += _sum(r, m)
             for j in range(dim):
-                x, centre = points[j, start : start + m], mu[c, j]
+                x, centre = points[j, start : start + m], references[c, j]
                 for t in range(m):
                     y[t] = x[t] - centre
                     d[t] = r[t] * y[t]
                 sums[c, 1 + dim + j] += _sum(d, m)
                 sums[c, 1 + 2 * dim + j] += _dot(d, y, m)
-    _scaled_means(sums, mu)
+    _scaled_means(sums, references)
     return objective
 
 
@@ -172,13 +178,19 @@ def _scaled_means(sums: np.ndarray, mu: np.ndarray) -> None:
 
 @jit
 def full_pass(
-    points: np.ndarray, weights: np.ndarray, mu: np.ndarray, prec_chol: np.ndarray, const: np.ndarray, sums: np.ndarray
+    points: np.ndarray,
+    weights: np.ndarray,
+    mu: np.ndarray,
+    prec_chol: np.ndarray,
+    const: np.ndarray,
+    references: np.ndarray,
+    sums: np.ndarray,
 ) -> float:
-    """E-step of full-covariance Gaussians over ``points`` (D, N): writes each component's value
-    ``[Σw, Σw·μ, Σw·d, Σw·ddᵀ]`` (the square flattened row-major) about its mean ``mu`` (K, D) into
-    ``sums`` (K, 1 + 2D + D²) and returns ``Σ w·log p(x)``; the log-joint is ``const_k -
-    ½‖U_kᵀ d‖²`` (``prec_chol`` (K, D, D) the ``U_k`` of ``Σ_k⁻¹ = U_k U_kᵀ``; ``const`` with the
-    log-weights)."""
+    """E-step of full-covariance Gaussians (means ``mu`` (K, D)) over ``points`` (D, N): writes
+    each component's value ``[Σw, Σw·r, Σw·d, Σw·ddᵀ]`` (the square flattened row-major) about its
+    reference ``r`` (``references`` (K, D), ``d = x - r``) into ``sums`` (K, 1 + 2D + D²) and
+    returns ``Σ w·log p(x)``; the log-joint is ``const_k - ½‖U_kᵀ (x - μ_k)‖²`` (``prec_chol``
+    (K, D, D) the ``U_k`` of ``Σ_k⁻¹ = U_k U_kᵀ``; ``const`` with the log-weights)."""
     dim, n = points.shape
     k = mu.shape[0]
     sums[:] = 0.0
@@ -211,7 +223,7 @@ def full_pass(
             r = lp[c]
             sums[c, 0] += _sum(r, m)
             for j in range(dim):
-                x, centre = points[j, start : start + m], mu[c, j]
+                x, centre = points[j, start : start + m], references[c, j]
                 for t in range(m):
                     d[j, t] = x[t] - centre
             for a in range(dim):
@@ -224,7 +236,7 @@ def full_pass(
         for a in range(dim):
             for b in range(a):
                 sums[c, 1 + 2 * dim + a * dim + b] = sums[c, 1 + 2 * dim + b * dim + a]
-    _scaled_means(sums, mu)
+    _scaled_means(sums, references)
     return objective
 
 

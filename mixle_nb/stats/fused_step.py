@@ -28,7 +28,7 @@ import torch
 from .base import Distribution, Estimator
 from .centred_moments import pooled_values
 from .diagonal_gaussian import DiagonalGaussianDistribution, DiagonalGaussianEstimator
-from .frame import PointEncoding
+from .frame import PointEncoding, shared_point
 from .mixture import MixtureDistribution, MixtureEstimator
 from .multivariate_gaussian import MultivariateGaussianDistribution, MultivariateGaussianEstimator
 from .spherical_gaussian import SphericalGaussianDistribution, SphericalGaussianEstimator
@@ -180,11 +180,20 @@ def _local(enc: Any) -> bool:
     )
 
 
+def _references(mu: np.ndarray, whitened_offsets: Any) -> np.ndarray:
+    """The points the sums are taken about, as the torch kernels choose them
+    (:func:`~mixle_nb.stats.frame.shared_point`): the mean of the means for every component when
+    all are within its reach, else each component's own mean."""
+    c = shared_point(mu, whitened_offsets, torch.float64)
+    return mu if c is None else np.ascontiguousarray(np.broadcast_to(c, mu.shape))
+
+
 def _statistics(
     enc: PointEncoding, components: Sequence[Any], log_w: np.ndarray, full: bool
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """``(counts, values, Σ w·log p(x))``: the components' weight totals, their values ``[n, n·μ,
-    S1, S2]`` about their means (K, 1 + 2D + S) and the objective, from one compiled pass."""
+    """``(counts, values, Σ w·log p(x))``: the components' weight totals, their values ``[n, n·r,
+    S1, S2]`` about the torch path's references ``r`` (K, 1 + 2D + S) and the objective, from one
+    compiled pass."""
     from . import fused_kernels  # numba's import when first needed
 
     points = enc.values.numpy()
@@ -194,9 +203,12 @@ def _statistics(
     values = np.empty((k, 1 + 2 * dim + (dim * dim if full else dim)))
     if full:
         prec_chol = np.array([c._prec_chol for c in components])
+        whiten = np.swapaxes(prec_chol, 1, 2)
+        references = _references(mu, lambda c: np.einsum("kij,kj->ki", whiten, mu - c))
         const = np.array([c._log_norm for c in components]) + log_w
-        objective = fused_kernels.full_pass(points, weights, mu, prec_chol, const, values)
+        objective = fused_kernels.full_pass(points, weights, mu, prec_chol, const, references, values)
     else:
         sigma2 = np.array([c.sigma2 for c in components])
-        objective = fused_kernels.diagonal_pass(points, weights, mu, sigma2, log_w, values)
+        references = _references(mu, lambda c: (mu - c) / np.sqrt(sigma2))
+        objective = fused_kernels.diagonal_pass(points, weights, mu, sigma2, log_w, references, values)
     return values[:, 0].copy(), values, objective
