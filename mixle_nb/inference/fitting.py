@@ -270,8 +270,9 @@ def fit(
             "device= places the data fit encodes; enc_data is encoded already (encode it "
             "with seq_encode(data, device=...) or build the handle with device=...)"
         )
-    rng = random_source(rng)
     saved = EMCheckpoint.of(checkpoint)
+    if start_model is None or saved is not None:  # a start to draw, or a checkpoint that records the source
+        rng = random_source(rng)
     resumed = saved.resume_fit(n_init, name, rng) if saved else None
     best: FitResult | None = resumed["best"] if resumed else None
     finals = resumed["finals"] if resumed else []

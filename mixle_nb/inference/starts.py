@@ -9,6 +9,7 @@ from typing import Any
 from ..stats.base import Distribution, Estimator
 from ..stats.diagonal_gaussian import DiagonalGaussianEstimator
 from ..stats.estimation import encoded_count, is_handle, seq_initialize
+from ..stats.frame import PointEncoding
 from ..stats.kmeans import SingleProcess, kmeans_init
 from ..stats.mixture import MixtureEstimator, is_mixture_estimator
 from ..stats.multivariate_gaussian import MultivariateGaussianEstimator
@@ -124,7 +125,7 @@ def _require_enough_observations(enc: Any, estimator: Estimator) -> None:
         return
     components = mixture.estimators
     try:
-        n = len(enc) if is_handle(enc) else encoded_count(enc, estimator)
+        n = len(enc) if is_handle(enc) or isinstance(enc, PointEncoding) else encoded_count(enc, estimator)
     except TypeError:  # a handle or an encoding that cannot count its observations
         return
     if n < len(components):

@@ -214,6 +214,27 @@ class CentredMoments(Accumulator):
         return self.encoder
 
 
+def pooled_values(values: np.ndarray, full: bool) -> np.ndarray:
+    """Stacked values (K, 1 + 2D + S) of components that share one (co)variance, tied as
+    :meth:`CentredMoments.key_merge` and :meth:`CentredMoments.key_replace` tie them: each
+    component's within scatter ``S2 - S1·S1ᵀ/n`` added up in component order, and every ``S2``
+    rewritten so that its M-step yields the pooled scatter (a copy; components of no weight kept)."""
+    d = _dim(values.shape[1], full)
+    n, s1 = values[:, 0], values[:, 1 + d : 1 + 2 * d]
+    outer = (s1[:, :, None] * s1[:, None, :]).reshape(len(values), -1) if full else s1 * s1
+    weighed = n > 0
+    within = np.where(weighed[:, None], values[:, 1 + 2 * d :] - outer / np.where(weighed, n, 1.0)[:, None], 0.0)
+    pooled_n, pooled = n[0], within[0].copy()
+    for row in range(1, len(values)):
+        pooled_n += n[row]
+        pooled += within[row]
+    tied = values.copy()
+    if pooled_n > 0:
+        rows = np.flatnonzero(weighed)
+        tied[rows, 1 + 2 * d :] = n[rows, None] * pooled / pooled_n + outer[rows] / n[rows, None]
+    return tied
+
+
 class BlockSums:
     """An E-step's weighted sums for accumulator k from row k of each block's responsibilities,
     added up on the device block by block (the blocks of one model on one encoding: the same
@@ -309,13 +330,17 @@ def stacked_estimate(
     values: Sequence[np.ndarray], reg_covar: float, full: bool, spherical: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
     """:func:`diagonal_estimate` or :func:`full_estimate` of K components at once, the same
-    arithmetic on stacked arrays (one batched Cholesky): means (K, D), variances (K, D) or
+    arithmetic on stacked arrays (one batched Cholesky; ``values`` a sequence of K values or
+    one (K, size) float64 array): means (K, D), variances (K, D) or
     (K,) (``spherical``) or covariances (K, D, D) and their Cholesky factors (``full``).
     ``None`` when any component is degenerate: the per-component estimates then raise, with
     their messages."""
-    if len({np.size(v) for v in values}) != 1:
+    if isinstance(values, np.ndarray) and values.ndim == 2:
+        stats = values
+    elif len({np.size(v) for v in values}) != 1:
         return None
-    stats = np.stack([np.asarray(v, dtype=np.float64) for v in values])
+    else:
+        stats = np.array([np.asarray(v, dtype=np.float64) for v in values])
     d = _dim(stats.shape[1], full)
     n = stats[:, :1]
     if d == 0 or not (n > 0).all():

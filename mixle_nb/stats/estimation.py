@@ -14,6 +14,7 @@ import torch
 from . import foreign
 from .base import Accumulator, Distribution, Estimator, random_source, total
 from .frame import PointEncoding
+from .fused_step import fused_em_step
 from .handle import EncodedDataHandle
 
 
@@ -379,6 +380,9 @@ def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:
     if is_handle(enc):  # a handle without the one-pass extension
         count, total = enc.pysp_seq_log_density_sum(model)
         return EMStep(enc.pysp_seq_estimate(estimator, model), count, total)
+    fused = fused_em_step(enc, estimator, model)  # small local Gaussian mixtures: one compiled pass
+    if fused is not None:
+        return EMStep(*fused)
     acc = accumulate([enc], estimator, model)
     return EMStep(m_step(estimator, acc.count, acc.accumulator), acc.count, acc.log_density)
 

@@ -365,7 +365,7 @@ class _Parameters:
         return found
 
 
-def _shared_point(
+def shared_point(
     mu: np.ndarray, whitened_offsets: Callable[[np.ndarray], np.ndarray], dtype: torch.dtype
 ) -> np.ndarray | None:
     """The mean of the means ``c``, when ``whitened_offsets(c)`` ((K, D): each ``μ_k - c`` in
@@ -425,7 +425,7 @@ class DiagonalKernel:
 
     def _shared_point(self, dtype: torch.dtype) -> np.ndarray | None:
         mu, sigma2 = self.references, self._sigma2
-        return _shared_point(mu, lambda c: (mu - c) / np.sqrt(sigma2), dtype)
+        return shared_point(mu, lambda c: (mu - c) / np.sqrt(sigma2), dtype)
 
     def _frame(self, enc: PointEncoding) -> tuple[np.ndarray | None, np.ndarray, _Parameters]:
         """``(c, references, parameters)`` in ``enc``'s frame: the shared point ``c`` and the
@@ -475,7 +475,7 @@ class FullKernel:
         self.references = mu
         self._whiten = np.transpose(prec_chol, (0, 2, 1))
         self._precision = prec_chol @ self._whiten
-        self._c = _shared_point(mu, self._whitened_offsets, torch.float64)  # float64's, decided once
+        self._c = shared_point(mu, self._whitened_offsets, torch.float64)  # float64's, decided once
         self._frames = _Frames(self._frame)
         self._about_origin: dict = {}  # an encoding's origin and dtype -> its expansion there, or None (out of reach)
 
@@ -484,7 +484,7 @@ class FullKernel:
 
     def _frame(self, enc: PointEncoding) -> tuple[np.ndarray | None, np.ndarray, _Parameters]:
         """``(c, references, parameters)`` in ``enc``'s frame (see :meth:`DiagonalKernel._frame`)."""
-        c = self._c if enc.dtype == torch.float64 else _shared_point(self.references, self._whitened_offsets, enc.dtype)
+        c = self._c if enc.dtype == torch.float64 else shared_point(self.references, self._whitened_offsets, enc.dtype)
         if c is None:
             references, shifted = enc.relative(self.references)
             return None, references, _Parameters(mu=shifted, whiten=self._whiten, const=self._const)

@@ -26,6 +26,7 @@ import torch
 from .base import CPU, Distribution, Estimator, random_source
 from .estimation import m_step, sample_weights
 from .frame import PointEncoding
+from .fused_step import fused_labelled_estimate
 from .mixture import MixtureAccumulator, block_rows, blocks
 
 INITS = ("kmeans++", "random_from_data")
@@ -386,6 +387,11 @@ def model_from_centres(
         raise TypeError(f"a k-means start needs our mixture estimator; got {type(estimator).__name__}")
     origin, chunk_norms = shard.frame()
     shares = _shares(centres)
+    if exchange.world == 1 and len(chunks) == 1 and shares is None and shard.device.type == "cpu":  # one compiled pass
+        labels = _nearest(encoded_points(chunks[0]), chunk_norms[0], centres, origin)[1].numpy()
+        model = fused_labelled_estimate(chunks[0], estimator, centres, labels)
+        if model is not None:
+            return model
     for enc, norms in zip(chunks, chunk_norms):
         for start, stop, block in blocks(enc, k):
             _, index = _nearest(encoded_points(block), norms[start:stop], centres, origin)

@@ -165,6 +165,16 @@ class MixtureDistribution(Distribution):
             self._log_w = np.log(self.w)
         self._kernel: Callable[[Any], torch.Tensor] | None = None
 
+    @classmethod
+    def _estimated(cls, components: list[Distribution], w: np.ndarray) -> MixtureDistribution:
+        """An M-step's mixture: ``w`` float64, >= 0 and normalised by construction, unchecked."""
+        mixture = cls.__new__(cls)
+        mixture.components, mixture.w = components, w
+        with np.errstate(divide="ignore"):
+            mixture._log_w = np.log(w)
+        mixture._kernel = None
+        return mixture
+
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_kernel": None}  # rebuilt on first use after unpickling
 
@@ -441,8 +451,10 @@ class MixtureEstimator(Estimator):
             components = self._each_estimated(counts, component_values)
         weights = np.asarray(counts, dtype=np.float64) + self.pseudo_count
         total = weights.sum()
+        if not (np.isfinite(weights).all() and (weights >= 0).all()):
+            return MixtureDistribution(components, weights)  # its error names the weights
         w = weights / total if total > 0 else np.full(len(weights), 1.0 / len(weights))
-        return MixtureDistribution(components, w)
+        return MixtureDistribution._estimated(components, w)
 
     def _each_estimated(self, counts: np.ndarray, component_values: Sequence[Any]) -> list[Distribution]:
         """Each component from its own estimator; a degenerate one's error names it."""
