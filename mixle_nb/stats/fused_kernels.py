@@ -82,10 +82,17 @@ def _sum(x: np.ndarray, m: int) -> float:
 
 @jit
 def _posterior_tile(
-    lp: np.ndarray, m: int, weights: np.ndarray, start: int, peak: np.ndarray, summed: np.ndarray
+    lp: np.ndarray,
+    m: int,
+    weights: np.ndarray,
+    start: int,
+    peak: np.ndarray,
+    summed: np.ndarray,
+    scratch: np.ndarray,
 ) -> float:
     """Turn the tile's log-joints ``lp[:, :m]`` into weighted responsibilities in place; returns
-    the tile's ``Σ w·log p(x)`` (unit weights when ``weights`` is empty)."""
+    the tile's ``Σ w·log p(x)`` (unit weights when ``weights`` is empty). ``peak``, ``summed``
+    and ``scratch`` are buffers of a tile's length."""
     k = lp.shape[0]
     for t in range(m):
         peak[t] = lp[0, t]
@@ -99,7 +106,7 @@ def _posterior_tile(
         row = lp[c, :m]
         for t in range(m):
             row[t] -= peak[t]
-        exp_nonpositive(row)
+        exp_nonpositive(row, scratch)
         for t in range(m):
             summed[t] += row[t]
     objective = 0.0
@@ -142,6 +149,7 @@ def diagonal_pass(
     sums[:] = 0.0
     lp = np.empty((k, TILE))
     peak, summed, d, y = np.empty(TILE), np.empty(TILE), np.empty(TILE), np.empty(TILE)
+    scratch = np.empty(TILE)
     objective = 0.0
     for start in range(0, n, TILE):
         m = min(TILE, n - start)
@@ -153,7 +161,7 @@ def diagonal_pass(
                 x, centre, p = points[j, start : start + m], mu[c, j], neg_half_precision[c, j]
                 for t in range(m):
                     row[t] += p * (x[t] - centre) * (x[t] - centre)
-        objective += _posterior_tile(lp, m, weights, start, peak, summed)
+        objective += _posterior_tile(lp, m, weights, start, peak, summed, scratch)
         for c in range(k):
             r = lp[c]
             sums[c, 0] += _sum(r, m)
@@ -196,6 +204,7 @@ def full_pass(
     sums[:] = 0.0
     lp = np.empty((k, TILE))
     peak, summed, z, rd = np.empty(TILE), np.empty(TILE), np.empty(TILE), np.empty(TILE)
+    scratch = np.empty(TILE)
     d = np.empty((dim, TILE))
     objective = 0.0
     for start in range(0, n, TILE):
@@ -218,7 +227,7 @@ def full_pass(
                             z[t] += u * d[b, t]
                 for t in range(m):
                     row[t] -= 0.5 * z[t] * z[t]
-        objective += _posterior_tile(lp, m, weights, start, peak, summed)
+        objective += _posterior_tile(lp, m, weights, start, peak, summed, scratch)
         for c in range(k):
             r = lp[c]
             sums[c, 0] += _sum(r, m)
