@@ -23,7 +23,6 @@ from mixle_nb.stats import (
     MixtureDistribution,
     MixtureEstimator,
     MultivariateGaussianDistribution,
-    MultivariateGaussianEstimator,
     em_step,
     full_covariance,
     seq_encode,
@@ -59,15 +58,16 @@ def _features_only(monkeypatch):
     monkeypatch.setattr(full_covariance, "applies", lambda dim, k: False)
 
 
-@pytest.mark.parametrize("offset, spread", [(0.0, "mixed"), (1e6, 1.0)])
+@pytest.mark.parametrize("offset, spread, separation", [(0.0, "mixed", 2.0), (1e6, 1.0, 2.0), (1e6, 1.0, 1e4)])
 @pytest.mark.parametrize("dim", (17, 50, 64))
-def test_banded_products_give_the_feature_path_s_fit(dim, offset, spread, monkeypatch):
+def test_banded_products_give_the_feature_path_s_fit(dim, offset, spread, separation, monkeypatch):
     """One band (D = 17), three of 17/16/17 (D = 50), four of 16 (D = 64); in mixed units (spreads
-    1e-3 to 1e3), and at an offset of 1e6 spreads (where the data's own rounding is 1e-10)."""
-    p = _problem(offset, spread, dim)
+    1e-3 to 1e3), and at an offset of 1e6 spreads (where the data's own rounding is 1e-10);
+    components 2 spreads apart (one shared point) and 1e4 (each component's own differences)."""
+    p = _problem(offset, spread, dim, separation)
     estimator, start = estimator_and_start(p, "full", 1e-6 * float(np.min(p.scales)) ** 2)
     banded, banded_history, kernel = _run(p, estimator, start)
-    assert isinstance(kernel, BandedFullKernel) and kernel._c is not None, "the start takes the banded shared frame"
+    assert isinstance(kernel, BandedFullKernel) and (kernel._c is not None) == (separation == 2.0)
     _features_only(monkeypatch)
     features, features_history, kernel = _run(p, estimator, MixtureDistribution(start.components, start.w))
     assert type(kernel) is FullKernel
@@ -101,8 +101,8 @@ def _numpy_step(x, w, means, covs, reg_covar):
 
 @pytest.mark.parametrize("separation", (2.0, 1e4))
 def test_a_banded_step_matches_numpy_and_its_iterations_match_scikit_learn(separation):
-    """D = 40 (two bands), offset 1e6; components 2 spreads apart (banded) and 1e4 (beyond the
-    shared frame's reach: the per-component fallback)."""
+    """D = 40 (two bands), offset 1e6; components 2 spreads apart (one shared point) and 1e4
+    (beyond the shared frame's reach: each component's own differences)."""
     p = _problem(1e6, 1.0, 40, separation)
     estimator, start = estimator_and_start(p, "full", 1e-6)
     model, history, kernel = _run(p, estimator, start, steps=1)
@@ -136,9 +136,10 @@ def test_a_float32_banded_e_step_agrees_with_float64():
     np.testing.assert_allclose(single_history, exact_history, rtol=1e-6)
 
 
-def test_a_diagonal_estimator_on_a_banded_block_sums_the_squares(monkeypatch):
+@pytest.mark.parametrize("separation", (2.0, 1e4))
+def test_a_diagonal_estimator_on_a_banded_block_sums_the_squares(separation, monkeypatch):
     """A full model stepped by a diagonal estimator: the banded block's squares, not its scatter."""
-    p = _problem(0.0, 1.0, 24)
+    p = _problem(0.0, 1.0, 24, separation)
     d, k = 24, p.k
     estimator = MixtureEstimator([DiagonalGaussianEstimator(d)] * k)
     start = MixtureDistribution(

@@ -17,8 +17,9 @@ shared point ``c`` (:mod:`.frame`'s shared frame), ``D`` floats a point:
   bands of ``y``, and band b of the scatter's columns only the rows above it, skipping the zero
   half of the factor and the mirrored half of the sums (5/8 of the arithmetic at D = 64).
 
-Components farther apart than the shared frame's reach, and encodings that store their
-features (D <= 16), take :class:`.frame.FullKernel`'s paths.
+Components farther apart than the shared frame's reach take the differences to each one's own
+mean (K, D, rows), the same bands as one batched product each; an encoding that stores its
+features (D <= 16) takes :class:`.frame.FullKernel`'s paths.
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ def band_edges(dim: int) -> tuple[tuple[int, int], ...]:
 
 @dataclass
 class ScatterBlock:
-    """One block's differences ``y`` (D, rows) to the shared point ``c`` of every component
-    (``references``, (K, D)); its M-step sums are about ``c``."""
+    """One block's differences to its references (K, D): ``y`` (D, rows) to one shared point
+    ``c`` (every row of ``references``), or ``y`` (K, D, rows) to each component's own mean."""
 
     references: np.ndarray
     y: torch.Tensor
@@ -74,6 +75,8 @@ class ScatterBlock:
         """The sums for weights (K, rows), float64, flat on the block's device: ``Σw`` (K),
         ``Σw·y`` (K·D), then ``Σw·y²`` (K·D) or (``full``) each band's scatter columns over the
         rows of the bands up to it (:meth:`rows` unpacks them)."""
+        if self.y.ndim == 3:
+            return self._own_sums(weights.to(torch.float64), full)
         y = self.y
         k, dim = len(self.references), y.shape[0]
         parts = [weights.sum(dim=1, dtype=torch.float64), float64_products(weights, y).reshape(-1)]
@@ -89,9 +92,38 @@ class ScatterBlock:
         parts.extend(float64_products(scaled[: k * stop], y[start:stop]).reshape(-1) for start, stop in self.bands)
         return torch.cat(parts)
 
+    def _own_sums(self, weights: torch.Tensor, full: bool) -> torch.Tensor:
+        """:meth:`device_sums` of differences to each component's own mean, one batched product a
+        band; a float32 block's widened to float64 first (components this far apart are rare)."""
+        y = self.y.to(torch.float64)
+        scaled = y * weights[:, None, :]
+        parts = [weights.sum(dim=1), scaled.sum(dim=2).reshape(-1)]
+        if not full:
+            parts.append(torch.linalg.vecdot(scaled, y, dim=2).reshape(-1))
+            return torch.cat(parts)
+        parts.extend(
+            torch.bmm(scaled[:, :stop], y[:, start:stop].transpose(1, 2)).reshape(-1) for start, stop in self.bands
+        )
+        return torch.cat(parts)
+
+    def _band_columns(self, flat: np.ndarray, start: int, stop: int) -> np.ndarray:
+        """Band ``start:stop``'s scatter columns over the rows above its end, (K, stop, width)."""
+        k, width = len(self.references), stop - start
+        if self.y.ndim == 3:
+            return flat.reshape(k, stop, width)
+        band_major = flat.reshape(k * stop, width)
+        return np.concatenate(
+            [
+                band_major[k * first : k * last].reshape(k, last - first, width)
+                for first, last in self.bands
+                if first < stop
+            ],
+            axis=1,
+        )
+
     def rows(self, total: torch.Tensor, full: bool) -> np.ndarray:
-        """The accumulators' rows ``[Σw, Σw·y, Σw·y∘y or Σw·yyᵀ]`` (about ``c``) from the total
-        of :meth:`device_sums`, the scatter's lower bands mirrored from the upper."""
+        """The accumulators' rows ``[Σw, Σw·y, Σw·y∘y or Σw·yyᵀ]`` (about the references) from
+        the total of :meth:`device_sums`, the scatter's lower bands mirrored from the upper."""
         flat = total.cpu().numpy()
         k, dim = self.references.shape
         count, first = flat[:k], flat[k : k + k * dim].reshape(k, dim)
@@ -100,15 +132,11 @@ class ScatterBlock:
         second = np.empty((k, dim, dim))
         at = k + k * dim
         for start, stop in self.bands:
-            columns = flat[at : at + k * stop * (stop - start)].reshape(k * stop, stop - start)
-            at += k * stop * (stop - start)
-            for row_start, row_stop in self.bands:
-                if row_start >= stop:
-                    break
-                part = columns[k * row_start : k * row_stop].reshape(k, row_stop - row_start, stop - start)
-                second[:, row_start:row_stop, start:stop] = part
-                if row_start < start:
-                    second[:, start:stop, row_start:row_stop] = part.transpose(0, 2, 1)
+            size = k * stop * (stop - start)
+            columns = self._band_columns(flat[at : at + size], start, stop)
+            at += size
+            second[:, :stop, start:stop] = columns
+            second[:, start:stop, :start] = columns[:, :start].transpose(0, 2, 1)
         return np.concatenate([count[:, None], first, second.reshape(k, -1)], axis=1)
 
     def sums(self, weights: torch.Tensor, full: bool) -> np.ndarray:
@@ -147,14 +175,18 @@ class BandedFullKernel:
     def _whitened_offsets(self, point: np.ndarray) -> np.ndarray:
         return np.einsum("kij,kj->ki", self._whiten, self.references - point)
 
-    def _frame(self, enc: PointEncoding) -> tuple[np.ndarray, _Parameters] | None:
-        """``(c, parameters)`` in ``enc``'s frame: the shared point ``c`` (exact there) and, per
-        band, the stacked factor rows (K·width, 1 + stop) that take ``[1; y]`` to ``z``, the
-        offsets ``-Uₖᵀ(μ_k - c)`` first; ``None`` when the means are beyond the dtype's reach of
-        one point."""
+    def _frame(self, enc: PointEncoding) -> tuple[np.ndarray | None, np.ndarray, _Parameters]:
+        """``(c, references, parameters)`` in ``enc``'s frame: the shared point ``c`` (exact
+        there) and, per band, the stacked factor rows (K·width, 1 + stop) that take ``[1; y]`` to
+        ``z``, the offsets ``-Uₖᵀ(μ_k - c)`` first; or (``c`` ``None``: the means beyond the
+        dtype's reach of one point) each component's mean and factor rows (K, width, stop)."""
         c = self._c if enc.dtype == torch.float64 else _shared_point(self.references, self._whitened_offsets, enc.dtype)
         if c is None:
-            return None
+            references, shifted = enc.relative(self.references)
+            own = {
+                f"whiten{band}": self._whiten[:, start:stop, :stop] for band, (start, stop) in enumerate(self._bands)
+            }
+            return None, references, _Parameters(mu=shifted, const=self._const, **own)
         c, shifted = enc.relative(c)
         offsets = self._whitened_offsets(c)
         k = len(self.references)
@@ -162,17 +194,18 @@ class BandedFullKernel:
         for band, (start, stop) in enumerate(self._bands):  # [-Uₖᵀ(μ_k - c), Uₖᵀ] rows start..stop
             rows = np.concatenate([-offsets[:, start:stop, None], self._whiten[:, start:stop, :stop]], axis=2)
             arrays[f"whiten{band}"] = rows.reshape(k * (stop - start), 1 + stop)
-        return c, _Parameters(**arrays)
+        return c, np.broadcast_to(c, self.references.shape), _Parameters(**arrays)
 
     def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, object]:
         """The log-joint (K, rows) and what the M-step sums next: a :class:`ScatterBlock`, or
-        the fallback's block."""
-        frame = None if enc.features is not None else self._frames.of(enc)
-        if frame is None:
+        (an encoding with stored features) :class:`.frame.FullKernel`'s block."""
+        if enc.features is not None:
             return self._full.joint(enc)
-        c, parameters = frame
+        c, references, parameters = self._frames.of(enc)
         p = parameters.on(enc.device, enc.dtype)
         k, (dim, n) = len(self.references), enc.values.shape
+        if c is None:
+            return self._own_joint(enc, references, p)
         ones_y = torch.empty(1 + dim, n, dtype=enc.dtype, device=enc.device)  # [1; y]: the offsets join the products
         ones_y[0] = 1.0
         torch.sub(enc.values, p["c"][:, None], out=ones_y[1:])
@@ -180,7 +213,16 @@ class BandedFullKernel:
         for band, (start, stop) in enumerate(self._bands):
             z = torch.mm(p[f"whiten{band}"], ones_y[: 1 + stop])
             lp.add_(z.square_().view(k, stop - start, n).sum(dim=1), alpha=-0.5)
-        return lp, ScatterBlock(np.broadcast_to(c, self.references.shape), ones_y[1:], self._bands)
+        return lp, ScatterBlock(references, ones_y[1:], self._bands)
+
+    def _own_joint(self, enc: PointEncoding, references: np.ndarray, p: dict) -> tuple[torch.Tensor, ScatterBlock]:
+        """:meth:`joint` from each component's own differences ``x - μ_k`` (K, D, rows), one
+        batched product a band."""
+        d = torch.sub(enc.values[None], p["mu"][:, :, None])
+        lp = p["const"][:, None].repeat(1, len(enc))
+        for band, (_, stop) in enumerate(self._bands):
+            lp.add_(torch.bmm(p[f"whiten{band}"], d[:, :stop]).square_().sum(dim=1), alpha=-0.5)
+        return lp, ScatterBlock(references, d, self._bands)
 
     def __call__(self, enc: PointEncoding) -> torch.Tensor:
         return self.joint(enc)[0]
