@@ -24,6 +24,7 @@ features (D <= 16) takes :class:`.frame.FullKernel`'s paths.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -164,7 +165,7 @@ class BandedFullKernel:
     def __init__(
         self, mu: np.ndarray, prec_chol: np.ndarray, log_norm: np.ndarray, log_weights: np.ndarray | None = None
     ):
-        self._full = FullKernel(mu, prec_chol, log_norm, log_weights)
+        self._parts = (mu, prec_chol, log_norm, log_weights)
         self.references = mu
         self._const = log_norm if log_weights is None else log_norm + log_weights
         self._whiten = np.transpose(prec_chol, (0, 2, 1))
@@ -174,6 +175,11 @@ class BandedFullKernel:
 
     def _whitened_offsets(self, point: np.ndarray) -> np.ndarray:
         return np.einsum("kij,kj->ki", self._whiten, self.references - point)
+
+    @functools.cached_property
+    def _features_kernel(self) -> FullKernel:
+        """The same model for encodings that store their features, made on first use."""
+        return FullKernel(*self._parts)
 
     def _frame(self, enc: PointEncoding) -> tuple[np.ndarray | None, np.ndarray, _Parameters]:
         """``(c, references, parameters)`` in ``enc``'s frame: the shared point ``c`` (exact
@@ -200,7 +206,7 @@ class BandedFullKernel:
         """The log-joint (K, rows) and what the M-step sums next: a :class:`ScatterBlock`, or
         (an encoding with stored features) :class:`.frame.FullKernel`'s block."""
         if enc.features is not None:
-            return self._full.joint(enc)
+            return self._features_kernel.joint(enc)
         c, references, parameters = self._frames.of(enc)
         p = parameters.on(enc.device, enc.dtype)
         k, (dim, n) = len(self.references), enc.values.shape
