@@ -350,7 +350,7 @@ class SharedFrameBlock(_Block):
         return np.concatenate([n[:, None], s1, s2.reshape(len(sums), -1)], axis=1)
 
 
-class _Parameters:
+class ComponentParameters:
     """Named float64 arrays, copied once to each device and dtype that asks for them."""
 
     def __init__(self, **arrays: np.ndarray):
@@ -380,7 +380,7 @@ def _reach(dtype: torch.dtype) -> float:
     return SHARED_FRAME_REACH if dtype == torch.float64 else FLOAT32_SHARED_FRAME_REACH
 
 
-class _Frames:
+class ComponentFrames:
     """A kernel's parameters for each frame an encoding asks for (its dtype and offset), made once."""
 
     def __init__(self, make: Callable[[PointEncoding], tuple]):
@@ -421,27 +421,31 @@ class DiagonalKernel:
             const = const + log_weights
         self.references, self._sigma2, self._const = mu, sigma2, const
         self._c = self._shared_point(torch.float64)  # float64's, decided once
-        self._frames = _Frames(self._frame)
+        self._frames = ComponentFrames(self._frame)
 
     def _shared_point(self, dtype: torch.dtype) -> np.ndarray | None:
         mu, sigma2 = self.references, self._sigma2
         return shared_point(mu, lambda c: (mu - c) / np.sqrt(sigma2), dtype)
 
-    def _frame(self, enc: PointEncoding) -> tuple[np.ndarray | None, np.ndarray, _Parameters]:
+    def _frame(self, enc: PointEncoding) -> tuple[np.ndarray | None, np.ndarray, ComponentParameters]:
         """``(c, references, parameters)`` in ``enc``'s frame: the shared point ``c`` and the
         expanded coefficients, or (``c`` ``None``) each component's mean and constants."""
         mu, sigma2 = self.references, self._sigma2
         c = self._c if enc.dtype == torch.float64 else self._shared_point(enc.dtype)
         if c is None:
             references, shifted = enc.relative(mu)
-            return None, references, _Parameters(mu=shifted, const=self._const, neg_half_precision=-0.5 / sigma2)
+            return (
+                None,
+                references,
+                ComponentParameters(mu=shifted, const=self._const, neg_half_precision=-0.5 / sigma2),
+            )
         c, shifted = enc.relative(c)
         # c_k - ½Σ p(y - m)² = (c_k - ½Σ p m²) + Σ (p m) y - ½Σ p y²
         m, precision = mu - c, 1.0 / sigma2
         coefficients = np.concatenate(
             [(self._const - 0.5 * np.sum(precision * m * m, axis=1))[:, None], precision * m, -0.5 * precision], axis=1
         )
-        return c, mu, _Parameters(c=shifted, coefficients=coefficients)
+        return c, mu, ComponentParameters(c=shifted, coefficients=coefficients)
 
     def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, CentredBlock | SharedFrameBlock]:
         """The log-joint and the block's differences or features, which the M-step sums next."""
@@ -476,20 +480,20 @@ class FullKernel:
         self._whiten = np.transpose(prec_chol, (0, 2, 1))
         self._precision = prec_chol @ self._whiten
         self._c = shared_point(mu, self._whitened_offsets, torch.float64)  # float64's, decided once
-        self._frames = _Frames(self._frame)
+        self._frames = ComponentFrames(self._frame)
         self._about_origin: dict = {}  # an encoding's origin and dtype -> its expansion there, or None (out of reach)
 
     def _whitened_offsets(self, point: np.ndarray) -> np.ndarray:
         return np.einsum("kij,kj->ki", self._whiten, self.references - point)
 
-    def _frame(self, enc: PointEncoding) -> tuple[np.ndarray | None, np.ndarray, _Parameters]:
+    def _frame(self, enc: PointEncoding) -> tuple[np.ndarray | None, np.ndarray, ComponentParameters]:
         """``(c, references, parameters)`` in ``enc``'s frame (see :meth:`DiagonalKernel._frame`)."""
         c = self._c if enc.dtype == torch.float64 else shared_point(self.references, self._whitened_offsets, enc.dtype)
         if c is None:
             references, shifted = enc.relative(self.references)
-            return None, references, _Parameters(mu=shifted, whiten=self._whiten, const=self._const)
+            return None, references, ComponentParameters(mu=shifted, whiten=self._whiten, const=self._const)
         c, shifted = enc.relative(c)
-        return c, self.references, _Parameters(c=shifted, **self._expanded(c))
+        return c, self.references, ComponentParameters(c=shifted, **self._expanded(c))
 
     def _expanded(self, point: np.ndarray) -> dict:
         """c_k - ½(y - m)ᵀP(y - m) = (c_k - ½mᵀPm) + (Pm)ᵀy - ½yᵀPy about ``point``, P = UUᵀ."""
@@ -507,7 +511,7 @@ class FullKernel:
         if key not in self._about_origin:
             reach = np.sqrt(np.max(np.sum(self._whitened_offsets(origin) ** 2, axis=1)))
             within = reach <= _reach(dtype)
-            self._about_origin[key] = _Parameters(**self._expanded(origin)) if within else None
+            self._about_origin[key] = ComponentParameters(**self._expanded(origin)) if within else None
         found = self._about_origin[key]
         return None if found is None else found.on(device, dtype)
 

@@ -16,10 +16,12 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
+from . import full_covariance
 from .base import Distribution, Encoder, Estimator, resolve_device
 from .centred_moments import CentredMoments, check_reg_covar, full_estimate, stacked_estimate
 from .diagonal_gaussian import check_vectors
 from .frame import LOG_2PI, FullKernel, PointEncoding, encoding_dtype, point_encoding
+from .full_covariance import BandedFullKernel
 from .sampler import Sampler
 
 if TYPE_CHECKING:
@@ -105,8 +107,12 @@ class MultivariateGaussianDistribution(Distribution):
     @staticmethod
     def stacked_kernel(
         dists: Sequence[MultivariateGaussianDistribution], log_weights: np.ndarray | None = None
-    ) -> FullKernel:
+    ) -> FullKernel | BandedFullKernel:
         """The batched log-density kernel of several components of this family.
+
+        Banded products (``mixle_nb.stats.full_covariance.BandedFullKernel``) where they are
+        faster (``full_covariance.applies``: D > 16 and D > 2K), else quadratic features, stored
+        or made per block (``mixle_nb.stats.frame.FullKernel``): the same model either way.
 
         Parameters
         ----------
@@ -117,10 +123,11 @@ class MultivariateGaussianDistribution(Distribution):
 
         Returns
         -------
-        FullKernel
-            ``enc -> (K, N)`` log-densities (``mixle_nb.stats.frame.FullKernel``).
+        FullKernel or BandedFullKernel
+            ``enc -> (K, N)`` log-densities.
         """
-        return FullKernel(
+        kernel = BandedFullKernel if full_covariance.applies(len(dists[0].mu), len(dists)) else FullKernel
+        return kernel(
             np.stack([m.mu for m in dists]),
             np.stack([m._prec_chol for m in dists]),
             np.array([m._log_norm for m in dists]),
