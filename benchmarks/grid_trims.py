@@ -10,9 +10,12 @@ stated reason kept in the JSON, where
   affine cost in N (a set-up and a per-point part), predict a call over the cap here;
 - ``dominated``: it passed the cap, or was predicted to, at a cell no larger in N, D and K of
   the same covariance and threads (its cost grows with each);
-- ``outpaced``: a peer whose time here is bound to be over ``OUTPACE`` times another peer's
-  (its least possible time, from the column's smaller N or this cell at one thread, against the
-  other's most likely one): it cannot be the fastest peer, so the ratio does not need it;
+- ``outpaced``: a peer whose time here is bound to be over ``OUTPACE`` times another peer's, so
+  that it cannot be the fastest peer and the ratio does not need it: before the cell, by its
+  time from the column's smaller N (or this cell at one thread, halved) against the other's
+  (``Trims.outpaced``); in the cell, by its *floor*, its least time in any cell so far (its
+  set-up: a Lightning trainer's start, say), against the other's time just measured
+  (``peer_grid.outpaced``);
 - ``no peer``: ours, where every peer's is trimmed (no ratio to draw);
 - ``budget``: the run's ``--budget-min`` was spent before the cell's turn (the largest N last).
 """

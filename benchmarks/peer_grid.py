@@ -85,7 +85,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from grid_contenders import FITTERS, Steps, Whole, make_data, mixle_fitter
-from grid_trims import MEASURES, PILOT_STEPS, Trims, affine, trim
+from grid_trims import MEASURES, OUTPACE, PILOT_STEPS, Trims, affine, trim
 from peer_grid_report import plot_all, summary
 from threadpoolctl import threadpool_limits
 
@@ -312,18 +312,48 @@ def steps_for(low_s: float, per_iteration_s: float, most_s: float) -> int:
     return int(min(MAX_STEPS, max(PILOT_STEPS, math.ceil(max(TIMED_S, low_s) / per_iteration))))
 
 
-def measure_cell(contenders: dict[str, Contender], settle_s: float, cell_s: float, repeats: int) -> None:
-    """Pilots where no smaller N predicts the steps, then interleaved rounds until each contender
-    has spent ``cell_s`` (one round at least, ``repeats`` at most)."""
-    for contender in contenders.values():
+def measure_cell(
+    contenders: dict[str, Contender], settle_s: float, cell_s: float, repeats: int, floors: dict[str, dict[str, float]]
+) -> None:
+    """The first round library by library, the cheapest (by ``floors``) first, each after a pilot
+    where no smaller N predicts its steps; a peer whose floor (its least time in any cell so far)
+    is over ``OUTPACE`` times a peer's time here is dropped (``outpaced``) before it runs. Then
+    interleaved rounds until each has spent ``cell_s`` (``repeats`` rounds at most)."""
+    order = sorted(contenders, key=lambda lib: sum(floors.get(lib, {}).values()))
+    for lib in order:
+        contender = contenders[lib]
+        if lib in PEERS:
+            for measure in list(contender.measures):
+                why = outpaced(lib, measure, floors, contenders)
+                if why:
+                    contender.drop(measure, f"{measure}_trimmed", why)
         if "iteration" in contender.measures and contender.n_steps is None:
             contender.pilot(settle_s)
-    for index in range(repeats):
-        going = [c for c in contenders.values() if c.measures and (index == 0 or c.spent_s < cell_s)]
+        if contender.measures:
+            contender.round(0, settle_s)
+    for index in range(1, repeats):
+        going = [c for c in contenders.values() if c.measures and c.spent_s < cell_s]
         if not going:
             return
         for contender in going:
             contender.round(index, settle_s)
+
+
+def outpaced(
+    lib: str, measure: str, floors: dict[str, dict[str, float]], contenders: dict[str, Contender]
+) -> dict[str, str] | None:
+    """Drop peer ``lib``'s ``measure`` where its floor is over ``OUTPACE`` times another peer's time here."""
+    floor = floors.get(lib, {}).get(measure)
+    if floor is None:
+        return None
+    for other, contender in contenders.items():
+        seconds = contender.result().get(f"{measure}_s", 0.0) if other in PEERS and other != lib else 0.0
+        if seconds > 0.0 and floor > OUTPACE * seconds:
+            return trim(
+                "outpaced",
+                f"its least {measure} in any cell so far, {floor:.3g} s, is over {OUTPACE:g}x {other}'s {seconds:.3g} s here",
+            )
+    return None
 
 
 def ratios(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float | None], dict[str, str | None]]:
@@ -508,6 +538,8 @@ class Grid:
         self.libraries = [lib for lib in args.libraries.split(",") if lib] + ([BEFORE] if baseline else [])
         self.deadline = time.monotonic() + 60 * args.budget_min
         self.warmed: set[tuple[str, str, int]] = set()
+        # threads -> library -> measure -> its least time in any cell so far (a floor: set-up costs)
+        self.floors: dict[int, dict[str, dict[str, float]]] = {threads: {} for threads in numbers(args.threads)}
 
     def run_all(self) -> None:
         """Every cell of the slice, N ascending (then D, K), each (N, D, K)'s data made once."""
@@ -604,7 +636,7 @@ class Grid:
                 contenders[lib] = Contender(
                     steps, whole, set(measures), cap, dict(entry), n_steps=self.steps(lib, n, d, k, cov, threads)
                 )
-            measure_cell(contenders, self.args.settle, self.args.cell_s, self.args.repeats)
+            measure_cell(contenders, self.args.settle, self.args.cell_s, self.args.repeats, self.floors[threads])
         results.update({lib: c.result() for lib, c in contenders.items()})
         elapsed = time.monotonic() - started
         cell = with_ratios(
@@ -636,8 +668,14 @@ class Grid:
         return steps_for(low, affine([(m, r["iteration_s"]) for m, r in points], n), low / LOW)
 
     def note(self, cell: dict[str, Any]) -> None:
-        """Give a cell's results to the trim rule (ours and the baseline's as one)."""
+        """Give a cell's results to the trim rule (ours and the baseline's as one) and the floors."""
+        floors = self.floors.setdefault(cell["threads"], {})
         for lib, result in cell["results"].items():
+            for measure in MEASURES:
+                seconds = result.get(f"{measure}_s", 0.0)
+                if seconds > 0.0:
+                    least = floors.setdefault(lib, {}).get(measure, math.inf)
+                    floors[lib][measure] = min(least, seconds)
             if lib != BEFORE:
                 self.trims.record(
                     lib, cell["n"], cell["d"], cell["k"], cell["covariance_type"], cell["threads"], result
