@@ -7,9 +7,11 @@ stated reason kept in the JSON, where
 - ``memory``: the data and one ``(K, N, D)`` temporary pass the ``--max-gb`` budget;
 - ``cap``: one call of it took longer than the ``--max-call-s`` cap (it is stopped there);
 - ``predicted``: the last two smaller N of the same column (D, K, covariance, threads), as an
-  affine cost in N (a set-up and a per-point part), predict a call over the cap here;
-- ``dominated``: it passed the cap, or was predicted to, at a cell no larger in N, D and K of
-  the same covariance and threads (its cost grows with each);
+  affine cost in N (a set-up and a per-point part), predict a call over ``PREDICTED_MARGIN``
+  times the cap here (the margin: a noisy small-N time extrapolated tenfold; a call predicted
+  between once and twice the cap is tried, and stopped at the cap);
+- ``dominated``: it passed the cap at a cell no larger in N, D and K of the same covariance and
+  threads (its cost grows with each);
 - ``outpaced``: a peer whose time here is bound to be over ``OUTPACE`` times another peer's, so
   that it cannot be the fastest peer and the ratio does not need it: before the cell, by its
   time from the column's smaller N (or this cell at one thread, halved) against the other's
@@ -27,6 +29,7 @@ from typing import Any
 
 MEASURES = ("iteration", "fit")
 PILOT_STEPS = 2  # the fewest iterations a cell differences: the shortest long call is LOW + this
+PREDICTED_MARGIN = 2.0  # a predicted call over this many caps is not tried
 OUTPACE = 10.0  # a peer bound to be this many times another's time is not measured
 
 
@@ -50,7 +53,7 @@ class Trims:
     max_gb: float
     # (library, d, k, cov, threads) -> [(n, result)], the measured cells of a column, N ascending
     history: dict[tuple, list[tuple[int, dict[str, Any]]]] = field(default_factory=dict)
-    # (library, measure, cov, threads) -> [(n, d, k)] where it passed the cap or was predicted to
+    # (library, measure, cov, threads) -> [(n, d, k)] where it passed the cap
     blocked: dict[tuple, list[tuple[int, int, int]]] = field(default_factory=dict)
 
     def reason(self, lib: str, measure: str, n: int, d: int, k: int, cov: str, threads: int) -> dict[str, str] | None:
@@ -68,12 +71,12 @@ class Trims:
                     "dominated", f"over the {self.max_call_s:g} s call cap already at N={n0:.0e}, D={d0}, K={k0}"
                 )
         predicted = self.predicted_call_s(lib, measure, n, d, k, cov, threads)
-        if predicted is not None and predicted > self.max_call_s:
+        if predicted is not None and predicted > PREDICTED_MARGIN * self.max_call_s:
             measured = [m for m, _ in self.history[(lib, d, k, cov, threads)][-2:]]
             return trim(
                 "predicted",
                 f"a call predicted at {predicted:.3g} s (affine in N from N={measured[0]:.0e} and {measured[1]:.0e}): "
-                f"over the {self.max_call_s:g} s cap",
+                f"over {PREDICTED_MARGIN:g}x the {self.max_call_s:g} s cap",
             )
         return None
 
@@ -120,9 +123,9 @@ class Trims:
         return low + PILOT_STEPS * affine([(m, max(r["iteration_s"], 0.0)) for m, r in points], n)
 
     def record(self, lib: str, n: int, d: int, k: int, cov: str, threads: int, result: dict[str, Any]) -> None:
-        """Note a library's result in a cell: its times for predictions, its time trims for the cells above."""
+        """Note a library's result in a cell: its times for predictions, its cap trims for the cells above."""
         if "low_s" in result or "fit_s" in result:
             self.history.setdefault((lib, d, k, cov, threads), []).append((n, result))
         for measure in MEASURES:
-            if result.get(f"{measure}_trimmed", {}).get("kind") in ("cap", "predicted"):
+            if result.get(f"{measure}_trimmed", {}).get("kind") == "cap":
                 self.blocked.setdefault((lib, measure, cov, threads), []).append((n, d, k))

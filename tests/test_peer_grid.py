@@ -32,7 +32,7 @@ def test_affine_prediction_and_the_trim_kinds():
     assert trims.reason("pomegranate", "fit", 100, 2, 2, "tied", 1)["kind"] == "unsupported"
     memory = trims.reason("scikit-learn", "fit", 10**7, 8, 8, "full", 1)  # 1e7·8·8·9 bytes = 5.8 GB
     assert memory["kind"] == "memory" and "6 GB" in memory["reason"]
-    # fit: 0.1 s at 1e3, 0.3 s at 1e4 -> 0.1 + 0.2/9000·(1e5 - 1e3) = 2.3 s at 1e5 (under 3), 22.3 s at 1e6
+    # fit: 0.1 s at 1e3, 0.3 s at 1e4 -> 0.1 + 0.2/9000·(1e5 - 1e3) = 2.3 s at 1e5 (under 2 caps), 22.3 s at 1e6
     for n, fit_s in ((1000, 0.1), (10_000, 0.3)):
         trims.record("scikit-learn", n, 2, 2, "full", 1, result(0.01, 0.001, fit_s))
     assert trims.reason("scikit-learn", "fit", 100_000, 2, 2, "full", 1) is None
@@ -41,6 +41,8 @@ def test_affine_prediction_and_the_trim_kinds():
     )
     predicted = trims.reason("scikit-learn", "fit", 10**6, 2, 2, "full", 1)
     assert predicted["kind"] == "predicted" and "22.3 s" in predicted["reason"]
+    trims.record("scikit-learn", 10**6, 2, 2, "full", 1, {"fit_trimmed": predicted})
+    assert trims.reason("scikit-learn", "fit", 10**6, 8, 2, "full", 1) is None  # a prediction blocks no other column
     # the iteration's longest call: low + PILOT_STEPS iterations, each affine
     expected = 0.01 + 2 * 0.001 * 1.0  # flat lines: low 0.01 s, an iteration 1 ms
     assert trims.predicted_call_s("scikit-learn", "iteration", 10**6, 2, 2, "full", 1) == pytest.approx(expected)
