@@ -35,7 +35,8 @@ worktree`` of an earlier commit) as the contender ``mixle_nb before``, timed in 
 by a child process that imports it and measures its own calls; a cell then also holds
 ``before_ratio``. ``--clock cpu`` times the process's CPU time instead of wall time (one thread
 only). ``--grid-search`` also times ``GridSearchCV(GaussianMixture(), {"n_components": range(1,
-9)}, cv=5)`` on N = 1,000, D = 2, ours against scikit-learn's, at each thread count.
+9)}, cv=5)`` on N = 1,000, D = 2, ours against scikit-learn's, at each thread count, first (its
+time is the budget's too), each search stopped at ``GRID_SEARCH_CAP`` times ``--max-call-s``.
 ``--plot-only`` redraws the heat maps from the JSON.
 
 JSON (schema 2)::
@@ -55,7 +56,7 @@ JSON (schema 2)::
                 "fit_ratio": the same for the whole fit,
                 "fastest_peer": {"iteration": library, "fit": library},
                 "before_ratio": {"iteration", "fit"} (with --baseline)}, ...],
-     "grid_search": [{"run", "threads", "seconds": {library: s}}, ...]}
+     "grid_search": [{"run", "threads", "seconds": {library: s, or null: stopped at the cap}}, ...]}
 
 The heat maps (``benchmarks/results/peer_grid_{1,2}thread.png``, ``benchmarks/peer_grid_report.py``):
 per thread count, our time over the fastest peer's per cell, per iteration and per fit.
@@ -98,6 +99,8 @@ COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
 SCHEMA = 2
 LOW, MAX_STEPS = 2, 200
 TIMED_S = 0.1  # the difference of the two fits lasts at least about this long
+GRID_SEARCH_ROUNDS, GRID_SEARCH_ROUND_S = 3, 10.0
+GRID_SEARCH_CAP = 20  # a search (40 fits) is stopped at this many --max-call-s  # --grid-search: rounds, fewer after a round this long
 # What a call's time is: wall time, or (``--clock cpu``) the process's CPU time, which on a shared
 # machine leaves out the time other processes hold the cores (exact for one thread only)
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -454,10 +457,13 @@ def save(data: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 
-def grid_search(threads: int, repeats: int, settle_s: float, baseline: Baseline | None = None) -> dict[str, float]:
-    """Best-of-``repeats`` seconds of ``GridSearchCV(GaussianMixture(), {"n_components":
-    range(1, 9)}, cv=5)`` on N = 1,000, D = 2, ours and scikit-learn's (and the baseline's),
-    interleaved."""
+def grid_search(
+    threads: int, settle_s: float, cap_s: float, baseline: Baseline | None = None
+) -> dict[str, float | None]:
+    """Seconds of ``GridSearchCV(GaussianMixture(), {"n_components": range(1, 9)}, cv=5)`` on
+    N = 1,000, D = 2, ours and scikit-learn's (and the baseline's), interleaved: the least of
+    ``GRID_SEARCH_ROUNDS`` rounds, fewer once a round has taken ``GRID_SEARCH_ROUND_S``; a search
+    stopped at ``cap_s`` is ``None``."""
     from sklearn.mixture import GaussianMixture as Theirs
 
     from mixle_nb.mixture import GaussianMixture as Ours
@@ -470,10 +476,19 @@ def grid_search(threads: int, repeats: int, settle_s: float, baseline: Baseline 
     if baseline is not None:
         searches[BEFORE] = lambda: baseline.call(n=1000, d=2, k=3, cov="full", threads=threads, what="grid_search")
     times: dict[str, list[float]] = {lib: [] for lib in searches}
-    for _ in range(repeats):
-        for lib, search in searches.items():
-            times[lib].append(timed(search, settle_s, None)[0])
-    return {lib: min(t) for lib, t in times.items()}
+    stopped: set[str] = set()
+    for _ in range(GRID_SEARCH_ROUNDS):
+        round_started = time.monotonic()
+        for lib in [lib for lib in searches if lib not in stopped]:
+            try:
+                times[lib].append(timed(searches[lib], settle_s, None if lib == BEFORE else cap_s)[0])
+            except Exception as error:
+                if not over_cap(error):
+                    raise
+                stopped.add(lib)
+        if time.monotonic() - round_started > GRID_SEARCH_ROUND_S:
+            break
+    return {lib: min(t) if t else None for lib, t in times.items()}
 
 
 def one_grid_search(estimator: type, x: np.ndarray) -> None:
@@ -526,7 +541,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 class Grid:
     """One run over the slice of the grid its options name, into ``data``."""
 
-    def __init__(self, args: argparse.Namespace, data: dict[str, Any], baseline: Baseline | None):
+    def __init__(self, args: argparse.Namespace, data: dict[str, Any], baseline: Baseline | None, started: float):
         self.args = args
         self.data = data
         self.baseline = baseline
@@ -536,7 +551,7 @@ class Grid:
         commit = data["runs"][-1]["git"]
         self.kept = {key for key, c in self.by_key.items() if args.resume and data["runs"][c["run"]]["git"] == commit}
         self.libraries = [lib for lib in args.libraries.split(",") if lib] + ([BEFORE] if baseline else [])
-        self.deadline = time.monotonic() + 60 * args.budget_min
+        self.deadline = started + 60 * args.budget_min  # the run's start: the grid search's time counts
         self.warmed: set[tuple[str, str, int]] = set()
         # threads -> library -> measure -> its least time in any cell so far (a floor: set-up costs)
         self.floors: dict[int, dict[str, dict[str, float]]] = {threads: {} for threads in numbers(args.threads)}
@@ -720,17 +735,17 @@ def main(argv: list[str] | None = None) -> None:
         if baseline is not None:
             data["runs"][-1]["baseline"] = {"tree": str(baseline.tree), "git": baseline.commit}
         try:
-            Grid(args, data, baseline).run_all()
-            if args.grid_search:
+            if args.grid_search:  # first: its time comes out of the budget the grid gets
                 searches = {s["threads"]: s for s in data["grid_search"]}
                 for threads in numbers(args.threads):
                     torch.set_num_threads(threads)
                     with threadpool_limits(limits=threads), warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        seconds = grid_search(threads, 3, args.settle, baseline)
+                        seconds = grid_search(threads, args.settle, GRID_SEARCH_CAP * args.max_call_s, baseline)
                     searches[threads] = {"run": len(data["runs"]) - 1, "threads": threads, "seconds": seconds}
                     print(f"GridSearchCV, {threads} thread(s): {seconds}", flush=True)
                 data["grid_search"] = [searches[t] for t in sorted(searches)]
+            Grid(args, data, baseline, started).run_all()
         finally:
             if baseline is not None:
                 baseline.close()

@@ -82,7 +82,10 @@ def plot(data: dict[str, Any], path: Path, threads: int) -> None:
             f"ours / fastest peer per {measure}, {threads} thread(s)\n(< 1 blue: ahead; framed: a peer ahead)",
             fontsize=8,
         )
-        fig.colorbar(image, ax=ax, shrink=0.6)
+        bar = fig.colorbar(image, ax=ax, shrink=0.6)
+        ticks = [1 / 8, 1 / 4, 1 / 2, 1, 2, 4, 8]
+        bar.set_ticks(ticks, labels=["1/8", "1/4", "1/2", "1", "2", "4", "8"])
+        bar.minorticks_off()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

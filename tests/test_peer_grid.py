@@ -94,6 +94,11 @@ def test_ratios_are_ours_over_the_fastest_positive_peer():
     grid = {"cells": [{**out, "n": 100, "d": 2, "k": 2, "covariance_type": "full", "threads": 1}]}
     assert peer_grid_report.ahead_rows(grid) == [[1, "full", 2, 2, 100, "fit", 2.0, "scikit-learn", 0.5, 0.25]]
     assert peer_grid_report.trim_rows(grid)[0][:4] == ["pomegranate", "cap", 0, 1]
+    cap, tied = grid_trims.trim("cap", "stopped"), grid_trims.trim("unsupported", "no tied")
+    peers_out = {"mixle_nb": {"fit_trimmed": grid_trims.trim("no peer", "")}, "pomegranate": {"fit_trimmed": tied}}
+    peers_out["scikit-learn"] = {"fit_trimmed": cap}
+    assert peer_grid_report.trim_kind({"results": peers_out}, "fit") == "cap"  # the heat map's label
+    assert peer_grid_report.trim_kind(cell, "fit") is None
 
 
 def test_steps_last_the_set_up_or_a_tenth_of_a_second_and_never_hundreds_of_slow_calls():
@@ -197,7 +202,7 @@ def test_resume_keeps_the_cells_of_this_commit(smoke, capsys):
     )
     again = {**data, "runs": [*data["runs"], dict(data["runs"][0])]}
     before = json.dumps(again["cells"], sort_keys=True)
-    peer_grid.Grid(args, again, None).run_all()  # every cell kept: nothing measured
+    peer_grid.Grid(args, again, None, time.monotonic()).run_all()  # every cell kept: nothing measured
     assert json.dumps(again["cells"], sort_keys=True) == before
     with pytest.raises(SystemExit):
         peer_grid.parse(["--cov", "banana"])

@@ -289,7 +289,9 @@ def peer_grid_search_table(grid: dict[str, Any]) -> dict[str, Any]:
                 grid["runs"][search["run"]]["date"],
                 seconds["mixle_nb"],
                 seconds["scikit-learn"],
-                seconds["mixle_nb"] / seconds["scikit-learn"],
+                seconds["mixle_nb"] / seconds["scikit-learn"]
+                if seconds["mixle_nb"] and seconds["scikit-learn"]
+                else None,
                 *([seconds.get(PEER_GRID_BEFORE)] if before else []),
             ]
         )
