@@ -12,10 +12,11 @@ a page, so that no number there is typed by hand:
     matplotlib at build time into ``_generated/``.
 
 ``peer-grid``
-    The peer grid of ``benchmarks/peer_grid.py``, which keeps its own schema (a grid of cells
-    added to slice by slice, in its docstring): the runs' provenance, one table per iteration and
-    one per whole fit (each library's time, ours over the fastest peer's), the grid search, and
-    the heat map, drawn at build time by the script's own ``plot``.
+    The peer grid of ``benchmarks/peer_grid.py``, which keeps its own schema (a grid of cells,
+    in its docstring): the runs' provenance, a heat map per thread count (drawn at build time by
+    ``benchmarks/peer_grid_report.py``), the cells where a peer is ahead, the trims, the grid
+    search, and one table per iteration and one per whole fit (each library's time, ours over
+    the fastest peer's).
 """
 
 from __future__ import annotations
@@ -176,31 +177,49 @@ PEER_GRID_LIBRARIES = ("mixle_nb", "scikit-learn", "pomegranate", "torchgmm")
 PEER_GRID_BEFORE = "mixle_nb before"
 
 
+def peer_grid_report() -> Any:
+    """``benchmarks/peer_grid_report.py`` (heat maps, the cells a peer is ahead in, the trims),
+    loaded from its file: it needs numpy and matplotlib only."""
+    spec = importlib.util.spec_from_file_location("peer_grid_report", RESULTS.parent / "peer_grid_report.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def peer_grid_provenance(grid: dict[str, Any]) -> str:
-    """One sentence: the runs' dates, commits, machine, library versions and load averages."""
-    runs = grid["runs"]
-    loads = [run["load"][0] for run in runs]
-    commits = sorted({run["git"][:10] for run in runs})
-    versions = ", ".join(f"{name} {v}" for name, v in runs[-1]["versions"].items())
-    return (
-        f"Recorded in {len(runs)} slices from {runs[0]['date']} to {runs[-1]['date']} by "
-        f"`python benchmarks/peer_grid.py` (the slices' options are not recorded) on {runs[-1]['machine']} "
-        f"({runs[-1]['cpus']} cores) at commits {', '.join(commits)}; {versions}; one-minute load average "
-        f"{min(loads):.1f} to {max(loads):.1f} at the slices' starts."
-    )
+    """One sentence a run: its command, dates, commit, machine, versions and load averages."""
+    sentences = []
+    for run in grid["runs"]:
+        versions = ", ".join(f"{name} {v}" for name, v in run["versions"].items())
+        ended = f" to {run['end']} ({run['elapsed_s']:.0f} s)" if "end" in run else ""
+        load_end = f" and {run['load_end'][0]:.1f} at its end" if "load_end" in run else ""
+        sentences.append(
+            f"Recorded from {run['date']}{ended} by `{run.get('command', 'python benchmarks/peer_grid.py')}` on "
+            f"{run['machine']} ({run['cpus']} cores) at commit {run['git'][:10]}; {versions}; one-minute load "
+            f"average {run['load'][0]:.1f} at its start{load_end}."
+        )
+    return " ".join(sentences)
+
+
+def peer_grid_entry(result: dict[str, Any], what: str, scale: float) -> object:
+    """A library's time in a cell (scaled), or why there is none: its trim's kind, or failed."""
+    if f"{what}_s" in result:
+        return scale * result[f"{what}_s"]
+    if f"{what}_trimmed" in result:
+        return f"trimmed ({result[f'{what}_trimmed']['kind']})"
+    if f"{what}_failed" in result or "failed" in result:
+        return "failed"
+    return None
 
 
 def peer_grid_table(grid: dict[str, Any], what: str) -> dict[str, Any]:
     """Per cell, each library's time (ms an ``iteration`` or s a ``fit``) and ours over the fastest peer's."""
-    unit, key, scale = ("ms", "iteration_s", 1e3) if what == "iteration" else ("s", "fit_s", 1.0)
+    unit, scale = ("ms", 1e3) if what == "iteration" else ("s", 1.0)
     before = any(PEER_GRID_BEFORE in cell["results"] for cell in grid["cells"])
     libraries = [*PEER_GRID_LIBRARIES, *([PEER_GRID_BEFORE] if before else [])]
     rows = []
     for cell in sorted(grid["cells"], key=lambda c: (c["covariance_type"], c["d"], c["k"], c["threads"], c["n"])):
-        times = []
-        for library in libraries:
-            result = cell["results"].get(library, {})
-            times.append(scale * result[key] if key in result else ("trimmed" if "trimmed" in result else None))
         ratio = cell[f"{what}_ratio"]
         rows.append(
             [
@@ -209,7 +228,7 @@ def peer_grid_table(grid: dict[str, Any], what: str) -> dict[str, Any]:
                 cell["k"],
                 cell["threads"],
                 f"{cell['n']:.0e}".replace("e+0", "e"),
-                *times,
+                *(peer_grid_entry(cell["results"].get(library, {}), what, scale) for library in libraries),
                 ratio,
                 cell["fastest_peer"][what] if ratio is not None else None,
                 *([(cell.get("before_ratio") or {}).get(what)] if before else []),
@@ -235,57 +254,85 @@ def peer_grid_table(grid: dict[str, Any], what: str) -> dict[str, Any]:
     }
 
 
-def peer_grid_plot(grid: dict[str, Any], target: Path) -> None:
-    """Draw the heat map to ``target`` with ``benchmarks/peer_grid.py``'s own ``plot``."""
-    spec = importlib.util.spec_from_file_location("peer_grid", RESULTS.parent / "peer_grid.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    target.parent.mkdir(exist_ok=True)
-    module.plot(grid, target)
+def peer_grid_ahead_table(grid: dict[str, Any], report: Any) -> dict[str, Any]:
+    """The cells where a peer is still ahead of us, from the JSON."""
+    rows = [
+        [threads, cov, d, k, f"{n:.0e}".replace("e+0", "e"), what, ratio, peer, 1e3 * ours, 1e3 * theirs]
+        for threads, cov, d, k, n, what, ratio, peer, ours, theirs in report.ahead_rows(grid)
+    ]
+    return {
+        "title": f"The cells where a peer is ahead ({len(rows)}; ours / fastest peer above 1)",
+        "columns": ["threads", "covariance", "D", "K", "N", "measure", "ours / peer", "peer", "ours ms", "peer ms"],
+        "rows": rows or [["–"] * 10],
+    }
+
+
+def peer_grid_trims_table(grid: dict[str, Any], report: Any) -> dict[str, Any]:
+    """What was trimmed, per library and kind, with one reason of each (all are in the JSON)."""
+    return {
+        "title": "Trimmed: cells per library and kind of trim (peer_grid.py's docstring and grid_trims.py say the rules)",
+        "columns": ["library", "kind", "per iteration", "per fit", "for example"],
+        "rows": report.trim_rows(grid) or [["–"] * 5],
+    }
+
+
+def peer_grid_search_table(grid: dict[str, Any]) -> dict[str, Any]:
+    """``GridSearchCV`` over ``n_components`` 1-8, ours against scikit-learn's, per thread count."""
+    searches = grid.get("grid_search", [])
+    before = any(PEER_GRID_BEFORE in search["seconds"] for search in searches)
+    rows = []
+    for search in searches:
+        seconds = search["seconds"]
+        rows.append(
+            [
+                search["threads"],
+                grid["runs"][search["run"]]["date"],
+                seconds["mixle_nb"],
+                seconds["scikit-learn"],
+                seconds["mixle_nb"] / seconds["scikit-learn"]
+                if seconds["mixle_nb"] and seconds["scikit-learn"]
+                else None,
+                *([seconds.get(PEER_GRID_BEFORE)] if before else []),
+            ]
+        )
+    return {
+        "title": "GridSearchCV(GaussianMixture(), {'n_components': range(1, 9)}, cv=5), N = 1,000, D = 2",
+        "columns": [
+            "threads",
+            "recorded",
+            "mixle_nb s",
+            "scikit-learn s",
+            "ours / scikit-learn's",
+            *([f"{PEER_GRID_BEFORE} s"] if before else []),
+        ],
+        "rows": rows,
+    }
 
 
 class PeerGrid(SphinxDirective):
-    """``peer-grid``: the provenance, the per-iteration and whole-fit tables and the heat map of the peer grid."""
+    """``peer-grid``: the provenance, a heat map per thread count, the cells a peer is ahead in,
+    the trims, the grid search, and the per-iteration and whole-fit tables of the peer grid."""
 
     def run(self) -> list[nodes.Node]:
         grid = load(self, "peer_grid")
+        report = peer_grid_report()
         paragraph, messages = self.state.inline_text(peer_grid_provenance(grid), self.lineno)
         out: list[nodes.Node] = [nodes.paragraph("", "", *paragraph, classes=["benchmark-provenance"]), *messages]
-        out += [table_node(peer_grid_table(grid, what)) for what in ("iteration", "fit")]
-        search = grid.get("grid_search")
-        if search:
-            seconds = search["seconds"]
-            out.append(
-                table_node(
-                    {
-                        "title": "GridSearchCV(GaussianMixture(), {'n_components': range(1, 9)}, cv=5), N = 1,000, "
-                        f"D = 2, recorded {grid['runs'][search['run']]['date']}",
-                        "columns": [
-                            "threads",
-                            "mixle_nb s",
-                            "scikit-learn s",
-                            "ours / scikit-learn's",
-                            *([f"{PEER_GRID_BEFORE} s"] if PEER_GRID_BEFORE in seconds else []),
-                        ],
-                        "rows": [
-                            [
-                                search["threads"],
-                                seconds["mixle_nb"],
-                                seconds["scikit-learn"],
-                                seconds["mixle_nb"] / seconds["scikit-learn"],
-                                *([seconds[PEER_GRID_BEFORE]] if PEER_GRID_BEFORE in seconds else []),
-                            ]
-                        ],
-                    }
-                )
+        stem = Path(self.env.srcdir) / GENERATED / "peer_grid"
+        stem.parent.mkdir(exist_ok=True)
+        for path in report.plot_all(grid, stem):
+            image = nodes.image(uri=f"/{GENERATED}/{path.name}", alt=f"mixle_nb over the fastest peer, {path.stem}")
+            figure = nodes.figure("", image, classes=["benchmark-plot"])
+            figure += nodes.caption(
+                text=f"{path.stem.split('_')[-1].replace('thread', ' thread(s)')}: mixle_nb's time over the fastest "
+                "peer's per cell (below 1, blue: ahead; framed: a peer ahead; hatched: trimmed, labelled with why)"
             )
-        file = "peer_grid.png"
-        peer_grid_plot(grid, Path(self.env.srcdir) / GENERATED / file)
-        image = nodes.image(uri=f"/{GENERATED}/{file}", alt="mixle_nb over the fastest peer per cell")
-        figure = nodes.figure("", image, classes=["benchmark-plot"])
-        figure += nodes.caption(text="mixle_nb's time over the fastest peer's per cell (below 1, blue: ahead)")
-        out.append(figure)
+            out.append(figure)
+        out.append(table_node(peer_grid_ahead_table(grid, report)))
+        out.append(table_node(peer_grid_trims_table(grid, report)))
+        if grid.get("grid_search"):
+            out.append(table_node(peer_grid_search_table(grid)))
+        out += [table_node(peer_grid_table(grid, what)) for what in ("iteration", "fit")]
         return out
 
 
