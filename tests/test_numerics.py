@@ -226,9 +226,11 @@ def _cross_family(p, kind):
 def test_the_shared_frame_and_the_per_component_frame_give_the_same_fit(offset, monkeypatch):
     """The fast path (features of ``x - c`` about the mean of the means, one product per step)
     and the per-component differences agree: every family, and an estimator of another family
-    than the model's; at an offset of 1e6 spreads too."""
-    from mixle_nb.stats import frame
+    than the model's; at an offset of 1e6 spreads too. The torch step's frames, so the small
+    local step's compiled pass (tests/test_fused_step.py) is turned off."""
+    from mixle_nb.stats import frame, fused_step
 
+    monkeypatch.setattr(fused_step, "FUSED_MAX_ELEMENTS", 0)
     reach = frame.SHARED_FRAME_REACH
     for dim, kind in [
         (1, "full"),
@@ -257,11 +259,15 @@ def test_the_shared_frame_and_the_per_component_frame_give_the_same_fit(offset, 
 
 
 @pytest.mark.parametrize("offset", (0.0, 1e6))
-def test_stored_features_and_features_made_per_block_give_the_same_fit(offset):
+def test_stored_features_and_features_made_per_block_give_the_same_fit(offset, monkeypatch):
     """A full-covariance encoding's features kept about its own origin (the sums moved to the
     model's point once an E-step) and features made per block about the model's point agree,
-    for a diagonal estimator on a full model too."""
+    for a diagonal estimator on a full model too (the torch step's, the compiled small step
+    turned off)."""
+    from mixle_nb.stats import fused_step
     from mixle_nb.stats.frame import point_encoding
+
+    monkeypatch.setattr(fused_step, "FUSED_MAX_ELEMENTS", 0)
 
     for dim, kind in [(3, "full"), (8, "full"), (3, "tied"), (3, "diag<-full")]:
         p = offset_problem(offset, 1.0, dim, separation=2.0, per=100, seed=4)
