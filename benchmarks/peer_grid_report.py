@@ -136,6 +136,26 @@ def ahead_rows(data: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+def median_rows(data: dict[str, Any]) -> list[list[Any]]:
+    """Per thread count and N: for each measure the median of ours over the fastest peer, the
+    cells where a peer is ahead and the cells with a ratio."""
+    groups: dict[tuple[int, float], dict[str, list[float]]] = {}
+    for c in data["cells"]:
+        group = groups.setdefault((c["threads"], c["n"]), {measure: [] for measure in MEASURES})
+        for measure in MEASURES:
+            ratio = c.get(f"{measure}_ratio")
+            if ratio is not None:
+                group[measure].append(ratio)
+    rows = []
+    for (threads, n), ratios in sorted(groups.items()):
+        row: list[Any] = [threads, n]
+        for measure in MEASURES:
+            found = ratios[measure]
+            row += [float(np.median(found)) if found else None, sum(r > 1.0 for r in found), len(found)]
+        rows.append(row)
+    return rows
+
+
 def trim_rows(data: dict[str, Any]) -> list[list[Any]]:
     """Per library and kind of trim: the cells trimmed per iteration and per fit, and one reason."""
     counts: Counter[tuple[str, str, str]] = Counter()

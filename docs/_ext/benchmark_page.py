@@ -267,6 +267,24 @@ def peer_grid_ahead_table(grid: dict[str, Any], report: Any) -> dict[str, Any]:
     }
 
 
+def peer_grid_median_table(grid: dict[str, Any], report: Any) -> dict[str, Any]:
+    """Per thread count and N, the median of ours over the fastest peer and the cells a peer leads."""
+    return {
+        "title": "Ours over the fastest peer by thread count and N: the median of the cells measured",
+        "columns": [
+            "threads",
+            "N",
+            "per iteration, median",
+            "peer ahead",
+            "cells",
+            "per fit, median",
+            "peer ahead",
+            "cells",
+        ],
+        "rows": [[threads, f"{n:.0e}".replace("e+0", "e"), *rest] for threads, n, *rest in report.median_rows(grid)],
+    }
+
+
 def peer_grid_trims_table(grid: dict[str, Any], report: Any) -> dict[str, Any]:
     """What was trimmed, per library and kind, with one reason of each (all are in the JSON)."""
     return {
@@ -328,6 +346,7 @@ class PeerGrid(SphinxDirective):
                 "peer's per cell (below 1, blue: ahead; framed: a peer ahead; hatched: trimmed, labelled with why)"
             )
             out.append(figure)
+        out.append(table_node(peer_grid_median_table(grid, report)))
         out.append(table_node(peer_grid_ahead_table(grid, report)))
         out.append(table_node(peer_grid_trims_table(grid, report)))
         if grid.get("grid_search"):
