@@ -90,13 +90,16 @@ check: venv
 # marked side_lane, the longest teaching notebook, which balances the lanes) beside all the
 # others. Coverage of mixle_nb's lines in every process either lane starts (engines, kernels,
 # ranks: see [tool.coverage.run] in pyproject.toml) is combined at the end; below
-# [tool.coverage.report] fail_under, it fails, as does a failure in either lane.
+# [tool.coverage.report] fail_under, it fails, as does a failure in either lane. The numba
+# kernels are compiled into their disk cache first (tests/compile_kernels.py), once, rather than
+# by the first processes of both lanes at once.
 SIDE := multihost or mpi or slurm or subprocess or browser or hub or side_lane
 TEST_ENV := OMP_NUM_THREADS=1 MIXLE_STRICT=1 MIXLE_CHROMIUM=$(CHROMIUM)
 SIDE_LOG := .side-lane.log
 
 test: venv browser multihost slurm mpi hub
 	rm -f .coverage .coverage.* $(SIDE_LOG)
+	$(TEST_ENV) $(PY) tests/compile_kernels.py
 	$(TEST_ENV) $(PY) -m coverage run -m pytest -q -p no:cacheprovider -m "$(SIDE)" --durations=10 > $(SIDE_LOG) 2>&1 & side=$$!; \
 	$(TEST_ENV) $(PY) -m coverage run -m pytest -q -m "not ($(SIDE))" --durations=25; main=$$?; \
 	wait $$side; side_rc=$$?; echo "=== beside it, the tests marked $(SIDE):"; cat $(SIDE_LOG); \
