@@ -16,6 +16,7 @@ from .base import Accumulator, Distribution, Estimator, random_source, total
 from .frame import PointEncoding
 from .fused_step import fused_em_step
 from .handle import EncodedDataHandle
+from .tied_step import tied_em_step
 
 
 @dataclass
@@ -381,6 +382,8 @@ def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:
         count, total = enc.pysp_seq_log_density_sum(model)
         return EMStep(enc.pysp_seq_estimate(estimator, model), count, total)
     fused = fused_em_step(enc, estimator, model)  # small local Gaussian mixtures: one compiled pass
+    if fused is None:
+        fused = tied_em_step(enc, estimator, model)  # one shared full covariance: whitened once
     if fused is not None:
         return EMStep(*fused)
     acc = accumulate([enc], estimator, model)

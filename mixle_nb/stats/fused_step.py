@@ -55,7 +55,7 @@ def _tie_key(estimator: Any) -> str | None:
     return getattr(estimator, "variance_key", None) or getattr(estimator, "covariance_key", None)
 
 
-def _family(estimator: Estimator) -> tuple[bool, tuple[type, ...], bool] | None:
+def mixture_family(estimator: Estimator) -> tuple[bool, tuple[type, ...], bool] | None:
     """``(full, model classes, tied)`` of a mixture estimator the fused step takes, else ``None``
     (decided once per estimator and list of components)."""
     if type(estimator) is not MixtureEstimator:
@@ -106,12 +106,12 @@ def fused_em_step(enc: Any, estimator: Estimator, model: Distribution) -> tuple[
     DegenerateComponentError
         From the M-step, as the general step raises it.
     """
-    if type(model) is not MixtureDistribution or not _local(enc):
+    if type(model) is not MixtureDistribution or not local_float64(enc):
         return None
     components = model.components
     if len(enc) * len(components) > FUSED_MAX_ELEMENTS:
         return None
-    family = _family(estimator)
+    family = mixture_family(estimator)
     if family is None or len(components) != len(estimator.estimators):  # type: ignore[attr-defined]
         return None
     full, models, tied = family
@@ -156,9 +156,9 @@ def fused_labelled_estimate(
     DegenerateComponentError
         From the M-step, as the general one raises it.
     """
-    if not _local(enc) or len(enc) * len(centres) > FUSED_MAX_ELEMENTS:
+    if not local_float64(enc) or len(enc) * len(centres) > FUSED_MAX_ELEMENTS:
         return None
-    family = _family(estimator)
+    family = mixture_family(estimator)
     if family is None or len(centres) != len(estimator.estimators):  # type: ignore[attr-defined]
         return None
     full, _, tied = family
@@ -175,7 +175,7 @@ def fused_labelled_estimate(
     return estimator.estimate(count, (values[:, 0].copy(), values))
 
 
-def _local(enc: Any) -> bool:
+def local_float64(enc: Any) -> bool:
     """Whether ``enc`` is a non-empty local float64 encoding of points on the CPU."""
     return (
         isinstance(enc, PointEncoding)
