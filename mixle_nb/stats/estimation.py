@@ -13,6 +13,7 @@ import torch
 
 from . import foreign
 from .base import Accumulator, Distribution, Estimator, random_source, total
+from .diagonal_step import diagonal_em_step
 from .frame import PointEncoding
 from .fused_step import fused_em_step
 from .handle import EncodedDataHandle
@@ -345,6 +346,11 @@ def m_step(estimator: Estimator, count: float, acc: AnyAccumulator) -> Distribut
     return estimator.estimate(count, tie_keys(acc).value())
 
 
+# Local Gaussian mixtures' own steps, the first that applies taken: wide diagonal ones as matrix
+# products, small ones in one compiled pass, a shared full covariance whitened once.
+LOCAL_STEPS = (diagonal_em_step, fused_em_step, tied_em_step)
+
+
 def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:
     """One EM iteration on local data or a handle, reporting the objective of ``model``.
 
@@ -381,11 +387,10 @@ def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:
     if is_handle(enc):  # a handle without the one-pass extension
         count, total = enc.pysp_seq_log_density_sum(model)
         return EMStep(enc.pysp_seq_estimate(estimator, model), count, total)
-    fused = fused_em_step(enc, estimator, model)  # small local Gaussian mixtures: one compiled pass
-    if fused is None:
-        fused = tied_em_step(enc, estimator, model)  # one shared full covariance: whitened once
-    if fused is not None:
-        return EMStep(*fused)
+    for local_step in LOCAL_STEPS:
+        taken = local_step(enc, estimator, model)
+        if taken is not None:
+            return EMStep(*taken)
     acc = accumulate([enc], estimator, model)
     return EMStep(m_step(estimator, acc.count, acc.accumulator), acc.count, acc.log_density)
 

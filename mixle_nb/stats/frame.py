@@ -64,6 +64,11 @@ LOG_2PI = math.log(2.0 * math.pi)
 SHARED_FRAME_REACH = 300.0
 # The same in a float32 E-step: eps·T² ≈ 1.1e-4 (eps = 1.2e-7), absolute in log p.
 FLOAT32_SHARED_FRAME_REACH = 30.0
+# A float64 E-step's terms exp(log p - peak) below exp(-700) = 9.9e-305 are taken as 0: the CPU
+# makes exp below -708 (subnormal or underflowing results) 20-40x slower than elsewhere, and
+# subnormal responsibilities make every product they join as slow; separated components put
+# most terms there. A term of at most 9.9e-305 of its observation's largest changes no sum.
+FLOAT64_EXP_FLOOR = -700.0
 # Rows a float32 E-step's products sum over in float32 before the partial sums add up in float64.
 SUM_RUN = 256
 # Up to this dimension a full-covariance encoding keeps its features, 1 + D + D(D+1)/2 floats

@@ -29,7 +29,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from .frame import LOG_2PI
+from .frame import FLOAT64_EXP_FLOOR, LOG_2PI
 from .hmm.compiled import LOWEST, exp_nonpositive
 
 
@@ -43,6 +43,9 @@ def jit(function: Any) -> Any:
 
 # Rows a tile: its (K, TILE) log-joint and its differences stay in the first-level cache.
 TILE = 128
+# exp(FLOAT64_EXP_FLOOR) and a little above (exp_nonpositive is within 2 ulp of exp): a term at
+# most this is one that was below the floor (or within 1e-12 of it), and is set to 0.
+AT_EXP_FLOOR = math.exp(FLOAT64_EXP_FLOOR) * (1.0 + 1e-12)
 
 
 @jit
@@ -105,9 +108,10 @@ def _posterior_tile(
     for c in range(k):
         row = lp[c, :m]
         for t in range(m):
-            row[t] -= peak[t]
+            row[t] = max(row[t] - peak[t], FLOAT64_EXP_FLOOR)
         exp_nonpositive(row, scratch)
-        for t in range(m):
+        for t in range(m):  # the terms that were below the floor: 0, as the torch step's
+            row[t] = row[t] if row[t] > AT_EXP_FLOOR else 0.0
             summed[t] += row[t]
     objective = 0.0
     unit = len(weights) == 0

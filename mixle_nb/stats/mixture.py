@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike
 from . import foreign
 from .base import Accumulator, Distribution, Encoder, Estimator, device_tensor, encoding_device, merge_into, resident
 from .centred_moments import DegenerateComponentError
-from .frame import CentredBlock, SharedFrameBlock, encoding_dtype, in_dtype
+from .frame import FLOAT64_EXP_FLOOR, CentredBlock, SharedFrameBlock, encoding_dtype, in_dtype
 from .sampler import Sampler
 
 if TYPE_CHECKING:
@@ -94,8 +94,11 @@ def posterior(
     top.clamp_(min=torch.finfo(top.dtype).min)  # an observation impossible under every component stays -inf
     resp = log_joint.sub_(top)
     if not same:  # float32: exp below its smallest normal number makes subnormals, 10-20x slower to make and use
-        resp.clamp_(min=FLOAT32_EXP_FLOOR)
-    resp.exp_()
+        resp.clamp_(min=FLOAT32_EXP_FLOOR).exp_()
+    elif resp.device.type == "cpu":
+        exp_floored_(resp)
+    else:
+        resp.exp_()
     torch.sum(resp, dim=0, out=summed)  # >= 1 (the peak's own term) unless impossible
     if not same:
         peak.copy_(top)
@@ -104,6 +107,13 @@ def posterior(
     if weights is not None:
         scale.mul_(device_tensor(weights, scale.device))
     return resp.mul_(scale)
+
+
+def exp_floored_(values: torch.Tensor) -> torch.Tensor:
+    """``values.exp_()`` for float64 ``values <= 0``, with the terms below ``FLOAT64_EXP_FLOOR``
+    exactly 0 (in place)."""
+    below = values < FLOAT64_EXP_FLOOR
+    return values.clamp_(min=FLOAT64_EXP_FLOOR).exp_().masked_fill_(below, 0.0)
 
 
 def log_density(peak: torch.Tensor, total: torch.Tensor) -> torch.Tensor:

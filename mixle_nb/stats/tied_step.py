@@ -31,7 +31,7 @@ import torch
 from .base import Distribution, Estimator
 from .frame import shared_point
 from .fused_step import local_float64, mixture_family
-from .mixture import MixtureDistribution
+from .mixture import MixtureDistribution, log_density, posterior
 from .multivariate_gaussian import MultivariateGaussianDistribution
 
 # Rows per block: the block's whitened points and log-densities stay within about this many
@@ -109,29 +109,25 @@ def _sums(
     k, dim = mu.shape
     factor = torch.from_numpy(np.ascontiguousarray(prec_chol))
     c = torch.from_numpy(centre)
-    means = torch.from_numpy((mu - centre) @ prec_chol)  # (K, D): m_k
-    const = torch.from_numpy(log_const - 0.5 * np.einsum("kd,kd->k", means.numpy(), means.numpy()))
+    whitened_means = (mu - centre) @ prec_chol  # (K, D): m_k
+    means = torch.from_numpy(whitened_means)
+    const = torch.from_numpy(log_const - 0.5 * np.einsum("kd,kd->k", whitened_means, whitened_means))[:, None]
     counts = torch.zeros(k, dtype=torch.float64)
     s1 = torch.zeros(k, dim, dtype=torch.float64)
     scatter = torch.zeros(dim, dim, dtype=torch.float64)
-    objective = torch.zeros((), dtype=torch.float64)
+    objective = 0.0
     points = enc.values  # (D, N)
     rows = max(1, BLOCK_ELEMENTS // (dim + k))
     for start in range(0, len(enc), rows):
         diff = points[:, start : start + rows].T - c  # (B, D): x - c
         white = diff @ factor
-        log_p = torch.addmm(const, white, means.T).sub_(0.5 * (white * white).sum(dim=1, keepdim=True))
-        total = torch.logsumexp(log_p, dim=1, keepdim=True)
-        resp = log_p.sub_(total).exp_()
-        if enc.weights is None:
-            objective += total.sum()
-            weighted = diff
-        else:
-            w = enc.weights[start : start + rows]
-            objective += (w * total[:, 0]).sum()
-            resp.mul_(w[:, None])
-            weighted = diff * w[:, None]
-        counts += resp.sum(dim=0)
-        s1.addmm_(resp.T, diff)
-        scatter.addmm_(weighted.T, diff)
-    return counts.numpy(), s1.numpy(), scatter.numpy(), float(objective)
+        log_joint = torch.addmm(const, means, white.T).sub_(0.5 * (white * white).sum(dim=1))  # (K, B)
+        peak, total = torch.empty(len(diff), dtype=torch.float64), torch.empty(len(diff), dtype=torch.float64)
+        weights = None if enc.weights is None else enc.weights[start : start + rows]
+        resp = posterior(log_joint, weights, peak, total)
+        density = log_density(peak, total)
+        objective += float(density.sum() if weights is None else density @ weights)
+        counts += resp.sum(dim=1)
+        s1.addmm_(resp, diff)
+        scatter.addmm_(diff.T if weights is None else (diff * weights[:, None]).T, diff)
+    return counts.numpy(), s1.numpy(), scatter.numpy(), objective
