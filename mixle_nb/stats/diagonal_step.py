@@ -30,7 +30,7 @@ import torch
 from .base import Distribution, Estimator
 from .frame import SHARED_FRAME_REACH
 from .fused_step import local_float64, mixture_family
-from .mixture import MixtureDistribution, log_density, posterior
+from .mixture import MixtureDistribution, block_posterior
 
 # From these dimensions x components, and rows x dimensions x components, the products beat the
 # compiled pass (one thread, process CPU time, diagonal and spherical): at N = 1e3, D·K = 2,048
@@ -47,25 +47,9 @@ def diagonal_em_step(enc: Any, estimator: Estimator, model: Distribution) -> tup
     """One EM step of a wide diagonal or spherical mixture, where it applies (see the module
     docstring).
 
-    Parameters
-    ----------
-    enc : object
-        The data: a local encoding (a :class:`~mixle_nb.stats.frame.PointEncoding` on the CPU).
-    estimator : Estimator
-        The mixture's estimator.
-    model : Distribution
-        The model the step starts from.
-
-    Returns
-    -------
-    tuple or None
-        ``(new model, count, log-density of model)`` as :func:`~mixle_nb.stats.estimation.em_step`
-        reports them; ``None`` where the step does not apply (the caller takes another).
-
-    Raises
-    ------
-    DegenerateComponentError
-        From the M-step, as the general step raises it.
+    Takes and returns what :func:`~mixle_nb.stats.fused_step.fused_em_step` does: ``(new model,
+    count, log-density of model)``, or ``None`` where the step does not apply; the M-step's
+    ``DegenerateComponentError`` as the general step raises it.
     """
     if type(model) is not MixtureDistribution or not local_float64(enc):
         return None
@@ -121,11 +105,9 @@ def _sums(
         for j, f in enumerate(own):
             d = x - own_mu[j]
             log_joint[f] = (d * d) @ own_half[j] + own_const[j]
-        peak, total = torch.empty(len(x), dtype=torch.float64), torch.empty(len(x), dtype=torch.float64)
         weights = None if enc.weights is None else enc.weights[start : start + rows]
-        resp = posterior(log_joint, weights, peak, total)
-        density = log_density(peak, total)
-        objective += float(density.sum() if weights is None else density @ weights)
+        resp, block_objective = block_posterior(log_joint, weights)
+        objective += block_objective
         counts += resp.sum(dim=1)
         near_resp = resp[rows_of]
         s1[rows_of] += near_resp @ y

@@ -116,6 +116,17 @@ def exp_floored_(values: torch.Tensor) -> torch.Tensor:
     return values.clamp_(min=FLOAT64_EXP_FLOOR).exp_().masked_fill_(below, 0.0)
 
 
+def block_posterior(log_joint: torch.Tensor, weights: torch.Tensor | None) -> tuple[torch.Tensor, float]:
+    """A block's ``(K, B)`` log-joints turned into weighted responsibilities in place
+    (:func:`posterior`), with the block's ``Σ w·log p(x)``."""
+    rows = log_joint.shape[1]
+    peak = torch.empty(rows, dtype=log_joint.dtype, device=log_joint.device)
+    total = torch.empty(rows, dtype=log_joint.dtype, device=log_joint.device)
+    resp = posterior(log_joint, weights, peak, total)
+    density = log_density(peak, total)
+    return resp, float(density.sum() if weights is None else density @ weights)
+
+
 def log_density(peak: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
     return total.log().add_(peak)
 

@@ -31,7 +31,7 @@ import torch
 from .base import Distribution, Estimator
 from .frame import shared_point
 from .fused_step import local_float64, mixture_family
-from .mixture import MixtureDistribution, log_density, posterior
+from .mixture import MixtureDistribution, block_posterior
 from .multivariate_gaussian import MultivariateGaussianDistribution
 
 # Rows per block: the block's whitened points and log-densities stay within about this many
@@ -46,25 +46,9 @@ SAME_COVARIANCE = 1e-12
 def tied_em_step(enc: Any, estimator: Estimator, model: Distribution) -> tuple[Distribution, float, float] | None:
     """One EM step of a tied full-covariance mixture, where it applies (see the module docstring).
 
-    Parameters
-    ----------
-    enc : object
-        The data: a local encoding (a :class:`~mixle_nb.stats.frame.PointEncoding` on the CPU).
-    estimator : Estimator
-        The mixture's estimator.
-    model : Distribution
-        The model the step starts from.
-
-    Returns
-    -------
-    tuple or None
-        ``(new model, count, log-density of model)`` as :func:`~mixle_nb.stats.estimation.em_step`
-        reports them; ``None`` where the step does not apply (the caller takes another).
-
-    Raises
-    ------
-    DegenerateComponentError
-        From the M-step, as the general step raises it.
+    Takes and returns what :func:`~mixle_nb.stats.fused_step.fused_em_step` does: ``(new model,
+    count, log-density of model)``, or ``None`` where the step does not apply; the M-step's
+    ``DegenerateComponentError`` as the general step raises it.
     """
     if type(model) is not MixtureDistribution or not local_float64(enc):
         return None
@@ -85,12 +69,12 @@ def tied_em_step(enc: Any, estimator: Estimator, model: Distribution) -> tuple[D
     if centre is None:
         return None
     counts, s1, scatter, objective = _sums(enc, mu, prec_chol, centre, model._log_w + gaussians[0]._log_norm)
+    k, dim = mu.shape
     weighed = counts > 0
-    outer = np.zeros((len(mu), mu.shape[1], mu.shape[1]))
+    outer = np.zeros((k, dim, dim))
     outer[weighed] = s1[weighed, :, None] * s1[weighed, None, :] / counts[weighed, None, None]
     pooled_n = counts.sum()
-    values = np.zeros((len(mu), 1 + 2 * mu.shape[1] + mu.shape[1] ** 2))
-    dim = mu.shape[1]
+    values = np.zeros((k, 1 + 2 * dim + dim * dim))
     values[:, 0] = counts
     values[:, 1 : 1 + dim] = counts[:, None] * centre
     values[:, 1 + dim : 1 + 2 * dim] = s1
@@ -122,11 +106,9 @@ def _sums(
         diff = points[:, start : start + rows].T - c  # (B, D): x - c
         white = diff @ factor
         log_joint = torch.addmm(const, means, white.T).sub_(0.5 * (white * white).sum(dim=1))  # (K, B)
-        peak, total = torch.empty(len(diff), dtype=torch.float64), torch.empty(len(diff), dtype=torch.float64)
         weights = None if enc.weights is None else enc.weights[start : start + rows]
-        resp = posterior(log_joint, weights, peak, total)
-        density = log_density(peak, total)
-        objective += float(density.sum() if weights is None else density @ weights)
+        resp, block_objective = block_posterior(log_joint, weights)
+        objective += block_objective
         counts += resp.sum(dim=1)
         s1.addmm_(resp, diff)
         scatter.addmm_(diff.T if weights is None else (diff * weights[:, None]).T, diff)
