@@ -319,27 +319,38 @@ def reduce_candidates(
     m = len(points)
     if m <= k:  # too few distinct candidates: repeat some
         return points[np.arange(k) % m].copy()
-    sq = lambda a, b: ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)  # noqa: E731
     trials = 2 + int(math.log(k))
-    chosen = [points[rng.choice(m, p=weights / weights.sum())]]
-    d2 = sq(points, chosen[0][None])[:, 0]
+    # squared distances as ‖a‖² + ‖b‖² - 2a·b about the candidates' mean: one product a centre
+    origin = points.mean(axis=0)
+    moved_points = points - origin
+    norms = np.einsum("md,md->m", moved_points, moved_points)
+
+    def distances(rows: np.ndarray) -> np.ndarray:  # (len(rows), m)
+        return np.maximum(norms[rows, None] + norms[None, :] - 2.0 * (moved_points[rows] @ moved_points.T), 0.0)
+
+    first = int(_draw(rng, weights, 1)[0])
+    chosen = [first]
+    d2 = distances(np.array([first]))[0]
     for _ in range(1, k):
         mass = weights * d2
         if mass.sum() <= 0:
             break
-        tried = rng.choice(m, size=trials, p=mass / mass.sum())
-        options = np.minimum(d2[None, :], sq(points[tried], points))
-        best = int(np.argmin((options * weights).sum(axis=1)))
-        chosen.append(points[tried[best]])
+        tried = _draw(rng, mass, trials)
+        options = np.minimum(d2[None, :], distances(tried))
+        best = int(np.argmin(options @ weights))
+        chosen.append(int(tried[best]))
         d2 = options[best]
-    centres = np.array(chosen)
+    centres = points[chosen]
     if len(centres) < k:
         centres = centres[np.arange(k) % len(centres)]
     d = points.shape[1]
     weighted = (weights[:, None] * points).ravel()
+    # the labels from ‖c‖² - 2 p·c about the candidates' mean (‖p‖² is the same for every centre):
+    # one product instead of an (m, k, D) array of differences a pass
     previous = None
     for _ in range(lloyd_iterations):
-        label = np.argmin(sq(points, centres), axis=1)
+        shifted = centres - origin
+        label = np.argmin(np.einsum("kd,kd->k", shifted, shifted) - 2.0 * (moved_points @ shifted.T), axis=1)
         if previous is not None and np.array_equal(label, previous):
             break  # the same labels give the same means: the centres already are those
         mass = np.bincount(label, weights=weights, minlength=k)
@@ -350,6 +361,14 @@ def reduce_candidates(
             break
         centres, previous = moved, label
     return centres
+
+
+def _draw(rng: np.random.Generator, mass: np.ndarray, size: int) -> np.ndarray:
+    """``size`` indices drawn in proportion to ``mass``: the draws ``rng.choice(len(mass), size,
+    p=mass / mass.sum())`` makes, without its checks of ``p``."""
+    cdf = np.cumsum(mass / mass.sum())
+    cdf /= cdf[-1]
+    return cdf.searchsorted(rng.random(size), side="right")
 
 
 def lloyd(shard: _Shard, centres: np.ndarray, exchange: Exchange, iterations: int, tol: float = 1e-8) -> np.ndarray:
