@@ -31,6 +31,10 @@ from .mixture import MixtureAccumulator, block_rows, blocks
 
 INITS = ("kmeans++", "random_from_data")
 DISTANCE_BLOCK_ELEMENTS = 1 << 16  # centres × rows of one distance block (stays in cache)
+# One process with at most this many rows on the CPU starts from k-means++ over every point and
+# Lloyd iterations to convergence (scikit-learn's KMeans start), not from k-means‖: sampling
+# candidates in rounds costs more than it saves there, and a converged start saves EM iterations.
+SMALL_LOCAL_ROWS = 2048
 
 
 class Exchange(Protocol):
@@ -447,9 +451,10 @@ def kmeans_init(
     lloyd_iterations: int = 1,
 ) -> Distribution:
     """A mixture start from centres: ``"kmeans++"`` (k-means‖ then ``lloyd_iterations`` Lloyd
-    iterations over all the data) or ``"random_from_data"`` (``K`` observations drawn
-    uniformly); then the hard-assignment M-step, whose means are one more Lloyd iteration's
-    centres. Every rank passes its own chunks."""
+    iterations over all the data; in one process with at most ``SMALL_LOCAL_ROWS`` rows on the
+    CPU, weighted k-means++ over every point and Lloyd iterations to convergence) or
+    ``"random_from_data"`` (``K`` observations drawn uniformly); then the hard-assignment
+    M-step, whose means are one more Lloyd iteration's centres. Every rank passes its own chunks."""
     if init not in INITS:
         raise ValueError(f"init must be one of {', '.join(map(repr, INITS))}; got {init!r}")
     from .hmm.model import HiddenMarkovEstimator  # here: the HMM family builds on this module
@@ -475,7 +480,20 @@ def kmeans_init(
     if init == "random_from_data":
         centres = random_centres(shard, k, seed, sizes, exchange)
         shard.set_origin(centres[0])
+    elif exchange.world == 1 and (small := _small_local_points(shard)) is not None:
+        centres = reduce_candidates(*small, k, np.random.default_rng([seed, 4]))
+        shard.set_origin(centres[0])
     else:
         centres = kmeans_parallel_centres(shard, k, seed, sizes, proposals, exchange)
         centres = lloyd(shard, centres, exchange, lloyd_iterations)
     return model_from_centres(chunks, shard, estimator, centres, exchange)
+
+
+def _small_local_points(shard: _Shard) -> tuple[np.ndarray, np.ndarray] | None:
+    """The points (N, D) and row weights of a shard of at most ``SMALL_LOCAL_ROWS`` rows on the
+    CPU, else ``None``."""
+    if shard.device.type != "cpu" or sum(shard.sizes) > SMALL_LOCAL_ROWS:
+        return None
+    points = np.concatenate([x.numpy().T for x in shard.points])
+    weights = [np.ones(n) if w is None else w.numpy() for n, w in zip(shard.sizes, shard.weights)]
+    return points, np.concatenate(weights)
