@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 07 · Baum–Welch: EM for a hidden Markov model, by hand and on 2 ranks
+# # 07 · Baum–Welch: EM for a hidden Markov model, by hand and on 4 ranks
 #
 # A hidden Markov model (HMM) explains a sequence by a hidden state that moves from step to
 # step as a Markov chain and emits one observation per step from its own distribution. EM for
@@ -24,9 +24,9 @@
 #    1990–2022, one sequence of returns per ticker,
 # 2. take one Baum–Welch step by hand on eight months (forward, backward, the expected
 #    statistics, the update) and check it against our EM core,
-# 3. step the same kind of model live in the `EMPanel` on 2 ranks, each keeping whole
+# 3. step the same kind of model live in the `EMPanel` on 4 ranks, each keeping whole
 #    sequences, and let Choose K pick the number of states by BIC,
-# 4. check the 2-rank fit against `mixle_nb.hmm.GaussianHMM` (hmmlearn's API) in one process,
+# 4. check the 4-rank fit against `mixle_nb.hmm.GaussianHMM` (hmmlearn's API) in one process,
 # 5. read what the states mean: calm and turbulent months.
 
 # %% [markdown]
@@ -138,18 +138,18 @@ print(f"largest difference, by hand against the EM core: {np.abs(by_hand - core)
 assert np.abs(by_hand - core).max() < 1e-10 and abs(step.log_density - np.log(L)) < 1e-10
 
 # %% [markdown]
-# ## 3 · The same model on 2 ranks, live in the panel
+# ## 3 · The same model on 4 ranks, live in the panel
 #
-# `%mixle_cluster start 2` starts 2 engines in one `torch.distributed` group, bound to `mixle`.
+# `%mixle_cluster start 4` starts 4 engines in one `torch.distributed` group, bound to `mixle`.
 # The next cell starts them.
 
 # %%
-# %mixle_cluster start 2
+# %mixle_cluster start 4
 
 # %% [markdown]
-# The next cell pushes the sequences, the estimator and a start to both ranks; on each rank a
+# The next cell pushes the sequences, the estimator and a start to every rank; on each rank a
 # `TorchRunEncodedData` deals the list of sequences out as whole sequences (rank r keeps
-# sequences r, r + 2, …) and prints what it keeps.
+# sequences r, r + 4, …) and prints what it keeps.
 
 # %%
 start = HiddenMarkovDistribution([GaussianDistribution(0.5, 0.5), GaussianDistribution(-0.5, 2.0)],
