@@ -31,10 +31,11 @@ from .mixture import MixtureAccumulator, block_rows, blocks
 
 INITS = ("kmeans++", "random_from_data")
 DISTANCE_BLOCK_ELEMENTS = 1 << 16  # centres × rows of one distance block (stays in cache)
-# One process with at most this many rows on the CPU starts from k-means++ over every point and
-# Lloyd iterations to convergence (scikit-learn's KMeans start), not from k-means‖: sampling
-# candidates in rounds costs more than it saves there, and a converged start saves EM iterations.
-SMALL_LOCAL_ROWS = 2048
+# Data of at most this many rows on all ranks together start from k-means++ over every point and
+# Lloyd iterations to convergence (scikit-learn's KMeans start) on the root, not from k-means‖:
+# sampling candidates in rounds costs more than it saves there, and a converged start saves EM
+# iterations. The points are gathered in rank order, so a rank holding none changes nothing.
+SMALL_START_ROWS = 2048
 
 
 class Exchange(Protocol):
@@ -451,8 +452,8 @@ def kmeans_init(
     lloyd_iterations: int = 1,
 ) -> Distribution:
     """A mixture start from centres: ``"kmeans++"`` (k-means‖ then ``lloyd_iterations`` Lloyd
-    iterations over all the data; in one process with at most ``SMALL_LOCAL_ROWS`` rows on the
-    CPU, weighted k-means++ over every point and Lloyd iterations to convergence) or
+    iterations over all the data; with at most ``SMALL_START_ROWS`` rows on all ranks together,
+    weighted k-means++ over every point and Lloyd iterations to convergence) or
     ``"random_from_data"`` (``K`` observations drawn uniformly); then the hard-assignment
     M-step, whose means are one more Lloyd iteration's centres. Every rank passes its own chunks."""
     if init not in INITS:
@@ -480,8 +481,11 @@ def kmeans_init(
     if init == "random_from_data":
         centres = random_centres(shard, k, seed, sizes, exchange)
         shard.set_origin(centres[0])
-    elif exchange.world == 1 and (small := _small_local_points(shard)) is not None:
-        centres = reduce_candidates(*small, k, np.random.default_rng([seed, 4]))
+    elif (small := _all_points_when_few(shard, sizes, exchange)) is not None:
+        centres = np.zeros((k, shard.dim))
+        if exchange.rank == 0:
+            centres = reduce_candidates(*small, k, np.random.default_rng([seed, 4]))
+        centres = exchange.sum(centres.ravel()).reshape(k, -1)  # the root's centres, on every rank
         shard.set_origin(centres[0])
     else:
         centres = kmeans_parallel_centres(shard, k, seed, sizes, proposals, exchange)
@@ -489,11 +493,16 @@ def kmeans_init(
     return model_from_centres(chunks, shard, estimator, centres, exchange)
 
 
-def _small_local_points(shard: _Shard) -> tuple[np.ndarray, np.ndarray] | None:
-    """The points (N, D) and row weights of a shard of at most ``SMALL_LOCAL_ROWS`` rows on the
-    CPU, else ``None``."""
-    if shard.device.type != "cpu" or sum(shard.sizes) > SMALL_LOCAL_ROWS:
+def _all_points_when_few(shard: _Shard, sizes: np.ndarray, exchange: Exchange) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every rank's points (N, D), in rank order, and their row weights, on every rank, when all
+    ranks together hold at most ``SMALL_START_ROWS`` rows (two sums); else ``None``."""
+    total = int(sizes.sum())
+    if total > SMALL_START_ROWS:
         return None
-    points = np.concatenate([x.numpy().T for x in shard.points])
-    weights = [np.ones(n) if w is None else w.numpy() for n, w in zip(shard.sizes, shard.weights)]
-    return points, np.concatenate(weights)
+    points = exchange.sum(_points_at(shard, sizes, np.arange(total), exchange.rank).ravel()).reshape(total, shard.dim)
+    weights = np.zeros(total)
+    first = int(sizes[: exchange.rank].sum())
+    own = [np.ones(n) if w is None else w.cpu().numpy() for n, w in zip(shard.sizes, shard.weights)]
+    if own:
+        weights[first : first + int(sizes[exchange.rank])] = np.concatenate(own)
+    return points, exchange.sum(weights)
