@@ -63,7 +63,7 @@ SAMPLE_WEIGHT_ON_RANKS = (
 )
 # scikit-learn's start names, as our starts (mixle_nb.inference.initial_model). Both k-means
 # names take our k-means‖ start (k-means++ seeding where the data live, one Lloyd pass, then a
-# labelled M-step; k-means++ and Lloyd to convergence on a small local array, see
+# labelled M-step; k-means++ and Lloyd to convergence on at most 2,048 rows, see
 # mixle_nb.stats.kmeans.kmeans_init); "random" gives every observation random responsibilities.
 STARTS = {"kmeans": "kmeans++", "k-means++": "kmeans++", "random_from_data": "random_from_data", "random": "random"}
 FITTED = (
