@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from local_steps import general_step
 
 from mixle_nb.mixture.translation import mixture_estimator, model_from_parameters
-from mixle_nb.stats import DegenerateComponentError, accumulate, diagonal_step, m_step, seq_encode
+from mixle_nb.stats import DegenerateComponentError, diagonal_step, seq_encode
 from mixle_nb.stats.diagonal_step import diagonal_em_step
 from mixle_nb.stats.frame import with_weights
 
@@ -44,11 +45,6 @@ def _problem(kind: str, d: int, weighted: bool, offset: float = 0.0, k: int = 5,
     return enc, estimator, model
 
 
-def _general(enc, estimator, model):
-    acc = accumulate([enc], estimator, model)
-    return m_step(estimator, acc.count, acc.accumulator), acc.count, acc.log_density
-
-
 def _assert_same_mixture(a, b) -> None:
     np.testing.assert_allclose(a.w, b.w, rtol=AGREE)
     for ca, cb in zip(a.components, b.components):
@@ -68,7 +64,7 @@ def test_diagonal_step_equals_the_general_step(kind, weighted, tight, monkeypatc
         reach = np.sqrt(np.sum((mu - mu.mean(axis=0)) ** 2 / sigma2, axis=1))
         assert reach[0] > diagonal_step.SHARED_FRAME_REACH > reach[1:].max()  # both sides of it
     new, count, objective = diagonal_em_step(enc, estimator, model)
-    reference, reference_count, reference_objective = _general(enc, estimator, model)
+    reference, reference_count, reference_objective = general_step(enc, estimator, model)
     assert count == pytest.approx(reference_count, rel=AGREE)
     assert objective == pytest.approx(reference_objective, rel=AGREE)
     _assert_same_mixture(new, reference)
@@ -104,7 +100,7 @@ def test_diagonal_step_degenerate_component_raises_as_the_general_one():
     with pytest.raises(DegenerateComponentError) as ours:
         diagonal_em_step(enc, estimator, far)
     with pytest.raises(DegenerateComponentError) as general:
-        _general(enc, estimator, far)
+        general_step(enc, estimator, far)
     assert str(ours.value) == str(general.value)
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from local_steps import general_step
 
 from mixle_nb.mixture.translation import mixture_estimator, model_from_parameters
 from mixle_nb.stats import (
     DegenerateComponentError,
     MixtureEstimator,
-    accumulate,
     em_step,
     m_step,
     seq_encode,
@@ -46,11 +46,6 @@ def _problem(kind: str, d: int, weighted: bool, offset: float = 0.0, k: int = 3,
     return enc, estimator, model
 
 
-def _general(enc, estimator, model):
-    acc = accumulate([enc], estimator, model)
-    return m_step(estimator, acc.count, acc.accumulator), acc.count, acc.log_density
-
-
 def _covariance(component) -> np.ndarray:
     return component.covar if hasattr(component, "covar") else component.sigma2
 
@@ -72,7 +67,7 @@ def test_fused_step_equals_the_general_step(kind, d, weighted):
     fused = fused_em_step(enc, estimator, model)
     assert fused is not None
     new, count, objective = fused
-    reference, reference_count, reference_objective = _general(enc, estimator, model)
+    reference, reference_count, reference_objective = general_step(enc, estimator, model)
     assert count == pytest.approx(reference_count, rel=AGREE)
     assert objective == pytest.approx(reference_objective, rel=AGREE)
     _assert_same_mixture(new, reference)
@@ -86,7 +81,7 @@ def test_fused_step_far_from_the_origin(kind):
     offset = 1e8
     enc, estimator, model = _problem(kind, 2, False, offset=offset)
     new, _, objective = fused_em_step(enc, estimator, model)
-    reference, _, reference_objective = _general(enc, estimator, model)
+    reference, _, reference_objective = general_step(enc, estimator, model)
     assert objective == pytest.approx(reference_objective, rel=AGREE)
     _assert_same_mixture(new, reference, offset)
     at_zero, _, _ = fused_em_step(*_problem(kind, 2, False))  # the same fit, moved (x rounded at 1e8: 1.5e-8)
@@ -116,7 +111,7 @@ def test_what_the_fused_step_leaves_to_the_general_one():
     float32 = MixtureEstimator(estimator.estimators, dtype="float32")
     enc32 = seq_encode(enc.values.T.numpy(), estimator=float32)
     assert fused_em_step(enc32, float32, model) is None  # float32: the torch E-step
-    assert em_step(enc32, float32, model).log_density == pytest.approx(_general(enc, estimator, model)[2], rel=1e-6)
+    assert em_step(enc32, float32, model).log_density == pytest.approx(general_step(enc, estimator, model)[2], rel=1e-6)
     full = mixture_estimator("full", 3, 2, 1e-6)
     assert fused_em_step(enc, full, model) is None  # a diagonal model under a full estimator
 
@@ -129,5 +124,5 @@ def test_fused_step_degenerate_component_raises_as_the_general_one():
     with pytest.raises(DegenerateComponentError) as fused:
         fused_em_step(enc, estimator, far)
     with pytest.raises(DegenerateComponentError) as general:
-        _general(enc, estimator, far)
+        general_step(enc, estimator, far)
     assert str(fused.value) == str(general.value)

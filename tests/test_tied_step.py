@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from local_steps import general_step
 
 from mixle_nb.mixture.translation import mixture_estimator, model_from_parameters
-from mixle_nb.stats import DegenerateComponentError, accumulate, em_step, m_step, seq_encode, tied_step
+from mixle_nb.stats import DegenerateComponentError, em_step, seq_encode, tied_step
 from mixle_nb.stats.frame import with_weights
 from mixle_nb.stats.tied_step import tied_em_step
 
@@ -32,11 +33,6 @@ def _problem(d: int, weighted: bool, offset: float = 0.0, k: int = 4, n: int = 6
     return enc, estimator, model
 
 
-def _general(enc, estimator, model):
-    acc = accumulate([enc], estimator, model)
-    return m_step(estimator, acc.count, acc.accumulator), acc.count, acc.log_density
-
-
 def _assert_same_mixture(a, b) -> None:
     np.testing.assert_allclose(a.w, b.w, rtol=AGREE)
     for ca, cb in zip(a.components, b.components):
@@ -50,13 +46,13 @@ def test_tied_step_equals_the_general_step(d, weighted, monkeypatch):
     monkeypatch.setattr(tied_step, "BLOCK_ELEMENTS", 64 * (d + 4))  # ~10 blocks of 64 rows
     enc, estimator, model = _problem(d, weighted)
     new, count, objective = tied_em_step(enc, estimator, model)
-    reference, reference_count, reference_objective = _general(enc, estimator, model)
+    reference, reference_count, reference_objective = general_step(enc, estimator, model)
     assert count == pytest.approx(reference_count, rel=AGREE)
     assert objective == pytest.approx(reference_objective, rel=AGREE)
     _assert_same_mixture(new, reference)
     again = tied_em_step(enc, estimator, new)  # the M-step's copies of the covariance count as one
     assert again is not None
-    _assert_same_mixture(again[0], _general(enc, estimator, new)[0])
+    _assert_same_mixture(again[0], general_step(enc, estimator, new)[0])
 
 
 def test_tied_step_far_from_the_origin():
@@ -76,7 +72,9 @@ def test_what_the_tied_step_leaves_to_the_general_one():
         "full", model.w, [c.mu for c in model.components], [c.covar * (1 + i) for i, c in enumerate(model.components)]
     )
     assert tied_em_step(enc, estimator, untied) is None  # a start whose covariances differ
-    assert em_step(enc, estimator, untied).log_density == pytest.approx(_general(enc, estimator, untied)[2], rel=AGREE)
+    assert em_step(enc, estimator, untied).log_density == pytest.approx(
+        general_step(enc, estimator, untied)[2], rel=AGREE
+    )
     apart, estimator, far = _problem(3, False, spread=1e4)
     tight = model_from_parameters("tied", far.w, [c.mu for c in far.components], np.eye(3) * 1e-2)
     assert tied_em_step(apart, estimator, tight) is None  # means 1e5 whitened units from their mean
@@ -91,7 +89,7 @@ def test_tied_step_degenerate_component_raises_as_the_general_one():
     with pytest.raises(DegenerateComponentError) as tied:
         tied_em_step(enc, estimator, far)
     with pytest.raises(DegenerateComponentError) as general:
-        _general(enc, estimator, far)
+        general_step(enc, estimator, far)
     assert str(tied.value) == str(general.value)
 
 

@@ -102,8 +102,8 @@ def _sums(
         square = y * y
         log_joint = torch.empty(k, len(x), dtype=torch.float64)
         log_joint[rows_of] = torch.addmm(const, linear, y.T).addmm_(quadratic, square.T)
-        for j, f in enumerate(own):
-            d = x - own_mu[j]
+        own_differences = [x - own_mu[j] for j in range(len(own))]  # read again by the sums below
+        for j, (f, d) in enumerate(zip(own, own_differences)):
             log_joint[f] = (d * d) @ own_half[j] + own_const[j]
         weights = None if enc.weights is None else enc.weights[start : start + rows]
         resp, block_objective = block_posterior(log_joint, weights)
@@ -112,8 +112,7 @@ def _sums(
         near_resp = resp[rows_of]
         s1[rows_of] += near_resp @ y
         s2[rows_of] += near_resp @ square
-        for j, f in enumerate(own):
-            d = x - own_mu[j]
+        for f, d in zip(own, own_differences):
             s1[f] += resp[f] @ d
             s2[f] += resp[f] @ (d * d)
     return counts.numpy(), s1.numpy(), s2.numpy(), objective
