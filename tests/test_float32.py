@@ -32,6 +32,10 @@ from mixle_nb.stats import (
 )
 
 AGREE = 1e-5  # float32 against float64 fits, and a float32 fit at an offset against it at 0
+# the Bayesian mixture's 100 iterations (tol=0) at an offset of 1e4: measured at most 5e-6 on the
+# CPU this was first measured on and 2.0e-5 (diag and spherical covariances) on an AVX2-only AMD EPYC,
+# whose float32 products round in another order
+BAYESIAN_AGREE = 5e-5
 DOWNHILL = 1e-7  # the float64 objective per observation may fall by this much in a float32 step
 # the float32 E-step's objective per observation against the float64 one: 1e-6, and 2e-8 per
 # spread of the data's extent (a point's rounding, |x - o|·6e-8, moves its log-density by z·that)
@@ -226,10 +230,10 @@ def test_a_float32_bayesian_fit_agrees_with_the_float64_fit(kind):
         wide = BayesianGaussianMixture(**settings).fit(x)
         narrow = BayesianGaussianMixture(dtype="float32", **settings).fit(x)
         where = f"{kind} {prior}"
-        assert np.abs(narrow.weights_ - wide.weights_).max() <= AGREE, where
-        assert np.abs(narrow.means_ - wide.means_).max() <= AGREE, where
+        assert np.abs(narrow.weights_ - wide.weights_).max() <= BAYESIAN_AGREE, where
+        assert np.abs(narrow.means_ - wide.means_).max() <= BAYESIAN_AGREE, where
         covariances = _covariances_by_component(narrow, kind), _covariances_by_component(wide, kind)
-        assert np.abs(covariances[0] - covariances[1]).max() <= AGREE, where
+        assert np.abs(covariances[0] - covariances[1]).max() <= BAYESIAN_AGREE, where
         assert abs(narrow.lower_bound_ - wide.lower_bound_) / len(x) <= BOUND_NOISE, where
         assert np.max(-np.diff(narrow.lower_bounds_)) / len(x) <= BOUND_NOISE, where
 

@@ -1,13 +1,15 @@
 """The tied full-covariance EM step (``mixle_nb.stats.tied_step``, issue 39): points whitened once,
 not once per component. It must give the general (torch, per-component) step's model and
 objective within ``AGREE``, with and without sample weights, over several blocks, at an offset
-far from the origin; a start whose components differ, or means beyond the shared frame's reach,
-fall to the general step; and a fit takes it and stays equal to scikit-learn's."""
+far from the origin, and beyond the shared frame's reach (means 1e5 whitened units apart); a start
+whose components differ falls to the general step; and a fit takes it and stays equal to
+scikit-learn's."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from local_steps import general_step
 
 from mixle_nb.mixture.translation import mixture_estimator, model_from_parameters
@@ -75,10 +77,27 @@ def test_what_the_tied_step_leaves_to_the_general_one():
     assert em_step(enc, estimator, untied).log_density == pytest.approx(
         general_step(enc, estimator, untied)[2], rel=AGREE
     )
-    apart, estimator, far = _problem(3, False, spread=1e4)
-    tight = model_from_parameters("tied", far.w, [c.mu for c in far.components], np.eye(3) * 1e-2)
-    assert tied_em_step(apart, estimator, tight) is None  # means 1e5 whitened units from their mean
     assert tied_em_step(enc, mixture_estimator("full", 4, 3, 1e-6), model) is None  # untied estimator
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_tied_step_beyond_the_shared_frames_reach(weighted, monkeypatch):
+    """Means 1e5 whitened units from their mean: the second way (subtracted distances, the scatter
+    about the new means in two sums of squares), over several blocks, equal to the general step;
+    beyond ``SEPARATED_MAX_ELEMENTS`` the general step's."""
+    monkeypatch.setattr(tied_step, "BLOCK_ELEMENTS", 64 * 3 * 5)  # ~10 blocks of 64 rows
+    apart, estimator, far = _problem(3, weighted, spread=1e4)
+    tight = model_from_parameters("tied", far.w, [c.mu for c in far.components], np.eye(3) * 1e-2)
+    mu, factor = np.array([c.mu for c in tight.components]), tight.components[0]._prec_chol
+    assert tied_step.shared_point(mu, lambda c: (mu - c) @ factor, torch.float64) is None
+    for model in (tight, far):  # the separated start, then a start whose responsibilities mix
+        new, count, objective = tied_em_step(apart, estimator, model)
+        reference, reference_count, reference_objective = general_step(apart, estimator, model)
+        assert count == pytest.approx(reference_count, rel=AGREE)
+        assert objective == pytest.approx(reference_objective, rel=AGREE)
+        _assert_same_mixture(new, reference)
+    monkeypatch.setattr(tied_step, "SEPARATED_MAX_ELEMENTS", 4 * 600 - 1)
+    assert tied_em_step(apart, estimator, tight) is None
 
 
 def test_tied_step_degenerate_component_raises_as_the_general_one():
@@ -117,3 +136,28 @@ def test_a_tied_fit_takes_the_step_and_equals_scikit_learn(monkeypatch):
 
 
 _shared_point = tied_step.shared_point
+
+
+def test_a_separated_tied_fit_takes_the_second_way_and_equals_scikit_learn(monkeypatch):
+    """Clusters 1e3 of their spreads apart, a few points each: every step beyond the shared frame's
+    reach, from scikit-learn's start to scikit-learn's answer (1e-8)."""
+    from sklearn.mixture import GaussianMixture as Reference
+
+    from mixle_nb.mixture import GaussianMixture
+
+    rng = np.random.default_rng(11)
+    d, k, n = 32, 8, 96  # N·K·D² beyond the compiled pass (FUSED_MAX_TIED_WORK)
+    labels = np.arange(n) % k
+    x = rng.normal(0, 1, (k, d))[labels] + 1e-3 * rng.normal(size=(n, d))
+    start = dict(weights_init=np.full(k, 1 / k), means_init=x[:k] + 1e-4, precisions_init=np.eye(d) * 1e4)
+    taken = []
+    separated = tied_step._separated_sums
+    monkeypatch.setattr(tied_step, "_separated_sums", lambda *a: taken.append(1) or separated(*a))
+    ours = GaussianMixture(k, covariance_type="tied", max_iter=20, tol=1e-10, **start).fit(x)
+    reference = Reference(k, covariance_type="tied", max_iter=20, tol=1e-10, **start).fit(x)
+    assert len(taken) >= ours.n_iter_ >= 2
+    assert ours.n_iter_ == reference.n_iter_
+    np.testing.assert_allclose(ours.weights_, reference.weights_, atol=1e-8)
+    np.testing.assert_allclose(ours.means_, reference.means_, atol=1e-8)
+    np.testing.assert_allclose(ours.covariances_, reference.covariances_, rtol=1e-8, atol=1e-8 * 1e-6)
+    np.testing.assert_allclose(ours.lower_bound_, reference.lower_bound_, rtol=1e-10)

@@ -327,12 +327,14 @@ def full_estimate(value: np.ndarray, reg_covar: float) -> tuple[np.ndarray, np.n
 
 
 def stacked_estimate(
-    values: Sequence[np.ndarray], reg_covar: float, full: bool, spherical: bool = False
+    values: Sequence[np.ndarray], reg_covar: float, full: bool, spherical: bool = False, tied: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
     """:func:`diagonal_estimate` or :func:`full_estimate` of K components at once, the same
     arithmetic on stacked arrays (one batched Cholesky; ``values`` a sequence of K values or
     one (K, size) float64 array): means (K, D), variances (K, D) or
     (K,) (``spherical``) or covariances (K, D, D) and their Cholesky factors (``full``).
+    With ``tied`` (values pooled by :func:`pooled_values`, each row's M-step the same covariance
+    to rounding) only the first row's covariance is made: one (1, D, D) and its factor.
     ``None`` when any component is degenerate: the per-component estimates then raise, with
     their messages."""
     if isinstance(values, np.ndarray) and values.ndim == 2:
@@ -358,6 +360,8 @@ def stacked_estimate(
             variance = variance.mean(axis=1)
         variance = variance + reg_covar
         return (mean, variance, None) if (variance > 0).all() else None
+    if tied:
+        stats, n, shift, s2 = stats[:1], n[:1], shift[:1], s2[:1]
     second = s2.reshape(len(stats), d, d) / n[:, :, None]
     covar = second - shift[:, :, None] * shift[:, None, :]
     covar = 0.5 * (covar + np.swapaxes(covar, 1, 2))

@@ -11,7 +11,8 @@ kernels centre on (:func:`~mixle_nb.stats.frame.shared_point`), and a tied covar
 key-tying's arithmetic on stacked values. Both steps agree within 1e-12 (``tests/test_fused_step.py``).
 
 It applies to a local float64 encoding on the CPU of at most ``FUSED_MAX_ELEMENTS`` rows times
-components (and ``FUSED_MAX_WORK`` of those times D, or D² for a full covariance), fitted by our
+components (and ``FUSED_MAX_WORK`` of those times D, or D² for a full covariance; ``FUSED_MAX_TIED_WORK``
+for a tied one), fitted by our
 :class:`MixtureEstimator` of one Gaussian family (diagonal, spherical or full; untied or with one
 tied (co)variance) under a model of the same family; anything else takes the general step.
 """
@@ -40,6 +41,10 @@ _UNIT = np.empty(0)  # no sample weights: every row weighs 1
 # 5.1e6, where torch's step is one product with the stored features); full at K = 2 (1.3e6) 0.92x.
 FUSED_MAX_ELEMENTS = 1 << 17
 FUSED_MAX_WORK = 1 << 21
+# A tied full covariance's work up to which the compiled pass runs: beyond it the tied step
+# (:mod:`.tied_step`, N·D² work, not N·K·D²) is faster; measured (one thread, CPU time) at N = 1e3,
+# D = 32, K = 2 (N·K·D² = 2.0e6): 3.60 ms compiled, 1.74 ms tied; at or below 2e5 the compiled pass.
+FUSED_MAX_TIED_WORK = 1 << 19
 DIAGONAL_MODELS = (DiagonalGaussianDistribution, SphericalGaussianDistribution)
 FAMILIES: dict[type, tuple[bool, tuple[type, ...]]] = {  # estimator -> (full, its models' classes)
     DiagonalGaussianEstimator: (False, DIAGONAL_MODELS),
@@ -115,7 +120,8 @@ def fused_em_step(enc: Any, estimator: Estimator, model: Distribution) -> tuple[
     if family is None or len(components) != len(estimator.estimators):  # type: ignore[attr-defined]
         return None
     full, models, tied = family
-    if len(enc) * len(components) * (enc.dim * enc.dim if full else enc.dim) > FUSED_MAX_WORK:
+    work = len(enc) * len(components) * (enc.dim * enc.dim if full else enc.dim)
+    if work > (FUSED_MAX_TIED_WORK if full and tied else FUSED_MAX_WORK):
         return None
     if any(type(c) not in models for c in components):
         return None

@@ -2,23 +2,37 @@
 ``"tied"``), at the cost of one component's.
 
 With one precision factor ``U`` (``Σ⁻¹ = U Uᵀ``) for every component, the whitened points
-``y = (x - c) U`` are made once, not once per component: each component's squared distance is
-``‖y‖² - 2 y·m_k + ‖m_k‖²`` with ``m_k = (μ_k - c) U``, one product with the K whitened means.
-The M-step needs of the second moments only their sum over the components, which is the points'
-own scatter about ``c`` whatever the responsibilities: ``Σ w (x-c)(x-c)ᵀ`` once, not per component.
-A step costs ``N·(2D² + 2KD)`` instead of the per-component path's ``N·K·D²`` (at D = 64, K = 32
-about 10× fewer operations).
+``y = (x - c) U`` are made once, not once per component, and the M-step needs of the second
+moments only their sum over the components. Two ways to take them, chosen by where the means lie:
 
-``c`` is the mean of the means (:func:`~mixle_nb.stats.frame.shared_point`), and the step applies
-only while every ``m_k`` stays within the shared frame's reach of it: expanding the squared
-distance then costs at most ``eps·T²`` (~2e-11) of its digits, as the shared frame's expansion
-does (see :mod:`.frame`); the sums are about ``c``, so offsets cost nothing. The values handed to
-the M-step are :func:`~mixle_nb.stats.centred_moments.pooled_values`' for references ``c``: the
-same estimate as the per-component path's, to rounding (``tests/test_tied_step.py``).
+- **Within the shared frame's reach** of the mean of the means ``c``
+  (:func:`~mixle_nb.stats.frame.shared_point`): each squared distance is expanded,
+  ``‖y‖² - 2 y·m_k + ‖m_k‖²`` with ``m_k = (μ_k - c) U`` (one product with the K whitened means,
+  losing at most ``eps·T²`` ≈ 2e-11 of its digits, as the shared frame's expansion does, see
+  :mod:`.frame`), and the pooled second moment is the points' own scatter about ``c``,
+  ``Σ w (x-c)(x-c)ᵀ``, whatever the responsibilities. A step costs ``N·(2D² + 2KD)`` instead of
+  the per-component path's ``N·K·D²`` (at D = 64, K = 32 about 10× fewer operations). The values
+  handed to the M-step are :func:`~mixle_nb.stats.centred_moments.pooled_values`' for
+  references ``c``.
+- **Beyond it** (components of a few points whose pooled covariance is far narrower than the
+  distances between them), the squared distances are ``‖y - m_k‖²``, subtracted, not expanded,
+  and the within scatter is taken about this step's own means ``x̄_k`` in two parts that are both
+  sums of squares, so that nothing cancels however far apart the means are. With ``ρ_nk`` the
+  responsibilities and ``x̂_n = Σ_k ρ_nk x̄_k``::
 
-It applies to a local float64 encoding on the CPU fitted by our :class:`MixtureEstimator` of full
-Gaussians with one covariance key, under a model whose components all have the same covariance
-(to ``SAME_COVARIANCE``; the first component's is used).
+      Σ_k Σ_n w_n ρ_nk (x_n - x̄_k)(x_n - x̄_k)ᵀ
+          = Σ_n w_n (x_n - x̂_n)(x_n - x̂_n)ᵀ + Σ_{k<l} C_kl (x̄_k - x̄_l)(x̄_k - x̄_l)ᵀ,
+
+  ``C_kl = Σ_n w_n ρ_nk ρ_nl``. It keeps the responsibilities between its two passes, so it
+  applies up to ``SEPARATED_MAX_ELEMENTS`` rows times components, at ``N·(2D² + 3KD + K²)
+  + K²D²/2`` operations a step. The values handed to the M-step are about the new means (their
+  first moments zero).
+
+Both agree with the per-component path to rounding (``tests/test_tied_step.py``). The step applies
+to a local float64 encoding on the CPU fitted by our :class:`MixtureEstimator` of full Gaussians
+with one covariance key, under a model whose components all have the same covariance (as the tied
+M-step leaves them: one array shared, see
+:meth:`~mixle_nb.stats.multivariate_gaussian.MultivariateGaussianEstimator.stacked_estimate`).
 """
 
 from __future__ import annotations
@@ -37,10 +51,9 @@ from .multivariate_gaussian import MultivariateGaussianDistribution
 # Rows per block: the block's whitened points and log-densities stay within about this many
 # floats, so memory is O(block·(D + K)) whatever N.
 BLOCK_ELEMENTS = 1 << 18
-# Components whose precision factors differ by at most this, relative to the largest entry, share
-# one covariance: a tied M-step leaves its K copies equal only to rounding (each is the pooled
-# scatter plus and minus its own mean's outer product).
-SAME_COVARIANCE = 1e-12
+# Rows times components up to which the step beyond the shared frame's reach keeps the
+# responsibilities (32 MiB of float64) between its two passes.
+SEPARATED_MAX_ELEMENTS = 1 << 22
 
 
 def tied_em_step(enc: Any, estimator: Estimator, model: Distribution) -> tuple[Distribution, float, float] | None:
@@ -61,35 +74,48 @@ def tied_em_step(enc: Any, estimator: Estimator, model: Distribution) -> tuple[D
         return None
     gaussians = cast(list[MultivariateGaussianDistribution], components)
     prec_chol = gaussians[0]._prec_chol
-    scale = SAME_COVARIANCE * np.abs(prec_chol).max()
-    if any(np.abs(c._prec_chol - prec_chol).max() > scale for c in gaussians[1:]):
+    if any(c._prec_chol is not prec_chol and not np.array_equal(c._prec_chol, prec_chol) for c in gaussians[1:]):
         return None  # a start whose components differ: the per-component step
     mu = np.array([c.mu for c in gaussians])
+    log_const = model._log_w + gaussians[0]._log_norm
     centre = shared_point(mu, lambda c: (mu - c) @ prec_chol, torch.float64)
-    if centre is None:
+    if centre is not None:
+        counts, moments, scatter, objective = _sums(enc, mu, prec_chol, centre, log_const)
+    elif len(enc) * len(mu) <= SEPARATED_MAX_ELEMENTS:
+        counts, moments, scatter, objective = _separated_sums(enc, mu, prec_chol, log_const)
+    else:
         return None
-    counts, s1, scatter, objective = _sums(enc, mu, prec_chol, centre, model._log_w + gaussians[0]._log_norm)
-    k, dim = mu.shape
-    weighed = counts > 0
-    outer = np.zeros((k, dim, dim))
-    outer[weighed] = s1[weighed, :, None] * s1[weighed, None, :] / counts[weighed, None, None]
+    weights = enc.weights
+    count = float(len(enc)) if weights is None else float(weights.sum())
+    return estimator.estimate(count, (counts, _values(counts, moments, scatter))), count, objective
+
+
+def _values(counts: np.ndarray, moments: tuple[np.ndarray, np.ndarray], scatter: np.ndarray) -> np.ndarray:
+    """The M-step's stacked values ``[n, n·r, S1, S2]`` (K, 1 + 2D + D²) for weight totals
+    ``counts``, ``moments`` ``(r, S1)`` (each (K, D): the references and the first moments about
+    them) and the pooled second moment ``scatter`` (the sum of the components' own ``S2``): every
+    component's ``S2`` rewritten so that its M-step yields the pooled scatter, as
+    :func:`~mixle_nb.stats.centred_moments.pooled_values` does."""
+    points, s1 = moments
+    k, dim = points.shape
+    outer = s1[:, :, None] * (s1 / np.where(counts > 0, counts, 1.0)[:, None])[:, None, :]  # (K, D, D)
     pooled_n = counts.sum()
     values = np.zeros((k, 1 + 2 * dim + dim * dim))
     values[:, 0] = counts
-    values[:, 1 : 1 + dim] = counts[:, None] * centre
+    values[:, 1 : 1 + dim] = counts[:, None] * points
     values[:, 1 + dim : 1 + 2 * dim] = s1
     if pooled_n > 0:
         pooled = (scatter - outer.sum(axis=0)) / pooled_n
-        values[weighed, 1 + 2 * dim :] = (counts[weighed, None, None] * pooled + outer[weighed]).reshape(-1, dim * dim)
-    weights = enc.weights
-    count = float(len(enc)) if weights is None else float(weights.sum())
-    return estimator.estimate(count, (counts, values)), count, objective
+        outer += counts[:, None, None] * pooled  # a component of no weight: 0
+        values[:, 1 + 2 * dim :] = outer.reshape(k, dim * dim)
+    return values
 
 
 def _sums(
     enc: Any, mu: np.ndarray, prec_chol: np.ndarray, centre: np.ndarray, log_const: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """``(n_k, Σ r·(x-c), Σ w·(x-c)(x-c)ᵀ, Σ w·log p(x))`` over the encoding, block by block."""
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray, float]:
+    """``(n_k, (c, Σ r·(x-c)), Σ w·(x-c)(x-c)ᵀ, Σ w·log p(x))`` over the encoding, block by
+    block, within the shared frame's reach of ``c``."""
     k, dim = mu.shape
     factor = torch.from_numpy(np.ascontiguousarray(prec_chol))
     c = torch.from_numpy(centre)
@@ -112,4 +138,50 @@ def _sums(
         counts += resp.sum(dim=1)
         s1.addmm_(resp, diff)
         scatter.addmm_(diff.T if weights is None else (diff * weights[:, None]).T, diff)
-    return counts.numpy(), s1.numpy(), scatter.numpy(), objective
+    references = np.broadcast_to(centre, mu.shape)
+    return counts.numpy(), (references, s1.numpy()), scatter.numpy(), objective
+
+
+def _separated_sums(
+    enc: Any, mu: np.ndarray, prec_chol: np.ndarray, log_const: np.ndarray
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray, float]:
+    """``(n_k, (x̄_k, 0), within scatter about the x̄_k, Σ w·log p(x))`` beyond the shared frame's
+    reach (the module docstring's second way), block by block: the first pass takes the
+    responsibilities and the new means, the second the scatter about them."""
+    k, dim = mu.shape
+    c = mu.mean(axis=0)  # the frame the points are taken in (its rounding cancels in every difference)
+    factor = torch.from_numpy(np.ascontiguousarray(prec_chol))
+    frame = torch.from_numpy(c)
+    means = torch.from_numpy((mu - c) @ prec_chol)[:, None, :]  # (K, 1, D): m_k
+    const = torch.from_numpy(log_const)[:, None]
+    points = enc.values  # (D, N)
+    resp = torch.empty(k, len(enc), dtype=torch.float64)
+    s1 = torch.zeros(k, dim, dtype=torch.float64)
+    objective = 0.0
+    rows = max(1, BLOCK_ELEMENTS // (dim * (k + 1)))
+    blocks = [slice(start, start + rows) for start in range(0, len(enc), rows)]
+    for block in blocks:
+        diff = points[:, block].T - frame  # (B, D): x - c
+        log_joint = torch.sub((diff @ factor)[None], means).square_().sum(dim=2).mul_(-0.5).add_(const)  # (K, B)
+        weights = None if enc.weights is None else enc.weights[block]
+        resp[:, block], block_objective = block_posterior(log_joint, weights)
+        objective += block_objective
+        s1.addmm_(resp[:, block], diff)
+    counts = resp.sum(dim=1)
+    weighed = counts > 0
+    new_means = torch.zeros(k, dim, dtype=torch.float64)  # x̄_k - c; 0 for a component of no weight
+    new_means[weighed] = s1[weighed] / counts[weighed, None]
+    # ρ: the responsibilities without the sample weights (a row of weight 0 has none)
+    shares = resp if enc.weights is None else resp / torch.where(enc.weights > 0, enc.weights, 1.0)
+    scatter = torch.zeros(dim, dim, dtype=torch.float64)
+    for block in blocks:
+        residual = torch.addmm(points[:, block].T - frame, shares[:, block].T, new_means, alpha=-1.0)  # x - x̂
+        weighted = residual if enc.weights is None else residual * enc.weights[block, None]
+        scatter.addmm_(weighted.T, residual)
+    together = resp @ shares.T  # (K, K): C
+    first, second = np.triu_indices(k, 1)
+    apart = new_means[first] - new_means[second]  # (K(K-1)/2, D)
+    scatter.addmm_((apart * together[first, second, None]).T, apart)
+    references = c + new_means.numpy()
+    references[~weighed.numpy()] = mu[~weighed.numpy()]
+    return counts.numpy(), (references, np.zeros((k, dim))), scatter.numpy(), objective

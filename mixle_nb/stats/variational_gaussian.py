@@ -328,6 +328,7 @@ class VariationalGaussianMixtureEstimator(Estimator):
             covariances = (p.covariance + nk[:, None, None] * sk + (nk * shrink)[:, None, None] * outer) / dof[
                 :, None, None
             ]
+            covariances = 0.5 * (covariances + np.swapaxes(covariances, 1, 2))  # symmetric to the last bit
         elif kind == "tied":
             dof = p.degrees_of_freedom + nk.sum() / self.n_components
             covariances = (
@@ -335,6 +336,7 @@ class VariationalGaussianMixtureEstimator(Estimator):
                 + sk * nk.sum() / self.n_components
                 + p.mean_precision / self.n_components * np.dot((nk / mean_precision) * diff.T, diff)
             ) / dof
+            covariances = 0.5 * (covariances + covariances.T)
         elif kind == "diag":
             dof = p.degrees_of_freedom + nk
             covariances = (p.covariance + nk[:, None] * (sk + shrink[:, None] * np.square(diff))) / dof[:, None]
