@@ -78,11 +78,13 @@ $(SETFACL):
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends acl
 
+# The type checker runs beside the tests (one core each); its report comes when it ends.
 check: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy
-	OMP_NUM_THREADS=1 MIXLE_STRICT=1 $(PY) -m pytest -q -p no:cacheprovider -m "$(FAST)"
+	$(PY) -m mypy & types=$$!; \
+	OMP_NUM_THREADS=1 MIXLE_STRICT=1 $(PY) -m pytest -q -p no:cacheprovider -m "$(FAST)"; tests=$$?; \
+	wait $$types; types_rc=$$?; test $$tests -eq 0 && test $$types_rc -eq 0
 
 # The whole suite in two lanes, one per core: the tests that mostly wait on other programs
 # (SIDE: the simulated hosts' sshd, Slurm and MPI; the suites of scikit-learn and hmmlearn and

@@ -15,6 +15,7 @@ from . import foreign
 from .base import Accumulator, Distribution, Estimator, random_source, total
 from .diagonal_step import diagonal_em_step
 from .frame import PointEncoding
+from .full_step import full_em_step
 from .fused_step import fused_em_step
 from .handle import EncodedDataHandle
 from .tied_step import tied_em_step
@@ -347,8 +348,9 @@ def m_step(estimator: Estimator, count: float, acc: AnyAccumulator) -> Distribut
 
 
 # Local Gaussian mixtures' own steps, the first that applies taken: wide diagonal ones as matrix
-# products, small ones in one compiled pass, a shared full covariance whitened once.
-LOCAL_STEPS = (diagonal_em_step, fused_em_step, tied_em_step)
+# products, small ones in one compiled pass, a shared full covariance whitened once, wide full
+# covariances component by component.
+LOCAL_STEPS = (diagonal_em_step, fused_em_step, tied_em_step, full_em_step)
 
 
 def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:

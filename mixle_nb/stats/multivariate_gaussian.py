@@ -50,7 +50,8 @@ def kernel_constants(chol: np.ndarray) -> tuple[np.ndarray, Any]:
     d = chol.shape[-1]
     if d > TRIANGULAR_INVERSE_DIM:
         identity = torch.eye(d, dtype=torch.float64).expand(chol.shape)
-        inverse = torch.linalg.solve_triangular(torch.from_numpy(chol), identity, upper=False).numpy()
+        solved = torch.linalg.solve_triangular(torch.from_numpy(chol), identity, upper=False)
+        inverse = np.ascontiguousarray(solved.numpy())  # the layout numpy's inverse gives
     else:
         inverse = np.linalg.inv(chol)
     prec_chol = np.swapaxes(inverse, -1, -2)
