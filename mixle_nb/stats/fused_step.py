@@ -11,10 +11,10 @@ kernels centre on (:func:`~mixle_nb.stats.frame.shared_point`), and a tied covar
 key-tying's arithmetic on stacked values. Both steps agree within 1e-12 (``tests/test_fused_step.py``).
 
 It applies to a local float64 encoding on the CPU of at most ``FUSED_MAX_ELEMENTS`` rows times
-components (and ``FUSED_MAX_WORK`` of those times D, or D² for a full covariance; ``FUSED_MAX_TIED_WORK``
-for a tied one), fitted by our
-:class:`MixtureEstimator` of one Gaussian family (diagonal, spherical or full; untied or with one
-tied (co)variance) under a model of the same family; anything else takes the general step.
+components (and ``FUSED_MAX_WORK`` of those times D, or D² for a full covariance,
+``FUSED_MAX_TIED_WORK`` for a tied one), fitted by our :class:`MixtureEstimator` of one Gaussian
+family (diagonal, spherical or full; untied or with one tied (co)variance) under a model of the
+same family; anything else takes the general step.
 """
 
 from __future__ import annotations

@@ -250,7 +250,7 @@ class MultivariateGaussianEstimator(Estimator):
         first = estimators[0]
         if any(e.reg_covar != first.reg_covar for e in estimators):
             return None
-        tied = first.keys is None and first.covariance_key is not None and _one_covariance(estimators)
+        tied = first.covariance_key is not None and _one_covariance(estimators)
         found = stacked_estimate(values, first.reg_covar, full=True, tied=tied)
         if found is None:
             return None
