@@ -27,7 +27,7 @@ from mixle_nb.stats import (
     full_covariance,
     seq_encode,
 )
-from mixle_nb.stats.frame import FullKernel
+from mixle_nb.stats.frame import FullKernel, SharedFrameBlock, matmul
 from mixle_nb.stats.full_covariance import BandedFullKernel, ScatterBlock, band_edges
 
 STEPS = 4
@@ -55,7 +55,7 @@ def _run(p, estimator, model, steps=STEPS, dtype=None):
 
 def _features_only(monkeypatch):
     """Every full-covariance mixture from here on takes the quadratic features (the path before)."""
-    monkeypatch.setattr(full_covariance, "applies", lambda dim, k: False)
+    monkeypatch.setattr(full_covariance, "applies", lambda dim: False)
 
 
 @pytest.mark.parametrize("offset, spread, separation", [(0.0, "mixed", 2.0), (1e6, 1.0, 2.0), (1e6, 1.0, 1e4)])
@@ -71,8 +71,14 @@ def test_banded_products_give_the_feature_path_s_fit(dim, offset, spread, separa
     _features_only(monkeypatch)
     features, features_history, kernel = _run(p, estimator, MixtureDistribution(start.components, start.w))
     assert type(kernel) is FullKernel
-    np.testing.assert_allclose(banded_history, features_history, rtol=1e-10)
-    (wa, ma, ca), (wb, mb, cb) = full_covariances(banded), full_covariances(features)
+    _assert_the_same_fit(p, offset, (banded, banded_history), (features, features_history))
+
+
+def _assert_the_same_fit(p, offset, banded, features):
+    """Two ``(model, history)`` fits of ``p`` agree to 1e-10 relative, and their means and
+    covariances also to the data's own rounding at ``offset``."""
+    np.testing.assert_allclose(banded[1], features[1], rtol=1e-10)
+    (wa, ma, ca), (wb, mb, cb) = full_covariances(banded[0]), full_covariances(features[0])
     np.testing.assert_allclose(wa, wb, rtol=1e-10)
     rounding = 4 * np.spacing(offset) / np.min(p.scales)  # the data's own, in spreads
     np.testing.assert_allclose((ma - mb) / p.scales, 0.0, atol=1e-10 + rounding)
@@ -167,10 +173,50 @@ def test_the_scatter_unpacks_to_the_symmetric_weighted_sums():
     np.testing.assert_allclose(rows[:, 21:].reshape(3, 20, 20), np.einsum("kn,in,jn->kij", w, y, y), rtol=1e-12)
 
 
-def test_the_banded_kernel_is_chosen_above_the_stored_features_and_for_few_components():
-    for dim, k, banded in [(16, 2, False), (17, 2, True), (32, 15, True), (32, 16, False), (64, 32, False)]:
+def test_the_banded_kernel_is_chosen_above_the_stored_features_and_shares_bands_for_few_components():
+    for dim, k, banded in [(16, 2, False), (17, 2, True), (32, 16, True), (64, 32, True)]:
         dists = [MultivariateGaussianDistribution(np.full(dim, float(i)), np.eye(dim)) for i in range(k)]
         kernel = MultivariateGaussianDistribution.stacked_kernel(dists)
         assert isinstance(kernel, BandedFullKernel) is banded, (dim, k)
-    assert full_covariance.applies(64, 8) and not full_covariance.applies(16, 1)
+    assert full_covariance.applies(17) and not full_covariance.applies(16)
+    assert full_covariance.shared_bands(32, 15) and not full_covariance.shared_bands(32, 16)
     assert band_edges(17) == ((0, 17),) and band_edges(50) == ((0, 17), (17, 33), (33, 50))
+
+
+@pytest.mark.parametrize("separation", (2.0, 1e4))
+def test_many_components_take_the_features_within_the_reach_and_the_bands_beyond_it(separation, monkeypatch):
+    """K = 9 >= D/2 (D = 18): within the shared frame's reach the features made per block
+    (:class:`FullKernel`'s block), beyond it each component's own differences in bands; either
+    way the feature path's fit, at an offset of 1e6 spreads."""
+    p = offset_problem(1e6, 1.0, 18, separation=separation, k=9, per=40, seed=5)
+    estimator, start = estimator_and_start(p, "full", 1e-6)
+    banded, banded_history, kernel = _run(p, estimator, start)
+    enc = seq_encode(p.x, estimator=estimator)
+    block = kernel.joint(enc)[1]
+    if separation == 2.0:
+        assert kernel._c is not None and type(block) is SharedFrameBlock
+    else:
+        assert kernel._c is None and type(block) is ScatterBlock and block.y.ndim == 3
+    _features_only(monkeypatch)
+    features, features_history, _ = _run(p, estimator, MixtureDistribution(start.components, start.w))
+    _assert_the_same_fit(p, 1e6, (banded, banded_history), (features, features_history))
+
+
+def test_float64_cpu_products_are_numpy_s_and_agree_with_torch_s():
+    """Matrices and batches, transposed views among them: float64 by numpy, float32 by torch,
+    each within rounding of torch's float64 product; NaN passes through unwarned."""
+    rng = np.random.default_rng(1)
+    a, b = torch.from_numpy(rng.normal(size=(3, 40, 24))), torch.from_numpy(rng.normal(size=(3, 30, 24)))
+    for x, y in [(a[0], b[0].T), (a, b.transpose(1, 2)), (a[:, :9], b[:, :5].transpose(1, 2))]:
+        ours = matmul(x, y)
+        np.testing.assert_array_equal(ours, np.matmul(x.numpy(), y.numpy()))
+        np.testing.assert_allclose(ours, torch.matmul(x, y), rtol=1e-12, atol=1e-12)
+        single = matmul(x.float(), y.float())
+        assert single.dtype == torch.float32
+        np.testing.assert_allclose(single, torch.matmul(x, y), rtol=1e-5, atol=1e-4)
+    poisoned = a[0].clone()
+    poisoned[2, 3] = float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = matmul(poisoned, b[0].T)
+    assert torch.isnan(out[2]).all() and not torch.isnan(out[[0, 1]]).any()

@@ -18,8 +18,9 @@ shared point ``c`` (:mod:`.frame`'s shared frame), ``D`` floats a point:
   half of the factor and the mirrored half of the sums (5/8 of the arithmetic at D = 64).
 
 Components farther apart than the shared frame's reach take the differences to each one's own
-mean (K, D, rows), the same bands as one batched product each; an encoding that stores its
-features (D <= 16) takes :class:`.frame.FullKernel`'s paths.
+mean (K, D, rows), the same bands as one batched product each. Within the reach, K >= D/2
+components take :class:`.frame.FullKernel`'s quadratic features made per block instead
+(:func:`shared_bands`), as does an encoding that stores its features (D <= 16).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .frame import (
     FullKernel,
     PointEncoding,
     float64_products,
+    matmul,
     shared_point,
 )
 
@@ -45,14 +47,21 @@ from .frame import (
 BAND_WIDTH = 16
 
 
-def applies(dim: int, k: int) -> bool:
-    """Whether K components in ``dim`` dimensions take the banded products: above the stored
-    features' dimension and with ``dim > 2K``. Where K >= D/2 the quadratic features made per
-    block (:class:`.frame.FullKernel`) are at most ~4 MB (the blocks shrink as K grows), cost
+def applies(dim: int) -> bool:
+    """Whether a ``dim``-dimensional model takes :class:`BandedFullKernel`: above the stored
+    features' dimension, where an encoding keeps only its points."""
+    return dim > STORED_FEATURES_MAX_DIM
+
+
+def shared_bands(dim: int, k: int) -> bool:
+    """Whether K components in ``dim`` dimensions within the shared frame's reach take the banded
+    products (``dim > 2K``) rather than :class:`.frame.FullKernel`'s quadratic features made per
+    block. Where K >= D/2 those features are at most ~4 MB (the blocks shrink as K grows), cost
     fewer floats a point to make (D(D+1)/2) than the scaled copies (K·D) and less arithmetic;
     measured (a step's CPU time, one thread) the features took 0.9x the banded time at D = 32,
-    K = 16, 1.0x at D = 64, K = 32, and 3x at D = 32, K = 8."""
-    return dim > STORED_FEATURES_MAX_DIM and dim > 2 * k
+    K = 16, 1.0x at D = 64, K = 32, and 3x at D = 32, K = 8. Components beyond the reach take
+    the bands whatever K: each component's own differences make no shared features."""
+    return dim > 2 * k
 
 
 def band_edges(dim: int) -> tuple[tuple[int, int], ...]:
@@ -103,7 +112,7 @@ class ScatterBlock:
             parts.append(torch.linalg.vecdot(scaled, y, dim=2).reshape(-1))
             return torch.cat(parts)
         parts.extend(
-            torch.bmm(scaled[:, :stop], y[:, start:stop].transpose(1, 2)).reshape(-1) for start, stop in self.bands
+            matmul(scaled[:, :stop], y[:, start:stop].transpose(1, 2)).reshape(-1) for start, stop in self.bands
         )
         return torch.cat(parts)
 
@@ -171,6 +180,7 @@ class BandedFullKernel:
         self._whiten = np.transpose(prec_chol, (0, 2, 1))
         self._bands = band_edges(mu.shape[1])
         self._c = shared_point(mu, self._whitened_offsets, torch.float64)
+        self._shared_bands = shared_bands(mu.shape[1], len(mu))
         self._frames = ComponentFrames(self._frame)
 
     def _whitened_offsets(self, point: np.ndarray) -> np.ndarray:
@@ -184,8 +194,10 @@ class BandedFullKernel:
     def _frame(self, enc: PointEncoding) -> tuple[np.ndarray | None, np.ndarray, ComponentParameters]:
         """``(c, references, parameters)`` in ``enc``'s frame: the shared point ``c`` (exact
         there) and, per band, the stacked factor rows (K·width, 1 + stop) that take ``[1; y]`` to
-        ``z``, the offsets ``-Uₖᵀ(μ_k - c)`` first; or (``c`` ``None``: the means beyond the
-        dtype's reach of one point) each component's mean and factor rows (K, width, stop)."""
+        ``z``, the offsets ``-Uₖᵀ(μ_k - c)`` first (none where the shared frame takes
+        :class:`.frame.FullKernel`'s features, which decides ``c`` alike); or (``c`` ``None``:
+        the means beyond the dtype's reach of one point) each component's mean and factor rows
+        (K, width, stop)."""
         c = self._c if enc.dtype == torch.float64 else shared_point(self.references, self._whitened_offsets, enc.dtype)
         if c is None:
             references, shifted = enc.relative(self.references)
@@ -194,6 +206,8 @@ class BandedFullKernel:
             }
             return None, references, ComponentParameters(mu=shifted, const=self._const, **own)
         c, shifted = enc.relative(c)
+        if not self._shared_bands:
+            return c, self.references, ComponentParameters()
         offsets = self._whitened_offsets(c)
         k = len(self.references)
         arrays = {"c": shifted, "const": self._const}
@@ -204,10 +218,13 @@ class BandedFullKernel:
 
     def joint(self, enc: PointEncoding) -> tuple[torch.Tensor, object]:
         """The log-joint (K, rows) and what the M-step sums next: a :class:`ScatterBlock`, or
-        (an encoding with stored features) :class:`.frame.FullKernel`'s block."""
+        (an encoding with stored features, or K >= D/2 components within the shared frame's
+        reach) :class:`.frame.FullKernel`'s block."""
         if enc.features is not None:
             return self._features_kernel.joint(enc)
         c, references, parameters = self._frames.of(enc)
+        if c is not None and not self._shared_bands:
+            return self._features_kernel.joint(enc)
         p = parameters.on(enc.device, enc.dtype)
         k, (dim, n) = len(self.references), enc.values.shape
         if c is None:
@@ -217,7 +234,7 @@ class BandedFullKernel:
         torch.sub(enc.values, p["c"][:, None], out=ones_y[1:])
         lp = p["const"][:, None].repeat(1, n)
         for band, (start, stop) in enumerate(self._bands):
-            z = torch.mm(p[f"whiten{band}"], ones_y[: 1 + stop])
+            z = matmul(p[f"whiten{band}"], ones_y[: 1 + stop])
             lp.add_(z.square_().view(k, stop - start, n).sum(dim=1), alpha=-0.5)
         return lp, ScatterBlock(references, ones_y[1:], self._bands)
 
@@ -227,7 +244,7 @@ class BandedFullKernel:
         d = torch.sub(enc.values[None], p["mu"][:, :, None])
         lp = p["const"][:, None].repeat(1, len(enc))
         for band, (_, stop) in enumerate(self._bands):
-            lp.add_(torch.bmm(p[f"whiten{band}"], d[:, :stop]).square_().sum(dim=1), alpha=-0.5)
+            lp.add_(matmul(p[f"whiten{band}"], d[:, :stop]).square_().sum(dim=1), alpha=-0.5)
         return lp, ScatterBlock(references, d, self._bands)
 
     def __call__(self, enc: PointEncoding) -> torch.Tensor:

@@ -122,9 +122,10 @@ class MultivariateGaussianDistribution(Distribution):
     ) -> FullKernel | BandedFullKernel:
         """The batched log-density kernel of several components of this family.
 
-        Banded products (``mixle_nb.stats.full_covariance.BandedFullKernel``) where they are
-        faster (``full_covariance.applies``: D > 16 and D > 2K), else quadratic features, stored
-        or made per block (``mixle_nb.stats.frame.FullKernel``): the same model either way.
+        Above D = 16 banded products (``mixle_nb.stats.full_covariance.BandedFullKernel``,
+        which takes quadratic features made per block where those are faster), else quadratic
+        features, stored or made per block (``mixle_nb.stats.frame.FullKernel``): the same
+        model either way.
 
         Parameters
         ----------
@@ -138,7 +139,7 @@ class MultivariateGaussianDistribution(Distribution):
         FullKernel or BandedFullKernel
             ``enc -> (K, N)`` log-densities.
         """
-        kernel = BandedFullKernel if full_covariance.applies(len(dists[0].mu), len(dists)) else FullKernel
+        kernel = BandedFullKernel if full_covariance.applies(len(dists[0].mu)) else FullKernel
         return kernel(
             np.stack([m.mu for m in dists]),
             np.stack([m._prec_chol for m in dists]),
