@@ -58,6 +58,7 @@ def test_full_step_equals_the_general_step(weighted, offset, spread, monkeypatch
 def test_what_the_full_step_leaves_to_the_general_one():
     enc, estimator, model = _problem(False)
     assert full_em_step(*_problem(False, n=full_step.MAX_ELEMENTS // 4 + 1)) is None  # rows x components
+    assert full_em_step(*_problem(False, k=full_step.MAX_COMPONENTS + 1, n=100)) is None  # many: batched
     assert full_em_step(*_problem(False, d=full_step.MIN_DIM)) is None  # narrow: the general step's products
     assert full_em_step(enc, mixture_estimator("tied", 4, 24, 1e-6), model) is None  # tied: tied_step's
     assert full_em_step(enc, mixture_estimator("diag", 4, 24, 1e-6), model) is None

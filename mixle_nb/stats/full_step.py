@@ -10,13 +10,15 @@ about each component's mean, as :class:`~.centred_moments.CentredMoments` holds 
 estimator's own M-step follows; the step equals the general one to rounding
 (``tests/test_full_step.py``).
 
-Why numpy's products and not torch's: on the AMD EPYC (AVX2) CPU this was measured on, torch's
-float64 matrix product (Intel's MKL) took 2.1–3.6× numpy's (OpenBLAS) at these shapes (a
-1,000 × 64 block times a 64 × 64 factor: 321 against 154 us). Yet K products a block lose to the
-general step's batched ones beyond a few thousand rows times components, so it applies only to a
-local float64 encoding on the CPU with more than ``MIN_DIM`` dimensions and at most
-``MAX_ELEMENTS`` rows times components, fitted by our :class:`MixtureEstimator` of full Gaussians
-without a tied covariance, where the compiled pass of :mod:`.fused_step` has not taken the step.
+Why numpy's products and not torch's: on the AMD EPYC CPU this was measured on, torch's float64
+matrix product (Intel's MKL) took 1.3–1.7× numpy's (OpenBLAS) at these shapes (a 1,000 × 64
+block times a 64 × 64 factor: 238 against 180 us; the general step's products are numpy's too,
+:func:`.frame.matmul`). Yet K products a block lose to the general step's batched ones beyond a
+few thousand rows times components or 8 components, so it applies only to a local float64
+encoding on the CPU with more than ``MIN_DIM`` dimensions, at most ``MAX_COMPONENTS`` components
+and at most ``MAX_ELEMENTS`` rows times components, fitted by our :class:`MixtureEstimator` of
+full Gaussians without a tied covariance, where the compiled pass of :mod:`.fused_step` has not
+taken the step.
 """
 
 from __future__ import annotations
@@ -35,8 +37,12 @@ from .multivariate_gaussian import MultivariateGaussianDistribution
 # above; N = 1e2 to 1e4, D = 16 to 64, K = 2 to 32): at N = 1e2, D = 64, K = 2 and 8, 0.47x and
 # 0.64x its time; at N = 1e3, K = 2, D = 32 and 64, 0.75x and 0.79x; at N·K = 3,200 (N = 1e2,
 # K = 32) 0.87x (D = 64) to 1.04x (D = 32); from N·K = 8,000 1.04-3.4x; at D = 16 0.84-2.2x.
+# Since the general step's products are numpy's too (a fit's iteration, interleaved runs): at
+# N = 1e3, D = 64, K = 2 0.90x and D = 32, K = 4 0.94x its time, N = 1e2, D = 64, K = 8 0.79x;
+# from K = 16 no faster: N = 1e2, D = 64, K = 16 1.0x, K = 32 1.17x; N = 250, K = 16 1.25x.
 MIN_DIM = 16
 MAX_ELEMENTS = 4096
+MAX_COMPONENTS = 8
 # Rows per block: a block's differences and log-densities stay within about this many floats.
 BLOCK_ELEMENTS = 1 << 18
 
@@ -51,7 +57,8 @@ def full_em_step(enc: Any, estimator: Estimator, model: Distribution) -> tuple[D
     """
     if type(model) is not MixtureDistribution or not local_float64(enc):
         return None
-    if enc.dim <= MIN_DIM or len(enc) * len(model.components) > MAX_ELEMENTS:
+    k = len(model.components)
+    if enc.dim <= MIN_DIM or k > MAX_COMPONENTS or len(enc) * k > MAX_ELEMENTS:
         return None
     if mixture_family(estimator) != (True, (MultivariateGaussianDistribution,), False):
         return None
