@@ -249,15 +249,23 @@ def moved(n: ArrayLike, s1: np.ndarray, s2: np.ndarray, delta: np.ndarray, full:
     return s1 + n * delta, s2 + 2.0 * delta * s1 + n * delta * delta
 
 
+# The sums of few weight rows over many points are the one shape where torch's float64 product
+# was the faster (one thread, 8,192 points, the CPU of :func:`matmul`): 8 x 545 sums 3.4 against
+# 4.5 ms, 32 x 65 1.0 against 1.1, 64 x 64 1.7 against 1.8; from 128 rows (the banded scatter's
+# scaled copies, K·stop of them) numpy's: 128 x 16 1.1 against 1.3 ms, 512 x 16 5.6 against 6.4.
+NUMPY_SUMS_MIN_ROWS = 128
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a @ b``, of matrices or batches of them: float64 operands on the CPU by numpy's BLAS
     (OpenBLAS), all others by torch's.
 
     Why: on the AMD EPYC CPU this was measured on, torch's float64 products (Intel's MKL) took
     1.3-1.8x numpy's at the E- and M-step's shapes (one thread: a 1,000 x 64 block times a
-    64 x 64 factor 238 against 180 us, 8,000 rows 2.1 against 1.4 ms); float32 ones were within
-    8% either way, so they stay torch's. The result shares numpy's memory, no copy; as with
-    torch's, infinities and NaN pass through without a warning.
+    64 x 64 factor 238 against 180 us, 8,000 rows 2.1 against 1.4 ms), but for the sums of few
+    weight rows over many points (:func:`float64_products` keeps torch's there); float32 ones
+    were within 8% either way, so they stay torch's. The result shares numpy's memory, no copy; as
+    with torch's, infinities and NaN pass through without a warning.
     """
     if a.dtype == b.dtype == torch.float64 and a.device.type == b.device.type == "cpu":
         with np.errstate(all="ignore"):
@@ -268,23 +276,27 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def float64_products(weights: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
     """``weights @ features.T`` ((K, n) by (S, n): the sums ``Σ w·F``) accumulated in float64.
 
-    float64 operands: one product. float32 ones (a float32 E-step's responsibilities and
-    features): each run of ``SUM_RUN`` rows is summed in float32 by one batched product, and the
-    runs' partial sums are added in float64 (the rows past the last whole run widened first):
-    measured 9e-9 relative against exact sums of the same float32 numbers, where one float32
+    float64 operands: one product, numpy's (:func:`matmul`) from ``NUMPY_SUMS_MIN_ROWS`` weight
+    rows on, else torch's. float32 ones (a float32 E-step's responsibilities and features):
+    each run of ``SUM_RUN`` rows is summed in float32 by one batched product, and the runs'
+    partial sums are added in float64 (the rows past the last whole run widened first): measured
+    9e-9 relative against exact sums of the same float32 numbers, where one float32
     product over a 65,536-row block is off by 7e-7, and at float32's speed (float64 operands
     would take a conversion pass and a product at half the rate).
     """
     if weights.dtype == features.dtype == torch.float32:
         runs = weights.shape[1] // SUM_RUN
         whole = runs * SUM_RUN
-        rest = matmul(weights[:, whole:].to(torch.float64), features[:, whole:].to(torch.float64).T)
+        rest = torch.mm(weights[:, whole:].to(torch.float64), features[:, whole:].to(torch.float64).T)
         if not runs:
             return rest
         w = weights[:, :whole].unflatten(1, (runs, SUM_RUN)).permute(1, 0, 2)
         f = features[:, :whole].unflatten(1, (runs, SUM_RUN)).permute(1, 2, 0)
         return torch.bmm(w, f).sum(dim=0, dtype=torch.float64).add_(rest)
-    return matmul(weights.to(torch.float64), features.to(torch.float64).T)
+    weights, features = weights.to(torch.float64), features.to(torch.float64)
+    if len(weights) >= NUMPY_SUMS_MIN_ROWS:
+        return matmul(weights, features.T)
+    return torch.mm(weights, features.T)
 
 
 class _Block:
@@ -474,13 +486,13 @@ class DiagonalKernel:
         p = parameters.on(enc.device, enc.dtype)
         if c is not None:
             block = shared_frame(enc, c, len(self.references), False, p["c"])
-            return matmul(p["coefficients"], block.features), block
+            return torch.mm(p["coefficients"], block.features), block
         differences = centred(enc, references, p["mu"])
         d = differences.d
         if d.shape[1] == 1:  # 1-D: c + (-1/(2σ²))·d·d, one fused pass after the scaling
             lp = torch.addcmul(p["const"][:, None], d[:, 0], d[:, 0] * p["neg_half_precision"])
         else:
-            lp = matmul(p["neg_half_precision"][:, None, :], d * d)[:, 0].add_(p["const"][:, None])
+            lp = torch.bmm(p["neg_half_precision"][:, None, :], d * d)[:, 0].add_(p["const"][:, None])
         return lp, differences
 
     def __call__(self, enc: PointEncoding) -> torch.Tensor:
