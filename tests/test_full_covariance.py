@@ -202,21 +202,30 @@ def test_many_components_take_the_features_within_the_reach_and_the_bands_beyond
     _assert_the_same_fit(p, 1e6, (banded, banded_history), (features, features_history))
 
 
-def test_float64_cpu_products_are_numpy_s_and_agree_with_torch_s():
-    """Matrices and batches, transposed views among them: float64 by numpy, float32 by torch,
-    each within rounding of torch's float64 product; NaN passes through unwarned."""
+def test_float64_cpu_products_are_numpy_s_on_one_thread_and_agree_with_torch_s():
+    """Matrices and batches, transposed views among them: float64 by numpy on one torch thread
+    and by torch on two, float32 by torch, each within rounding of torch's float64 product; NaN
+    passes through unwarned."""
     rng = np.random.default_rng(1)
     a, b = torch.from_numpy(rng.normal(size=(3, 40, 24))), torch.from_numpy(rng.normal(size=(3, 30, 24)))
-    for x, y in [(a[0], b[0].T), (a, b.transpose(1, 2)), (a[:, :9], b[:, :5].transpose(1, 2))]:
-        ours = matmul(x, y)
-        np.testing.assert_array_equal(ours, np.matmul(x.numpy(), y.numpy()))
-        np.testing.assert_allclose(ours, torch.matmul(x, y), rtol=1e-12, atol=1e-12)
-        single = matmul(x.float(), y.float())
-        assert single.dtype == torch.float32
-        np.testing.assert_allclose(single, torch.matmul(x, y), rtol=1e-5, atol=1e-4)
-    poisoned = a[0].clone()
-    poisoned[2, 3] = float("nan")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        out = matmul(poisoned, b[0].T)
-    assert torch.isnan(out[2]).all() and not torch.isnan(out[[0, 1]]).any()
+    threads = torch.get_num_threads()
+    try:
+        for x, y in [(a[0], b[0].T), (a, b.transpose(1, 2)), (a[:, :9], b[:, :5].transpose(1, 2))]:
+            torch.set_num_threads(1)
+            ours = matmul(x, y)
+            np.testing.assert_array_equal(ours, np.matmul(x.numpy(), y.numpy()))
+            np.testing.assert_allclose(ours, torch.matmul(x, y), rtol=1e-12, atol=1e-12)
+            single = matmul(x.float(), y.float())
+            assert single.dtype == torch.float32
+            np.testing.assert_allclose(single, torch.matmul(x, y), rtol=1e-5, atol=1e-4)
+            torch.set_num_threads(2)
+            np.testing.assert_array_equal(matmul(x, y), torch.matmul(x, y))
+        torch.set_num_threads(1)
+        poisoned = a[0].clone()
+        poisoned[2, 3] = float("nan")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = matmul(poisoned, b[0].T)
+        assert torch.isnan(out[2]).all() and not torch.isnan(out[[0, 1]]).any()
+    finally:
+        torch.set_num_threads(threads)

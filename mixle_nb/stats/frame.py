@@ -257,17 +257,20 @@ NUMPY_SUMS_MIN_ROWS = 128
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b``, of matrices or batches of them: float64 operands on the CPU by numpy's BLAS
-    (OpenBLAS), all others by torch's.
+    """``a @ b``, of matrices or batches of them: float64 operands on the CPU, with torch on one
+    thread, by numpy's BLAS (OpenBLAS); all others by torch's.
 
     Why: on the AMD EPYC CPU this was measured on, torch's float64 products (Intel's MKL) took
-    1.3-1.8x numpy's at the E- and M-step's shapes (one thread: a 1,000 x 64 block times a
+    1.3-1.7x numpy's at the E- and M-step's shapes (one thread: a 1,000 x 64 block times a
     64 x 64 factor 238 against 180 us, 8,000 rows 2.1 against 1.4 ms), but for the sums of few
     weight rows over many points (:func:`float64_products` keeps torch's there); float32 ones
-    were within 8% either way, so they stay torch's. The result shares numpy's memory, no copy; as
-    with torch's, infinities and NaN pass through without a warning.
+    were within 8% either way, so they stay torch's. With more threads the two libraries' thread
+    pools, each waiting busily for its next task, took the cores from each other (a full step at
+    N = 1e5, D = 32, K = 2 took 6x its one-thread time at two). The result shares numpy's memory,
+    no copy; as with torch's, infinities and NaN pass through without a warning.
     """
-    if a.dtype == b.dtype == torch.float64 and a.device.type == b.device.type == "cpu":
+    cpu_float64 = a.dtype == b.dtype == torch.float64 and a.device.type == b.device.type == "cpu"
+    if cpu_float64 and torch.get_num_threads() == 1:
         with np.errstate(all="ignore"):
             return torch.from_numpy(np.matmul(a.numpy(), b.numpy()))
     return torch.matmul(a, b)
