@@ -283,9 +283,9 @@ def float64_products(weights: torch.Tensor, features: torch.Tensor) -> torch.Ten
     rows on, else torch's. float32 ones (a float32 E-step's responsibilities and features):
     each run of ``SUM_RUN`` rows is summed in float32 by one batched product, and the runs'
     partial sums are added in float64 (the rows past the last whole run widened first): measured
-    9e-9 relative against exact sums of the same float32 numbers, where one float32
-    product over a 65,536-row block is off by 7e-7, and at float32's speed (float64 operands
-    would take a conversion pass and a product at half the rate).
+    9e-9 relative against exact sums of the same float32 numbers, where one float32 product over
+    a 65,536-row block is off by 7e-7, and at float32's speed (float64 operands would take a
+    conversion pass and a product at half the rate).
     """
     if weights.dtype == features.dtype == torch.float32:
         runs = weights.shape[1] // SUM_RUN
