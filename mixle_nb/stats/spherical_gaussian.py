@@ -59,10 +59,11 @@ class SphericalGaussianDistribution(DiagonalGaussianDistribution):
         self.variance = variance
 
     @classmethod
-    def _estimated(cls, mu: np.ndarray, variance: float) -> SphericalGaussianDistribution:  # type: ignore[override]  # its parameters are (mu, variance)
-        """An M-step's estimate (finite means, variance > 0 by construction), unchecked."""
+    def _estimated(cls, mu: np.ndarray, variance: float, sigma2: np.ndarray) -> SphericalGaussianDistribution:  # type: ignore[override]  # its parameters are (mu, variance)
+        """An M-step's estimate (finite means, variance > 0 by construction), unchecked;
+        ``sigma2`` is ``variance`` in every coordinate (made for all the components at once)."""
         dist = cls.__new__(cls)
-        dist.mu, dist.sigma2, dist.variance = mu, np.full(mu.shape, variance), variance
+        dist.mu, dist.sigma2, dist.variance = mu, sigma2, variance
         return dist
 
     def __repr__(self) -> str:
@@ -145,7 +146,8 @@ class SphericalGaussianEstimator(Estimator):
         if found is None:
             return None
         mean, variance, _ = found
-        return [SphericalGaussianDistribution._estimated(m, float(v)) for m, v in zip(mean, variance)]
+        sigma2 = np.repeat(variance[:, None], mean.shape[1], axis=1)
+        return [SphericalGaussianDistribution._estimated(m, v, s) for m, v, s in zip(mean, variance.tolist(), sigma2)]
 
     def free_parameters(self, model: SphericalGaussianDistribution, count: ParameterCount) -> int:  # type: ignore[override]  # Estimator is not generic in its model: each family counts only its own
         if count.tied("all", self.keys):
