@@ -10,8 +10,9 @@ package's dependencies.
 
 from __future__ import annotations
 
+import importlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -140,6 +141,24 @@ def torchgmm_fitter(x: np.ndarray, k: int, cov: str) -> tuple[Steps, Whole]:
         return int(gm.num_iter_)
 
     return steps, whole
+
+
+# Each contender's modules, imported by load_modules before any thread limit is set.
+MODULES = {
+    "mixle_nb": ("mixle_nb.mixture",),
+    "scikit-learn": ("sklearn.mixture",),
+    "pomegranate": ("pomegranate.gmm", "pomegranate.distributions"),
+    "torchgmm": ("torchgmm.bayes",),
+}
+
+
+def load_modules(libraries: Iterable[str]) -> None:
+    """Import the contenders' modules now. ``threadpoolctl`` limits only the BLAS and OpenMP
+    libraries loaded when the limit is set: one loaded later (scipy's own OpenBLAS, imported with
+    scikit-learn) would run its first cell at the machine's thread count."""
+    for library in libraries:
+        for module in MODULES.get(library, ()):
+            importlib.import_module(module)
 
 
 FITTERS: dict[str, Callable[[np.ndarray, int, str], tuple[Steps, Whole]]] = {

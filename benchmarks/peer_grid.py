@@ -85,7 +85,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from grid_contenders import FITTERS, Steps, Whole, make_data, mixle_fitter
+from grid_contenders import FITTERS, Steps, Whole, load_modules, make_data, mixle_fitter
 from grid_trims import MEASURES, OUTPACE, PILOT_STEPS, Trims, affine, trim
 from peer_grid_report import plot_all, summary
 from threadpoolctl import threadpool_limits
@@ -202,6 +202,7 @@ class Baseline:
 def serve_baseline() -> None:
     """The baseline's child: each request line is a cell and a call of ``mixle_fitter``'s."""
     fitters: dict[tuple, tuple[Steps, Whole]] = {}
+    load_modules(["mixle_nb"])
     for line in sys.stdin:
         request = json.loads(line)
         try:
@@ -722,6 +723,7 @@ def main(argv: list[str] | None = None) -> None:
         for path in args.merge:
             merge(data, load(path))
     elif not args.plot_only:
+        load_modules(args.libraries.split(","))
         started = time.monotonic()
         data["runs"].append({**machine(), "clock": args.clock})
         data["runs"][-1]["options"] = {
