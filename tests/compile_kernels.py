@@ -19,10 +19,13 @@ from mixle_nb.mixture import GaussianMixture
 
 def main() -> None:
     x = np.random.default_rng(0).normal(size=(60, 2))
+    wide = np.random.default_rng(0).normal(size=(60, 20))  # the tied and full steps' compiled posterior
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         for covariance_type in ("full", "diag", "spherical", "tied"):
             GaussianMixture(2, covariance_type=covariance_type, max_iter=2, random_state=0).fit(x)
+        for covariance_type in ("full", "tied"):
+            GaussianMixture(2, covariance_type=covariance_type, max_iter=2, random_state=0).fit(wide)
     for implementation in ("scaling", "log"):
         GaussianHMM(2, implementation=implementation, n_iter=2, random_state=0).fit(x[:, :1], [30, 30])
         labels = (x[:, :1] > 0).astype(int)

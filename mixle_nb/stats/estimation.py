@@ -348,9 +348,9 @@ def m_step(estimator: Estimator, count: float, acc: AnyAccumulator) -> Distribut
 
 
 # Local Gaussian mixtures' own steps, the first that applies taken: wide diagonal ones as matrix
-# products, small ones in one compiled pass, a shared full covariance whitened once, wide full
-# covariances component by component.
-LOCAL_STEPS = (diagonal_em_step, fused_em_step, tied_em_step, full_em_step)
+# products, wide full covariances of few rows component by component, small ones in one compiled
+# pass, a shared full covariance whitened once.
+LOCAL_STEPS = (diagonal_em_step, full_em_step, fused_em_step, tied_em_step)
 
 
 def em_step(enc: Any, estimator: Estimator, model: Distribution) -> EMStep:

@@ -17,8 +17,11 @@ block times a 64 × 64 factor: 238 against 180 us; the general step's products a
 few thousand rows times components or 8 components, so it applies only to a local float64
 encoding on the CPU with more than ``MIN_DIM`` dimensions, at most ``MAX_COMPONENTS`` components
 and at most ``MAX_ELEMENTS`` rows times components, fitted by our :class:`MixtureEstimator` of
-full Gaussians without a tied covariance, where the compiled pass of :mod:`.fused_step` has not
-taken the step.
+full Gaussians without a tied covariance. There it is tried before the compiled pass of
+:mod:`.fused_step` (measured, one thread: at N = 100, D = 64, K = 2 and 4, 0.76x and 0.78x the
+compiled pass's time; at N = 400, D = 32, K = 2 and 4, 0.84x and 0.80x; at D = 32, N = 100 the
+same). Its posterior is the compiled one (:func:`.fused_kernels.block_posterior`), so a step
+makes no torch call: at two threads torch's and numpy's thread pools would wait on each other.
 """
 
 from __future__ import annotations
@@ -26,11 +29,10 @@ from __future__ import annotations
 from typing import Any, cast
 
 import numpy as np
-import torch
 
 from .base import Distribution, Estimator
-from .fused_step import local_float64, mixture_family
-from .mixture import MixtureDistribution, block_posterior
+from .fused_step import UNIT_WEIGHTS, local_float64, mixture_family
+from .mixture import MixtureDistribution
 from .multivariate_gaussian import MultivariateGaussianDistribution
 
 # Where it is faster than the general step, measured (one thread, process CPU time, the EPYC
@@ -78,27 +80,26 @@ def _sums(
     enc: Any, gaussians: list[MultivariateGaussianDistribution], log_w: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """``(n_k, values [n, n·μ, S1, S2] about each μ_k (K, 1 + 2D + D²), Σ w·log p(x))``."""
+    from . import fused_kernels  # numba's import when first needed
+
     k, dim = len(gaussians), enc.dim
     points = enc.values.numpy().T  # (N, D), a view
+    weights = UNIT_WEIGHTS if enc.weights is None else enc.weights.numpy()
     const = log_w + np.array([g._log_norm for g in gaussians])
     values = np.zeros((k, 1 + 2 * dim + dim * dim))
     s1 = values[:, 1 + dim : 1 + 2 * dim]
     s2 = np.zeros((k, dim, dim))
     objective = 0.0
     rows = max(1, BLOCK_ELEMENTS // (dim + k))
-    log_joint = np.empty((k, min(rows, len(enc))))
     for start in range(0, len(enc), rows):
         block = np.ascontiguousarray(points[start : start + rows])
-        joint = log_joint[:, : len(block)]
+        r = np.empty((k, len(block)))  # the log-joints, then the responsibilities
         for i, g in enumerate(gaussians):
             white = (block - g.mu) @ g._prec_chol
-            joint[i] = (white * white).sum(axis=1)
-        joint *= -0.5
-        joint += const[:, None]
-        weights = None if enc.weights is None else enc.weights[start : start + rows]
-        resp, block_objective = block_posterior(torch.from_numpy(joint), weights)
-        objective += block_objective
-        r = resp.numpy()
+            r[i] = (white * white).sum(axis=1)
+        r *= -0.5
+        r += const[:, None]
+        objective += fused_kernels.block_posterior(r, weights, start)
         for i, g in enumerate(gaussians):
             diff = block - g.mu
             s1[i] += r[i] @ diff

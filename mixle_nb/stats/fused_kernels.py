@@ -153,6 +153,7 @@ def _weighted_moments(x: np.ndarray, centre: float, r: np.ndarray, m: int) -> tu
 @jit
 def _posterior_tile(
     lp: np.ndarray,
+    first: int,
     m: int,
     weights: np.ndarray,
     start: int,
@@ -160,20 +161,23 @@ def _posterior_tile(
     summed: np.ndarray,
     scratch: np.ndarray,
 ) -> float:
-    """Turn the tile's log-joints ``lp[:, :m]`` into weighted responsibilities in place; returns
-    the tile's ``Σ w·log p(x)`` (unit weights when ``weights`` is empty). ``peak``, ``summed``
-    and ``scratch`` are buffers of a tile's length."""
+    """Turn the tile's log-joints ``lp[:, first : first + m]`` into weighted responsibilities in
+    place; returns the tile's ``Σ w·log p(x)``, its rows' weights from ``weights[start]`` (unit
+    weights when ``weights`` is empty). ``peak``, ``summed`` and ``scratch`` are buffers of a
+    tile's length."""
     k = lp.shape[0]
+    tile = slice(first, first + m)
     for t in range(m):
-        peak[t] = lp[0, t]
+        peak[t] = lp[0, first + t]
     for c in range(1, k):
+        row = lp[c, tile]
         for t in range(m):
-            peak[t] = max(peak[t], lp[c, t])
+            peak[t] = max(peak[t], row[t])
     for t in range(m):
         peak[t] = max(peak[t], LOWEST)  # a row impossible under every component stays -inf
         summed[t] = 0.0
     for c in range(k):
-        row = lp[c, :m]
+        row = lp[c, tile]
         for t in range(m):
             row[t] = max(row[t] - peak[t], FLOAT64_EXP_FLOOR)
         exp_nonpositive(row, scratch)
@@ -188,8 +192,24 @@ def _posterior_tile(
             objective += weight * (peak[t] + math.log(summed[t]))
         summed[t] = weight / max(summed[t], 1.0)
     for c in range(k):
+        row = lp[c, tile]
         for t in range(m):
-            lp[c, t] *= summed[t]
+            row[t] *= summed[t]
+    return objective
+
+
+@jit
+def block_posterior(lp: np.ndarray, weights: np.ndarray, start: int) -> float:
+    """:func:`mixle_nb.stats.mixture.block_posterior` compiled, for a block's float64 log-joints
+    ``lp`` (K, B) in a C-ordered array: turns them into weighted responsibilities in place and
+    returns the block's ``Σ w·log p(x)``; the block's rows' weights are ``weights[start:]``
+    (unit weights when ``weights`` is empty). A tile at a time, as the passes below take them."""
+    n = lp.shape[1]
+    peak, summed, scratch = np.empty(TILE), np.empty(TILE), np.empty(TILE)
+    objective = 0.0
+    for first in range(0, n, TILE):
+        m = min(TILE, n - first)
+        objective += _posterior_tile(lp, first, m, weights, start + first, peak, summed, scratch)
     return objective
 
 
@@ -226,7 +246,7 @@ def diagonal_pass(
         m = min(TILE, n - start)
         for c in range(k):
             _diagonal_log_joint(points, start, m, mu[c], neg_half_precision[c], const[c], lp[c])
-        objective += _posterior_tile(lp, m, weights, start, peak, summed, scratch)
+        objective += _posterior_tile(lp, 0, m, weights, start, peak, summed, scratch)
         for c in range(k):
             r = lp[c]
             sums[c, 0] += _sum(r, m)
@@ -289,7 +309,7 @@ def full_pass(
                             z[t] += u * d[b, t]
                 for t in range(m):
                     row[t] -= 0.5 * z[t] * z[t]
-        objective += _posterior_tile(lp, m, weights, start, peak, summed, scratch)
+        objective += _posterior_tile(lp, 0, m, weights, start, peak, summed, scratch)
         for c in range(k):
             r = lp[c]
             sums[c, 0] += _sum(r, m)

@@ -12,7 +12,7 @@ key-tying's arithmetic on stacked values. Both steps agree within 1e-12 (``tests
 
 It applies to a local float64 encoding on the CPU of at most ``FUSED_MAX_ELEMENTS`` rows times
 components (and ``FUSED_MAX_WORK`` of those times D, or D² for a full covariance,
-``FUSED_MAX_TIED_WORK`` for a tied one), fitted by our :class:`MixtureEstimator` of one Gaussian
+``FUSED_MAX_TIED_WORK`` for a tied one below ``TIED_STEP_DIM`` dimensions), fitted by our :class:`MixtureEstimator` of one Gaussian
 family (diagonal, spherical or full; untied or with one tied (co)variance) under a model of the
 same family; anything else takes the general step.
 """
@@ -34,17 +34,20 @@ from .mixture import MixtureDistribution, MixtureEstimator
 from .multivariate_gaussian import MultivariateGaussianDistribution, MultivariateGaussianEstimator
 from .spherical_gaussian import SphericalGaussianDistribution, SphericalGaussianEstimator
 
-_UNIT = np.empty(0)  # no sample weights: every row weighs 1
+UNIT_WEIGHTS = np.empty(0)  # no sample weights: every row weighs 1
 # Rows x components, and rows x components x D (diagonal) or D² (full), up to which the compiled
 # pass runs (one thread) instead of torch's blocks: measured (one thread, CPU time, load ~10) at
 # N = 1e4, K = 8, D = 8, 0.96x torch's step diagonal (N·K·D = 6.4e5) but 1.4x it full (N·K·D² =
 # 5.1e6, where torch's step is one product with the stored features); full at K = 2 (1.3e6) 0.92x.
 FUSED_MAX_ELEMENTS = 1 << 17
 FUSED_MAX_WORK = 1 << 21
-# A tied full covariance's work up to which the compiled pass runs: beyond it the tied step
-# (:mod:`.tied_step`, N·D² work, not N·K·D²) is faster; measured (one thread, CPU time) at N = 1e3,
-# D = 32, K = 2 (N·K·D² = 2.0e6): 3.60 ms compiled, 1.74 ms tied; at or below 2e5 the compiled pass.
+# A tied full covariance: the compiled pass runs below TIED_STEP_DIM dimensions and up to this
+# work; elsewhere the tied step (:mod:`.tied_step`, N·D² work, not N·K·D²) is faster. Measured (one
+# thread, CPU time, a fit's iterations): at D = 2 the compiled pass 0.73-0.90x the tied step's time
+# (N = 1e2 and 1e3, K = 2 to 32); at D = 8 0.9-1.5x, at D = 32 1.0-1.1x; at N = 1e3, D = 32, K = 2
+# (N·K·D² = 2.0e6) 3.60 ms compiled, 1.74 ms tied.
 FUSED_MAX_TIED_WORK = 1 << 19
+TIED_STEP_DIM = 8
 DIAGONAL_MODELS = (DiagonalGaussianDistribution, SphericalGaussianDistribution)
 FAMILIES: dict[type, tuple[bool, tuple[type, ...]]] = {  # estimator -> (full, its models' classes)
     DiagonalGaussianEstimator: (False, DIAGONAL_MODELS),
@@ -121,7 +124,9 @@ def fused_em_step(enc: Any, estimator: Estimator, model: Distribution) -> tuple[
         return None
     full, models, tied = family
     work = len(enc) * len(components) * (enc.dim * enc.dim if full else enc.dim)
-    if work > (FUSED_MAX_TIED_WORK if full and tied else FUSED_MAX_WORK):
+    if work > (FUSED_MAX_TIED_WORK if full and tied else FUSED_MAX_WORK) or (
+        full and tied and enc.dim >= TIED_STEP_DIM
+    ):
         return None
     if any(type(c) not in models for c in components):
         return None
@@ -173,7 +178,7 @@ def fused_labelled_estimate(
     centres = np.ascontiguousarray(centres, dtype=np.float64)
     k, dim = centres.shape
     values = np.empty((k, 1 + 2 * dim + (dim * dim if full else dim)))
-    weights = _UNIT if enc.weights is None else enc.weights.numpy()
+    weights = UNIT_WEIGHTS if enc.weights is None else enc.weights.numpy()
     fused_kernels.labelled_pass(enc.values.numpy(), weights, labels, centres, full, values)
     if tied:
         values = pooled_values(values, full)
@@ -209,7 +214,7 @@ def _statistics(
     from . import fused_kernels  # numba's import when first needed
 
     points = enc.values.numpy()
-    weights = _UNIT if enc.weights is None else enc.weights.numpy()
+    weights = UNIT_WEIGHTS if enc.weights is None else enc.weights.numpy()
     mu = np.array([c.mu for c in components])
     k, dim = mu.shape
     values = np.empty((k, 1 + 2 * dim + (dim * dim if full else dim)))
