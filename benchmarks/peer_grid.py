@@ -45,6 +45,7 @@ JSON (schema 2)::
      "runs": [{"date": ISO UTC, "end": ISO UTC, "elapsed_s": float, "command": str,
                "machine": str, "cpus": int, "load": [1, 5, 15 min] at the start, "load_end": [...],
                "git": commit, "versions": {library: version}, "clock": "wall" | "cpu",
+               "environment": {"OPENBLAS_THREAD_TIMEOUT": value} (SPIN_ENV, set for the run),
                "options": {"max_call_s", "max_gb", "cell_s", "repeats", "budget_min"},
                "baseline": {"tree": path, "git": commit} (with --baseline)}, ...],
      "cells": [{"n", "d", "k", "covariance_type", "threads", "run": index into runs,
@@ -91,6 +92,9 @@ from peer_grid_report import plot_all, summary
 from threadpoolctl import threadpool_limits
 
 RESULTS = Path(__file__).parent / "results"
+# OpenBLAS's idle workers wait about 2**4 cycles, not its default 2**28 (about 0.1 s), before they
+# sleep: read when OpenBLAS loads (with_short_blas_spin)
+SPIN_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4"}
 LIBRARIES = tuple(FITTERS)
 OURS = "mixle_nb"
 PEERS = LIBRARIES[1:]
@@ -424,6 +428,7 @@ def machine() -> dict[str, Any]:
         "load": list(os.getloadavg()),
         "git": git_commit(Path(__file__).parent),
         "versions": versions,
+        "environment": {name: os.environ.get(name) for name in SPIN_ENV},
     }
 
 
@@ -760,5 +765,19 @@ def main(argv: list[str] | None = None) -> None:
     print(summary(data), flush=True)
 
 
+def with_short_blas_spin() -> None:
+    """Re-run this script with ``SPIN_ENV`` set, unless it is set (read when OpenBLAS loads).
+
+    An OpenBLAS thread pool's workers spin for about 0.1 s after each call before they sleep.
+    numpy and scipy each load their own OpenBLAS, and scikit-learn calls both, so at two threads
+    on two cores two spinning workers took the cores from the thread doing the work: scikit-learn's
+    full-covariance iteration at N = 1,000, D = 32, K = 2 took 10.2 ms, 0.84 ms with the spin
+    short (one thread: 0.36 ms), and ours after it 1.2 ms, 0.70 ms (measured on the 2-core EPYC of
+    ``docs/benchmarks.md``). Every contender runs in this process and its children under it."""
+    if any(name not in os.environ for name in SPIN_ENV):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**SPIN_ENV, **os.environ})
+
+
 if __name__ == "__main__":
+    with_short_blas_spin()
     main()
