@@ -43,8 +43,8 @@ FUSED_MAX_ELEMENTS = 1 << 17
 FUSED_MAX_WORK = 1 << 21
 # A tied full covariance: the compiled pass runs below TIED_STEP_DIM dimensions and up to this
 # work; elsewhere the tied step (:mod:`.tied_step`, N·D² work, not N·K·D²) is faster. Measured (one
-# thread, CPU time, a fit's iterations): at D = 2 the compiled pass 0.73-0.90x the tied step's time
-# (N = 1e2 and 1e3, K = 2 to 32); at D = 8 0.9-1.5x, at D = 32 1.0-1.1x; at N = 1e3, D = 32, K = 2
+# thread, CPU time, a fit's iterations): at D = 2 the compiled pass 0.75-0.91x the tied step's time
+# (N = 1e2 and 1e3, K = 2 to 32); at D = 8 0.89-1.5x, at D = 32 0.98-1.11x; at N = 1e3, D = 32, K = 2
 # (N·K·D² = 2.0e6) 3.60 ms compiled, 1.74 ms tied.
 FUSED_MAX_TIED_WORK = 1 << 19
 TIED_STEP_DIM = 8

@@ -30,9 +30,9 @@ moments only their sum over the components. Two ways to take them, chosen by whe
 
 The products are numpy's and the posterior the compiled one
 (:func:`~mixle_nb.stats.fused_kernels.block_posterior`): a step makes no torch call, so at two
-threads no torch thread pool waits beside numpy's, and at one thread a step took 0.55-0.75x the
-time of the same step in torch's products and posterior (N = 1e2 to 1e4, D = 8 to 64, K = 2 to 32;
-at N = 100, D = 64, K = 2, 97 against 47 us for the sums).
+threads no torch thread pool waits beside numpy's, and at one thread the sums took 0.38-0.74x the
+time they took in torch's products and posterior (N = 1e2 to 1e4, D = 32 and 64; at N = 100,
+D = 64, K = 2, 47 against 97 us).
 
 Both agree with the per-component path to rounding (``tests/test_tied_step.py``). The step applies
 to a local float64 encoding on the CPU fitted by our :class:`MixtureEstimator` of full Gaussians
