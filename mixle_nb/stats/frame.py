@@ -80,15 +80,27 @@ STORED_FEATURES_MAX_DIM = 16
 class PointEncoding:
     """Observations as the columns of ``values`` (D, N), contiguous on their device, in the
     encoding's dtype: the points themselves (float64, ``offset`` ``None``) or, in float32, their
-    differences ``x - offset`` to a float64 ``offset`` (:func:`point_encoding`). A full family's
-    also with ``features`` (1 + D + D(D+1)/2, N) of ``y = x - origin`` (:func:`frame_features`);
-    ``weights`` (N,), where given, are the rows' float64 sample weights (:func:`with_weights`)."""
+    differences ``x - offset`` to a float64 ``offset`` (:func:`point_encoding`). A full family's,
+    with an ``origin``, also has :attr:`features` (1 + D + D(D+1)/2, N) of ``y = x - origin``
+    (:func:`frame_features`), made on first use and kept in ``stored_features``; ``weights``
+    (N,), where given, are the rows' float64 sample weights (:func:`with_weights`)."""
 
     values: torch.Tensor
     origin: np.ndarray | None = None
-    features: torch.Tensor | None = None
+    stored_features: torch.Tensor | None = None
     weights: torch.Tensor | None = None
     offset: np.ndarray | None = None
+
+    @property
+    def features(self) -> torch.Tensor | None:
+        """The features about ``origin`` where the encoding has one, else ``None``: made at the
+        first call and kept. The local steps never read them, so a fit of a few hundred points
+        does not make them (at N = 100, D = 8 they were 50 of a fit's 1,100 us)."""
+        if self.stored_features is None and self.origin is not None:
+            # float32 values are already x - offset (= origin); float64 ones the points themselves
+            point = None if self.offset is not None else torch.from_numpy(self.origin).to(self.device)
+            object.__setattr__(self, "stored_features", frame_features(self.values, point, True))
+        return self.stored_features
 
     def __len__(self) -> int:
         return self.values.shape[1]
@@ -121,7 +133,7 @@ class PointEncoding:
         return 2 * self.values.shape[0] + 1
 
     def rows(self, start: int, stop: int) -> PointEncoding:
-        features = None if self.features is None else self.features[:, start:stop]
+        features = None if self.features is None else self.features[:, start:stop]  # made once, not per block
         weights = None if self.weights is None else self.weights[start:stop]
         return PointEncoding(self.values[:, start:stop], self.origin, features, weights, self.offset)
 
@@ -146,24 +158,23 @@ def point_encoding(
     x: np.ndarray, device: torch.device, products: bool = False, dtype: torch.dtype = torch.float64
 ) -> PointEncoding:
     """``x`` (N, D) as a :class:`PointEncoding` on ``device`` (only ``x`` crosses to it); with
-    ``products`` (a full family's), up to ``STORED_FEATURES_MAX_DIM``, its features about its
-    :func:`_origin` too. In float32 the values are ``x - o`` about that origin ``o`` (``x - o``
-    exact in float64, then rounded once), so the data's offset costs no digits: only their
-    extent in units of their spread does."""
+    ``products`` (a full family's), up to ``STORED_FEATURES_MAX_DIM``, its :func:`_origin` too,
+    about which it makes its features when first asked. In float32 the values are ``x - o``
+    about that origin ``o`` (``x - o`` exact in float64, then rounded once), so the data's
+    offset costs no digits: only their extent in units of their spread does."""
     points = float_tensor(x).to(device).T.contiguous()
     dim, n = points.shape
     stored = products and n and dim <= STORED_FEATURES_MAX_DIM
     if dtype == torch.float64:
         if not stored:
             return PointEncoding(points)
-        origin = _origin(points)
-        return PointEncoding(points, origin.cpu().numpy(), frame_features(points, origin, True))
+        return PointEncoding(points, _origin(points).cpu().numpy())
     origin = _origin(points) if n else torch.zeros(dim, dtype=torch.float64, device=device)
     offset = origin.cpu().numpy()
     values = torch.sub(points, origin[:, None]).to(dtype)
     if not stored:
         return PointEncoding(values, offset=offset)
-    return PointEncoding(values, offset, frame_features(values, None, True), offset=offset)
+    return PointEncoding(values, offset, offset=offset)
 
 
 def encoding_dtype(dtype: Any) -> torch.dtype:
