@@ -121,3 +121,35 @@ def test_fused_step_degenerate_component_raises_as_the_general_one():
         "diag", [0.5, 0.25, 0.25], [[0.0, 0.0], [0.0, 0.0], [1e4, 1e4]], np.full((3, 2), 1e-6)
     )  # the third component takes no weight
     assert_raises_as_the_general_step(fused_em_step, enc, estimator, far)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_compiled_block_posterior_is_the_torch_posterior(weighted):
+    """``fused_kernels.block_posterior`` (the tied and full steps' posterior) against
+    ``mixture.block_posterior`` on a block longer than a tile, whose weights start ``start`` rows
+    into the encoding's: terms far below the exp floor are 0, a row impossible under every
+    component has no responsibility and makes the objective -inf, as torch's."""
+    from mixle_nb.stats import fused_kernels
+    from mixle_nb.stats.mixture import block_posterior
+
+    rng = np.random.default_rng(int(weighted))
+    k, rows, start = 4, 300, 17
+    log_joint = rng.normal(-20.0, 30.0, size=(k, rows))
+    log_joint[1, ::5] -= 900.0  # exp(term - peak) below exp(-700): exactly 0
+    weights = rng.random(start + rows) * 2.0 if weighted else np.empty(0)
+    if weighted:
+        weights[start::11] = 0.0
+    block_weights = torch.from_numpy(weights[start:]) if weighted else None
+    expected, expected_objective = block_posterior(torch.from_numpy(log_joint.copy()), block_weights)
+    resp = log_joint.copy()
+    objective = fused_kernels.block_posterior(resp, weights, start)
+    np.testing.assert_allclose(resp, expected.numpy(), rtol=1e-13, atol=1e-300)  # exp within 2 ulp
+    assert (resp[1, ::5] == 0.0).all()
+    assert objective == pytest.approx(expected_objective, rel=1e-13)
+
+    impossible = log_joint.copy()
+    impossible[:, 3] = -np.inf
+    torch_resp, torch_objective = block_posterior(torch.from_numpy(impossible.copy()), None)
+    objective = fused_kernels.block_posterior(impossible, np.empty(0), 0)
+    assert (impossible[:, 3] == 0.0).all() and (torch_resp[:, 3] == 0.0).all()
+    assert objective == torch_objective == -np.inf
