@@ -31,7 +31,7 @@ from typing import Any, cast
 import numpy as np
 
 from .base import Distribution, Estimator
-from .fused_step import UNIT_WEIGHTS, local_float64, mixture_family
+from .fused_step import compiled_weights, local_float64, mixture_family
 from .mixture import MixtureDistribution
 from .multivariate_gaussian import MultivariateGaussianDistribution
 
@@ -84,7 +84,7 @@ def _sums(
 
     k, dim = len(gaussians), enc.dim
     points = enc.values.numpy().T  # (N, D), a view
-    weights = UNIT_WEIGHTS if enc.weights is None else enc.weights.numpy()
+    weights = compiled_weights(enc)
     const = log_w + np.array([g._log_norm for g in gaussians])
     values = np.zeros((k, 1 + 2 * dim + dim * dim))
     s1 = values[:, 1 + dim : 1 + 2 * dim]

@@ -12,9 +12,9 @@ key-tying's arithmetic on stacked values. Both steps agree within 1e-12 (``tests
 
 It applies to a local float64 encoding on the CPU of at most ``FUSED_MAX_ELEMENTS`` rows times
 components (and ``FUSED_MAX_WORK`` of those times D, or D² for a full covariance,
-``FUSED_MAX_TIED_WORK`` for a tied one below ``TIED_STEP_DIM`` dimensions), fitted by our :class:`MixtureEstimator` of one Gaussian
-family (diagonal, spherical or full; untied or with one tied (co)variance) under a model of the
-same family; anything else takes the general step.
+``FUSED_MAX_TIED_WORK`` for a tied one below ``TIED_STEP_DIM`` dimensions), fitted by our
+:class:`MixtureEstimator` of one Gaussian family (diagonal, spherical or full; untied or with one
+tied (co)variance) under a model of the same family; anything else takes the general step.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from .mixture import MixtureDistribution, MixtureEstimator
 from .multivariate_gaussian import MultivariateGaussianDistribution, MultivariateGaussianEstimator
 from .spherical_gaussian import SphericalGaussianDistribution, SphericalGaussianEstimator
 
-UNIT_WEIGHTS = np.empty(0)  # no sample weights: every row weighs 1
+_UNIT = np.empty(0)  # no sample weights: every row weighs 1
 # Rows x components, and rows x components x D (diagonal) or D² (full), up to which the compiled
 # pass runs (one thread) instead of torch's blocks: measured (one thread, CPU time, load ~10) at
 # N = 1e4, K = 8, D = 8, 0.96x torch's step diagonal (N·K·D = 6.4e5) but 1.4x it full (N·K·D² =
@@ -178,8 +178,7 @@ def fused_labelled_estimate(
     centres = np.ascontiguousarray(centres, dtype=np.float64)
     k, dim = centres.shape
     values = np.empty((k, 1 + 2 * dim + (dim * dim if full else dim)))
-    weights = UNIT_WEIGHTS if enc.weights is None else enc.weights.numpy()
-    fused_kernels.labelled_pass(enc.values.numpy(), weights, labels, centres, full, values)
+    fused_kernels.labelled_pass(enc.values.numpy(), compiled_weights(enc), labels, centres, full, values)
     if tied:
         values = pooled_values(values, full)
     count = float(len(enc)) if enc.weights is None else float(enc.weights.sum())
@@ -195,6 +194,12 @@ def local_float64(enc: Any) -> bool:
         and enc.values.device.type == "cpu"
         and len(enc) > 0
     )
+
+
+def compiled_weights(enc: PointEncoding) -> np.ndarray:
+    """The rows' sample weights as the compiled kernels take them: an empty array where every
+    row weighs 1."""
+    return _UNIT if enc.weights is None else enc.weights.numpy()
 
 
 def _references(mu: np.ndarray, whitened_offsets: Any) -> np.ndarray:
@@ -213,8 +218,7 @@ def _statistics(
     compiled pass."""
     from . import fused_kernels  # numba's import when first needed
 
-    points = enc.values.numpy()
-    weights = UNIT_WEIGHTS if enc.weights is None else enc.weights.numpy()
+    points, weights = enc.values.numpy(), compiled_weights(enc)
     mu = np.array([c.mu for c in components])
     k, dim = mu.shape
     values = np.empty((k, 1 + 2 * dim + (dim * dim if full else dim)))

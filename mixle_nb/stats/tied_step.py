@@ -50,7 +50,7 @@ import torch
 
 from .base import Distribution, Estimator
 from .frame import shared_point
-from .fused_step import UNIT_WEIGHTS, local_float64, mixture_family
+from .fused_step import compiled_weights, local_float64, mixture_family
 from .mixture import MixtureDistribution
 from .multivariate_gaussian import MultivariateGaussianDistribution
 
@@ -133,7 +133,7 @@ def _sums(
     counts, s1, scatter = np.zeros(k), np.zeros((k, dim)), np.zeros((dim, dim))
     objective = 0.0
     points = enc.values.numpy()  # (D, N)
-    weights = UNIT_WEIGHTS if enc.weights is None else enc.weights.numpy()
+    weights = compiled_weights(enc)
     rows = max(1, BLOCK_ELEMENTS // (dim + k))
     for start in range(0, len(enc), rows):
         diff = points[:, start : start + rows].T - centre  # (B, D): x - c
@@ -160,7 +160,7 @@ def _separated_sums(
     c = mu.mean(axis=0)  # the frame the points are taken in (its rounding cancels in every difference)
     means = ((mu - c) @ prec_chol)[:, None, :]  # (K, 1, D): m_k
     points = enc.values.numpy()  # (D, N)
-    weights = UNIT_WEIGHTS if enc.weights is None else enc.weights.numpy()
+    weights = compiled_weights(enc)
     resp = np.empty((k, len(enc)))
     s1 = np.zeros((k, dim))
     objective = 0.0
