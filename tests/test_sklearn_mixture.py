@@ -13,11 +13,14 @@ import pytest
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.mixture import GaussianMixture as ScikitGaussianMixture
+from sklearn.utils import check_random_state
 from sklearn.utils.estimator_checks import check_estimator
 from sklearn_ranks import ATTRIBUTES, CASES, TYPES, blobs, fit_quietly, fitted, rank_fits, settings
 
 from mixle_nb.mixture import GaussianMixture
+from mixle_nb.mixture.seeding import start_generator
 from mixle_nb.parallel.local_launch import run_local
+from mixle_nb.stats.base import random_source
 
 RTOL = 1e-8
 # check_estimator's checks that do not pass, and why; scikit-learn's GaussianMixture has the same status.
@@ -108,6 +111,19 @@ def test_our_starts_fit_separated_clusters_and_are_reproducible():
         first = GaussianMixture(3, init_params=init, n_init=2, random_state=0).fit(x)
         again = GaussianMixture(3, init_params=init, n_init=2, random_state=0).fit(x)
         assert np.array_equal(first.means_, again.means_), init
+
+
+def test_a_seed_gives_the_stream_a_new_random_state_would():
+    """``start_generator`` reseeds one kept RandomState for an int seed instead of making one:
+    the Generator it gives draws what ``random_source(check_random_state(seed))``'s does, and a
+    RandomState instance moves on by one draw, as it would."""
+    for seed in (0, 7, np.int64(2**31 - 1)):
+        expected = random_source(check_random_state(seed)).random(5)
+        assert np.array_equal(start_generator(seed).random(5), expected)
+    given, copy = np.random.RandomState(3), np.random.RandomState(3)
+    assert np.array_equal(start_generator(given).random(5), random_source(copy).random(5))
+    assert given.randint(1000) == copy.randint(1000)
+    assert isinstance(start_generator(None), np.random.Generator)
 
 
 @pytest.mark.parametrize("init", ["kmeans", "k-means++"])

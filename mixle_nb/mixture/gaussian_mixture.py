@@ -38,6 +38,7 @@ from .encoding_face import HandleEncoding
 from .handle_weights import checked_total_weight
 from .initial_parameters import checked_means, checked_precisions, checked_weights
 from .sample_weights import checked_sample_weight
+from .seeding import start_generator
 from .stepwise import stepwise_update
 from .translation import (
     covariances_from_precisions,
@@ -330,7 +331,7 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         if weights is not None:
             enc = with_weights(cast(PointEncoding, enc), weights)  # an array X: our Gaussian encoding
         warm = self.warm_start and hasattr(self, "converged_")
-        rng = check_random_state(self.random_state)
+        rng = start_generator(self.random_state)
         best = None
         for start in range(1 if warm else self.n_init):
             if warm:  # scikit-learn's warm start: the first gain is against the last fit's bound
@@ -413,7 +414,7 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
             model = self._model()
         else:
             initial = self._initial_parameters(n_features)
-            model = self._start(enc, estimator, check_random_state(self.random_state), initial)
+            model = self._start(enc, estimator, start_generator(self.random_state), initial)
         step = 0 if running is None else running[1]
         try:
             new, value, weight, log_density = stepwise_update(
