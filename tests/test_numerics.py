@@ -289,16 +289,17 @@ def test_stored_features_and_features_made_per_block_give_the_same_fit(offset, m
 
 @pytest.mark.parametrize("dtype", (torch.float64, torch.float32))
 def test_stored_features_are_made_when_first_read(dtype, monkeypatch):
-    """A full family's encoding makes its features on first reading, not when encoded: a fit
-    by the local steps never makes them, and once read they are ``frame_features`` about the
-    encoding's origin (float64) or of its values already taken about it (float32), the same
-    tensor every read, and blocks of rows are slices of it."""
+    """A full family's encoding makes its features (and, in float64, its origin) on first
+    reading, not when encoded: a fit by the local steps never makes them, and once read they
+    are ``frame_features`` about the encoding's origin (float64) or of its values already taken
+    about it (float32), the same tensor every read, and blocks of rows are slices of it."""
     import mixle_nb.mixture.gaussian_mixture as gaussian_mixture
     from mixle_nb.stats.frame import frame_features, point_encoding
 
     x = np.random.default_rng(5).normal(3.0, 2.0, size=(200, 4))
     enc = point_encoding(x, torch.device("cpu"), products=True, dtype=dtype)
-    assert enc.stored_features is None and enc.origin is not None
+    assert enc.stored_features is None and (enc.stored_origin is None) == (dtype == torch.float64)
+    assert enc.origin is enc.origin is enc.stored_origin is not None
     about = None if dtype == torch.float32 else torch.from_numpy(enc.origin)
     features = enc.features
     assert features is enc.features is enc.stored_features
@@ -313,7 +314,7 @@ def test_stored_features_are_made_when_first_read(dtype, monkeypatch):
 
     monkeypatch.setattr(gaussian_mixture, "seq_encode", kept)
     gaussian_mixture.GaussianMixture(2, covariance_type="full", tol=1e-3, random_state=0).fit(x)
-    assert encoded and encoded[0].stored_features is None  # the compiled step never read them
+    assert encoded and encoded[0].stored_features is encoded[0].stored_origin is None  # never read
 
 
 _BASE = offset_problem(0.0, 1.0, 2, separation=10.0, per=80, seed=3)

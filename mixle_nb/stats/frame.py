@@ -80,25 +80,37 @@ STORED_FEATURES_MAX_DIM = 16
 class PointEncoding:
     """Observations as the columns of ``values`` (D, N), contiguous on their device, in the
     encoding's dtype: the points themselves (float64, ``offset`` ``None``) or, in float32, their
-    differences ``x - offset`` to a float64 ``offset`` (:func:`point_encoding`). A full family's,
-    with an ``origin``, also has :attr:`features` (1 + D + D(D+1)/2, N) of ``y = x - origin``
-    (:func:`frame_features`), made on first use and kept in ``stored_features``; ``weights``
-    (N,), where given, are the rows' float64 sample weights (:func:`with_weights`)."""
+    differences ``x - offset`` to a float64 ``offset`` (:func:`point_encoding`). A full family's
+    (``framed``) has an :attr:`origin` and :attr:`features` (1 + D + D(D+1)/2, N) of
+    ``y = x - origin`` (:func:`frame_features`), each made on first use and kept (in
+    ``stored_origin``, ``stored_features``); ``weights`` (N,), where given, are the rows'
+    float64 sample weights (:func:`with_weights`)."""
 
     values: torch.Tensor
-    origin: np.ndarray | None = None
+    stored_origin: np.ndarray | None = None
     stored_features: torch.Tensor | None = None
     weights: torch.Tensor | None = None
     offset: np.ndarray | None = None
+    framed: bool = False
+
+    @property
+    def origin(self) -> np.ndarray | None:
+        """The point a framed encoding's features are about (:func:`_origin` of its points; a
+        float32 one's ``offset``), else ``None``: made at the first call and kept."""
+        if self.stored_origin is None and self.framed:
+            object.__setattr__(self, "stored_origin", _origin(self.values).cpu().numpy())
+        return self.stored_origin
 
     @property
     def features(self) -> torch.Tensor | None:
         """The features about ``origin`` where the encoding has one, else ``None``: made at the
-        first call and kept. The local steps never read them, so a fit of a few hundred points
-        does not make them (at N = 100, D = 8 they were 50 of a fit's 1,100 us)."""
-        if self.stored_features is None and self.origin is not None:
+        first call and kept. The local steps never read them (or the origin), so a fit of a few
+        hundred points does not make them (at N = 100, D = 8 they were 50 of a fit's 1,100 us,
+        the origin 30)."""
+        origin = self.origin
+        if self.stored_features is None and origin is not None:
             # float32 values are already x - offset (= origin); float64 ones the points themselves
-            point = None if self.offset is not None else torch.from_numpy(self.origin).to(self.device)
+            point = None if self.offset is not None else torch.from_numpy(origin).to(self.device)
             object.__setattr__(self, "stored_features", frame_features(self.values, point, True))
         return self.stored_features
 
@@ -135,7 +147,7 @@ class PointEncoding:
     def rows(self, start: int, stop: int) -> PointEncoding:
         features = None if self.features is None else self.features[:, start:stop]  # made once, not per block
         weights = None if self.weights is None else self.weights[start:stop]
-        return PointEncoding(self.values[:, start:stop], self.origin, features, weights, self.offset)
+        return PointEncoding(self.values[:, start:stop], self.origin, features, weights, self.offset, self.framed)
 
     def relative(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Points (..., D) in this encoding's frame: ``(exact, shifted)``, where ``shifted`` is
@@ -158,23 +170,22 @@ def point_encoding(
     x: np.ndarray, device: torch.device, products: bool = False, dtype: torch.dtype = torch.float64
 ) -> PointEncoding:
     """``x`` (N, D) as a :class:`PointEncoding` on ``device`` (only ``x`` crosses to it); with
-    ``products`` (a full family's), up to ``STORED_FEATURES_MAX_DIM``, its :func:`_origin` too,
-    about which it makes its features when first asked. In float32 the values are ``x - o``
-    about that origin ``o`` (``x - o`` exact in float64, then rounded once), so the data's
-    offset costs no digits: only their extent in units of their spread does."""
+    ``products`` (a full family's), up to ``STORED_FEATURES_MAX_DIM``, framed: its
+    :func:`_origin`, and its features about it, are made when first asked. In float32 the
+    values are ``x - o`` about that origin ``o``, made now (``x - o`` exact in float64, then
+    rounded once), so the data's offset costs no digits: only their extent in units of their
+    spread does."""
     points = float_tensor(x).to(device).T.contiguous()
     dim, n = points.shape
     stored = products and n and dim <= STORED_FEATURES_MAX_DIM
     if dtype == torch.float64:
-        if not stored:
-            return PointEncoding(points)
-        return PointEncoding(points, _origin(points).cpu().numpy())
+        return PointEncoding(points, framed=bool(stored))  # the origin made when first asked
     origin = _origin(points) if n else torch.zeros(dim, dtype=torch.float64, device=device)
     offset = origin.cpu().numpy()
     values = torch.sub(points, origin[:, None]).to(dtype)
     if not stored:
         return PointEncoding(values, offset=offset)
-    return PointEncoding(values, offset, offset=offset)
+    return PointEncoding(values, offset, offset=offset, framed=True)
 
 
 def encoding_dtype(dtype: Any) -> torch.dtype:
