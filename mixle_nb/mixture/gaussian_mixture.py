@@ -623,7 +623,9 @@ class GaussianMixture(HandleEncoding, DensityMixin, BaseEstimator):
         self._weight_total = count
         kind = self.covariance_type
         self.weights_, self.means_, self.covariances_ = parameters_from_model(kind, result.model)
-        self.precisions_cholesky_ = precisions_cholesky(kind, self.covariances_)
+        self.precisions_cholesky_ = precisions_cholesky(
+            kind, self.covariances_, cast(MixtureDistribution, result.model)
+        )
         self.precisions_ = precisions_from_cholesky(kind, self.precisions_cholesky_)
         for name in ("weights_", "means_", "covariances_", "precisions_cholesky_", "precisions_"):
             setattr(self, name, getattr(self, name).astype(dtype, copy=False))

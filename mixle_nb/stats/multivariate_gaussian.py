@@ -118,6 +118,12 @@ class MultivariateGaussianDistribution(Distribution):
         dist.mu, dist.covar, dist._prec_chol, dist._log_norm = mu, covar, prec_chol, log_norm
         return dist
 
+    @property
+    def precision_cholesky(self) -> np.ndarray:
+        """``U = L⁻ᵀ`` (D, D), ``L`` the covariance's Cholesky factor: the precision is ``U Uᵀ``
+        (scikit-learn's ``precisions_cholesky_`` of one component), kept for the log-density."""
+        return self._prec_chol
+
     def __repr__(self) -> str:
         return f"MultivariateGaussianDistribution(mu={self.mu.tolist()}, covar={self.covar.tolist()})"
 
