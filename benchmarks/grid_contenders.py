@@ -1,6 +1,7 @@
 """The peer grid's contenders (``benchmarks/peer_grid.py``): its data, the shared start, and for
 each library a pair of calls, ``steps(m)`` (a fit of exactly ``m`` EM iterations from the shared
-start) and ``whole()`` (the library's own ``fit`` with its defaults, returning its iterations).
+start) and ``whole(seed)`` (the library's own ``fit`` with its defaults and that seed, returning
+its iterations).
 
 ``mixle_nb.mixture.GaussianMixture``, scikit-learn's ``GaussianMixture``, pomegranate 1.1.2's
 ``GeneralMixtureModel`` of ``Normal`` (CPU, float64; no ``tied`` covariance) and torchgmm 0.1.4's
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 
 Steps = Callable[[int], Any]
-Whole = Callable[[], Any]
+Whole = Callable[[int], Any]
 BLOCK_ROWS = 1_000_000  # make_data draws this many rows at a time: its temporaries stay a block's
 
 
@@ -62,8 +63,8 @@ def mixle_fitter(x: np.ndarray, k: int, cov: str) -> tuple[Steps, Whole]:
     def steps(m: int) -> None:
         GaussianMixture(k, covariance_type=cov, tol=0, max_iter=m, **given).fit(x)
 
-    def whole() -> int:
-        return GaussianMixture(k, covariance_type=cov, random_state=0).fit(x).n_iter_
+    def whole(seed: int) -> int:
+        return GaussianMixture(k, covariance_type=cov, random_state=seed).fit(x).n_iter_
 
     return steps, whole
 
@@ -78,8 +79,8 @@ def sklearn_fitter(x: np.ndarray, k: int, cov: str) -> tuple[Steps, Whole]:
     def steps(m: int) -> None:
         GaussianMixture(k, covariance_type=cov, tol=0, max_iter=m, **given).fit(x)
 
-    def whole() -> int:
-        return GaussianMixture(k, covariance_type=cov, random_state=0).fit(x).n_iter_
+    def whole(seed: int) -> int:
+        return GaussianMixture(k, covariance_type=cov, random_state=seed).fit(x).n_iter_
 
     return steps, whole
 
@@ -106,9 +107,9 @@ def pomegranate_fitter(x: np.ndarray, k: int, cov: str) -> tuple[Steps, Whole]:
         components = [Normal(torch.from_numpy(mu.copy()), covs(), covariance_type=kind) for mu in means]
         GeneralMixtureModel(components, priors=torch.from_numpy(weights), max_iter=m, tol=-math.inf).fit(xt)
 
-    def whole() -> int:
+    def whole(seed: int) -> int:
         components = [Normal(covariance_type=kind) for _ in range(k)]
-        GeneralMixtureModel(components, random_state=0).fit(xt)
+        GeneralMixtureModel(components, random_state=seed).fit(xt)
         return -1  # pomegranate does not report its iterations
 
     return steps, whole
@@ -135,7 +136,8 @@ def torchgmm_fitter(x: np.ndarray, k: int, cov: str) -> tuple[Steps, Whole]:
             trainer_params=dict(max_epochs=m, **quiet),
         ).fit(xt)
 
-    def whole() -> int:
+    def whole(seed: int) -> int:
+        torch.manual_seed(seed)  # its k-means start draws from torch's global generator
         gm = GaussianMixture(k, covariance_type=cov, trainer_params=dict(**quiet))
         gm.fit(xt)
         return int(gm.num_iter_)

@@ -109,6 +109,23 @@ def test_steps_last_the_set_up_or_a_tenth_of_a_second_and_never_hundreds_of_slow
     assert peer_grid.steps_for(low_s=0.0001, per_iteration_s=1e-9, most_s=1e-9) == peer_grid.MAX_STEPS
 
 
+def test_a_rounds_whole_fit_is_the_mean_over_the_same_seeds_for_every_library():
+    assert peer_grid.fit_seeds(100) == peer_grid.fit_seeds(10_000) == tuple(range(peer_grid.FIT_SEEDS))
+    assert peer_grid.fit_seeds(100_000) == (0,)
+    seen = []
+
+    def whole(seed: int) -> int:
+        seen.append(seed)
+        time.sleep(0.01 * seed)
+        return 2 * seed
+
+    contender = peer_grid.Contender(lambda m: None, whole, {"fit"}, None, fit_seeds=(0, 1, 2))
+    contender.round(0, 0.0)
+    result = contender.result()
+    assert seen == [0, 1, 2] and result["fit_seeds"] == 3 and result["fit_n_iter"] == 2
+    assert 0.01 <= result["fit_s"] < 0.02  # (0 + 0.01 + 0.02 s) / 3, not the least or the sum
+
+
 def test_a_call_over_the_cap_is_stopped_even_where_a_library_wraps_the_error():
     def spin() -> None:
         end = time.monotonic() + 5
@@ -173,6 +190,7 @@ def test_a_slice_writes_its_cells_ratios_provenance_and_heat_maps(smoke):
         ours, theirs = cell["results"]["mixle_nb"], cell["results"]["scikit-learn"]
         for entry in (ours, theirs):
             assert entry["fit_s"] > 0 and entry["fit_n_iter"] >= 1 and 2 <= entry["steps"] <= peer_grid.MAX_STEPS
+            assert entry["fit_seeds"] == len(peer_grid.fit_seeds(100)) == peer_grid.FIT_SEEDS > 1
             assert 1 <= entry["rounds"] <= 2 and entry["low_s"] > 0
         if theirs["iteration_s"] > 0 and ours["iteration_s"] > 0:
             assert cell["iteration_ratio"] == pytest.approx(ours["iteration_s"] / theirs["iteration_s"])
