@@ -17,8 +17,8 @@ start). ``steps`` (per library and cell, in the JSON) is chosen by a pilot of ``
 whichever is longer (a difference shorter than the set-up drowns in its noise). Whole fit: each
 library's own ``fit`` with its defaults but ``n_components``, ``covariance_type`` and the seed
 (``random_state``; torchgmm: torch's global seed); a round's sample is the mean over the seeds
-``fit_seeds(N)`` gives, the same for every library (0 to 4 up to N = 1e4, else 0): one seed
-compares the luck of one start.
+``fit_seeds(N)`` gives, the same for every library (0 to 19 up to N = 1e3, 0 to 4 up to 1e4,
+else 0): one seed compares the luck of one start.
 
 Repeats are adaptive: rounds of every contender's calls, interleaved (a slow spell of a shared
 machine falls on all alike), until each has spent ``--cell-s`` in the cell (at least one
@@ -108,7 +108,7 @@ COVARIANCE_TYPES = ("full", "tied", "diag", "spherical")
 SCHEMA = 2
 LOW, MAX_STEPS = 2, 200
 TIMED_S = 0.1  # the difference of the two fits lasts at least about this long
-FIT_SEEDS, FIT_SEEDS_MAX_N = 5, 10_000  # a whole fit's seeds per round, up to this N (fit_seeds)
+FIT_SEEDS = ((1_000, 20), (10_000, 5))  # (up to this N, a whole fit's seeds a round): fit_seeds
 GRID_SEARCH_ROUNDS, GRID_SEARCH_ROUND_S = 3, 10.0
 GRID_SEARCH_CAP = 20  # a search (40 fits) is stopped at this many --max-call-s  # --grid-search: rounds, fewer after a round this long
 # What a call's time is: wall time, or (``--clock cpu``) the process's CPU time, which on a shared
@@ -328,12 +328,16 @@ class Contender:
 
 
 def fit_seeds(n: int) -> tuple[int, ...]:
-    """The seeds (``random_state``) a whole fit is timed at in a cell of ``n`` points: ``FIT_SEEDS``
-    of them up to ``FIT_SEEDS_MAX_N``, else 0 alone. A fit's time is mostly its iterations, and
-    how many its start leaves turns on the seed: at N = 100, D = 2, K = 8 (diagonal) ours ran 21
-    at seed 0 and scikit-learn's 6, while over 150 seeds both averaged 10. Above, a fit lasts
-    seconds and the starts of these separated clusters mostly leave 2 or 3 iterations."""
-    return tuple(range(FIT_SEEDS)) if n <= FIT_SEEDS_MAX_N else (0,)
+    """The seeds (``random_state``) a whole fit is timed at in a cell of ``n`` points, by
+    ``FIT_SEEDS``: 0 to 19 up to N = 1e3, 0 to 4 up to 1e4, else 0 alone. A fit's time is mostly
+    its iterations, and how many its start leaves turns on the seed: at N = 100, D = 2, K = 8
+    (diagonal) ours ran 21 at seed 0 and scikit-learn's 6; over seeds 0-4 11.4 and 5.6, over
+    0-99 10.8 and 9.4, over 0-149 10.1 and 9.8 (5 iterations' spread from seed to seed). Above
+    N = 1e4 a fit lasts seconds, and these separated clusters mostly leave 2 or 3 iterations."""
+    for most_n, count in FIT_SEEDS:
+        if n <= most_n:
+            return tuple(range(count))
+    return (0,)
 
 
 def steps_for(low_s: float, per_iteration_s: float, most_s: float) -> int:
