@@ -257,8 +257,9 @@ class Contender:
     n_iter: Any = None
     spent_s: float = 0.0
 
-    def call(self, measure: str, fn: Callable[[], Any], settle_s: float) -> tuple[float, Any] | None:
-        """Time ``fn`` for ``measure``; a call over the cap or raising drops the measure (``None``)."""
+    def call(self, measure: str, fn: Callable[[], Any], settle_s: float, at: str = "") -> tuple[float, Any] | None:
+        """Time ``fn`` for ``measure``; a call over the cap or raising drops the measure (``None``),
+        its message prefixed by ``at`` (which seed) where given."""
         try:
             seconds, value = timed(fn, settle_s, self.cap_s)
         except Exception as error:
@@ -268,7 +269,7 @@ class Contender:
                 )
                 self.spent_s += self.cap_s or 0.0
             else:
-                self.drop(measure, f"{measure}_failed", f"{type(error).__name__}: {error}"[:300])
+                self.drop(measure, f"{measure}_failed", f"{at}{type(error).__name__}: {error}"[:300])
             return None
         self.spent_s += seconds
         return seconds, value
@@ -301,7 +302,7 @@ class Contender:
         if "fit" in self.measures:
             samples = []
             for seed in self.fit_seeds:  # each its own capped call
-                sample = self.call("fit", lambda seed=seed: self.whole(seed), settle_s)
+                sample = self.call("fit", lambda seed=seed: self.whole(seed), settle_s, f"random_state={seed}: ")
                 if sample is None:
                     return
                 samples.append(sample)

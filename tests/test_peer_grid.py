@@ -125,6 +125,16 @@ def test_a_rounds_whole_fit_is_the_mean_over_the_same_seeds_for_every_library():
     assert seen == [0, 1, 2] and result["fit_seeds"] == 3 and result["fit_n_iter"] == 2
     assert 0.01 <= result["fit_s"] < 0.02  # (0 + 0.01 + 0.02 s) / 3, not the least or the sum
 
+    def fails_at_one(seed: int) -> int:
+        if seed == 1:
+            raise IndexError("an empty cluster")
+        return 2
+
+    failing = peer_grid.Contender(lambda m: None, fails_at_one, {"fit"}, None, fit_seeds=(0, 1, 2))
+    failing.round(0, 0.0)
+    assert failing.result()["fit_failed"] == "random_state=1: IndexError: an empty cluster"
+    assert "fit_s" not in failing.result()  # no mean over the seeds that ran
+
 
 def test_a_call_over_the_cap_is_stopped_even_where_a_library_wraps_the_error():
     def spin() -> None:
