@@ -146,7 +146,7 @@ def precisions_cholesky(covariance_type: str, covariances: np.ndarray, model: Mi
     if not all(isinstance(c, MultivariateGaussianDistribution) for c in components):  # D = 1: 1-D Gaussians
         return kernel_constants(np.linalg.cholesky(covariances))[0]
     factors = [cast(MultivariateGaussianDistribution, c).precision_cholesky for c in components]
-    return factors[0] if covariance_type == "tied" else np.stack(factors)
+    return factors[0].copy() if covariance_type == "tied" else np.stack(factors)  # the fit's own arrays
 
 
 def precisions_from_cholesky(covariance_type: str, chol: np.ndarray) -> np.ndarray:

