@@ -334,7 +334,8 @@ def fit_seeds(n: int) -> tuple[int, ...]:
     its iterations, and how many its start leaves turns on the seed: at N = 100, D = 2, K = 8
     (diagonal) ours ran 21 at seed 0 and scikit-learn's 6; over seeds 0-4 11.4 and 5.6, over
     0-99 10.8 and 9.4, over 0-149 10.1 and 9.8 (5 iterations' spread from seed to seed). Above
-    N = 1e4 a fit lasts seconds, and these separated clusters mostly leave 2 or 3 iterations."""
+    N = 1e4 a fit lasts tenths of a second to seconds, and these separated clusters mostly leave 2
+    or 3 iterations."""
     for most_n, count in FIT_SEEDS:
         if n <= most_n:
             return tuple(range(count))
